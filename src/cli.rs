@@ -1,0 +1,567 @@
+//! The command line: clap definitions, output rendering and the one error layer that maps
+//! engine errors to documented exit codes and adds hints.
+//!
+//! Commands are thin: parse, call one engine function, render. Data goes to stdout (a table
+//! or, with `--json`, stable JSON); warnings and errors go to stderr.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+
+use crate::config::{ProfileLayer, RuntimeChoice};
+use crate::engine::{BranchPolicy, CreateRequest, Error, JobView, Paddock, RemoveOptions};
+use crate::git::GitError;
+use crate::runtime::RuntimeError;
+use crate::store::StoreError;
+use crate::units::{ByteSize, Cpus, HumanDuration, format_age};
+
+/// Exit codes; the README documents them.
+pub mod exit {
+    pub const OK: i32 = 0;
+    pub const INTERNAL: i32 = 1;
+    pub const USAGE: i32 = 2;
+    pub const CONFIG: i32 = 3;
+    pub const INVALID_INPUT: i32 = 4;
+    pub const NOT_FOUND: i32 = 5;
+    pub const CONFLICT: i32 = 6;
+    pub const GIT: i32 = 7;
+    pub const RUNTIME_UNAVAILABLE: i32 = 8;
+    pub const REFUSED: i32 = 9;
+    /// `exec`/`run`: the command ran out of time.
+    pub const TIMED_OUT: i32 = 124;
+    /// `exec`/`run`: paddock itself failed (the command's own codes pass through).
+    pub const EXEC_FAILED: i32 = 125;
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "paddock",
+    version,
+    about = "One git branch, one worktree and one resource-limited container per coding-agent task",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Log what paddock does to stderr (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a job: a branch, a worktree and (with Docker) a container.
+    Create(CreateArgs),
+    /// List jobs.
+    Ls {
+        /// Only jobs of this repository.
+        #[arg(long)]
+        repo: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a job: branch, base, commits ahead, changed files, state and ages.
+    Show {
+        job: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Committed and uncommitted changes of a job against its base.
+    Diff {
+        job: String,
+        /// A diffstat instead of the patch.
+        #[arg(long)]
+        stat: bool,
+    },
+    /// Commits on the job's branch since its base.
+    Log {
+        job: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a job; uncommitted work is kept in refs/paddock/wip/<job>.
+    Rm {
+        job: String,
+        /// Remove even if saving uncommitted work fails.
+        #[arg(long)]
+        force: bool,
+        /// Delete the branch even when it has commits.
+        #[arg(long, conflicts_with = "keep_branch")]
+        delete_branch: bool,
+        /// Keep the branch even when it has no commits.
+        #[arg(long)]
+        keep_branch: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Configuration commands.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the effective configuration and where each value came from.
+    Show {
+        /// Include this repository's `.paddock.yaml` (default: the repository around the
+        /// current directory, if any).
+        #[arg(long)]
+        repo: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// The repository to branch from.
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// The ref to branch from (default: the repo file's `base`, else HEAD).
+    #[arg(long)]
+    pub base: Option<String>,
+    /// The agent's name (goes into the branch name and routing).
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// The task id (goes into the branch name and routing).
+    #[arg(long)]
+    pub task: Option<String>,
+    /// The job id (default: a slug of the task and a random suffix).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// The profile to use (default: routing, then `default_profile`).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Check out the branch if it already exists instead of failing.
+    #[arg(long)]
+    pub reuse_branch: bool,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Profile settings that can be given as flags.
+#[derive(Debug, Args, Default, Clone)]
+pub struct LimitArgs {
+    /// auto | docker | runc | runsc | process.
+    #[arg(long)]
+    pub runtime: Option<RuntimeChoice>,
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Memory limit, e.g. 512m or 2g.
+    #[arg(long)]
+    pub memory: Option<ByteSize>,
+    /// CPU limit, e.g. 1.5.
+    #[arg(long)]
+    pub cpus: Option<Cpus>,
+    /// Process count limit.
+    #[arg(long)]
+    pub pids: Option<u32>,
+    /// none | bridge.
+    #[arg(long)]
+    pub network: Option<crate::config::NetworkMode>,
+    /// The job's per-exec deadline default, e.g. 10m.
+    #[arg(long)]
+    pub timeout: Option<HumanDuration>,
+}
+
+impl LimitArgs {
+    fn layer(&self) -> ProfileLayer {
+        ProfileLayer {
+            image: self.image.clone(),
+            runtime: self.runtime,
+            memory: self.memory,
+            cpus: self.cpus,
+            pids: self.pids,
+            network: self.network,
+            timeout: self.timeout,
+            ..ProfileLayer::default()
+        }
+    }
+}
+
+/// Runs one parsed command and returns the process exit code.
+pub async fn run(cli: Cli) -> i32 {
+    let exec_like = false;
+    let paddock = match Paddock::from_env() {
+        Ok(paddock) => paddock,
+        Err(error) => return report(&error, exec_like),
+    };
+    match dispatch(&paddock, cli.command).await {
+        Ok(code) => code,
+        Err(error) => report(&error, exec_like),
+    }
+}
+
+async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
+    match command {
+        Command::Create(args) => {
+            let json = args.json;
+            let created = paddock.create(create_request(args)).await?;
+            if let Some(warning) = &created.warning {
+                eprintln!("warning: {warning}");
+            }
+            let view = JobView::from(&created.record);
+            if json {
+                print_json(&view);
+            } else {
+                println!(
+                    "created job {} on branch {} at {}",
+                    view.id,
+                    view.branch,
+                    view.worktree.display()
+                );
+            }
+        }
+        Command::Ls { repo, json } => {
+            let records = paddock.list(repo.as_deref()).await?;
+            let views: Vec<JobView> = records.iter().map(JobView::from).collect();
+            if json {
+                print_json(&views);
+            } else {
+                print_job_table(&views);
+            }
+        }
+        Command::Show { job, json } => {
+            let details = paddock.show(&job).await?;
+            if json {
+                print_json(&details);
+            } else {
+                print_details(&details);
+            }
+        }
+        Command::Diff { job, stat } => {
+            let text = paddock.diff(&job, stat).await?;
+            print!("{text}");
+        }
+        Command::Log { job, json } => {
+            let commits = paddock.log(&job).await?;
+            if json {
+                print_json(&commits);
+            } else {
+                let now = chrono::Utc::now();
+                for commit in commits {
+                    println!(
+                        "{} {} ({}, {} ago)",
+                        &commit.sha[..commit.sha.len().min(10)],
+                        commit.summary,
+                        commit.author,
+                        format_age(now - commit.time)
+                    );
+                }
+            }
+        }
+        Command::Rm {
+            job,
+            force,
+            delete_branch,
+            keep_branch,
+            json,
+        } => {
+            let branch_policy = if delete_branch {
+                BranchPolicy::Delete
+            } else if keep_branch {
+                BranchPolicy::Keep
+            } else {
+                BranchPolicy::DeleteIfNoCommits
+            };
+            let report = paddock
+                .remove(
+                    &job,
+                    RemoveOptions {
+                        branch_policy,
+                        force,
+                    },
+                )
+                .await?;
+            if json {
+                print_json(&report);
+            } else {
+                println!("removed job {}", report.id);
+                if report.branch_kept {
+                    println!(
+                        "kept branch {} ({} commit{} ahead of its base)",
+                        report.branch,
+                        report.commits_ahead,
+                        if report.commits_ahead == 1 { "" } else { "s" }
+                    );
+                } else {
+                    println!("deleted branch {}", report.branch);
+                }
+                if let (Some(wip_ref), Some(commit)) = (&report.wip_ref, &report.wip_commit) {
+                    println!(
+                        "saved uncommitted work in {wip_ref} ({})",
+                        &commit[..commit.len().min(10)]
+                    );
+                }
+            }
+        }
+        Command::Config {
+            command: ConfigCommand::Show { repo, json },
+        } => {
+            let root = match repo {
+                Some(repo) => Some(crate::git::GitRepo::open(&repo).await?.root),
+                None => crate::git::GitRepo::open(std::path::Path::new("."))
+                    .await
+                    .ok()
+                    .map(|r| r.root),
+            };
+            let config = paddock.config(root.as_deref())?;
+            let rows = config.rows();
+            if json {
+                #[derive(Serialize)]
+                struct Row {
+                    key: String,
+                    value: String,
+                    source: String,
+                }
+                #[derive(Serialize)]
+                struct Shown {
+                    user_file: Option<PathBuf>,
+                    repo_file: Option<PathBuf>,
+                    home: PathBuf,
+                    values: Vec<Row>,
+                }
+                print_json(&Shown {
+                    user_file: config.user_file.clone(),
+                    repo_file: config.repo_file.clone(),
+                    home: paddock.home().root().to_path_buf(),
+                    values: rows
+                        .into_iter()
+                        .map(|(key, value, source)| Row {
+                            key,
+                            value,
+                            source: source.to_string(),
+                        })
+                        .collect(),
+                });
+            } else {
+                let table: Vec<Vec<String>> = rows
+                    .into_iter()
+                    .map(|(key, value, source)| vec![key, value, source.to_string()])
+                    .collect();
+                print_table(&["KEY", "VALUE", "SOURCE"], &table);
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn create_request(args: CreateArgs) -> CreateRequest {
+    CreateRequest {
+        repo: args.repo,
+        base: args.base,
+        agent: args.agent,
+        task: args.task,
+        id: args.id,
+        profile: args.profile,
+        reuse_branch: args.reuse_branch,
+        overrides: args.limits.layer(),
+    }
+}
+
+fn print_json<T: Serialize + ?Sized>(value: &T) {
+    let text = serde_json::to_string_pretty(value).expect("paddock's output types serialize");
+    println!("{text}");
+}
+
+/// Prints rows as aligned columns.
+pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    let line = |cells: Vec<&str>| {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        text
+    };
+    let _ = writeln!(out, "{}", line(headers.to_vec()));
+    for row in rows {
+        let _ = writeln!(out, "{}", line(row.iter().map(String::as_str).collect()));
+    }
+}
+
+fn print_job_table(views: &[JobView]) {
+    if views.is_empty() {
+        println!("no jobs");
+        return;
+    }
+    let now = chrono::Utc::now();
+    let rows: Vec<Vec<String>> = views
+        .iter()
+        .map(|v| {
+            vec![
+                v.id.to_string(),
+                v.state.to_string(),
+                v.runtime.clone(),
+                format_age(now - v.created_at),
+                format_age(now - v.last_activity_at),
+                v.branch.clone(),
+            ]
+        })
+        .collect();
+    print_table(&["ID", "STATE", "RUNTIME", "AGE", "IDLE", "BRANCH"], &rows);
+}
+
+fn print_details(details: &crate::engine::JobDetails) {
+    let v = &details.view;
+    let now = chrono::Utc::now();
+    println!("job       {}", v.id);
+    println!(
+        "state     {} (created {} ago, last active {} ago)",
+        v.state,
+        format_age(now - v.created_at),
+        format_age(now - v.last_activity_at)
+    );
+    if let Some(code) = v.exit_code {
+        println!(
+            "exit      {code}{}",
+            if v.oom_killed {
+                " (killed: out of memory)"
+            } else {
+                ""
+            }
+        );
+    }
+    println!("repo      {}", v.repo.display());
+    println!(
+        "branch    {} (base {} @ {})",
+        v.branch,
+        v.base,
+        &v.base_commit[..v.base_commit.len().min(10)]
+    );
+    println!("worktree  {}", v.worktree.display());
+    println!("profile   {}", v.profile);
+    println!("runtime   {}", details.isolation);
+    if let Some(id) = &v.container_id {
+        println!("container {}", &id[..id.len().min(12)]);
+    }
+    match (&details.changes, &details.changes_error) {
+        (Some(changes), _) => {
+            println!(
+                "commits   {} ahead of base; {} file(s) committed, {} uncommitted (+{} -{})",
+                changes.commits_ahead,
+                changes.committed.len(),
+                changes.uncommitted.len(),
+                changes.insertions,
+                changes.deletions
+            );
+            for change in &changes.committed {
+                println!("  committed    {:<10} {}", change.status, change.path);
+            }
+            for change in &changes.uncommitted {
+                println!("  uncommitted  {:<10} {}", change.status, change.path);
+            }
+        }
+        (None, Some(error)) => println!("changes   unavailable: {error}"),
+        (None, None) => {}
+    }
+}
+
+/// The exit code for an error, and a hint when the user can act on it.
+pub fn classify(error: &Error) -> (i32, Option<String>) {
+    use crate::config::ConfigError;
+    match error {
+        Error::Config(ConfigError::UnknownProfile { .. }) => (
+            exit::INVALID_INPUT,
+            Some("see `paddock config show` for the profiles".into()),
+        ),
+        Error::Config(_) => (exit::CONFIG, None),
+        Error::Store(StoreError::NotFound { .. }) => (
+            exit::NOT_FOUND,
+            Some("see `paddock ls` for the jobs".into()),
+        ),
+        Error::Store(StoreError::Exists { .. }) => (
+            exit::CONFLICT,
+            Some("choose another --id, or remove the old job with `paddock rm`".into()),
+        ),
+        Error::Store(StoreError::LockTimeout { .. }) => (exit::CONFLICT, None),
+        Error::Store(StoreError::NoHome) => (exit::CONFIG, None),
+        Error::Store(_) => (exit::INTERNAL, None),
+        Error::Job(_) => (exit::INVALID_INPUT, None),
+        Error::Git(GitError::NotARepo { .. }) => (
+            exit::INVALID_INPUT,
+            Some("pass --repo with the path of a git repository".into()),
+        ),
+        Error::Git(GitError::UnknownRevision { .. }) => (
+            exit::INVALID_INPUT,
+            Some("--base takes a branch, tag or commit of the repository".into()),
+        ),
+        Error::Git(GitError::InvalidBranch { .. }) => (exit::INVALID_INPUT, None),
+        Error::Git(GitError::BranchExists { .. }) => (exit::CONFLICT, None),
+        Error::Git(GitError::Lock { .. }) => (exit::CONFLICT, None),
+        Error::Git(_) => (exit::GIT, None),
+        Error::InvalidBranch { .. } => (
+            exit::INVALID_INPUT,
+            Some("branch names follow git's rules: see `git help check-ref-format`".into()),
+        ),
+        Error::BranchExists { .. } => (
+            exit::CONFLICT,
+            Some("pass --reuse-branch to work on it, or choose another --task or --id".into()),
+        ),
+        Error::WorktreeExists { .. } => (exit::CONFLICT, None),
+        Error::SnapshotFailed { .. } => (
+            exit::REFUSED,
+            Some("fix the worktree, or pass --force to remove it without saving".into()),
+        ),
+        Error::NotOurs { .. } => (exit::REFUSED, None),
+        Error::RemoveDir { .. } => (exit::INTERNAL, None),
+        Error::Runtime(runtime) => classify_runtime(runtime),
+    }
+}
+
+fn classify_runtime(error: &RuntimeError) -> (i32, Option<String>) {
+    match error {
+        RuntimeError::DockerUnavailable { .. } | RuntimeError::DockerTimeout { .. } => (
+            exit::RUNTIME_UNAVAILABLE,
+            Some("is the Docker daemon running? try `paddock doctor`".into()),
+        ),
+        RuntimeError::ImageMissing { image } => (
+            exit::RUNTIME_UNAVAILABLE,
+            Some(format!("build it with `paddock image build --tag {image}`")),
+        ),
+        RuntimeError::OciRuntimeMissing { .. } => (
+            exit::RUNTIME_UNAVAILABLE,
+            Some(
+                "register it in /etc/docker/daemon.json (see the README) and reload dockerd".into(),
+            ),
+        ),
+        RuntimeError::EmptyCommand => (exit::USAGE, None),
+        RuntimeError::NotOurContainer { .. } => (exit::REFUSED, None),
+        _ => (exit::INTERNAL, None),
+    }
+}
+
+/// Prints an error with its causes and hint; returns the exit code.
+fn report(error: &Error, exec_like: bool) -> i32 {
+    let (code, hint) = classify(error);
+    let mut message = format!("error: {error}");
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(&format!(": {text}"));
+        }
+        source = cause.source();
+    }
+    eprintln!("{message}");
+    if let Some(hint) = hint {
+        eprintln!("hint: {hint}");
+    }
+    if exec_like { exit::EXEC_FAILED } else { code }
+}

@@ -1,0 +1,909 @@
+//! Configuration: the user file, the repo's `.paddock.yaml`, `PADDOCK_*` variables and flags,
+//! merged into one effective [`Config`] that remembers where every value came from.
+//!
+//! Precedence, highest first: CLI flag > environment > repo file > user file > built-in default.
+//! All YAML parsing lives here. Files are read with unknown keys denied, so a typo is an error
+//! that names the file and the key instead of a setting silently ignored.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use globset::Glob;
+use serde::{Deserialize, Serialize};
+
+use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
+
+/// The name of the repo-level config file, at the target repository's root.
+pub const REPO_CONFIG_FILE: &str = ".paddock.yaml";
+/// The branch name template used when no file or flag sets one.
+pub const DEFAULT_BRANCH_TEMPLATE: &str = "agent/{agent}/{task}";
+/// The tag `paddock image build` gives the agent image, and the default profile's image.
+pub const DEFAULT_IMAGE: &str = "paddock-agent:latest";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("failed to read config file `{path}`")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config file `{path}`: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid value in `{origin}` for `{key}`: {message}")]
+    Value {
+        origin: String,
+        key: String,
+        message: String,
+    },
+    #[error("unknown profile `{name}` (known profiles: {known})")]
+    UnknownProfile { name: String, known: String },
+}
+
+/// Where an effective value came from; shown by `paddock config show`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    UserFile(PathBuf),
+    RepoFile(PathBuf),
+    Env(String),
+    Flag(String),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::UserFile(path) => write!(f, "user file {}", path.display()),
+            Source::RepoFile(path) => write!(f, "repo file {}", path.display()),
+            Source::Env(var) => write!(f, "env {var}"),
+            Source::Flag(flag) => write!(f, "flag --{flag}"),
+        }
+    }
+}
+
+/// A value together with the layer that set it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub source: Source,
+}
+
+impl<T> Sourced<T> {
+    fn default_value(value: T) -> Self {
+        Sourced {
+            value,
+            source: Source::Default,
+        }
+    }
+}
+
+/// Which execution runtime a job uses. `runc` and `runsc` are Docker with that OCI runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeChoice {
+    Auto,
+    Docker,
+    Runsc,
+    Process,
+}
+
+impl FromStr for RuntimeChoice {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "docker" | "runc" => Ok(Self::Docker),
+            "runsc" | "gvisor" => Ok(Self::Runsc),
+            "process" => Ok(Self::Process),
+            _ => Err(UnitError {
+                what: "runtime",
+                input: s.to_string(),
+                expected: "one of auto, docker, runc, runsc, process",
+            }),
+        }
+    }
+}
+
+impl fmt::Display for RuntimeChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Docker => "docker",
+            Self::Runsc => "runsc",
+            Self::Process => "process",
+        })
+    }
+}
+
+/// Container networking: none unless a profile opts in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    None,
+    Bridge,
+}
+
+impl FromStr for NetworkMode {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(Self::None),
+            "bridge" => Ok(Self::Bridge),
+            _ => Err(UnitError {
+                what: "network",
+                input: s.to_string(),
+                expected: "none or bridge",
+            }),
+        }
+    }
+}
+
+impl fmt::Display for NetworkMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::None => "none",
+            Self::Bridge => "bridge",
+        })
+    }
+}
+
+/// How a command that ran out of time is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KillPolicy {
+    /// SIGTERM, a grace period, then SIGKILL.
+    Graceful,
+    /// SIGKILL at once.
+    Hard,
+}
+
+impl FromStr for KillPolicy {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "graceful" => Ok(Self::Graceful),
+            "hard" => Ok(Self::Hard),
+            _ => Err(UnitError {
+                what: "kill policy",
+                input: s.to_string(),
+                expected: "graceful or hard",
+            }),
+        }
+    }
+}
+
+impl fmt::Display for KillPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Graceful => "graceful",
+            Self::Hard => "hard",
+        })
+    }
+}
+
+/// One layer's view of a profile: every field optional, so layers can be stacked.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileLayer {
+    pub image: Option<String>,
+    pub runtime: Option<RuntimeChoice>,
+    pub memory: Option<ByteSize>,
+    pub cpus: Option<Cpus>,
+    pub pids: Option<u32>,
+    pub network: Option<NetworkMode>,
+    pub timeout: Option<HumanDuration>,
+    pub kill_policy: Option<KillPolicy>,
+    pub grace: Option<HumanDuration>,
+    pub workspace_dir: Option<String>,
+    pub uid: Option<u32>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// The effective settings a job runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    pub image: Sourced<String>,
+    pub runtime: Sourced<RuntimeChoice>,
+    pub memory: Sourced<ByteSize>,
+    pub cpus: Sourced<Cpus>,
+    pub pids: Sourced<u32>,
+    pub network: Sourced<NetworkMode>,
+    pub timeout: Sourced<HumanDuration>,
+    pub kill_policy: Sourced<KillPolicy>,
+    pub grace: Sourced<HumanDuration>,
+    pub workspace_dir: Sourced<String>,
+    /// The unprivileged uid the agent runs as when paddock itself runs as root.
+    pub uid: Sourced<u32>,
+    pub env: BTreeMap<String, Sourced<String>>,
+}
+
+impl Default for Profile {
+    fn default() -> Self {
+        Profile {
+            image: Sourced::default_value(DEFAULT_IMAGE.to_string()),
+            runtime: Sourced::default_value(RuntimeChoice::Auto),
+            memory: Sourced::default_value(ByteSize(2 << 30)),
+            cpus: Sourced::default_value(Cpus(2.0)),
+            pids: Sourced::default_value(512),
+            network: Sourced::default_value(NetworkMode::None),
+            timeout: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(600))),
+            kill_policy: Sourced::default_value(KillPolicy::Graceful),
+            grace: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(5))),
+            workspace_dir: Sourced::default_value("/workspace".to_string()),
+            uid: Sourced::default_value(1000),
+            env: BTreeMap::new(),
+        }
+    }
+}
+
+impl Profile {
+    /// Stacks `layer` on top of this profile; every value it sets is attributed to `source`.
+    pub fn apply(&mut self, layer: &ProfileLayer, source: &Source) {
+        macro_rules! set {
+            ($($field:ident),*) => {$(
+                if let Some(value) = &layer.$field {
+                    self.$field = Sourced { value: value.clone(), source: source.clone() };
+                }
+            )*};
+        }
+        set!(
+            image,
+            runtime,
+            memory,
+            cpus,
+            pids,
+            network,
+            timeout,
+            kill_policy,
+            grace,
+            workspace_dir,
+            uid
+        );
+        for (key, value) in &layer.env {
+            self.env.insert(
+                key.clone(),
+                Sourced {
+                    value: value.clone(),
+                    source: source.clone(),
+                },
+            );
+        }
+    }
+
+    /// The profile's settings as `(key, value, source)` rows, for `config show`.
+    pub fn rows(&self) -> Vec<(String, String, &Source)> {
+        let mut rows = vec![
+            ("image".into(), self.image.value.clone(), &self.image.source),
+            (
+                "runtime".into(),
+                self.runtime.value.to_string(),
+                &self.runtime.source,
+            ),
+            (
+                "memory".into(),
+                self.memory.value.to_string(),
+                &self.memory.source,
+            ),
+            (
+                "cpus".into(),
+                self.cpus.value.to_string(),
+                &self.cpus.source,
+            ),
+            (
+                "pids".into(),
+                self.pids.value.to_string(),
+                &self.pids.source,
+            ),
+            (
+                "network".into(),
+                self.network.value.to_string(),
+                &self.network.source,
+            ),
+            (
+                "timeout".into(),
+                self.timeout.value.to_string(),
+                &self.timeout.source,
+            ),
+            (
+                "kill_policy".into(),
+                self.kill_policy.value.to_string(),
+                &self.kill_policy.source,
+            ),
+            (
+                "grace".into(),
+                self.grace.value.to_string(),
+                &self.grace.source,
+            ),
+            (
+                "workspace_dir".into(),
+                self.workspace_dir.value.clone(),
+                &self.workspace_dir.source,
+            ),
+            ("uid".into(), self.uid.value.to_string(), &self.uid.source),
+        ];
+        for (key, value) in &self.env {
+            rows.push((format!("env.{key}"), value.value.clone(), &value.source));
+        }
+        rows
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RoutingFile {
+    #[serde(default)]
+    agents: BTreeMap<String, String>,
+    #[serde(default)]
+    tasks: BTreeMap<String, String>,
+}
+
+/// The on-disk shape of both the user file and the repo file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    default_profile: Option<String>,
+    branch_template: Option<String>,
+    base: Option<String>,
+    #[serde(default)]
+    profiles: BTreeMap<String, ProfileLayer>,
+    routing: Option<RoutingFile>,
+}
+
+/// One routing rule: a pattern on the agent name or the task id that picks a profile.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub pattern: String,
+    pub profile: String,
+    pub source: Source,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Routing {
+    pub agents: BTreeMap<String, Route>,
+    pub tasks: BTreeMap<String, Route>,
+}
+
+/// The effective configuration after every layer has been applied.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub user_file: Option<PathBuf>,
+    pub repo_file: Option<PathBuf>,
+    pub default_profile: Sourced<String>,
+    pub branch_template: Sourced<String>,
+    /// The default base ref for new jobs; `None` means the repository's HEAD.
+    pub base: Option<Sourced<String>>,
+    pub profiles: BTreeMap<String, Profile>,
+    pub routing: Routing,
+    /// A profile forced by `PADDOCK_PROFILE`.
+    pub forced_profile: Option<Sourced<String>>,
+}
+
+/// What the loader reads besides files: the environment, passed in so tests can control it.
+pub trait EnvLookup {
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+pub struct ProcessEnv;
+
+impl EnvLookup for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl EnvLookup for BTreeMap<String, String> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name).cloned()
+    }
+}
+
+/// The user config file: `$PADDOCK_CONFIG`, else `$XDG_CONFIG_HOME/paddock/config.yaml`, else
+/// `~/.config/paddock/config.yaml`. The flag says whether it was named explicitly (and so
+/// must exist).
+pub fn user_config_path(env: &dyn EnvLookup) -> Option<(PathBuf, bool)> {
+    if let Some(path) = env.var("PADDOCK_CONFIG") {
+        return Some((PathBuf::from(path), true));
+    }
+    let base = env
+        .var("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env.var("HOME").map(|h| Path::new(&h).join(".config")))?;
+    Some((base.join("paddock").join("config.yaml"), false))
+}
+
+impl Config {
+    /// Loads the effective configuration for a repository (or none, outside one).
+    pub fn load(repo_root: Option<&Path>, env: &dyn EnvLookup) -> Result<Config, ConfigError> {
+        let mut config = Config {
+            user_file: None,
+            repo_file: None,
+            default_profile: Sourced::default_value("default".to_string()),
+            branch_template: Sourced::default_value(DEFAULT_BRANCH_TEMPLATE.to_string()),
+            base: None,
+            profiles: BTreeMap::from([("default".to_string(), Profile::default())]),
+            routing: Routing::default(),
+            forced_profile: None,
+        };
+        if let Some((path, explicit)) = user_config_path(env)
+            && let Some(file) = read_file(&path, explicit)?
+        {
+            config.apply_file(file, Source::UserFile(path.clone()))?;
+            config.user_file = Some(path);
+        }
+        if let Some(root) = repo_root {
+            let path = root.join(REPO_CONFIG_FILE);
+            if let Some(file) = read_file(&path, false)? {
+                config.apply_file(file, Source::RepoFile(path.clone()))?;
+                config.repo_file = Some(path);
+            }
+        }
+        config.apply_env(env)?;
+        config.check_routes()?;
+        Ok(config)
+    }
+
+    fn apply_file(&mut self, file: ConfigFile, source: Source) -> Result<(), ConfigError> {
+        let origin = source_origin(&source);
+        if let Some(value) = file.default_profile {
+            self.default_profile = Sourced {
+                value,
+                source: source.clone(),
+            };
+        }
+        if let Some(value) = file.branch_template {
+            check_branch_template(&value).map_err(|message| ConfigError::Value {
+                origin: origin.clone(),
+                key: "branch_template".into(),
+                message,
+            })?;
+            self.branch_template = Sourced {
+                value,
+                source: source.clone(),
+            };
+        }
+        if let Some(value) = file.base {
+            self.base = Some(Sourced {
+                value,
+                source: source.clone(),
+            });
+        }
+        for (name, layer) in &file.profiles {
+            check_profile_name(name).map_err(|message| ConfigError::Value {
+                origin: origin.clone(),
+                key: format!("profiles.{name}"),
+                message,
+            })?;
+            // A named profile starts from the built-in defaults, then every layer that names it.
+            self.profiles
+                .entry(name.clone())
+                .or_default()
+                .apply(layer, &source);
+        }
+        if let Some(routing) = file.routing {
+            for (kind, rules, target) in [
+                ("agents", routing.agents, &mut self.routing.agents),
+                ("tasks", routing.tasks, &mut self.routing.tasks),
+            ] {
+                for (pattern, profile) in rules {
+                    Glob::new(&pattern).map_err(|e| ConfigError::Value {
+                        origin: origin.clone(),
+                        key: format!("routing.{kind}.{pattern}"),
+                        message: format!("invalid glob: {e}"),
+                    })?;
+                    target.insert(
+                        pattern.clone(),
+                        Route {
+                            pattern,
+                            profile,
+                            source: source.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_env(&mut self, env: &dyn EnvLookup) -> Result<(), ConfigError> {
+        fn parse<T: FromStr<Err = UnitError>>(
+            env: &dyn EnvLookup,
+            var: &str,
+        ) -> Result<Option<T>, ConfigError> {
+            env.var(var)
+                .map(|raw| {
+                    raw.parse().map_err(|e: UnitError| ConfigError::Value {
+                        origin: "environment".into(),
+                        key: var.to_string(),
+                        message: e.to_string(),
+                    })
+                })
+                .transpose()
+        }
+        let layer = ProfileLayer {
+            image: env.var("PADDOCK_IMAGE"),
+            runtime: parse(env, "PADDOCK_RUNTIME")?,
+            memory: parse(env, "PADDOCK_MEMORY")?,
+            cpus: parse(env, "PADDOCK_CPUS")?,
+            pids: env
+                .var("PADDOCK_PIDS")
+                .map(|raw| {
+                    raw.parse().map_err(|_| ConfigError::Value {
+                        origin: "environment".into(),
+                        key: "PADDOCK_PIDS".into(),
+                        message: format!("invalid pids `{raw}`: expected a whole number"),
+                    })
+                })
+                .transpose()?,
+            network: parse(env, "PADDOCK_NETWORK")?,
+            timeout: parse(env, "PADDOCK_TIMEOUT")?,
+            kill_policy: parse(env, "PADDOCK_KILL_POLICY")?,
+            ..ProfileLayer::default()
+        };
+        // Environment overrides apply to whichever profile a job ends up with; each value is
+        // attributed to the variable that set it.
+        for profile in self.profiles.values_mut() {
+            for (var, one) in env_layers(&layer) {
+                profile.apply(&one, &Source::Env(var.to_string()));
+            }
+        }
+        if let Some(value) = env.var("PADDOCK_BRANCH_TEMPLATE") {
+            check_branch_template(&value).map_err(|message| ConfigError::Value {
+                origin: "environment".into(),
+                key: "PADDOCK_BRANCH_TEMPLATE".into(),
+                message,
+            })?;
+            self.branch_template = Sourced {
+                value,
+                source: Source::Env("PADDOCK_BRANCH_TEMPLATE".into()),
+            };
+        }
+        if let Some(value) = env.var("PADDOCK_PROFILE") {
+            self.forced_profile = Some(Sourced {
+                value,
+                source: Source::Env("PADDOCK_PROFILE".into()),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_routes(&self) -> Result<(), ConfigError> {
+        let mut names: Vec<(&str, String, &Source)> = vec![(
+            &self.default_profile.value,
+            "default_profile".to_string(),
+            &self.default_profile.source,
+        )];
+        for (kind, routes) in [
+            ("agents", &self.routing.agents),
+            ("tasks", &self.routing.tasks),
+        ] {
+            for route in routes.values() {
+                names.push((
+                    &route.profile,
+                    format!("routing.{kind}.{}", route.pattern),
+                    &route.source,
+                ));
+            }
+        }
+        for (name, key, source) in names {
+            if !self.profiles.contains_key(name) {
+                return Err(ConfigError::Value {
+                    origin: source_origin(source),
+                    key,
+                    message: format!(
+                        "unknown profile `{name}` (known profiles: {})",
+                        self.known_profiles()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn known_profiles(&self) -> String {
+        self.profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+
+    /// Picks the profile for a job. Order: `--profile`, `PADDOCK_PROFILE`, an exact routing
+    /// match (task, then agent), a glob match (task, then agent; the longest pattern wins),
+    /// then `default_profile`.
+    pub fn select_profile(
+        &self,
+        flag: Option<&str>,
+        agent: &str,
+        task: Option<&str>,
+    ) -> Result<(String, Profile), ConfigError> {
+        let name = match flag {
+            Some(name) => name.to_string(),
+            None => match &self.forced_profile {
+                Some(forced) => forced.value.clone(),
+                None => self
+                    .route(agent, task)
+                    .unwrap_or_else(|| self.default_profile.value.clone()),
+            },
+        };
+        let profile =
+            self.profiles
+                .get(&name)
+                .cloned()
+                .ok_or_else(|| ConfigError::UnknownProfile {
+                    name: name.clone(),
+                    known: self.known_profiles(),
+                })?;
+        Ok((name, profile))
+    }
+
+    fn route(&self, agent: &str, task: Option<&str>) -> Option<String> {
+        let candidates: Vec<(&BTreeMap<String, Route>, &str)> = task
+            .map(|t| (&self.routing.tasks, t))
+            .into_iter()
+            .chain(std::iter::once((&self.routing.agents, agent)))
+            .collect();
+        for (routes, value) in &candidates {
+            if let Some(route) = routes.get(*value) {
+                return Some(route.profile.clone());
+            }
+        }
+        for (routes, value) in &candidates {
+            let best = routes
+                .values()
+                .filter(|route| {
+                    Glob::new(&route.pattern)
+                        .map(|g| g.compile_matcher().is_match(value))
+                        .unwrap_or(false)
+                })
+                .max_by_key(|route| route.pattern.len());
+            if let Some(route) = best {
+                return Some(route.profile.clone());
+            }
+        }
+        None
+    }
+
+    /// Every effective setting as `(key, value, source)`, for `paddock config show`.
+    pub fn rows(&self) -> Vec<(String, String, Source)> {
+        let mut rows = vec![
+            (
+                "default_profile".to_string(),
+                self.default_profile.value.clone(),
+                self.default_profile.source.clone(),
+            ),
+            (
+                "branch_template".to_string(),
+                self.branch_template.value.clone(),
+                self.branch_template.source.clone(),
+            ),
+        ];
+        if let Some(base) = &self.base {
+            rows.push(("base".into(), base.value.clone(), base.source.clone()));
+        }
+        if let Some(forced) = &self.forced_profile {
+            rows.push((
+                "profile".into(),
+                forced.value.clone(),
+                forced.source.clone(),
+            ));
+        }
+        for (name, profile) in &self.profiles {
+            for (key, value, source) in profile.rows() {
+                rows.push((format!("profiles.{name}.{key}"), value, source.clone()));
+            }
+        }
+        for (kind, routes) in [
+            ("agents", &self.routing.agents),
+            ("tasks", &self.routing.tasks),
+        ] {
+            for route in routes.values() {
+                rows.push((
+                    format!("routing.{kind}.{}", route.pattern),
+                    route.profile.clone(),
+                    route.source.clone(),
+                ));
+            }
+        }
+        rows
+    }
+}
+
+/// Splits an env layer into one layer per variable so each value names its own variable.
+fn env_layers(layer: &ProfileLayer) -> Vec<(&'static str, ProfileLayer)> {
+    let mut out = Vec::new();
+    macro_rules! one {
+        ($field:ident, $var:literal) => {
+            if layer.$field.is_some() {
+                out.push((
+                    $var,
+                    ProfileLayer {
+                        $field: layer.$field.clone(),
+                        ..ProfileLayer::default()
+                    },
+                ));
+            }
+        };
+    }
+    one!(image, "PADDOCK_IMAGE");
+    one!(runtime, "PADDOCK_RUNTIME");
+    one!(memory, "PADDOCK_MEMORY");
+    one!(cpus, "PADDOCK_CPUS");
+    one!(pids, "PADDOCK_PIDS");
+    one!(network, "PADDOCK_NETWORK");
+    one!(timeout, "PADDOCK_TIMEOUT");
+    one!(kill_policy, "PADDOCK_KILL_POLICY");
+    out
+}
+
+fn source_origin(source: &Source) -> String {
+    match source {
+        Source::UserFile(path) | Source::RepoFile(path) => path.display().to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn read_file(path: &Path, must_exist: bool) -> Result<Option<ConfigFile>, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(None),
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    if text.trim().is_empty() {
+        return Ok(Some(ConfigFile::default()));
+    }
+    serde_yaml::from_str(&text)
+        .map(Some)
+        .map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+}
+
+fn check_profile_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid profile name `{name}`: use letters, digits, `-`, `_` and `.`"
+        ))
+    }
+}
+
+/// A branch template may use `{agent}`, `{task}` and `{id}` and nothing else in braces.
+pub fn check_branch_template(template: &str) -> Result<(), String> {
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..]
+            .find('}')
+            .ok_or_else(|| format!("unclosed `{{` in branch template `{template}`"))?;
+        let name = &rest[open + 1..open + close];
+        if !matches!(name, "agent" | "task" | "id") {
+            return Err(format!(
+                "unknown placeholder `{{{name}}}` in branch template `{template}`: use {{agent}}, {{task}} or {{id}}"
+            ));
+        }
+        rest = &rest[open + close + 1..];
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn precedence_env_over_repo_over_user_over_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let user = write(
+            dir.path(),
+            "user.yaml",
+            "profiles:\n  default:\n    memory: 1g\n    cpus: 1\n    pids: 100\n",
+        );
+        write(
+            dir.path(),
+            REPO_CONFIG_FILE,
+            "profiles:\n  default:\n    memory: 3g\n    cpus: 0.5\n",
+        );
+        let vars = env(&[
+            ("PADDOCK_CONFIG", user.to_str().unwrap()),
+            ("PADDOCK_CPUS", "4"),
+        ]);
+        let config = Config::load(Some(dir.path()), &vars).unwrap();
+        let (_, profile) = config.select_profile(None, "agent", None).unwrap();
+        assert_eq!(profile.pids.value, 100);
+        assert!(matches!(profile.pids.source, Source::UserFile(_)));
+        assert_eq!(profile.memory.value, ByteSize(3 << 30));
+        assert!(matches!(profile.memory.source, Source::RepoFile(_)));
+        assert_eq!(profile.cpus.value, Cpus(4.0));
+        assert_eq!(profile.cpus.source, Source::Env("PADDOCK_CPUS".into()));
+        assert_eq!(profile.image.source, Source::Default);
+    }
+
+    #[test]
+    fn unknown_key_names_file_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "c.yaml",
+            "profiles:\n  default:\n    memroy: 1g\n",
+        );
+        let vars = env(&[("PADDOCK_CONFIG", path.to_str().unwrap())]);
+        let err = Config::load(None, &vars).unwrap_err().to_string();
+        assert!(err.contains("c.yaml"), "{err}");
+        assert!(err.contains("memroy"), "{err}");
+        assert!(err.contains("memory"), "lists allowed keys: {err}");
+    }
+
+    #[test]
+    fn bad_value_names_key_and_allowed_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "c.yaml", "profiles:\n  big:\n    memory: 12q\n");
+        let vars = env(&[("PADDOCK_CONFIG", path.to_str().unwrap())]);
+        let err = Config::load(None, &vars).unwrap_err().to_string();
+        assert!(err.contains("profiles.big.memory"), "{err}");
+        assert!(err.contains("512m"), "{err}");
+    }
+
+    #[test]
+    fn routing_exact_before_glob_then_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "c.yaml",
+            "default_profile: small\nprofiles:\n  small: {}\n  big: {}\n  gpu: {}\n\
+             routing:\n  agents:\n    'claude*': big\n    claude-exact: gpu\n  tasks:\n    'FR-*': gpu\n",
+        );
+        let vars = env(&[("PADDOCK_CONFIG", path.to_str().unwrap())]);
+        let config = Config::load(None, &vars).unwrap();
+        let pick = |agent, task| config.select_profile(None, agent, task).unwrap().0;
+        assert_eq!(pick("claude-exact", None), "gpu");
+        assert_eq!(pick("claude-2", None), "big");
+        assert_eq!(pick("codex", None), "small");
+        assert_eq!(pick("codex", Some("FR-12")), "gpu");
+        assert_eq!(
+            config.select_profile(Some("big"), "codex", None).unwrap().0,
+            "big"
+        );
+        assert!(config.select_profile(Some("nope"), "codex", None).is_err());
+    }
+
+    #[test]
+    fn route_to_missing_profile_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "c.yaml", "routing:\n  agents:\n    x: ghost\n");
+        let vars = env(&[("PADDOCK_CONFIG", path.to_str().unwrap())]);
+        let err = Config::load(None, &vars).unwrap_err().to_string();
+        assert!(err.contains("routing.agents.x"), "{err}");
+        assert!(err.contains("ghost"), "{err}");
+    }
+
+    #[test]
+    fn branch_template_placeholders_are_checked() {
+        assert!(check_branch_template("agent/{agent}/{task}").is_ok());
+        assert!(check_branch_template("x/{user}").is_err());
+        assert!(check_branch_template("x/{agent").is_err());
+    }
+}

@@ -1,0 +1,519 @@
+//! The job manager: the operations the CLI, the daemon and library users call.
+//!
+//! Each operation here is the single code path for what it does. `create` validates every
+//! input before it creates anything, reserves the id with an exclusive record write, and rolls
+//! back everything it made if a later step fails. `remove` snapshots uncommitted work before
+//! anything is deleted and removes the record last, so a crash at any point leaves a record
+//! that a later `rm` or sweep can finish.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::config::{Config, EnvLookup, ProcessEnv, ProfileLayer};
+use crate::git::{self, ChangeSummary, CommitInfo, GitError, GitRepo, JobWorktree};
+use crate::job::{JobError, JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
+use crate::runtime::{self, RuntimeError};
+use crate::store::{JobStore, PaddockHome, StoreError};
+
+/// Everything that can go wrong in an engine operation.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Job(#[from] JobError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("invalid branch name `{branch}` (from template `{template}`)")]
+    InvalidBranch { branch: String, template: String },
+    #[error("branch `{branch}` already exists in `{repo}`")]
+    BranchExists { branch: String, repo: PathBuf },
+    #[error("worktree path `{path}` already exists")]
+    WorktreeExists { path: PathBuf },
+    #[error("refusing to remove job `{id}`: failed to save its uncommitted work")]
+    SnapshotFailed {
+        id: JobId,
+        #[source]
+        source: GitError,
+    },
+    #[error("refusing to delete `{path}`: it is not a worktree owned by this paddock install")]
+    NotOurs { path: PathBuf },
+    #[error("failed to remove `{path}`")]
+    RemoveDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The inputs of `paddock create`.
+#[derive(Debug, Clone, Default)]
+pub struct CreateRequest {
+    pub repo: PathBuf,
+    pub base: Option<String>,
+    pub agent: Option<String>,
+    pub task: Option<String>,
+    pub id: Option<String>,
+    pub profile: Option<String>,
+    pub reuse_branch: bool,
+    /// Profile settings given as flags; they win over every other layer.
+    pub overrides: ProfileLayer,
+}
+
+/// How `remove` treats the branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BranchPolicy {
+    /// Keep it.
+    Keep,
+    /// Delete it only when it has no commits beyond the base (the default).
+    #[default]
+    DeleteIfNoCommits,
+    /// Delete it (its work stays reachable from the wip ref when there was any).
+    Delete,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RemoveOptions {
+    pub branch_policy: BranchPolicy,
+    /// Remove even when the snapshot of uncommitted work fails.
+    pub force: bool,
+}
+
+/// What `remove` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RemoveReport {
+    pub id: JobId,
+    pub branch: String,
+    pub branch_kept: bool,
+    pub commits_ahead: usize,
+    /// The wip ref holding uncommitted work, when there was any.
+    pub wip_ref: Option<String>,
+    pub wip_commit: Option<String>,
+}
+
+/// The JSON object of a job, printed by `create --json`, `ls --json` and `show --json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobView {
+    pub id: JobId,
+    pub repo: PathBuf,
+    pub branch: String,
+    pub base: String,
+    pub base_commit: String,
+    pub worktree: PathBuf,
+    pub agent: String,
+    pub task: Option<String>,
+    pub profile: String,
+    pub runtime: String,
+    pub container_id: Option<String>,
+    pub state: JobState,
+    pub created_at: DateTime<Utc>,
+    pub last_activity_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub exit_code: Option<i64>,
+    pub oom_killed: bool,
+    pub limits: Limits,
+}
+
+impl From<&JobRecord> for JobView {
+    fn from(record: &JobRecord) -> Self {
+        JobView {
+            id: record.id.clone(),
+            repo: record.repo.clone(),
+            branch: record.branch.clone(),
+            base: record.base.clone(),
+            base_commit: record.base_commit.clone(),
+            worktree: record.worktree.clone(),
+            agent: record.agent.clone(),
+            task: record.task.clone(),
+            profile: record.profile.clone(),
+            runtime: record.runtime.to_string(),
+            container_id: record.container_id.clone(),
+            state: record.state,
+            created_at: record.created_at,
+            last_activity_at: record.last_activity_at,
+            finished_at: record.finished_at,
+            exit_code: record.exit_code,
+            oom_killed: record.oom_killed,
+            limits: record.limits.clone(),
+        }
+    }
+}
+
+/// `show`: the job plus what it changed.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobDetails {
+    #[serde(rename = "job")]
+    pub view: JobView,
+    pub changes: Option<ChangeSummary>,
+    /// Set when the worktree could not be read (for example it was deleted by hand).
+    pub changes_error: Option<String>,
+    pub isolation: &'static str,
+}
+
+/// A new job, and the warning to show when `auto` fell back to the process runtime.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub record: JobRecord,
+    pub warning: Option<String>,
+}
+
+/// The engine over one state root.
+pub struct Paddock {
+    home: PaddockHome,
+    store: JobStore,
+    env: Box<dyn EnvLookup + Send + Sync>,
+}
+
+impl Paddock {
+    /// Opens the install named by the process environment (`PADDOCK_HOME`, ...).
+    pub fn from_env() -> Result<Paddock> {
+        Self::with_env(Box::new(ProcessEnv))
+    }
+
+    pub fn with_env(env: Box<dyn EnvLookup + Send + Sync>) -> Result<Paddock> {
+        let home = PaddockHome::open(env.as_ref())?;
+        let store = home.store();
+        Ok(Paddock { home, store, env })
+    }
+
+    pub fn home(&self) -> &PaddockHome {
+        &self.home
+    }
+
+    pub fn store(&self) -> &JobStore {
+        &self.store
+    }
+
+    /// The effective configuration for a repository (or for none).
+    pub fn config(&self, repo_root: Option<&Path>) -> Result<Config> {
+        Ok(Config::load(repo_root, self.env.as_ref())?)
+    }
+
+    pub fn load(&self, id: &str) -> Result<JobRecord> {
+        Ok(self.store.load(id)?)
+    }
+
+    /// Creates a job: branch, worktree, and (with a container runtime) its container.
+    pub async fn create(&self, request: CreateRequest) -> Result<Created> {
+        let repo = GitRepo::open(&request.repo).await?;
+        let config = self.config(Some(&repo.root))?;
+        let agent = request.agent.clone().unwrap_or_else(|| "agent".to_string());
+        let (profile_name, mut profile) =
+            config.select_profile(request.profile.as_deref(), &agent, request.task.as_deref())?;
+        profile.apply(
+            &request.overrides,
+            &crate::config::Source::Flag("create".into()),
+        );
+
+        let id = match &request.id {
+            Some(id) => JobId::parse(id)?,
+            None => JobId::generate(request.task.as_deref().unwrap_or(&agent)),
+        };
+        let template = &config.branch_template.value;
+        let branch = render_branch(template, &agent, request.task.as_deref(), &id);
+        if !git::is_valid_branch_name(&branch) {
+            return Err(Error::InvalidBranch {
+                branch,
+                template: template.clone(),
+            });
+        }
+        let base = request
+            .base
+            .clone()
+            .or_else(|| config.base.as_ref().map(|b| b.value.clone()))
+            .unwrap_or_else(|| "HEAD".to_string());
+        let base_commit = repo.resolve_commit(&base).await?;
+        let branch_exists = repo.branch_exists(&branch).await?;
+        if branch_exists && !request.reuse_branch {
+            return Err(Error::BranchExists {
+                branch,
+                repo: repo.root.clone(),
+            });
+        }
+        if self.store.exists(&id) {
+            return Err(StoreError::Exists { id }.into());
+        }
+        let repo_key = repo.key();
+        let worktree = self.home.worktree_path(&repo_key, &id);
+        if worktree.exists() {
+            return Err(Error::WorktreeExists { path: worktree });
+        }
+        let runtime = runtime::resolve(profile.runtime.value, &profile.image.value).await?;
+
+        let now = Utc::now();
+        let mut record = JobRecord {
+            schema: RECORD_SCHEMA,
+            id: id.clone(),
+            repo: repo.root.clone(),
+            git_common_dir: repo.common_dir.clone(),
+            git_dir: None,
+            repo_key: repo_key.clone(),
+            branch: branch.clone(),
+            branch_created: !branch_exists,
+            base,
+            base_commit: base_commit.clone(),
+            worktree: worktree.clone(),
+            agent,
+            task: request.task.clone(),
+            profile: profile_name,
+            runtime: runtime.kind,
+            limits: Limits {
+                image: profile.image.value.clone(),
+                memory: profile.memory.value,
+                cpus: profile.cpus.value,
+                pids: profile.pids.value,
+                network: profile.network.value,
+                timeout: profile.timeout.value,
+                kill_policy: profile.kill_policy.value,
+                grace: profile.grace.value,
+                workspace_dir: profile.workspace_dir.value.clone(),
+                uid: profile.uid.value,
+                env: profile
+                    .env
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.value.clone()))
+                    .collect(),
+            },
+            container_id: None,
+            state: JobState::Creating,
+            created_at: now,
+            last_activity_at: now,
+            finished_at: None,
+            exit_code: None,
+            oom_killed: false,
+        };
+        // The exclusive write reserves the id: of two creators of one id, one fails here
+        // before touching git.
+        self.store.create(&record)?;
+        match self.build(&repo, &mut record).await {
+            Ok(()) => Ok(Created {
+                record,
+                warning: runtime.warning,
+            }),
+            Err(error) => {
+                if let Err(cleanup) = self.rollback(&repo, &record).await {
+                    tracing::warn!(job = %record.id, error = %cleanup, "rollback after a failed create was incomplete");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// The steps of `create` after the id is reserved; any error here is rolled back.
+    async fn build(&self, repo: &GitRepo, record: &mut JobRecord) -> Result<()> {
+        self.home.mark_worktree(&record.repo_key, &record.id)?;
+        let worktree = repo
+            .add_worktree(
+                &record.worktree,
+                &record.branch,
+                &record.base_commit,
+                record.branch_created,
+            )
+            .await?;
+        record.git_dir = Some(worktree.git_dir.clone());
+        self.store.save(record)?;
+        record.container_id = runtime::start(&self.home, record).await?;
+        record.transition(JobState::Ready, Utc::now())?;
+        self.store.save(record)?;
+        Ok(())
+    }
+
+    /// Undoes a partial create: container, worktree, branch (if we made it), marker, record.
+    async fn rollback(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
+        runtime::destroy(&self.home, record).await?;
+        self.remove_checkout(repo, record).await?;
+        if record.branch_created {
+            repo.delete_branch(&record.branch).await?;
+        }
+        let _ = std::fs::remove_file(self.home.worktree_marker(&record.repo_key, &record.id));
+        self.store.remove(&record.id)?;
+        Ok(())
+    }
+
+    /// Removes a job's checkout and its git admin entry; idempotent.
+    async fn remove_checkout(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
+        if repo.remove_worktree(&record.worktree).await.is_err() && record.worktree.exists() {
+            // git no longer knows this directory as a worktree; delete it ourselves, but only
+            // after checking it is ours.
+            if !self.home.owns_worktree(&record.worktree) {
+                return Err(Error::NotOurs {
+                    path: record.worktree.clone(),
+                });
+            }
+            std::fs::remove_dir_all(&record.worktree).map_err(|source| Error::RemoveDir {
+                path: record.worktree.clone(),
+                source,
+            })?;
+            repo.prune_worktrees().await?;
+        }
+        Ok(())
+    }
+
+    /// All jobs, optionally only those of one repository.
+    pub async fn list(&self, repo: Option<&Path>) -> Result<Vec<JobRecord>> {
+        let (mut records, bad) = self.store.list()?;
+        for error in bad {
+            tracing::warn!(%error, "skipping an unreadable job record");
+        }
+        if let Some(repo) = repo {
+            let repo = GitRepo::open(repo).await?;
+            records.retain(|r| r.git_common_dir == repo.common_dir);
+        }
+        Ok(records)
+    }
+
+    fn worktree_of(record: &JobRecord) -> Option<JobWorktree> {
+        record.git_dir.as_ref().map(|git_dir| JobWorktree {
+            path: record.worktree.clone(),
+            git_dir: git_dir.clone(),
+            common_dir: record.git_common_dir.clone(),
+        })
+    }
+
+    /// A job with its commits ahead and changed files.
+    pub async fn show(&self, id: &str) -> Result<JobDetails> {
+        let record = self.load(id)?;
+        let (changes, changes_error) = match Self::worktree_of(&record) {
+            Some(worktree) => match worktree.changes(&record.base_commit, &record.branch).await {
+                Ok(changes) => (Some(changes), None),
+                Err(e) => (None, Some(e.to_string())),
+            },
+            None => (None, Some("the job has no worktree yet".to_string())),
+        };
+        Ok(JobDetails {
+            view: JobView::from(&record),
+            changes,
+            changes_error,
+            isolation: runtime::isolation_note(record.runtime),
+        })
+    }
+
+    /// The patch (or diffstat) of committed and uncommitted changes against the base.
+    pub async fn diff(&self, id: &str, stat: bool) -> Result<String> {
+        let record = self.load(id)?;
+        let worktree = Self::worktree_of(&record)
+            .ok_or_else(|| StoreError::NotFound { id: id.to_string() })?;
+        Ok(worktree.diff(&record.base_commit, stat).await?)
+    }
+
+    /// Commits on the job's branch since its base, newest first.
+    pub async fn log(&self, id: &str) -> Result<Vec<CommitInfo>> {
+        let record = self.load(id)?;
+        let worktree = Self::worktree_of(&record)
+            .ok_or_else(|| StoreError::NotFound { id: id.to_string() })?;
+        Ok(worktree.log(&record.base_commit, &record.branch).await?)
+    }
+
+    /// Removes a job without losing work: snapshot uncommitted work to
+    /// `refs/paddock/wip/<id>`, stop the container, remove the worktree and its git metadata,
+    /// delete the branch under `options.branch_policy`, and remove the record last.
+    /// Every step tolerates having been done already, so a crashed `rm` can be repeated.
+    pub async fn remove(&self, id: &str, options: RemoveOptions) -> Result<RemoveReport> {
+        let record = self.load(id)?;
+        let repo = GitRepo {
+            root: record.repo.clone(),
+            common_dir: record.git_common_dir.clone(),
+        };
+        let wip_ref = format!("refs/paddock/wip/{}", record.id);
+        // Record the container's outcome and stop it first, so nothing writes to the
+        // worktree while it is snapshotted.
+        let record = runtime::stop_for_removal(&self.home, &self.store, record).await?;
+
+        let mut wip_commit = None;
+        if let Some(worktree) = Self::worktree_of(&record).filter(|w| w.path.exists()) {
+            let message = format!(
+                "paddock: uncommitted work of job {} on {}",
+                record.id, record.branch
+            );
+            match repo.snapshot(&worktree, &wip_ref, &message).await {
+                Ok(commit) => wip_commit = commit,
+                Err(source) if !options.force => {
+                    return Err(Error::SnapshotFailed {
+                        id: record.id.clone(),
+                        source,
+                    });
+                }
+                Err(error) => {
+                    tracing::warn!(job = %record.id, %error, "snapshot failed; removing anyway (--force)");
+                }
+            }
+        }
+        if wip_commit.is_none() {
+            // A snapshot from an earlier, interrupted rm is still work to keep.
+            wip_commit = repo.ref_target(&wip_ref).await?;
+        }
+
+        runtime::destroy(&self.home, &record).await?;
+        self.remove_checkout(&repo, &record).await?;
+
+        let tip = repo
+            .ref_target(&format!("refs/heads/{}", record.branch))
+            .await?;
+        let commits_ahead = match &tip {
+            Some(tip) => repo.count_ahead(&record.base_commit, tip).await?,
+            None => 0,
+        };
+        let delete = match options.branch_policy {
+            BranchPolicy::Keep => false,
+            BranchPolicy::DeleteIfNoCommits => commits_ahead == 0,
+            BranchPolicy::Delete => true,
+        };
+        // A reused branch that existed before the job is never deleted for having no commits.
+        let delete =
+            delete && (record.branch_created || options.branch_policy == BranchPolicy::Delete);
+        if delete && tip.is_some() {
+            repo.delete_branch(&record.branch).await?;
+        }
+        let _ = std::fs::remove_file(self.home.worktree_marker(&record.repo_key, &record.id));
+        self.store.remove(&record.id)?;
+        Ok(RemoveReport {
+            id: record.id.clone(),
+            branch: record.branch.clone(),
+            branch_kept: tip.is_some() && !delete,
+            commits_ahead,
+            wip_ref: wip_commit.as_ref().map(|_| wip_ref),
+            wip_commit,
+        })
+    }
+}
+
+/// Fills a branch template. Without a task, `{task}` becomes the job id.
+pub fn render_branch(template: &str, agent: &str, task: Option<&str>, id: &JobId) -> String {
+    let values = BTreeMap::from([
+        ("{agent}", agent),
+        ("{task}", task.unwrap_or(id.as_str())),
+        ("{id}", id.as_str()),
+    ]);
+    values
+        .iter()
+        .fold(template.to_string(), |acc, (key, value)| {
+            acc.replace(key, value)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn branch_template_defaults_task_to_id() {
+        let id = JobId::parse("j1").unwrap();
+        assert_eq!(
+            render_branch("agent/{agent}/{task}", "claude", Some("FR-1"), &id),
+            "agent/claude/FR-1"
+        );
+        assert_eq!(
+            render_branch("agent/{agent}/{task}", "agent", None, &id),
+            "agent/agent/j1"
+        );
+    }
+}

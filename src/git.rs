@@ -1,0 +1,741 @@
+//! The git adapter: the only module that runs git or touches git2.
+//!
+//! Mutations (worktree add/remove/prune, branch delete, update-ref, snapshots) go through the
+//! git CLI, which checks out in parallel and is several times faster than libgit2 on large
+//! repositories. Reads (commits ahead, changed files, diffs) go through git2 inside
+//! `spawn_blocking`, and never write the index or take optional locks.
+//!
+//! Invariants:
+//! - Host-side git never runs anything the agent could have written: every command runs with
+//!   hooks and fsmonitor disabled, and against a worktree it is given `--git-dir` from the job
+//!   record instead of discovering it through the worktree's `.git` file.
+//! - Metadata mutations on one repository hold an advisory lock in its git common dir
+//!   (`paddock.lock`), so parallel `paddock` processes never race on `config.lock` or ref
+//!   locks. The checkout itself runs outside the lock.
+//! - Branches are created from a commit SHA with `--no-track`, so no tracking config is written
+//!   to the shared `config`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tokio::process::Command;
+
+use crate::store::FileLock;
+
+/// How long a metadata command (branch, update-ref, worktree bookkeeping) may take.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a checkout or a snapshot of a large worktree may take.
+const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(1800);
+/// How long to wait for another paddock process to release a repository's lock.
+const LOCK_WAIT: Duration = Duration::from_secs(300);
+
+/// Config that makes host-side git inert against anything the agent wrote: no hooks, no
+/// fsmonitor daemon, and a parallel checkout sized to the machine.
+const SAFE_CONFIG: &[&str] = &[
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "checkout.workers=0",
+    "-c",
+    "advice.detachedHead=false",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("`{path}` is not a git repository")]
+    NotARepo { path: PathBuf },
+    #[error("unknown revision `{rev}` in `{repo}`")]
+    UnknownRevision { rev: String, repo: PathBuf },
+    #[error("invalid branch name `{name}`")]
+    InvalidBranch { name: String },
+    #[error("branch `{branch}` already exists in `{repo}`")]
+    BranchExists { branch: String, repo: PathBuf },
+    #[error("branch `{branch}` does not exist in `{repo}`")]
+    NoSuchBranch { branch: String, repo: PathBuf },
+    #[error("failed to run git: {source}")]
+    Spawn {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`git {args}` failed in `{dir}`: {stderr}")]
+    Command {
+        args: String,
+        dir: PathBuf,
+        stderr: String,
+    },
+    #[error("`git {args}` timed out after {after:?} in `{dir}`")]
+    Timeout {
+        args: String,
+        dir: PathBuf,
+        after: Duration,
+    },
+    #[error("failed to lock repository `{repo}`: {message}")]
+    Lock { repo: PathBuf, message: String },
+    #[error("failed to read `{path}`: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: git2::Error,
+    },
+    #[error("worktree `{path}` has an unexpected git link: {message}")]
+    BadWorktreeLink { path: PathBuf, message: String },
+    #[error("git read task failed: {0}")]
+    Join(String),
+}
+
+/// A repository that jobs are created from.
+#[derive(Debug, Clone)]
+pub struct GitRepo {
+    /// The main checkout's top level, or the repository itself when it is bare.
+    pub root: PathBuf,
+    /// Where refs, objects and worktree admin dirs live.
+    pub common_dir: PathBuf,
+}
+
+/// A job's worktree as recorded by paddock: paths come from the job record, never from the
+/// worktree's own `.git` file.
+#[derive(Debug, Clone)]
+pub struct JobWorktree {
+    pub path: PathBuf,
+    pub git_dir: PathBuf,
+    pub common_dir: PathBuf,
+}
+
+/// One commit, for `log` and `show`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommitInfo {
+    pub sha: String,
+    pub summary: String,
+    pub author: String,
+    pub time: chrono::DateTime<chrono::Utc>,
+}
+
+/// One changed path and how it changed (`added`, `modified`, `deleted`, `renamed`, `untracked`, ...).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FileChange {
+    pub path: String,
+    pub status: String,
+}
+
+/// What a job changed relative to its base.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChangeSummary {
+    pub branch_tip: Option<String>,
+    pub commits_ahead: usize,
+    /// Files changed by the commits on the branch since the base.
+    pub committed: Vec<FileChange>,
+    /// Files changed in the worktree and not committed (staged, unstaged or untracked).
+    pub uncommitted: Vec<FileChange>,
+    pub insertions: usize,
+    pub deletions: usize,
+}
+
+/// Runs git2 work off the async runtime.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, GitError> + Send + 'static,
+) -> Result<T, GitError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| GitError::Join(e.to_string()))?
+}
+
+fn read_err(path: &Path) -> impl FnOnce(git2::Error) -> GitError + '_ {
+    move |source| GitError::Read {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// One git CLI invocation with the safe config, an explicit git dir and a deadline.
+struct GitCall<'a> {
+    dir: &'a Path,
+    git_dir: Option<&'a Path>,
+    work_tree: Option<&'a Path>,
+    args: Vec<OsString>,
+    env: Vec<(&'static str, OsString)>,
+    timeout: Duration,
+}
+
+impl<'a> GitCall<'a> {
+    fn new(dir: &'a Path, args: &[&str]) -> Self {
+        GitCall {
+            dir,
+            git_dir: None,
+            work_tree: None,
+            args: args.iter().map(OsString::from).collect(),
+            env: Vec::new(),
+            timeout: METADATA_TIMEOUT,
+        }
+    }
+
+    fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    fn git_dir(mut self, git_dir: &'a Path) -> Self {
+        self.git_dir = Some(git_dir);
+        self
+    }
+
+    fn work_tree(mut self, work_tree: &'a Path) -> Self {
+        self.work_tree = Some(work_tree);
+        self
+    }
+
+    fn env(mut self, key: &'static str, value: impl Into<OsString>) -> Self {
+        self.env.push((key, value.into()));
+        self
+    }
+
+    fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    async fn run(self) -> Result<String, GitError> {
+        let shown = self
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut command = Command::new("git");
+        command.args(SAFE_CONFIG);
+        if let Some(git_dir) = self.git_dir {
+            command.arg("--git-dir").arg(git_dir);
+        }
+        if let Some(work_tree) = self.work_tree {
+            command.arg("--work-tree").arg(work_tree);
+        }
+        command
+            .args(&self.args)
+            .current_dir(self.dir)
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env_remove("GIT_INDEX_FILE")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let child = command
+            .spawn()
+            .map_err(|source| GitError::Spawn { source })?;
+        let output = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
+            Ok(output) => output.map_err(|source| GitError::Spawn { source })?,
+            Err(_) => {
+                return Err(GitError::Timeout {
+                    args: shown,
+                    dir: self.dir.to_path_buf(),
+                    after: self.timeout,
+                });
+            }
+        };
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout)
+                .trim_end()
+                .to_string())
+        } else {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let stderr = stderr.trim();
+            Err(GitError::Command {
+                args: shown,
+                dir: self.dir.to_path_buf(),
+                stderr: if stderr.is_empty() {
+                    format!("exit status {}", output.status)
+                } else {
+                    stderr.lines().last().unwrap_or_default().to_string()
+                },
+            })
+        }
+    }
+}
+
+/// Identity for commits paddock itself writes (snapshots), so they work without a user config.
+const PADDOCK_IDENTITY: [(&str, &str); 4] = [
+    ("GIT_AUTHOR_NAME", "paddock"),
+    ("GIT_AUTHOR_EMAIL", "paddock@localhost"),
+    ("GIT_COMMITTER_NAME", "paddock"),
+    ("GIT_COMMITTER_EMAIL", "paddock@localhost"),
+];
+
+impl GitRepo {
+    /// Finds the repository containing `path`.
+    pub async fn open(path: &Path) -> Result<GitRepo, GitError> {
+        let path = path.to_path_buf();
+        blocking(move || {
+            let not_a_repo = || GitError::NotARepo { path: path.clone() };
+            if !path.exists() {
+                return Err(not_a_repo());
+            }
+            let repo = git2::Repository::discover(&path).map_err(|_| not_a_repo())?;
+            let common_dir = std::fs::canonicalize(repo.commondir()).map_err(|_| not_a_repo())?;
+            let root = match repo.workdir() {
+                // A linked worktree given as --repo: jobs still hang off the main repository.
+                Some(_) if repo.is_worktree() => common_dir
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| common_dir.clone()),
+                Some(workdir) => std::fs::canonicalize(workdir).map_err(|_| not_a_repo())?,
+                None => common_dir.clone(),
+            };
+            Ok(GitRepo { root, common_dir })
+        })
+        .await
+    }
+
+    /// A stable, readable key for this repository: `<dir name>-<hash of the common dir>`.
+    pub fn key(&self) -> String {
+        let name: String = self
+            .root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "repo".into())
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(40)
+            .collect();
+        let digest = Sha256::digest(self.common_dir.as_os_str().as_encoded_bytes());
+        let hash: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{name}-{hash}")
+    }
+
+    fn open_git2(&self) -> Result<git2::Repository, GitError> {
+        git2::Repository::open(&self.common_dir).map_err(read_err(&self.common_dir))
+    }
+
+    /// Resolves a revision to a full commit SHA.
+    pub async fn resolve_commit(&self, rev: &str) -> Result<String, GitError> {
+        let this = self.clone();
+        let rev = rev.to_string();
+        blocking(move || {
+            let repo = this.open_git2()?;
+            let unknown = || GitError::UnknownRevision {
+                rev: rev.clone(),
+                repo: this.root.clone(),
+            };
+            let object = repo.revparse_single(&rev).map_err(|_| unknown())?;
+            let commit = object.peel_to_commit().map_err(|_| unknown())?;
+            Ok(commit.id().to_string())
+        })
+        .await
+    }
+
+    /// Whether `refs/heads/<branch>` exists.
+    pub async fn branch_exists(&self, branch: &str) -> Result<bool, GitError> {
+        let this = self.clone();
+        let refname = format!("refs/heads/{branch}");
+        blocking(move || {
+            let repo = this.open_git2()?;
+            Ok(repo.find_reference(&refname).is_ok())
+        })
+        .await
+    }
+
+    /// The commit a ref points at, if the ref exists.
+    pub async fn ref_target(&self, refname: &str) -> Result<Option<String>, GitError> {
+        let this = self.clone();
+        let refname = refname.to_string();
+        blocking(move || {
+            let repo = this.open_git2()?;
+            Ok(repo
+                .find_reference(&refname)
+                .ok()
+                .and_then(|r| r.peel_to_commit().ok())
+                .map(|c| c.id().to_string()))
+        })
+        .await
+    }
+
+    /// Takes this repository's metadata lock (blocking wait, bounded).
+    async fn lock(&self) -> Result<FileLock, GitError> {
+        let path = self.common_dir.join("paddock.lock");
+        let repo = self.root.clone();
+        blocking(move || {
+            FileLock::acquire(&path, LOCK_WAIT).map_err(|e| GitError::Lock {
+                repo,
+                message: e.to_string(),
+            })
+        })
+        .await
+    }
+
+    fn call<'a>(&'a self, args: &[&str]) -> GitCall<'a> {
+        GitCall::new(&self.root, args).git_dir(&self.common_dir)
+    }
+
+    /// Creates a worktree at `path` on `branch`, creating the branch at `commit` when
+    /// `create_branch`. Returns the worktree's admin dir. The metadata step holds the repo lock;
+    /// the checkout does not.
+    pub async fn add_worktree(
+        &self,
+        path: &Path,
+        branch: &str,
+        commit: &str,
+        create_branch: bool,
+    ) -> Result<JobWorktree, GitError> {
+        {
+            let _lock = self.lock().await?;
+            let mut call = self.call(&["worktree", "add", "--no-checkout"]);
+            if create_branch {
+                call = call
+                    .arg("--no-track")
+                    .arg("-b")
+                    .arg(branch)
+                    .arg(path)
+                    .arg(commit);
+            } else {
+                call = call.arg(path).arg(branch);
+            }
+            call.run().await?;
+        }
+        let worktree = JobWorktree {
+            git_dir: read_git_link(path, &self.common_dir)?,
+            path: path.to_path_buf(),
+            common_dir: self.common_dir.clone(),
+        };
+        GitCall::new(path, &["read-tree", "--reset", "-u", "HEAD"])
+            .git_dir(&worktree.git_dir)
+            .work_tree(path)
+            .timeout(CHECKOUT_TIMEOUT)
+            .run()
+            .await?;
+        Ok(worktree)
+    }
+
+    /// Removes a worktree and its admin dir. Succeeds when it is already gone.
+    pub async fn remove_worktree(&self, path: &Path) -> Result<(), GitError> {
+        let _lock = self.lock().await?;
+        if path.exists() {
+            // When this fails (not, or no longer, a registered worktree) the caller removes
+            // the directory itself after its ownership check.
+            self.call(&["worktree", "remove", "--force", "--force"])
+                .arg(path)
+                .timeout(CHECKOUT_TIMEOUT)
+                .run()
+                .await?;
+        }
+        self.call(&["worktree", "prune"]).run().await?;
+        Ok(())
+    }
+
+    /// Drops admin entries of worktrees whose directory is gone.
+    pub async fn prune_worktrees(&self) -> Result<(), GitError> {
+        let _lock = self.lock().await?;
+        self.call(&["worktree", "prune"]).run().await.map(drop)
+    }
+
+    /// Deletes a branch; succeeds when it does not exist.
+    pub async fn delete_branch(&self, branch: &str) -> Result<(), GitError> {
+        let _lock = self.lock().await?;
+        if !self.branch_exists(branch).await? {
+            return Ok(());
+        }
+        self.call(&["branch", "-D", "--"])
+            .arg(branch)
+            .run()
+            .await
+            .map(drop)
+    }
+
+    /// Number of commits reachable from `tip` and not from `base`.
+    pub async fn count_ahead(&self, base: &str, tip: &str) -> Result<usize, GitError> {
+        let this = self.clone();
+        let (base, tip) = (base.to_string(), tip.to_string());
+        blocking(move || {
+            let repo = this.open_git2()?;
+            commits_between(&repo, &base, &tip, &this.common_dir).map(|c| c.len())
+        })
+        .await
+    }
+
+    /// Commits any uncommitted work (tracked and untracked, not ignored) of `worktree` to
+    /// `refname`, as a commit whose parent is the worktree's HEAD. The worktree's index and
+    /// branch are not touched. Returns the snapshot commit, or `None` when nothing was
+    /// uncommitted.
+    pub async fn snapshot(
+        &self,
+        worktree: &JobWorktree,
+        refname: &str,
+        message: &str,
+    ) -> Result<Option<String>, GitError> {
+        let tmp_index = std::env::temp_dir().join(format!(
+            "paddock-snapshot-{}.index",
+            crate::job::random_hex(12)
+        ));
+        // Starting from a copy of the real index reuses its stat cache (fast on big trees);
+        // without one, read HEAD's tree into the temporary index.
+        let seeded = std::fs::copy(worktree.git_dir.join("index"), &tmp_index).is_ok();
+        let result = async {
+            let call = |args: &[&str]| {
+                GitCall::new(&worktree.path, args)
+                    .git_dir(&worktree.git_dir)
+                    .work_tree(&worktree.path)
+                    .env("GIT_INDEX_FILE", &tmp_index)
+                    .timeout(CHECKOUT_TIMEOUT)
+            };
+            if !seeded {
+                call(&["read-tree", "HEAD"]).run().await?;
+            }
+            call(&["add", "-A", "--", "."]).run().await?;
+            let tree = call(&["write-tree"]).run().await?;
+            let head_tree = call(&["rev-parse", "HEAD^{tree}"]).run().await?;
+            if tree == head_tree {
+                return Ok(None);
+            }
+            let mut commit_tree = call(&["commit-tree", &tree, "-p", "HEAD", "-m", message]);
+            for (key, value) in PADDOCK_IDENTITY {
+                commit_tree = commit_tree.env(key, value);
+            }
+            let commit = commit_tree.run().await?;
+            let _lock = self.lock().await?;
+            self.call(&["update-ref", refname, &commit]).run().await?;
+            Ok(Some(commit))
+        }
+        .await;
+        let _ = std::fs::remove_file(&tmp_index);
+        result
+    }
+}
+
+/// Reads the admin dir a fresh worktree's `.git` file points at and checks it lies in the
+/// repository's `worktrees/` directory. Called only right after paddock created the worktree,
+/// before any agent ran in it; later code uses the recorded value.
+fn read_git_link(path: &Path, common_dir: &Path) -> Result<PathBuf, GitError> {
+    let bad = |message: String| GitError::BadWorktreeLink {
+        path: path.to_path_buf(),
+        message,
+    };
+    let text = std::fs::read_to_string(path.join(".git")).map_err(|e| bad(e.to_string()))?;
+    let target = text
+        .trim()
+        .strip_prefix("gitdir: ")
+        .ok_or_else(|| bad("no `gitdir:` line".into()))?;
+    let git_dir = std::fs::canonicalize(path.join(target)).map_err(|e| bad(e.to_string()))?;
+    if git_dir.parent() != Some(common_dir.join("worktrees").as_path()) {
+        return Err(bad(format!(
+            "`{}` is not under `{}`",
+            git_dir.display(),
+            common_dir.join("worktrees").display()
+        )));
+    }
+    Ok(git_dir)
+}
+
+fn commits_between(
+    repo: &git2::Repository,
+    base: &str,
+    tip: &str,
+    path: &Path,
+) -> Result<Vec<git2::Oid>, GitError> {
+    let mut walk = repo.revwalk().map_err(read_err(path))?;
+    walk.push(git2::Oid::from_str(tip).map_err(read_err(path))?)
+        .map_err(read_err(path))?;
+    walk.hide(git2::Oid::from_str(base).map_err(read_err(path))?)
+        .map_err(read_err(path))?;
+    walk.collect::<Result<Vec<_>, _>>().map_err(read_err(path))
+}
+
+fn status_name(delta: git2::Delta) -> &'static str {
+    match delta {
+        git2::Delta::Added => "added",
+        git2::Delta::Deleted => "deleted",
+        git2::Delta::Modified => "modified",
+        git2::Delta::Renamed => "renamed",
+        git2::Delta::Copied => "copied",
+        git2::Delta::Untracked => "untracked",
+        git2::Delta::Typechange => "typechange",
+        git2::Delta::Conflicted => "conflicted",
+        _ => "changed",
+    }
+}
+
+fn file_changes(diff: &git2::Diff<'_>) -> Vec<FileChange> {
+    diff.deltas()
+        .map(|delta| FileChange {
+            path: delta
+                .new_file()
+                .path()
+                .or_else(|| delta.old_file().path())
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            status: status_name(delta.status()).to_string(),
+        })
+        .collect()
+}
+
+fn workdir_diff_options() -> git2::DiffOptions {
+    let mut options = git2::DiffOptions::new();
+    options
+        .include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .show_untracked_content(true);
+    options
+}
+
+impl JobWorktree {
+    /// Opens the worktree through its recorded admin dir with the recorded checkout path, so
+    /// a rewritten `.git` file or `gitdir` cannot redirect the read.
+    fn open_git2(&self) -> Result<git2::Repository, GitError> {
+        let repo = git2::Repository::open(&self.git_dir).map_err(read_err(&self.git_dir))?;
+        repo.set_workdir(&self.path, false)
+            .map_err(read_err(&self.path))?;
+        Ok(repo)
+    }
+
+    /// Commits on `branch` since `base`, newest first.
+    pub async fn log(&self, base: &str, branch: &str) -> Result<Vec<CommitInfo>, GitError> {
+        let this = self.clone();
+        let (base, branch) = (base.to_string(), branch.to_string());
+        blocking(move || {
+            let repo = this.open_git2()?;
+            let Some(tip) = branch_tip(&repo, &branch) else {
+                return Ok(Vec::new());
+            };
+            commits_between(&repo, &base, &tip.to_string(), &this.path)?
+                .into_iter()
+                .map(|oid| {
+                    let commit = repo.find_commit(oid).map_err(read_err(&this.path))?;
+                    let author = commit.author();
+                    Ok(CommitInfo {
+                        sha: oid.to_string(),
+                        summary: commit.summary().unwrap_or_default().to_string(),
+                        author: author.name().unwrap_or_default().to_string(),
+                        time: chrono::DateTime::from_timestamp(commit.time().seconds(), 0)
+                            .unwrap_or_default(),
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// Commits ahead of the base and files changed, committed and not.
+    pub async fn changes(&self, base: &str, branch: &str) -> Result<ChangeSummary, GitError> {
+        let this = self.clone();
+        let (base, branch) = (base.to_string(), branch.to_string());
+        blocking(move || {
+            let repo = this.open_git2()?;
+            let path = &this.path;
+            let base_oid = git2::Oid::from_str(&base).map_err(read_err(path))?;
+            let base_tree = repo
+                .find_commit(base_oid)
+                .and_then(|c| c.tree())
+                .map_err(read_err(path))?;
+            let tip = branch_tip(&repo, &branch);
+            let (commits_ahead, committed) = match tip {
+                Some(tip) => {
+                    let ahead = commits_between(&repo, &base, &tip.to_string(), path)?.len();
+                    let tip_tree = repo
+                        .find_commit(tip)
+                        .and_then(|c| c.tree())
+                        .map_err(read_err(path))?;
+                    let diff = repo
+                        .diff_tree_to_tree(Some(&base_tree), Some(&tip_tree), None)
+                        .map_err(read_err(path))?;
+                    (ahead, file_changes(&diff))
+                }
+                None => (0, Vec::new()),
+            };
+            let (uncommitted, insertions, deletions) = if path.exists() {
+                let head_tree = repo
+                    .head()
+                    .and_then(|h| h.peel_to_tree())
+                    .map_err(read_err(path))?;
+                let dirty = repo
+                    .diff_tree_to_workdir_with_index(
+                        Some(&head_tree),
+                        Some(&mut workdir_diff_options()),
+                    )
+                    .map_err(read_err(path))?;
+                let total = repo
+                    .diff_tree_to_workdir_with_index(
+                        Some(&base_tree),
+                        Some(&mut workdir_diff_options()),
+                    )
+                    .map_err(read_err(path))?;
+                let stats = total.stats().map_err(read_err(path))?;
+                (file_changes(&dirty), stats.insertions(), stats.deletions())
+            } else {
+                (Vec::new(), 0, 0)
+            };
+            Ok(ChangeSummary {
+                branch_tip: tip.map(|t| t.to_string()),
+                commits_ahead,
+                committed,
+                uncommitted,
+                insertions,
+                deletions,
+            })
+        })
+        .await
+    }
+
+    /// The patch (or, with `stat`, the diffstat) of everything the job changed since `base`:
+    /// commits on the branch plus uncommitted and untracked files.
+    pub async fn diff(&self, base: &str, stat: bool) -> Result<String, GitError> {
+        let this = self.clone();
+        let base = base.to_string();
+        blocking(move || {
+            let repo = this.open_git2()?;
+            let path = &this.path;
+            let base_tree = git2::Oid::from_str(&base)
+                .and_then(|oid| repo.find_commit(oid))
+                .and_then(|c| c.tree())
+                .map_err(read_err(path))?;
+            let diff = repo
+                .diff_tree_to_workdir_with_index(
+                    Some(&base_tree),
+                    Some(&mut workdir_diff_options()),
+                )
+                .map_err(read_err(path))?;
+            if stat {
+                let stats = diff.stats().map_err(read_err(path))?;
+                let buf = stats
+                    .to_buf(git2::DiffStatsFormat::FULL, 80)
+                    .map_err(read_err(path))?;
+                return Ok(String::from_utf8_lossy(&buf).into_owned());
+            }
+            let mut out = Vec::new();
+            diff.print(git2::DiffFormat::Patch, |_, _, line| {
+                if matches!(line.origin(), '+' | '-' | ' ') {
+                    out.push(line.origin() as u8);
+                }
+                out.extend_from_slice(line.content());
+                true
+            })
+            .map_err(read_err(path))?;
+            Ok(String::from_utf8_lossy(&out).into_owned())
+        })
+        .await
+    }
+}
+
+fn branch_tip(repo: &git2::Repository, branch: &str) -> Option<git2::Oid> {
+    repo.find_reference(&format!("refs/heads/{branch}"))
+        .ok()
+        .and_then(|r| r.peel_to_commit().ok())
+        .map(|c| c.id())
+}
+
+/// Whether `name` is a valid branch name by git's ref-name rules.
+pub fn is_valid_branch_name(name: &str) -> bool {
+    !name.starts_with('-')
+        && name != "HEAD"
+        && git2::Reference::is_valid_name(&format!("refs/heads/{name}"))
+}

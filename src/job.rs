@@ -1,0 +1,307 @@
+//! The job model: ids, the lifecycle state machine and the persisted record.
+//!
+//! Every state change goes through [`JobRecord::transition`], the one place that knows which
+//! moves are allowed. The record is versioned (`schema`) so a newer paddock can refuse or
+//! migrate an older file instead of misreading it.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{KillPolicy, NetworkMode};
+use crate::units::{ByteSize, Cpus, HumanDuration};
+
+/// The record layout this build writes and reads.
+pub const RECORD_SCHEMA: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error(
+        "invalid job id `{id}`: use 1 to 63 lowercase letters, digits, `.`, `_` or `-`, starting with a letter or digit"
+    )]
+    InvalidId { id: String },
+    #[error("job `{id}` cannot go from {from} to {to}")]
+    Transition {
+        id: String,
+        from: JobState,
+        to: JobState,
+    },
+}
+
+/// A validated job id: `^[a-z0-9][a-z0-9._-]{0,62}$`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct JobId(String);
+
+impl JobId {
+    pub fn parse(id: &str) -> Result<JobId, JobError> {
+        let mut chars = id.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        let rest_ok = chars
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'));
+        if first_ok && rest_ok && id.len() <= 63 {
+            Ok(JobId(id.to_string()))
+        } else {
+            Err(JobError::InvalidId { id: id.to_string() })
+        }
+    }
+
+    /// A fresh id: a slug of `hint` (the task, else the agent) and a short random suffix.
+    pub fn generate(hint: &str) -> JobId {
+        let mut slug = String::new();
+        for c in hint.chars() {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                slug.push(c);
+            } else if !slug.ends_with('-') && !slug.is_empty() {
+                slug.push('-');
+            }
+        }
+        slug.truncate(48);
+        let slug = slug.trim_end_matches('-');
+        let slug = if slug.is_empty() { "job" } else { slug };
+        JobId(format!("{slug}-{}", random_hex(6)))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for JobId {
+    type Error = JobError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        JobId::parse(&value)
+    }
+}
+
+impl From<JobId> for String {
+    fn from(id: JobId) -> String {
+        id.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Lowercase hex from the standard library's per-process random keys, the time and a counter:
+/// enough to keep generated names apart without another dependency.
+pub fn random_hex(len: usize) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut out = String::new();
+    while out.len() < len {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default(),
+        );
+        hasher.write_u32(std::process::id());
+        hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        out.push_str(&format!("{:016x}", hasher.finish()));
+    }
+    out.truncate(len);
+    out
+}
+
+/// Where a job is in its life.
+///
+/// ```text
+/// creating → ready → running → exited | failed | timed-out → removed
+///                       ↑______________________|   (another exec)
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobState {
+    Creating,
+    Ready,
+    Running,
+    Exited,
+    Failed,
+    TimedOut,
+    Removed,
+}
+
+impl JobState {
+    /// The one table of allowed moves. Staying in a state is always allowed (a repeated
+    /// action after a crash must not fail on its own earlier success).
+    pub fn can_become(self, to: JobState) -> bool {
+        use JobState::*;
+        if self == to {
+            return true;
+        }
+        match self {
+            Creating => matches!(to, Ready | Failed | Removed),
+            Ready => matches!(to, Running | Failed | Removed),
+            Running => matches!(to, Exited | Failed | TimedOut),
+            Exited | Failed | TimedOut => matches!(to, Running | Removed),
+            Removed => false,
+        }
+    }
+
+    /// Finished states: the last command has ended and nothing runs.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            JobState::Exited | JobState::Failed | JobState::TimedOut
+        )
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            JobState::Creating => "creating",
+            JobState::Ready => "ready",
+            JobState::Running => "running",
+            JobState::Exited => "exited",
+            JobState::Failed => "failed",
+            JobState::TimedOut => "timed-out",
+            JobState::Removed => "removed",
+        })
+    }
+}
+
+/// The execution runtime a job was given, after `auto` was resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    Docker,
+    Runsc,
+    Process,
+}
+
+impl RuntimeKind {
+    pub fn uses_docker(self) -> bool {
+        matches!(self, RuntimeKind::Docker | RuntimeKind::Runsc)
+    }
+}
+
+impl fmt::Display for RuntimeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RuntimeKind::Docker => "docker",
+            RuntimeKind::Runsc => "runsc",
+            RuntimeKind::Process => "process",
+        })
+    }
+}
+
+/// The limits and settings a job was created with, frozen into its record so a container can
+/// be recreated identically later.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    pub image: String,
+    pub memory: ByteSize,
+    pub cpus: Cpus,
+    pub pids: u32,
+    pub network: NetworkMode,
+    pub timeout: HumanDuration,
+    pub kill_policy: KillPolicy,
+    pub grace: HumanDuration,
+    pub workspace_dir: String,
+    pub uid: u32,
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+/// The persisted record of one job: `$PADDOCK_HOME/jobs/<id>.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub schema: u32,
+    pub id: JobId,
+    /// The main checkout's root (or the bare repository's path).
+    pub repo: PathBuf,
+    /// The repository's git common dir: where refs, objects and the lock live.
+    pub git_common_dir: PathBuf,
+    /// The worktree's admin dir (`<common>/worktrees/<name>`), recorded at creation so host-side
+    /// git never trusts the worktree's own `.git` file, which the agent can rewrite.
+    pub git_dir: Option<PathBuf>,
+    pub repo_key: String,
+    pub branch: String,
+    /// Whether paddock created the branch (false with `--reuse-branch` of an existing one).
+    pub branch_created: bool,
+    pub base: String,
+    pub base_commit: String,
+    pub worktree: PathBuf,
+    pub agent: String,
+    pub task: Option<String>,
+    pub profile: String,
+    pub runtime: RuntimeKind,
+    pub limits: Limits,
+    pub container_id: Option<String>,
+    pub state: JobState,
+    pub created_at: DateTime<Utc>,
+    pub last_activity_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub exit_code: Option<i64>,
+    pub oom_killed: bool,
+}
+
+impl JobRecord {
+    /// Moves the job to `to`, keeping the timestamps that go with states in step.
+    pub fn transition(&mut self, to: JobState, now: DateTime<Utc>) -> Result<(), JobError> {
+        if !self.state.can_become(to) {
+            return Err(JobError::Transition {
+                id: self.id.to_string(),
+                from: self.state,
+                to,
+            });
+        }
+        if to == JobState::Running {
+            self.finished_at = None;
+        }
+        if to.is_finished() && !self.state.is_finished() {
+            self.finished_at = Some(now);
+        }
+        self.state = to;
+        self.last_activity_at = self.last_activity_at.max(now);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_validated() {
+        for good in ["a", "job-1", "fr-054.x_y", &"a".repeat(63)] {
+            assert!(JobId::parse(good).is_ok(), "{good}");
+        }
+        for bad in ["", "-a", "A", "a b", "a/b", &"a".repeat(64), ".x"] {
+            assert!(JobId::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn generated_ids_are_valid_slugs() {
+        let id = JobId::generate("Fix the LOGIN bug!");
+        assert!(id.as_str().starts_with("fix-the-login-bug-"), "{id}");
+        assert!(JobId::parse(id.as_str()).is_ok());
+        assert_ne!(JobId::generate("x"), JobId::generate("x"));
+        assert!(JobId::generate("///").as_str().starts_with("job-"));
+    }
+
+    #[test]
+    fn lifecycle_allows_only_listed_moves() {
+        use JobState::*;
+        assert!(Creating.can_become(Ready));
+        assert!(Ready.can_become(Running));
+        assert!(Running.can_become(TimedOut));
+        assert!(Exited.can_become(Running));
+        assert!(Exited.can_become(Removed));
+        assert!(!Removed.can_become(Ready));
+        assert!(!Creating.can_become(Running));
+        assert!(!Running.can_become(Removed));
+    }
+}

@@ -1,0 +1,16 @@
+//! paddock: one git branch, one git worktree and one resource-limited container per
+//! coding-agent task, and cleanup when the task is stale.
+//!
+//! The engine ([`engine::Paddock`]) is the single implementation of every operation; the CLI
+//! (`src/main.rs`, [`cli`]) and the daemon are thin layers over it.
+
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod git;
+pub mod job;
+pub mod runtime;
+pub mod store;
+pub mod units;
+
+pub use engine::{CreateRequest, Error, Paddock, RemoveOptions};

@@ -1,0 +1,148 @@
+//! The exec contract shared by every runtime: the request, the [`ExecResult`], live output
+//! sinks, and the per-stream output cap that keeps the head and tail of a long output and
+//! cuts the middle with a visible marker.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::KillPolicy;
+
+/// The default cap on each of stdout and stderr kept in an [`ExecResult`].
+pub const DEFAULT_OUTPUT_CAP: usize = 1 << 20;
+
+/// One command to run in a job.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    pub cmd: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// Working directory; relative paths are inside the workspace.
+    pub workdir: Option<String>,
+    pub timeout: Duration,
+    pub kill_policy: KillPolicy,
+    pub grace: Duration,
+    pub output_cap: usize,
+}
+
+/// What one exec did. The JSON shape is part of paddock's stable output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecResult {
+    pub exit_code: i64,
+    pub stdout: String,
+    pub stderr: String,
+    pub duration_ms: u64,
+    pub timed_out: bool,
+    /// True when either stream was longer than the cap and was cut in the middle.
+    pub truncated: bool,
+    pub oom_killed: bool,
+}
+
+/// Which stream a chunk of output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamKind {
+    Stdout,
+    Stderr,
+}
+
+/// Receives output as it arrives (the terminal, an HTTP stream), besides the capped copy
+/// kept for the result.
+pub trait OutputSink: Send {
+    fn write(&mut self, stream: StreamKind, bytes: &[u8]);
+}
+
+/// A sink that drops everything (`--json`, where only the result is printed).
+pub struct Discard;
+
+impl OutputSink for Discard {
+    fn write(&mut self, _: StreamKind, _: &[u8]) {}
+}
+
+/// Keeps at most `cap` bytes of a stream: the first half and the last half.
+#[derive(Debug)]
+pub struct CappedOutput {
+    cap: usize,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    total: u64,
+}
+
+impl CappedOutput {
+    pub fn new(cap: usize) -> Self {
+        CappedOutput {
+            cap,
+            head: Vec::new(),
+            tail: Vec::new(),
+            total: 0,
+        }
+    }
+
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let head_cap = self.cap / 2;
+        if self.head.len() < head_cap {
+            let take = bytes.len().min(head_cap - self.head.len());
+            self.head.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+        }
+        if bytes.is_empty() {
+            return;
+        }
+        let tail_cap = self.cap - head_cap;
+        self.tail.extend_from_slice(bytes);
+        // Trim in amortized steps rather than on every push.
+        if self.tail.len() > tail_cap.saturating_mul(2).max(8192) {
+            let excess = self.tail.len() - tail_cap;
+            self.tail.drain(..excess);
+        }
+    }
+
+    pub fn truncated(&self) -> bool {
+        self.total > self.cap as u64
+    }
+
+    /// The kept text, with a marker where bytes were dropped.
+    pub fn finish(mut self) -> (String, bool) {
+        let head_cap = self.cap / 2;
+        let tail_cap = self.cap - head_cap;
+        if self.tail.len() > tail_cap {
+            let excess = self.tail.len() - tail_cap;
+            self.tail.drain(..excess);
+        }
+        let truncated = self.truncated();
+        let mut out = String::from_utf8_lossy(&self.head).into_owned();
+        if truncated {
+            let omitted = self.total - (self.head.len() + self.tail.len()) as u64;
+            out.push_str(&format!(
+                "\n[... paddock: {omitted} bytes of output omitted ...]\n"
+            ));
+        }
+        out.push_str(&String::from_utf8_lossy(&self.tail));
+        (out, truncated)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_keeps_head_and_tail_with_marker() {
+        let mut out = CappedOutput::new(10);
+        out.push(b"0123456789");
+        out.push(b"abcdefghij");
+        let (text, truncated) = out.finish();
+        assert!(truncated);
+        assert!(text.starts_with("01234"), "{text}");
+        assert!(text.ends_with("fghij"), "{text}");
+        assert!(text.contains("10 bytes of output omitted"), "{text}");
+    }
+
+    #[test]
+    fn short_output_is_untouched() {
+        let mut out = CappedOutput::new(100);
+        out.push(b"hello ");
+        out.push(b"world");
+        assert_eq!(out.finish(), ("hello world".to_string(), false));
+    }
+}

@@ -1,0 +1,147 @@
+//! Execution runtimes: where a job's commands run.
+//!
+//! Two implementations: [`docker`] (one long-lived, hardened container per job, runc or
+//! gVisor's runsc) and [`process`] (child processes in the worktree with rlimits; isolates
+//! neither files nor network). The engine calls the functions here, which dispatch on the
+//! job's recorded [`RuntimeKind`]; nothing outside this module builds a bollard struct.
+
+pub mod docker;
+pub mod exec;
+pub mod process;
+
+use crate::config::RuntimeChoice;
+use crate::job::{JobRecord, RuntimeKind};
+use crate::store::{JobStore, PaddockHome};
+
+pub use exec::{ExecRequest, ExecResult, OutputSink};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("cannot reach the Docker daemon: {message}")]
+    DockerUnavailable { message: String },
+    #[error("image `{image}` is not present")]
+    ImageMissing { image: String },
+    #[error("Docker runtime `{runtime}` is not registered with the daemon")]
+    OciRuntimeMissing { runtime: String },
+    #[error("docker {action} failed for `{target}`: {message}")]
+    Docker {
+        action: &'static str,
+        target: String,
+        message: String,
+    },
+    #[error("docker {action} timed out after {after:?} for `{target}`")]
+    DockerTimeout {
+        action: &'static str,
+        target: String,
+        after: std::time::Duration,
+    },
+    #[error("failed to start `{program}` in `{dir}`: {source}")]
+    Spawn {
+        program: String,
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("empty command: give the program to run after `--`")]
+    EmptyCommand,
+    #[error("refusing to touch container `{name}`: it does not carry this install's labels")]
+    NotOurContainer { name: String },
+    #[error("failed to write `{path}`: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The runtime a new job gets, and a warning when `auto` fell back to processes.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub kind: RuntimeKind,
+    pub warning: Option<String>,
+}
+
+/// Resolves a profile's runtime choice. `auto` takes Docker when the daemon answers and the
+/// image is present, else the process runtime with a warning naming what is missing; an
+/// explicit `docker`/`runsc` never falls back.
+pub async fn resolve(choice: RuntimeChoice, image: &str) -> Result<Resolved, RuntimeError> {
+    match choice {
+        RuntimeChoice::Process => Ok(Resolved {
+            kind: RuntimeKind::Process,
+            warning: None,
+        }),
+        RuntimeChoice::Docker | RuntimeChoice::Runsc => {
+            let kind = if choice == RuntimeChoice::Runsc {
+                RuntimeKind::Runsc
+            } else {
+                RuntimeKind::Docker
+            };
+            docker::check_ready(kind, image).await?;
+            Ok(Resolved {
+                kind,
+                warning: None,
+            })
+        }
+        RuntimeChoice::Auto => match docker::check_ready(RuntimeKind::Docker, image).await {
+            Ok(()) => Ok(Resolved {
+                kind: RuntimeKind::Docker,
+                warning: None,
+            }),
+            Err(missing) => Ok(Resolved {
+                kind: RuntimeKind::Process,
+                warning: Some(format!(
+                    "using the process runtime (no file or network isolation): {missing}"
+                )),
+            }),
+        },
+    }
+}
+
+/// Starts whatever a new job needs to run commands; returns the container id, if any.
+pub async fn start(home: &PaddockHome, record: &JobRecord) -> Result<Option<String>, RuntimeError> {
+    match record.runtime {
+        RuntimeKind::Process => Ok(None),
+        RuntimeKind::Docker | RuntimeKind::Runsc => {
+            docker::create_job_container(home, record).await.map(Some)
+        }
+    }
+}
+
+/// Records the container's exit code and OOM flag, then stops it, ahead of removing a job.
+pub async fn stop_for_removal(
+    home: &PaddockHome,
+    store: &JobStore,
+    record: JobRecord,
+) -> Result<JobRecord, RuntimeError> {
+    match record.runtime {
+        RuntimeKind::Process => Ok(record),
+        RuntimeKind::Docker | RuntimeKind::Runsc => {
+            docker::stop_job_container(home, store, record).await
+        }
+    }
+}
+
+/// Removes whatever the runtime holds for a job; succeeds when it is already gone.
+pub async fn destroy(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
+    match record.runtime {
+        RuntimeKind::Process => Ok(()),
+        RuntimeKind::Docker | RuntimeKind::Runsc => {
+            docker::remove_job_container(home, &record.id).await
+        }
+    }
+}
+
+/// One plain sentence on what a runtime isolates, for `show` and `doctor`.
+pub fn isolation_note(kind: RuntimeKind) -> &'static str {
+    match kind {
+        RuntimeKind::Docker => {
+            "container (runc): own filesystem and network, resource limits, non-root"
+        }
+        RuntimeKind::Runsc => {
+            "container (gVisor runsc): user-space kernel, own filesystem and network, resource limits, non-root"
+        }
+        RuntimeKind::Process => {
+            "process: rlimits only; it isolates neither files nor network (the agent can read and write anything your user can)"
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The process runtime: commands run as child processes in the job's worktree.
+//!
+//! This is the zero-setup fallback for machines without Docker. It gives the same
+//! [`ExecResult`], output cap, timeout and kill policy as the container runtime, runs each
+//! command in its own process group (killed as a whole on timeout) and applies rlimits for
+//! address space, process count and CPU time. It does not isolate files or network: the
+//! command can read and write whatever the user running paddock can.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::time::Instant;
+
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+use tokio::sync::mpsc;
+use tokio::time::{Duration, sleep_until};
+
+use super::RuntimeError;
+use super::exec::{CappedOutput, ExecRequest, ExecResult, OutputSink, StreamKind};
+use crate::config::KillPolicy;
+use crate::job::JobRecord;
+
+/// How long to keep reading after the command exited, for output still in the pipes. A
+/// background child that keeps the pipes open does not hold the exec past this.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
+
+pub async fn exec(
+    record: &JobRecord,
+    request: &ExecRequest,
+    sink: &mut dyn OutputSink,
+) -> Result<ExecResult, RuntimeError> {
+    let (program, args) = request
+        .cmd
+        .split_first()
+        .ok_or(RuntimeError::EmptyCommand)?;
+    let dir = match &request.workdir {
+        Some(workdir) => record.worktree.join(workdir),
+        None => record.worktree.clone(),
+    };
+    let limits = &record.limits;
+    let memory = limits.memory.0;
+    let pids = u64::from(limits.pids);
+    let cpu_secs = request.timeout.as_secs() + request.grace.as_secs() + 1;
+
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .current_dir(&dir)
+        .envs(&limits.env)
+        .envs(&request.env)
+        .env("PADDOCK_JOB_ID", record.id.as_str())
+        .env("PADDOCK_WORKSPACE", &record.worktree)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // async-signal-safe functions (setsid, setrlimit).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            set_limit(libc::RLIMIT_AS, memory);
+            set_limit(libc::RLIMIT_NPROC, pids);
+            set_limit(libc::RLIMIT_CPU, cpu_secs);
+            Ok(())
+        });
+    }
+    let started = Instant::now();
+    let mut child = command.spawn().map_err(|source| RuntimeError::Spawn {
+        program: program.clone(),
+        dir: dir.clone(),
+        source,
+    })?;
+    let pgid = child.id().map(|pid| pid as i32);
+
+    let (tx, mut rx) = mpsc::channel::<(StreamKind, Vec<u8>)>(64);
+    if let Some(stdout) = child.stdout.take() {
+        tokio::spawn(pump(stdout, StreamKind::Stdout, tx.clone()));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(pump(stderr, StreamKind::Stderr, tx.clone()));
+    }
+    drop(tx);
+
+    let mut stdout = CappedOutput::new(request.output_cap);
+    let mut stderr = CappedOutput::new(request.output_cap);
+    let deadline = tokio::time::Instant::now() + request.timeout;
+    let far = deadline + Duration::from_secs(86_400 * 365);
+    let mut kill_at = far;
+    let mut drain_until = far;
+    let mut status = None;
+    let mut timed_out = false;
+    let mut streams_open = true;
+    loop {
+        tokio::select! {
+            chunk = rx.recv(), if streams_open => match chunk {
+                Some((kind, bytes)) => {
+                    sink.write(kind, &bytes);
+                    match kind {
+                        StreamKind::Stdout => stdout.push(&bytes),
+                        StreamKind::Stderr => stderr.push(&bytes),
+                    }
+                }
+                None if status.is_some() => break,
+                None => streams_open = false,
+            },
+            exit = child.wait(), if status.is_none() => {
+                status = Some(exit.map_err(|source| RuntimeError::Spawn {
+                    program: program.clone(),
+                    dir: dir.clone(),
+                    source,
+                })?);
+                if timed_out {
+                    // Stragglers of the group still hold resources: end them too.
+                    signal_group(pgid, libc::SIGKILL);
+                }
+                if !streams_open {
+                    break;
+                }
+                drain_until = tokio::time::Instant::now() + DRAIN_AFTER_EXIT;
+            },
+            _ = sleep_until(deadline), if status.is_none() && !timed_out => {
+                timed_out = true;
+                match request.kill_policy {
+                    KillPolicy::Hard => signal_group(pgid, libc::SIGKILL),
+                    KillPolicy::Graceful => {
+                        signal_group(pgid, libc::SIGTERM);
+                        kill_at = tokio::time::Instant::now() + request.grace;
+                    }
+                }
+            },
+            _ = sleep_until(kill_at), if status.is_none() => {
+                signal_group(pgid, libc::SIGKILL);
+                kill_at = far;
+            },
+            _ = sleep_until(drain_until), if status.is_some() => break,
+        }
+    }
+    let status = status.expect("the loop ends only after the child exited");
+    let exit_code = status
+        .code()
+        .map(i64::from)
+        .or_else(|| status.signal().map(|s| 128 + i64::from(s)))
+        .unwrap_or(-1);
+    let (stdout, out_cut) = stdout.finish();
+    let (stderr, err_cut) = stderr.finish();
+    Ok(ExecResult {
+        exit_code,
+        stdout,
+        stderr,
+        duration_ms: started.elapsed().as_millis() as u64,
+        timed_out,
+        truncated: out_cut || err_cut,
+        oom_killed: false,
+    })
+}
+
+fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
+    let limit = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
+    // SAFETY: setrlimit reads the struct we pass; failure leaves the old limit in place.
+    unsafe {
+        libc::setrlimit(resource, &limit);
+    }
+}
+
+fn signal_group(pgid: Option<i32>, signal: i32) {
+    if let Some(pgid) = pgid.filter(|p| *p > 0) {
+        // SAFETY: killpg only sends a signal; the group is the one setsid made for the child.
+        unsafe {
+            libc::killpg(pgid, signal);
+        }
+    }
+}
+
+async fn pump(
+    mut reader: impl tokio::io::AsyncRead + Unpin,
+    kind: StreamKind,
+    tx: mpsc::Sender<(StreamKind, Vec<u8>)>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if tx.send((kind, buf[..n].to_vec())).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}

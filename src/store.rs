@@ -1,0 +1,399 @@
+//! The state root (`$PADDOCK_HOME`) and the durable job records inside it.
+//!
+//! Layout:
+//! ```text
+//! $PADDOCK_HOME/
+//!   home-id                      random id of this install; labels its containers
+//!   jobs/<id>.json               one record per job (atomic writes)
+//!   jobs/.lock                   serializes read-modify-write of records across processes
+//!   worktrees/<repo-key>/<id>/   the job's checkout
+//!   worktrees/<repo-key>/.<id>.paddock   ownership marker, written before the checkout exists
+//!   logs/<id>/                   exec audit log and output
+//! ```
+//! Records are written to a temp file, fsynced, then renamed (or hard-linked, for a new id, so
+//! two creators of one id cannot both win), and the directory is fsynced.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::config::EnvLookup;
+use crate::job::{JobId, JobRecord, RECORD_SCHEMA, random_hex};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "cannot find the state root: set PADDOCK_HOME, XDG_DATA_HOME or HOME (the state root is never put under /tmp by default)"
+    )]
+    NoHome,
+    #[error("failed to access `{path}`")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("job `{id}` already exists")]
+    Exists { id: JobId },
+    #[error("no job `{id}`")]
+    NotFound { id: String },
+    #[error("unreadable job record `{path}`: {message}")]
+    Corrupt { path: PathBuf, message: String },
+    #[error("job record `{path}` has schema {found}; this paddock reads schema {expected}")]
+    Schema {
+        path: PathBuf,
+        found: u32,
+        expected: u32,
+    },
+    #[error("timed out after {waited:?} waiting for lock `{path}`")]
+    LockTimeout { path: PathBuf, waited: Duration },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// An exclusive advisory lock on a file, released on drop (or when the process dies).
+#[derive(Debug)]
+pub struct FileLock {
+    _file: File,
+}
+
+impl FileLock {
+    /// Waits up to `wait` for the lock, polling so the wait is bounded.
+    pub fn acquire(path: &Path, wait: Duration) -> Result<FileLock, StoreError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(io_err(path))?;
+        let started = Instant::now();
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(FileLock { _file: file }),
+                Err(fs::TryLockError::WouldBlock) if started.elapsed() < wait => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(StoreError::LockTimeout {
+                        path: path.to_path_buf(),
+                        waited: wait,
+                    });
+                }
+                Err(fs::TryLockError::Error(source)) => {
+                    return Err(StoreError::Io {
+                        path: path.to_path_buf(),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Takes the lock only if it is free right now.
+    pub fn try_acquire(path: &Path) -> Result<Option<FileLock>, StoreError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(io_err(path))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(FileLock { _file: file })),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(source)) => Err(StoreError::Io {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+}
+
+/// Writes `bytes` to `path` atomically: temp file in the same directory, fsync, rename, fsync
+/// of the directory. With `exclusive`, fails with `AlreadyExists` instead of replacing.
+pub fn write_atomic(path: &Path, bytes: &[u8], exclusive: bool) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".tmp-{name}-{}", random_hex(8)));
+    let result = (|| {
+        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        if exclusive {
+            fs::hard_link(&tmp, path)?;
+            fs::remove_file(&tmp)?;
+        } else {
+            fs::rename(&tmp, path)?;
+        }
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// The resolved state root of one install.
+#[derive(Debug, Clone)]
+pub struct PaddockHome {
+    root: PathBuf,
+    id: String,
+}
+
+impl PaddockHome {
+    /// `$PADDOCK_HOME`, else `$XDG_DATA_HOME/paddock`, else `~/.local/share/paddock`; created
+    /// with its subdirectories and a random install id on first use.
+    pub fn open(env: &dyn EnvLookup) -> Result<PaddockHome, StoreError> {
+        let root = env
+            .var("PADDOCK_HOME")
+            .map(PathBuf::from)
+            .or_else(|| {
+                env.var("XDG_DATA_HOME")
+                    .map(|d| Path::new(&d).join("paddock"))
+            })
+            .or_else(|| {
+                env.var("HOME")
+                    .map(|h| Path::new(&h).join(".local/share/paddock"))
+            })
+            .ok_or(StoreError::NoHome)?;
+        Self::open_at(&root)
+    }
+
+    pub fn open_at(root: &Path) -> Result<PaddockHome, StoreError> {
+        for sub in ["jobs", "worktrees", "logs"] {
+            let dir = root.join(sub);
+            fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        }
+        let root = fs::canonicalize(root).map_err(io_err(root))?;
+        let id_path = root.join("home-id");
+        let id = match fs::read_to_string(&id_path) {
+            Ok(id) if !id.trim().is_empty() => id.trim().to_string(),
+            _ => {
+                let fresh = random_hex(16);
+                match write_atomic(&id_path, fresh.as_bytes(), true) {
+                    Ok(()) => fresh,
+                    // Another process won the race; use its id.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                        fs::read_to_string(&id_path)
+                            .map_err(io_err(&id_path))?
+                            .trim()
+                            .to_string()
+                    }
+                    Err(source) => {
+                        return Err(StoreError::Io {
+                            path: id_path,
+                            source,
+                        });
+                    }
+                }
+            }
+        };
+        Ok(PaddockHome { root, id })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The id that labels this install's containers (`dev.paddock.home`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn jobs_dir(&self) -> PathBuf {
+        self.root.join("jobs")
+    }
+
+    pub fn worktrees_dir(&self) -> PathBuf {
+        self.root.join("worktrees")
+    }
+
+    pub fn logs_dir(&self, id: &JobId) -> PathBuf {
+        self.root.join("logs").join(id.as_str())
+    }
+
+    /// Where a job's checkout goes.
+    pub fn worktree_path(&self, repo_key: &str, id: &JobId) -> PathBuf {
+        self.worktrees_dir().join(repo_key).join(id.as_str())
+    }
+
+    /// The ownership marker that sits beside a job's checkout. Destructive code removes a
+    /// directory under the worktree root only when its marker names this install.
+    pub fn worktree_marker(&self, repo_key: &str, id: &JobId) -> PathBuf {
+        self.worktrees_dir()
+            .join(repo_key)
+            .join(format!(".{}.paddock", id.as_str()))
+    }
+
+    /// Writes the marker for a checkout about to be created.
+    pub fn mark_worktree(&self, repo_key: &str, id: &JobId) -> Result<(), StoreError> {
+        let dir = self.worktrees_dir().join(repo_key);
+        fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        let marker = self.worktree_marker(repo_key, id);
+        write_atomic(&marker, format!("{}\n", self.id).as_bytes(), false).map_err(io_err(&marker))
+    }
+
+    /// True when `path` is `worktrees/<repo-key>/<id>` of this install and carries our marker.
+    pub fn owns_worktree(&self, path: &Path) -> bool {
+        let Ok(relative) = path.strip_prefix(self.worktrees_dir()) else {
+            return false;
+        };
+        let parts: Vec<_> = relative.components().collect();
+        if parts.len() != 2 {
+            return false;
+        }
+        let (Some(key), Some(id)) = (parts[0].as_os_str().to_str(), parts[1].as_os_str().to_str())
+        else {
+            return false;
+        };
+        let Ok(id) = JobId::parse(id) else {
+            return false;
+        };
+        fs::read_to_string(self.worktree_marker(key, &id))
+            .map(|text| text.trim() == self.id)
+            .unwrap_or(false)
+    }
+
+    /// The store of job records in this home.
+    pub fn store(&self) -> JobStore {
+        JobStore {
+            dir: self.jobs_dir(),
+        }
+    }
+}
+
+/// Job records on disk.
+#[derive(Debug, Clone)]
+pub struct JobStore {
+    dir: PathBuf,
+}
+
+impl JobStore {
+    fn path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    /// Serializes read-modify-write cycles of records across processes.
+    pub fn lock(&self) -> Result<FileLock, StoreError> {
+        FileLock::acquire(&self.dir.join(".lock"), Duration::from_secs(30))
+    }
+
+    /// Writes a record for a new id; fails with [`StoreError::Exists`] if the id is taken.
+    pub fn create(&self, record: &JobRecord) -> Result<(), StoreError> {
+        let path = self.path(record.id.as_str());
+        match write_atomic(&path, &to_json(record), true) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(StoreError::Exists {
+                id: record.id.clone(),
+            }),
+            Err(source) => Err(StoreError::Io { path, source }),
+        }
+    }
+
+    /// Replaces a record.
+    pub fn save(&self, record: &JobRecord) -> Result<(), StoreError> {
+        let path = self.path(record.id.as_str());
+        write_atomic(&path, &to_json(record), false).map_err(io_err(&path))
+    }
+
+    /// Reads, changes and writes one record under the store lock.
+    pub fn update<T>(
+        &self,
+        id: &JobId,
+        change: impl FnOnce(&mut JobRecord) -> T,
+    ) -> Result<(JobRecord, T), StoreError> {
+        let _lock = self.lock()?;
+        let mut record = self.load(id.as_str())?;
+        let out = change(&mut record);
+        self.save(&record)?;
+        Ok((record, out))
+    }
+
+    pub fn exists(&self, id: &JobId) -> bool {
+        self.path(id.as_str()).exists()
+    }
+
+    pub fn load(&self, id: &str) -> Result<JobRecord, StoreError> {
+        let path = self.path(id);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StoreError::NotFound { id: id.to_string() });
+            }
+            Err(source) => return Err(StoreError::Io { path, source }),
+        };
+        parse_record(&path, &bytes)
+    }
+
+    /// Every record, sorted by creation time. Unreadable files are returned as errors beside
+    /// the good records so one bad file does not hide the rest.
+    pub fn list(&self) -> Result<(Vec<JobRecord>, Vec<StoreError>), StoreError> {
+        let mut records = Vec::new();
+        let mut bad = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(io_err(&self.dir))? {
+            let entry = entry.map_err(io_err(&self.dir))?;
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || !name.ends_with(".json") {
+                continue;
+            }
+            match fs::read(&path) {
+                Ok(bytes) => match parse_record(&path, &bytes) {
+                    Ok(record) => records.push(record),
+                    Err(e) => bad.push(e),
+                },
+                // Removed between the listing and the read: not an error.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => bad.push(StoreError::Io { path, source }),
+            }
+        }
+        records.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        Ok((records, bad))
+    }
+
+    pub fn remove(&self, id: &JobId) -> Result<(), StoreError> {
+        let path = self.path(id.as_str());
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(StoreError::Io { path, source }),
+        }
+    }
+}
+
+fn to_json(record: &JobRecord) -> Vec<u8> {
+    let mut bytes =
+        serde_json::to_vec_pretty(record).expect("a job record always serializes to JSON");
+    bytes.push(b'\n');
+    bytes
+}
+
+fn parse_record(path: &Path, bytes: &[u8]) -> Result<JobRecord, StoreError> {
+    #[derive(serde::Deserialize)]
+    struct Version {
+        schema: u32,
+    }
+    let version: Version = serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    if version.schema != RECORD_SCHEMA {
+        return Err(StoreError::Schema {
+            path: path.to_path_buf(),
+            found: version.schema,
+            expected: RECORD_SCHEMA,
+        });
+    }
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
