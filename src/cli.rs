@@ -53,7 +53,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create a job: a branch, a worktree and (with Docker) a container.
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// List jobs.
     Ls {
         /// Only jobs of this repository.
@@ -202,7 +202,7 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
     match command {
         Command::Create(args) => {
             let json = args.json;
-            let created = paddock.create(create_request(args)).await?;
+            let created = paddock.create(create_request(*args)).await?;
             if let Some(warning) = &created.warning {
                 eprintln!("warning: {warning}");
             }

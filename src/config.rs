@@ -761,8 +761,32 @@ fn read_file(path: &Path, must_exist: bool) -> Result<Option<ConfigFile>, Config
         .map(Some)
         .map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: name_the_key(&text, &e),
         })
+}
+
+/// serde_yaml names the parent mapping (`profiles.big`) when a value inside it is bad; the
+/// key itself sits at the error's location, so add it (`profiles.big.memory`).
+fn name_the_key(text: &str, error: &serde_yaml::Error) -> String {
+    let message = error.to_string();
+    let Some(location) = error.location() else {
+        return message;
+    };
+    let key = text
+        .lines()
+        .nth(location.line().saturating_sub(1))
+        .and_then(|line| line.get(location.column().saturating_sub(1)..))
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(key, _)| key.trim().trim_matches(['\'', '"']).to_string())
+        .filter(|key| !key.is_empty() && !key.contains(' '));
+    match (key, message.split_once(": ")) {
+        (Some(key), Some((path, rest)))
+            if !path.contains(' ') && !path.ends_with(&format!(".{key}")) && path != key =>
+        {
+            format!("{path}.{key}: {rest}")
+        }
+        _ => message,
+    }
 }
 
 fn check_profile_name(name: &str) -> Result<(), String> {

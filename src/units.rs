@@ -79,7 +79,7 @@ impl fmt::Display for HumanDuration {
         if ms == 0 {
             return f.write_str("0s");
         }
-        if ms % 1000 != 0 {
+        if !ms.is_multiple_of(1000) {
             return write!(f, "{ms}ms");
         }
         let mut secs = ms / 1000;
@@ -145,7 +145,7 @@ impl fmt::Display for ByteSize {
             ("k", 1 << 10),
         ];
         for (unit, size) in units {
-            if self.0 >= size && self.0 % size == 0 {
+            if self.0 >= size && self.0.is_multiple_of(size) {
                 return write!(f, "{}{unit}", self.0 / size);
             }
         }
