@@ -11,9 +11,12 @@ use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
 use crate::config::{ProfileLayer, RuntimeChoice};
-use crate::engine::{BranchPolicy, CreateRequest, Error, JobView, Paddock, RemoveOptions};
+use crate::engine::{
+    BranchPolicy, CreateRequest, Error, ExecOptions, JobView, Paddock, RemoveOptions,
+};
 use crate::git::GitError;
 use crate::runtime::RuntimeError;
+use crate::runtime::exec::{Discard, OutputSink, StreamKind};
 use crate::store::StoreError;
 use crate::units::{ByteSize, Cpus, HumanDuration, format_age};
 
@@ -96,11 +99,113 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a command in a job; output streams live and paddock exits with its exit code.
+    Exec {
+        job: String,
+        /// Deadline for this command (default: the profile's timeout).
+        #[arg(long)]
+        timeout: Option<HumanDuration>,
+        #[command(flatten)]
+        exec: ExecArgs,
+        /// Print the ExecResult as JSON instead of streaming output.
+        #[arg(long)]
+        json: bool,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Create a job, run one command, then remove the job as `rm` does (the branch stays
+    /// when it has commits); exits with the command's exit code.
+    Run {
+        #[command(flatten)]
+        create: Box<CreateArgs>,
+        #[command(flatten)]
+        exec: ExecArgs,
+        /// Keep the job after the command ends.
+        #[arg(long)]
+        keep: bool,
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// An interactive shell in the job (its container, or its worktree).
+    Shell { job: String },
+    /// Every exec's command, output and exit code.
+    Logs {
+        job: String,
+        /// Keep printing as new output arrives, until the job is removed or Ctrl-C.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Stop what runs in a job (SIGTERM, the grace period, then SIGKILL).
+    Stop {
+        job: String,
+        #[arg(long)]
+        grace: Option<HumanDuration>,
+    },
+    /// Agent image commands.
+    Image {
+        #[command(subcommand)]
+        command: ImageCommand,
+    },
+    /// Check git, Docker, the image, runtimes, limits and disk space.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
     /// Configuration commands.
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Build the agent image (Dockerfile.agent, built into paddock) through the Docker API.
+    Build {
+        /// The image to build from; needs a shell (git is installed when missing).
+        #[arg(long, default_value = "debian:bookworm-slim")]
+        base_image: String,
+        #[arg(long, default_value = crate::config::DEFAULT_IMAGE)]
+        tag: String,
+        /// Print only the image id.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Options of one exec.
+#[derive(Debug, Args, Default, Clone)]
+pub struct ExecArgs {
+    /// Working directory, relative to the workspace.
+    #[arg(long)]
+    pub workdir: Option<String>,
+    /// Extra environment, K=V (repeatable).
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+}
+
+impl ExecArgs {
+    fn options(
+        &self,
+        cmd: Vec<String>,
+        timeout: Option<HumanDuration>,
+    ) -> Result<ExecOptions, String> {
+        let mut env = std::collections::BTreeMap::new();
+        for pair in &self.env {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("invalid --env `{pair}`: expected K=V"))?;
+            env.insert(key.to_string(), value.to_string());
+        }
+        Ok(ExecOptions {
+            cmd,
+            timeout: timeout.map(|t| t.0),
+            env,
+            workdir: self.workdir.clone(),
+            output_cap: None,
+        })
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -187,7 +292,7 @@ impl LimitArgs {
 
 /// Runs one parsed command and returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
-    let exec_like = false;
+    let exec_like = matches!(cli.command, Command::Exec { .. } | Command::Run { .. });
     let paddock = match Paddock::from_env() {
         Ok(paddock) => paddock,
         Err(error) => return report(&error, exec_like),
@@ -301,6 +406,140 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
                 }
             }
         }
+        Command::Exec {
+            job,
+            timeout,
+            exec,
+            json,
+            cmd,
+        } => {
+            let options = match exec.options(cmd, timeout) {
+                Ok(options) => options,
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    return Ok(exit::USAGE);
+                }
+            };
+            let result = if json {
+                paddock.exec(&job, options, &mut Discard).await?
+            } else {
+                paddock.exec(&job, options, &mut Terminal).await?
+            };
+            if json {
+                print_json(&result);
+            } else {
+                explain_result(&result);
+            }
+            return Ok(command_exit_code(&result));
+        }
+        Command::Run {
+            create,
+            exec,
+            keep,
+            cmd,
+        } => {
+            let json = create.json;
+            let options = match exec.options(cmd, create.limits.timeout) {
+                Ok(options) => options,
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    return Ok(exit::USAGE);
+                }
+            };
+            let request = create_request(*create);
+            let (report, warning) = if json {
+                paddock.run(request, options, keep, &mut Discard).await?
+            } else {
+                paddock.run(request, options, keep, &mut Terminal).await?
+            };
+            if let Some(warning) = warning {
+                eprintln!("warning: {warning}");
+            }
+            if json {
+                print_json(&report);
+            } else {
+                explain_result(&report.result);
+                eprintln!(
+                    "paddock: job {} {}; branch {} {}",
+                    report.job.id,
+                    if keep { "kept" } else { "removed" },
+                    report.job.branch,
+                    if report.branch_kept {
+                        "kept"
+                    } else {
+                        "deleted (no commits)"
+                    }
+                );
+            }
+            return Ok(command_exit_code(&report.result));
+        }
+        Command::Shell { job } => return paddock.shell(&job).await,
+        Command::Logs { job, follow } => {
+            let path = paddock.output_log(&job)?;
+            follow_log(paddock, &job, &path, follow).await?;
+        }
+        Command::Stop { job, grace } => {
+            let stopped = paddock.stop(&job, grace.map(|g| g.0)).await?;
+            println!(
+                "{}",
+                if stopped {
+                    format!("stopped job {job}")
+                } else {
+                    format!("job {job} had nothing running")
+                }
+            );
+        }
+        Command::Image {
+            command:
+                ImageCommand::Build {
+                    base_image,
+                    tag,
+                    json,
+                },
+        } => {
+            let mut progress = |line: &str| {
+                if !json {
+                    eprintln!("{line}");
+                }
+            };
+            let id = crate::runtime::docker::build_image(&base_image, &tag, &mut progress)
+                .await
+                .map_err(Error::Runtime)?;
+            if json {
+                print_json(&serde_json::json!({ "tag": tag, "id": id }));
+            } else {
+                println!("built {tag} from {base_image}");
+            }
+        }
+        Command::Doctor { json } => {
+            let root = crate::git::GitRepo::open(std::path::Path::new("."))
+                .await
+                .ok()
+                .map(|r| r.root);
+            let config = paddock.config(root.as_deref())?;
+            let checks = crate::doctor::run(paddock.home(), &config).await;
+            if json {
+                print_json(&checks);
+            } else {
+                for check in &checks {
+                    let status = match check.status {
+                        crate::doctor::Status::Ok => "ok  ",
+                        crate::doctor::Status::Warn => "warn",
+                        crate::doctor::Status::Fail => "FAIL",
+                    };
+                    println!("{status}  {:<16} {}", check.name, check.detail);
+                    if let Some(fix) = &check.fix {
+                        println!("      {:<16} fix: {fix}", "");
+                    }
+                }
+            }
+            if checks
+                .iter()
+                .any(|c| c.status == crate::doctor::Status::Fail)
+            {
+                return Ok(exit::RUNTIME_UNAVAILABLE);
+            }
+        }
         Command::Config {
             command: ConfigCommand::Show { repo, json },
         } => {
@@ -350,6 +589,77 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
         }
     }
     Ok(exit::OK)
+}
+
+/// Live output to the terminal: the command's stdout to ours, its stderr to ours.
+struct Terminal;
+
+impl OutputSink for Terminal {
+    fn write(&mut self, stream: StreamKind, bytes: &[u8]) {
+        let _ = match stream {
+            StreamKind::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(bytes).and_then(|()| out.flush())
+            }
+            StreamKind::Stderr => std::io::stderr().lock().write_all(bytes),
+        };
+    }
+}
+
+/// paddock's own word on how a command ended, on stderr, when it was not a plain exit.
+fn explain_result(result: &crate::runtime::ExecResult) {
+    if result.timed_out {
+        eprintln!(
+            "paddock: the command timed out after {}ms and was killed",
+            result.duration_ms
+        );
+    }
+    if result.oom_killed {
+        eprintln!("paddock: the command was killed for running out of memory");
+    }
+    if result.truncated {
+        eprintln!(
+            "paddock: the output kept in the result was cut in the middle (cap 1 MiB per stream)"
+        );
+    }
+}
+
+/// The exit code of `exec`/`run`: the command's own, or 124 when it timed out.
+fn command_exit_code(result: &crate::runtime::ExecResult) -> i32 {
+    if result.timed_out {
+        exit::TIMED_OUT
+    } else {
+        i32::try_from(result.exit_code.clamp(0, 255)).unwrap_or(exit::INTERNAL)
+    }
+}
+
+/// Prints the job's output log; with `follow`, keeps printing new output until the job is
+/// removed.
+async fn follow_log(
+    paddock: &Paddock,
+    job: &str,
+    path: &std::path::Path,
+    follow: bool,
+) -> Result<(), Error> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut offset = 0u64;
+    loop {
+        if let Ok(mut file) = std::fs::File::open(path) {
+            let mut text = Vec::new();
+            if file.seek(SeekFrom::Start(offset)).is_ok() && file.read_to_end(&mut text).is_ok() {
+                offset += text.len() as u64;
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(&text).and_then(|()| out.flush());
+            }
+        }
+        if !follow {
+            return Ok(());
+        }
+        if paddock.load(job).is_err() {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 }
 
 fn create_request(args: CreateArgs) -> CreateRequest {
@@ -520,7 +830,8 @@ pub fn classify(error: &Error) -> (i32, Option<String>) {
             Some("fix the worktree, or pass --force to remove it without saving".into()),
         ),
         Error::NotOurs { .. } => (exit::REFUSED, None),
-        Error::RemoveDir { .. } => (exit::INTERNAL, None),
+        Error::RemoveDir { .. } | Error::Log { .. } => (exit::INTERNAL, None),
+        Error::NotRunnable { .. } => (exit::CONFLICT, None),
         Error::Runtime(runtime) => classify_runtime(runtime),
     }
 }

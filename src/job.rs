@@ -245,6 +245,9 @@ pub struct JobRecord {
     pub finished_at: Option<DateTime<Utc>>,
     pub exit_code: Option<i64>,
     pub oom_killed: bool,
+    /// The container cgroup's OOM-kill count last seen, so a new kill can be told apart.
+    #[serde(default)]
+    pub oom_kills: u64,
 }
 
 impl JobRecord {

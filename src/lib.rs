@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod doctor;
 pub mod engine;
 pub mod git;
 pub mod job;

@@ -131,6 +131,53 @@ pub async fn destroy(home: &PaddockHome, record: &JobRecord) -> Result<(), Runti
     }
 }
 
+/// What one exec produced, plus what the record must learn from it.
+#[derive(Debug, Clone)]
+pub struct ExecOutcome {
+    pub result: ExecResult,
+    /// The container id after the exec (it changes when a lost container was recreated).
+    pub container_id: Option<String>,
+    /// The container's OOM-kill counter, when it was read.
+    pub oom_kills: Option<u64>,
+}
+
+/// Runs one command in a job, with its runtime.
+pub async fn exec(
+    home: &PaddockHome,
+    record: &JobRecord,
+    request: &ExecRequest,
+    sink: &mut dyn OutputSink,
+) -> Result<ExecOutcome, RuntimeError> {
+    match record.runtime {
+        RuntimeKind::Process => Ok(ExecOutcome {
+            result: process::exec(record, request, sink).await?,
+            container_id: None,
+            oom_kills: None,
+        }),
+        RuntimeKind::Docker | RuntimeKind::Runsc => {
+            let (result, container_id, oom_kills) =
+                docker::exec(home, record, request, sink).await?;
+            Ok(ExecOutcome {
+                result,
+                container_id: Some(container_id),
+                oom_kills,
+            })
+        }
+    }
+}
+
+/// Stops whatever runs for a job; true when something was running.
+pub async fn stop(
+    home: &PaddockHome,
+    record: &JobRecord,
+    grace: std::time::Duration,
+) -> Result<bool, RuntimeError> {
+    match record.runtime {
+        RuntimeKind::Process => Ok(false),
+        RuntimeKind::Docker | RuntimeKind::Runsc => docker::stop_job(home, &record.id, grace).await,
+    }
+}
+
 /// One plain sentence on what a runtime isolates, for `show` and `doctor`.
 pub fn isolation_note(kind: RuntimeKind) -> &'static str {
     match kind {

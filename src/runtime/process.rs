@@ -42,10 +42,20 @@ pub async fn exec(
     let pids = u64::from(limits.pids);
     let cpu_secs = request.timeout.as_secs() + request.grace.as_secs() + 1;
 
+    // Agent commits carry the agent's identity, as in a container (see entrypoint.sh).
+    let job = record.id.as_str();
+    let name = std::env::var("PADDOCK_GIT_AUTHOR_NAME")
+        .unwrap_or_else(|_| format!("paddock agent ({job})"));
+    let email = std::env::var("PADDOCK_GIT_AUTHOR_EMAIL")
+        .unwrap_or_else(|_| format!("{job}@paddock.invalid"));
     let mut command = Command::new(program);
     command
         .args(args)
         .current_dir(&dir)
+        .env("GIT_AUTHOR_NAME", &name)
+        .env("GIT_COMMITTER_NAME", &name)
+        .env("GIT_AUTHOR_EMAIL", &email)
+        .env("GIT_COMMITTER_EMAIL", &email)
         .envs(&limits.env)
         .envs(&request.env)
         .env("PADDOCK_JOB_ID", record.id.as_str())

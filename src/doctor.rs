@@ -1,0 +1,224 @@
+//! `paddock doctor`: checks what paddock needs on this machine and says how to fix what is
+//! missing. Each check is `ok`, `warn` or `fail`; only `fail` makes the command exit non-zero.
+
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::runtime::docker;
+use crate::store::PaddockHome;
+use crate::units::format_size;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub status: Status,
+    pub detail: String,
+    /// What to do about a warn or fail.
+    pub fix: Option<String>,
+}
+
+fn check(
+    name: &'static str,
+    status: Status,
+    detail: impl Into<String>,
+    fix: Option<&str>,
+) -> Check {
+    Check {
+        name,
+        status,
+        detail: detail.into(),
+        fix: fix.map(str::to_string),
+    }
+}
+
+/// Runs every check. Docker checks are skipped (as warnings) when the daemon is unreachable,
+/// since the process runtime still works.
+pub async fn run(home: &PaddockHome, config: &Config) -> Vec<Check> {
+    let mut checks = vec![git_check().await];
+    let image = config
+        .profiles
+        .get(&config.default_profile.value)
+        .map(|p| p.image.value.clone())
+        .unwrap_or_else(|| crate::config::DEFAULT_IMAGE.to_string());
+    checks.extend(docker_checks(&image).await);
+    checks.push(disk_check(home));
+    checks.push(check(
+        "process runtime",
+        Status::Ok,
+        crate::runtime::isolation_note(crate::job::RuntimeKind::Process),
+        None,
+    ));
+    checks
+}
+
+async fn git_check() -> Check {
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tokio::process::Command::new("git")
+            .arg("--version")
+            .output(),
+    )
+    .await;
+    match output {
+        Ok(Ok(out)) if out.status.success() => {
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let version: Vec<u32> = text
+                .trim_start_matches("git version ")
+                .split('.')
+                .take(2)
+                .filter_map(|p| p.parse().ok())
+                .collect();
+            if version.as_slice() >= [2, 38].as_slice() {
+                check("git", Status::Ok, text, None)
+            } else {
+                check(
+                    "git",
+                    Status::Warn,
+                    text,
+                    Some("paddock is tested with git 2.38 or newer"),
+                )
+            }
+        }
+        _ => check(
+            "git",
+            Status::Fail,
+            "git was not found",
+            Some("install git (apt-get install git)"),
+        ),
+    }
+}
+
+async fn docker_checks(image: &str) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let docker = match docker::connect() {
+        Ok(docker) => docker,
+        Err(e) => {
+            return vec![check(
+                "docker",
+                Status::Warn,
+                e.to_string(),
+                Some("start the Docker daemon, or use --runtime process"),
+            )];
+        }
+    };
+    let version = tokio::time::timeout(std::time::Duration::from_secs(3), docker.version()).await;
+    match version {
+        Ok(Ok(v)) => checks.push(check(
+            "docker",
+            Status::Ok,
+            format!(
+                "engine {} (API {})",
+                v.version.unwrap_or_default(),
+                v.api_version.unwrap_or_default()
+            ),
+            None,
+        )),
+        _ => {
+            return vec![check(
+                "docker",
+                Status::Warn,
+                "the Docker daemon does not answer",
+                Some(
+                    "start the Docker daemon (is the socket at /var/run/docker.sock?), or use --runtime process",
+                ),
+            )];
+        }
+    }
+    match docker::check_ready(crate::job::RuntimeKind::Docker, image).await {
+        Ok(()) => checks.push(check(
+            "image",
+            Status::Ok,
+            format!("{image} is present"),
+            None,
+        )),
+        Err(e) => checks.push(check(
+            "image",
+            Status::Fail,
+            e.to_string(),
+            Some(&format!("paddock image build --tag {image}")),
+        )),
+    }
+    match tokio::time::timeout(std::time::Duration::from_secs(10), docker.info()).await {
+        Ok(Ok(info)) => {
+            let mut runtimes: Vec<String> = info
+                .runtimes
+                .clone()
+                .unwrap_or_default()
+                .into_keys()
+                .collect();
+            runtimes.sort();
+            let has_runsc = runtimes.iter().any(|r| r == "runsc");
+            checks.push(check(
+                "runtimes",
+                if has_runsc { Status::Ok } else { Status::Warn },
+                runtimes.join(", "),
+                (!has_runsc).then_some(
+                    "for gVisor: apt-get install runsc, add it to /etc/docker/daemon.json (see the README), reload dockerd",
+                ),
+            ));
+            let enforced = [
+                ("memory", info.memory_limit.unwrap_or(false)),
+                ("swap", info.swap_limit.unwrap_or(false)),
+                ("cpu", info.cpu_cfs_quota.unwrap_or(false)),
+                ("pids", info.pids_limit.unwrap_or(false)),
+            ];
+            let missing: Vec<&str> = enforced
+                .iter()
+                .filter(|(_, on)| !on)
+                .map(|(n, _)| *n)
+                .collect();
+            checks.push(if missing.is_empty() {
+                check(
+                    "limits",
+                    Status::Ok,
+                    "memory, swap, cpu and pids limits are enforced",
+                    None,
+                )
+            } else {
+                check(
+                    "limits",
+                    Status::Warn,
+                    format!("not enforced by this daemon: {}", missing.join(", ")),
+                    Some("enable the cgroup controllers (kernel command line or cgroup v2)"),
+                )
+            });
+        }
+        _ => checks.push(check(
+            "runtimes",
+            Status::Warn,
+            "docker info did not answer",
+            None,
+        )),
+    }
+    checks
+}
+
+fn disk_check(home: &PaddockHome) -> Check {
+    let path = std::ffi::CString::new(home.root().as_os_str().as_encoded_bytes())
+        .expect("paths have no NUL bytes");
+    // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stats) } != 0 {
+        return check("disk", Status::Warn, "could not read free space", None);
+    }
+    let free = stats.f_bavail as u64 * stats.f_frsize as u64;
+    let detail = format!("{} free under {}", format_size(free), home.root().display());
+    if free < 2 << 30 {
+        check(
+            "disk",
+            Status::Warn,
+            detail,
+            Some("free some space, or run `paddock sweep`"),
+        )
+    } else {
+        check("disk", Status::Ok, detail, None)
+    }
+}
