@@ -152,6 +152,16 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Remove stale jobs and orphans (containers, worktrees, git metadata); never loses work.
+    Sweep(SweepArgs),
+    /// Run the activity watcher and a sweep every interval, until SIGTERM.
+    Serve {
+        /// How often to sweep (default: config `sweep.interval`, 5m).
+        #[arg(long)]
+        sweep_interval: Option<HumanDuration>,
+        #[command(flatten)]
+        sweep: SweepArgs,
+    },
     /// Configuration commands.
     Config {
         #[command(subcommand)]
@@ -172,6 +182,103 @@ pub enum ImageCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `--max-age`: a duration or `off`.
+#[derive(Debug, Clone, Copy)]
+pub struct MaxAge(pub Option<HumanDuration>);
+
+impl std::str::FromStr for MaxAge {
+    type Err = crate::units::UnitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        crate::config::parse_optional_duration(s).map(MaxAge)
+    }
+}
+
+/// Staleness settings; each overrides the config's `sweep:` section.
+#[derive(Debug, Args, Default, Clone)]
+pub struct SweepArgs {
+    /// Report what would be removed; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// A job with no exec and no file change for this long is stale (default 1h).
+    #[arg(long)]
+    pub idle: Option<HumanDuration>,
+    /// A finished job is stale this long after it finished (default 1h).
+    #[arg(long)]
+    pub keep_finished: Option<HumanDuration>,
+    /// A job older than this is stale whatever it does; `off` (the default) disables.
+    #[arg(long, value_name = "DUR|off")]
+    pub max_age: Option<MaxAge>,
+    /// keep | delete-if-no-commits | delete.
+    #[arg(long)]
+    pub branch_policy: Option<crate::config::BranchPolicy>,
+    /// Pretend it is this time (RFC 3339); for tests and what-if runs.
+    #[arg(long, hide = true)]
+    pub now: Option<chrono::DateTime<chrono::Utc>>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl SweepArgs {
+    fn options(
+        &self,
+        config: &crate::config::Config,
+        health_check: bool,
+    ) -> crate::sweep::SweepOptions {
+        let sweep = &config.sweep;
+        crate::sweep::SweepOptions {
+            dry_run: self.dry_run,
+            idle: self.idle.unwrap_or(sweep.idle.value).0,
+            keep_finished: self.keep_finished.unwrap_or(sweep.keep_finished.value).0,
+            max_age: self
+                .max_age
+                .map_or(sweep.max_age.value, |m| m.0)
+                .map(|d| d.0),
+            branch_policy: self.branch_policy.unwrap_or(sweep.branch_policy.value),
+            now: self.now.unwrap_or_else(chrono::Utc::now),
+            health_check,
+            index_lock_age: std::time::Duration::from_secs(600),
+        }
+    }
+}
+
+fn print_sweep(report: &crate::sweep::SweepReport) {
+    let verb = if report.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    let mut rows = Vec::new();
+    for (action, items) in [
+        (verb, &report.removed),
+        ("kept", &report.kept),
+        ("ERROR", &report.errors),
+    ] {
+        for item in items {
+            let mut reason = item.reason.clone();
+            if let Some(error) = &item.error {
+                reason.push_str(&format!(": {error}"));
+            }
+            rows.push(vec![
+                action.to_string(),
+                item.kind.to_string(),
+                item.name.clone(),
+                reason,
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        println!("nothing to sweep");
+    } else {
+        print_table(&["ACTION", "KIND", "NAME", "REASON"], &rows);
+    }
+    println!(
+        "{} {verb}, {} kept, {} errors",
+        report.removed.len(),
+        report.kept.len(),
+        report.errors.len()
+    );
 }
 
 /// Options of one exec.
@@ -539,6 +646,31 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
             {
                 return Ok(exit::RUNTIME_UNAVAILABLE);
             }
+        }
+        Command::Sweep(args) => {
+            let config = paddock.config(None)?;
+            let report = paddock.sweep(&args.options(&config, false)).await?;
+            if args.json {
+                print_json(&report);
+            } else {
+                print_sweep(&report);
+            }
+            if !report.errors.is_empty() {
+                return Ok(exit::INTERNAL);
+            }
+        }
+        Command::Serve {
+            sweep_interval,
+            sweep,
+        } => {
+            let config = paddock.config(None)?;
+            let options = crate::serve::ServeOptions {
+                sweep_interval: sweep_interval.unwrap_or(config.sweep.interval.value).0,
+                sweep: sweep.options(&config, true),
+            };
+            // The daemon owns the engine for its lifetime.
+            let engine = std::sync::Arc::new(Paddock::from_env()?);
+            crate::serve::serve(engine, options).await?;
         }
         Command::Config {
             command: ConfigCommand::Show { repo, json },

@@ -341,6 +341,93 @@ struct RoutingFile {
     tasks: BTreeMap<String, String>,
 }
 
+/// What the sweeper (and `rm`) does with a job's branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BranchPolicy {
+    /// Keep it.
+    Keep,
+    /// Delete it only when it has no commits beyond the base.
+    #[default]
+    DeleteIfNoCommits,
+    /// Delete it (its uncommitted work stays reachable from the wip ref).
+    Delete,
+}
+
+impl FromStr for BranchPolicy {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "keep" => Ok(Self::Keep),
+            "delete-if-no-commits" => Ok(Self::DeleteIfNoCommits),
+            "delete" => Ok(Self::Delete),
+            _ => Err(UnitError {
+                what: "branch policy",
+                input: s.to_string(),
+                expected: "keep, delete-if-no-commits or delete",
+            }),
+        }
+    }
+}
+
+impl fmt::Display for BranchPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Keep => "keep",
+            Self::DeleteIfNoCommits => "delete-if-no-commits",
+            Self::Delete => "delete",
+        })
+    }
+}
+
+/// The `sweep:` section of a config file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SweepFile {
+    idle: Option<HumanDuration>,
+    keep_finished: Option<HumanDuration>,
+    /// `off`, or a duration.
+    max_age: Option<String>,
+    branch_policy: Option<BranchPolicy>,
+    interval: Option<HumanDuration>,
+}
+
+/// When the sweeper considers a job stale, and what it does with its branch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepSettings {
+    /// No exec and no file change for this long.
+    pub idle: Sourced<HumanDuration>,
+    /// Finished (exited, failed, timed out) this long ago.
+    pub keep_finished: Sourced<HumanDuration>,
+    /// Older than this, whatever it does; `None` is off.
+    pub max_age: Sourced<Option<HumanDuration>>,
+    pub branch_policy: Sourced<BranchPolicy>,
+    /// How often `paddock serve` sweeps.
+    pub interval: Sourced<HumanDuration>,
+}
+
+impl Default for SweepSettings {
+    fn default() -> Self {
+        let hour = HumanDuration(std::time::Duration::from_secs(3600));
+        SweepSettings {
+            idle: Sourced::default_value(hour),
+            keep_finished: Sourced::default_value(hour),
+            max_age: Sourced::default_value(None),
+            branch_policy: Sourced::default_value(BranchPolicy::DeleteIfNoCommits),
+            interval: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(300))),
+        }
+    }
+}
+
+/// Reads `off` or a duration.
+pub fn parse_optional_duration(text: &str) -> Result<Option<HumanDuration>, UnitError> {
+    if text == "off" {
+        Ok(None)
+    } else {
+        text.parse().map(Some)
+    }
+}
+
 /// The on-disk shape of both the user file and the repo file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -351,6 +438,7 @@ struct ConfigFile {
     #[serde(default)]
     profiles: BTreeMap<String, ProfileLayer>,
     routing: Option<RoutingFile>,
+    sweep: Option<SweepFile>,
 }
 
 /// One routing rule: a pattern on the agent name or the task id that picks a profile.
@@ -380,6 +468,7 @@ pub struct Config {
     pub routing: Routing,
     /// A profile forced by `PADDOCK_PROFILE`.
     pub forced_profile: Option<Sourced<String>>,
+    pub sweep: SweepSettings,
 }
 
 /// What the loader reads besides files: the environment, passed in so tests can control it.
@@ -428,6 +517,7 @@ impl Config {
             profiles: BTreeMap::from([("default".to_string(), Profile::default())]),
             routing: Routing::default(),
             forced_profile: None,
+            sweep: SweepSettings::default(),
         };
         if let Some((path, explicit)) = user_config_path(env)
             && let Some(file) = read_file(&path, explicit)?
@@ -483,6 +573,38 @@ impl Config {
                 .entry(name.clone())
                 .or_default()
                 .apply(layer, &source);
+        }
+        if let Some(sweep) = file.sweep {
+            let sourced = |value| Sourced {
+                value,
+                source: source.clone(),
+            };
+            if let Some(v) = sweep.idle {
+                self.sweep.idle = sourced(v);
+            }
+            if let Some(v) = sweep.keep_finished {
+                self.sweep.keep_finished = sourced(v);
+            }
+            if let Some(v) = sweep.interval {
+                self.sweep.interval = sourced(v);
+            }
+            if let Some(value) = sweep.branch_policy {
+                self.sweep.branch_policy = Sourced {
+                    value,
+                    source: source.clone(),
+                };
+            }
+            if let Some(text) = sweep.max_age {
+                let value = parse_optional_duration(&text).map_err(|e| ConfigError::Value {
+                    origin: origin.clone(),
+                    key: "sweep.max_age".into(),
+                    message: format!("{e} (or `off`)"),
+                })?;
+                self.sweep.max_age = Sourced {
+                    value,
+                    source: source.clone(),
+                };
+            }
         }
         if let Some(routing) = file.routing {
             for (kind, rules, target) in [
@@ -693,6 +815,34 @@ impl Config {
                 rows.push((format!("profiles.{name}.{key}"), value, source.clone()));
             }
         }
+        let sweep = &self.sweep;
+        let max_age = sweep.max_age.value.map(|d| d.to_string());
+        for (key, value, source) in [
+            ("idle", sweep.idle.value.to_string(), &sweep.idle.source),
+            (
+                "keep_finished",
+                sweep.keep_finished.value.to_string(),
+                &sweep.keep_finished.source,
+            ),
+            (
+                "max_age",
+                max_age.unwrap_or_else(|| "off".into()),
+                &sweep.max_age.source,
+            ),
+            (
+                "branch_policy",
+                sweep.branch_policy.value.to_string(),
+                &sweep.branch_policy.source,
+            ),
+            (
+                "interval",
+                sweep.interval.value.to_string(),
+                &sweep.interval.source,
+            ),
+        ] {
+            rows.push((format!("sweep.{key}"), value, source.clone()));
+        }
+
         for (kind, routes) in [
             ("agents", &self.routing.agents),
             ("tasks", &self.routing.tasks),

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+pub use crate::config::BranchPolicy;
 use crate::config::{Config, EnvLookup, ProcessEnv, ProfileLayer};
 use crate::git::{self, ChangeSummary, CommitInfo, GitError, GitRepo, JobWorktree};
 use crate::job::{JobError, JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
@@ -77,18 +78,6 @@ pub struct CreateRequest {
     pub reuse_branch: bool,
     /// Profile settings given as flags; they win over every other layer.
     pub overrides: ProfileLayer,
-}
-
-/// How `remove` treats the branch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum BranchPolicy {
-    /// Keep it.
-    Keep,
-    /// Delete it only when it has no commits beyond the base (the default).
-    #[default]
-    DeleteIfNoCommits,
-    /// Delete it (its work stays reachable from the wip ref when there was any).
-    Delete,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -353,6 +342,7 @@ impl Paddock {
             exit_code: None,
             oom_killed: false,
             oom_kills: 0,
+            owner: crate::job::ProcessId::current(),
         };
         // The exclusive write reserves the id: of two creators of one id, one fails here
         // before touching git.
@@ -373,19 +363,29 @@ impl Paddock {
 
     /// The steps of `create` after the id is reserved; any error here is rolled back.
     async fn build(&self, repo: &GitRepo, record: &mut JobRecord) -> Result<()> {
+        crash_point("reserved");
+        self.home
+            .register_repo(&record.repo_key, &repo.root, &repo.common_dir)?;
         self.home.mark_worktree(&record.repo_key, &record.id)?;
+        crash_point("marked");
         let worktree = repo
-            .add_worktree(
+            .register_worktree(
                 &record.worktree,
                 &record.branch,
                 &record.base_commit,
                 record.branch_created,
             )
             .await?;
+        crash_point("registered");
         record.git_dir = Some(worktree.git_dir.clone());
         self.store.save(record)?;
+        crash_point("recorded");
+        worktree.checkout().await?;
+        crash_point("checked-out");
         record.container_id = runtime::start(&self.home, record).await?;
+        crash_point("started");
         record.transition(JobState::Ready, Utc::now())?;
+        record.owner = None;
         self.store.save(record)?;
         Ok(())
     }
@@ -492,7 +492,10 @@ impl Paddock {
         let record = runtime::stop_for_removal(&self.home, &self.store, record).await?;
 
         let mut wip_commit = None;
-        if let Some(worktree) = Self::worktree_of(&record).filter(|w| w.path.exists()) {
+        // A job still `creating` never ran an agent: there is no work to save, and a partial
+        // checkout would only snapshot noise.
+        let has_work = record.state != JobState::Creating;
+        if let Some(worktree) = Self::worktree_of(&record).filter(|w| has_work && w.path.exists()) {
             let message = format!(
                 "paddock: uncommitted work of job {} on {}",
                 record.id, record.branch
@@ -783,6 +786,28 @@ fn shell_words(cmd: &[String]) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// A test-only failpoint: when `PADDOCK_CRASH_AT` names this point, the process SIGKILLs
+/// itself there, so tests can prove that every interruption of `create` is cleaned up by a
+/// sweep. Costs one environment lookup per point otherwise.
+fn crash_point(name: &str) {
+    if std::env::var("PADDOCK_CRASH_AT").as_deref() == Ok(name) {
+        // SAFETY: sending a signal to ourselves has no memory effects.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+/// The points `PADDOCK_CRASH_AT` accepts, in the order `create` passes them.
+pub const CRASH_POINTS: &[&str] = &[
+    "reserved",
+    "marked",
+    "registered",
+    "recorded",
+    "checked-out",
+    "started",
+];
 
 /// Fills a branch template. Without a task, `{task}` becomes the job id.
 pub fn render_branch(template: &str, agent: &str, task: Option<&str>, id: &JobId) -> String {

@@ -227,6 +227,15 @@ impl<'a> GitCall<'a> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        // If paddock is killed mid-operation, git dies with it rather than finishing
+        // unsupervised after a sweep has already cleaned up.
+        // SAFETY: prctl in the forked child only sets a process attribute.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
         let child = command
             .spawn()
             .map_err(|source| GitError::Spawn { source })?;
@@ -379,43 +388,103 @@ impl GitRepo {
         GitCall::new(&self.root, args).git_dir(&self.common_dir)
     }
 
-    /// Creates a worktree at `path` on `branch`, creating the branch at `commit` when
-    /// `create_branch`. Returns the worktree's admin dir. The metadata step holds the repo lock;
-    /// the checkout does not.
-    pub async fn add_worktree(
+    /// Registers a worktree at `path` on `branch` without checking it out, creating the branch
+    /// at `commit` when `create_branch`. Holds the repository lock. Returns the worktree with
+    /// its admin dir; [`JobWorktree::checkout`] fills it.
+    pub async fn register_worktree(
         &self,
         path: &Path,
         branch: &str,
         commit: &str,
         create_branch: bool,
     ) -> Result<JobWorktree, GitError> {
-        {
-            let _lock = self.lock().await?;
-            let mut call = self.call(&["worktree", "add", "--no-checkout"]);
-            if create_branch {
-                call = call
-                    .arg("--no-track")
-                    .arg("-b")
-                    .arg(branch)
-                    .arg(path)
-                    .arg(commit);
-            } else {
-                call = call.arg(path).arg(branch);
-            }
-            call.run().await?;
+        let _lock = self.lock().await?;
+        let mut call = self.call(&["worktree", "add", "--no-checkout"]);
+        if create_branch {
+            call = call
+                .arg("--no-track")
+                .arg("-b")
+                .arg(branch)
+                .arg(path)
+                .arg(commit);
+        } else {
+            call = call.arg(path).arg(branch);
         }
-        let worktree = JobWorktree {
+        call.run().await?;
+        Ok(JobWorktree {
             git_dir: read_git_link(path, &self.common_dir)?,
             path: path.to_path_buf(),
             common_dir: self.common_dir.clone(),
-        };
-        GitCall::new(path, &["read-tree", "--reset", "-u", "HEAD"])
-            .git_dir(&worktree.git_dir)
-            .work_tree(path)
-            .timeout(CHECKOUT_TIMEOUT)
+        })
+    }
+
+    /// `git worktree list --porcelain` as `(path, locked)` pairs.
+    async fn worktree_entries(&self) -> Result<Vec<(PathBuf, bool)>, GitError> {
+        let listing = self
+            .call(&["worktree", "list", "--porcelain"])
             .run()
             .await?;
-        Ok(worktree)
+        Ok(listing
+            .split("\n\n")
+            .filter_map(|block| {
+                let path = block.lines().find_map(|l| l.strip_prefix("worktree "))?;
+                let locked = block.lines().any(|l| l.starts_with("locked"));
+                Some((PathBuf::from(path), locked))
+            })
+            .collect())
+    }
+
+    /// Registered worktrees under `root` whose directory is gone.
+    pub async fn missing_worktrees_under(&self, root: &Path) -> Result<Vec<PathBuf>, GitError> {
+        Ok(self
+            .worktree_entries()
+            .await?
+            .into_iter()
+            .filter(|(path, _)| path.starts_with(root) && !path.exists())
+            .map(|(path, _)| path)
+            .collect())
+    }
+
+    /// Unlocks and prunes admin entries whose worktree directory is gone, including entries a
+    /// killed `git worktree add` left locked ("initializing"). Only entries whose directory is
+    /// under `root` are unlocked.
+    pub async fn prune_missing_under(&self, root: &Path) -> Result<Vec<PathBuf>, GitError> {
+        let _lock = self.lock().await?;
+        let mut pruned = Vec::new();
+        for (path, locked) in self.worktree_entries().await? {
+            if !path.starts_with(root) || path.exists() {
+                continue;
+            }
+            if locked {
+                self.call(&["worktree", "unlock"]).arg(&path).run().await?;
+            }
+            pruned.push(path);
+        }
+        if !pruned.is_empty() {
+            self.call(&["worktree", "prune"]).run().await?;
+        }
+        Ok(pruned)
+    }
+
+    /// The registered worktree at `path`, with its admin dir found by matching each admin
+    /// dir's `gitdir` back to `path` (not by trusting the checkout's `.git` file).
+    pub async fn find_worktree(&self, path: &Path) -> Result<Option<JobWorktree>, GitError> {
+        let admin_root = self.common_dir.join("worktrees");
+        let wanted = path.join(".git");
+        let Ok(entries) = std::fs::read_dir(&admin_root) else {
+            return Ok(None);
+        };
+        for entry in entries.flatten() {
+            let gitdir = std::fs::read_to_string(entry.path().join("gitdir")).unwrap_or_default();
+            if Path::new(gitdir.trim()) == wanted && entry.path().join("HEAD").exists() {
+                return Ok(Some(JobWorktree {
+                    path: path.to_path_buf(),
+                    git_dir: entry.path(),
+                    common_dir: self.common_dir.clone(),
+                }));
+            }
+        }
+        Ok(None)
     }
 
     /// Removes a worktree and its admin dir. Succeeds when it is already gone.
@@ -589,6 +658,17 @@ fn workdir_diff_options() -> git2::DiffOptions {
 }
 
 impl JobWorktree {
+    /// Checks out HEAD into a registered worktree (parallel checkout; no repository lock).
+    pub async fn checkout(&self) -> Result<(), GitError> {
+        GitCall::new(&self.path, &["read-tree", "--reset", "-u", "HEAD"])
+            .git_dir(&self.git_dir)
+            .work_tree(&self.path)
+            .timeout(CHECKOUT_TIMEOUT)
+            .run()
+            .await
+            .map(drop)
+    }
+
     /// Opens the worktree through its recorded admin dir with the recorded checkout path, so
     /// a rewritten `.git` file or `gitdir` cannot redirect the read.
     fn open_git2(&self) -> Result<git2::Repository, GitError> {

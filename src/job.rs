@@ -144,7 +144,7 @@ impl JobState {
             Creating => matches!(to, Ready | Failed | Removed),
             Ready => matches!(to, Running | Failed | Removed),
             Running => matches!(to, Exited | Failed | TimedOut),
-            Exited | Failed | TimedOut => matches!(to, Running | Removed),
+            Exited | Failed | TimedOut => matches!(to, Running | Failed | Removed),
             Removed => false,
         }
     }
@@ -248,6 +248,40 @@ pub struct JobRecord {
     /// The container cgroup's OOM-kill count last seen, so a new kill can be told apart.
     #[serde(default)]
     pub oom_kills: u64,
+    /// While `creating`: the creating process, so a sweep can tell a create in progress from
+    /// one that was killed.
+    #[serde(default)]
+    pub owner: Option<ProcessId>,
+}
+
+/// A process, identified by pid and start time so a reused pid is not mistaken for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessId {
+    pub pid: u32,
+    /// Clock ticks after boot at which the process started (`/proc/<pid>/stat` field 22).
+    pub start: u64,
+}
+
+impl ProcessId {
+    pub fn current() -> Option<ProcessId> {
+        let pid = std::process::id();
+        Some(ProcessId {
+            pid,
+            start: process_start(pid)?,
+        })
+    }
+
+    /// Whether this very process still runs.
+    pub fn is_alive(&self) -> bool {
+        process_start(self.pid) == Some(self.start)
+    }
+}
+
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces; fields after it are plain.
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
 impl JobRecord {
@@ -293,6 +327,17 @@ mod tests {
         assert!(JobId::parse(id.as_str()).is_ok());
         assert_ne!(JobId::generate("x"), JobId::generate("x"));
         assert!(JobId::generate("///").as_str().starts_with("job-"));
+    }
+
+    #[test]
+    fn the_current_process_is_alive_and_a_made_up_one_is_not() {
+        let me = ProcessId::current().unwrap();
+        assert!(me.is_alive());
+        let other = ProcessId {
+            pid: me.pid,
+            start: me.start + 1,
+        };
+        assert!(!other.is_alive(), "a reused pid is not the same process");
     }
 
     #[test]

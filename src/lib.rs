@@ -11,7 +11,9 @@ pub mod engine;
 pub mod git;
 pub mod job;
 pub mod runtime;
+pub mod serve;
 pub mod store;
+pub mod sweep;
 pub mod units;
 
 pub use engine::{CreateRequest, Error, Paddock, RemoveOptions};

@@ -261,6 +261,45 @@ impl PaddockHome {
             .unwrap_or(false)
     }
 
+    /// Remembers a repository that has had jobs, so the sweeper can reconcile it even after
+    /// all its records are gone: `repos/<repo-key>` holds the common dir and the root.
+    pub fn register_repo(
+        &self,
+        key: &str,
+        root: &Path,
+        common_dir: &Path,
+    ) -> Result<(), StoreError> {
+        let dir = self.root.join("repos");
+        fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        let path = dir.join(key);
+        let text = format!("{}\n{}\n", common_dir.display(), root.display());
+        if fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
+            return Ok(());
+        }
+        write_atomic(&path, text.as_bytes(), false).map_err(io_err(&path))
+    }
+
+    /// Every registered repository as `(key, root, common dir)`; ones whose common dir is gone
+    /// are skipped.
+    pub fn repos(&self) -> Vec<(String, PathBuf, PathBuf)> {
+        let Ok(entries) = fs::read_dir(self.root.join("repos")) else {
+            return Vec::new();
+        };
+        let mut repos: Vec<_> = entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| {
+                let text = fs::read_to_string(entry.path()).ok()?;
+                let mut lines = text.lines();
+                let common = PathBuf::from(lines.next()?);
+                let root = PathBuf::from(lines.next()?);
+                let key = entry.file_name().to_string_lossy().into_owned();
+                (!key.starts_with('.') && common.is_dir()).then_some((key, root, common))
+            })
+            .collect();
+        repos.sort();
+        repos
+    }
+
     /// The store of job records in this home.
     pub fn store(&self) -> JobStore {
         JobStore {
@@ -318,6 +357,12 @@ impl JobStore {
 
     pub fn exists(&self, id: &JobId) -> bool {
         self.path(id.as_str()).exists()
+    }
+
+    /// Whether a record exists for a name that may not be a valid id (a container label, a
+    /// directory name).
+    pub fn exists_str(&self, id: &str) -> bool {
+        JobId::parse(id).is_ok_and(|id| self.exists(&id))
     }
 
     pub fn load(&self, id: &str) -> Result<JobRecord, StoreError> {
