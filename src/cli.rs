@@ -162,6 +162,11 @@ pub enum Command {
         #[command(flatten)]
         sweep: SweepArgs,
     },
+    /// Shared dependency cache commands.
+    Cache {
+        #[command(subcommand)]
+        command: CacheCommand,
+    },
     /// Configuration commands.
     Config {
         #[command(subcommand)]
@@ -243,6 +248,26 @@ impl SweepArgs {
     }
 }
 
+fn print_cache_table(entries: &[crate::cache::EntryInfo]) {
+    let now = chrono::Utc::now();
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            vec![
+                e.repo_key.clone(),
+                e.cache.clone(),
+                e.key.clone(),
+                crate::units::format_size(e.size_bytes),
+                e.last_used_at
+                    .map(|t| format!("{} ago", format_age(now - t)))
+                    .unwrap_or_else(|| "-".into()),
+                e.jobs.join(","),
+            ]
+        })
+        .collect();
+    print_table(&["REPO", "CACHE", "KEY", "SIZE", "LAST USE", "JOBS"], &rows);
+}
+
 fn print_sweep(report: &crate::sweep::SweepReport) {
     let verb = if report.dry_run {
         "would remove"
@@ -313,6 +338,25 @@ impl ExecArgs {
             output_cap: None,
         })
     }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// List cache entries: size, last use, jobs using them.
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove entries no live job uses and unused for a while.
+    Prune {
+        /// Only entries unused for at least this long (default 7d).
+        #[arg(long, default_value = "7d")]
+        unused_for: HumanDuration,
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -647,6 +691,44 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
                 return Ok(exit::RUNTIME_UNAVAILABLE);
             }
         }
+        Command::Cache {
+            command: CacheCommand::Ls { json },
+        } => {
+            let entries = paddock.cache_entries()?;
+            if json {
+                print_json(&entries);
+            } else {
+                print_cache_table(&entries);
+            }
+        }
+        Command::Cache {
+            command:
+                CacheCommand::Prune {
+                    unused_for,
+                    dry_run,
+                    json,
+                },
+        } => {
+            let (pruned, kept) = paddock.cache_prune(unused_for.0, dry_run)?;
+            if json {
+                print_json(
+                    &serde_json::json!({ "dry_run": dry_run, "removed": pruned, "kept": kept }),
+                );
+            } else {
+                print_cache_table(&pruned);
+                println!(
+                    "{} entr{} {}, {} kept",
+                    pruned.len(),
+                    if pruned.len() == 1 { "y" } else { "ies" },
+                    if dry_run {
+                        "would be removed"
+                    } else {
+                        "removed"
+                    },
+                    kept.len()
+                );
+            }
+        }
         Command::Sweep(args) => {
             let config = paddock.config(None)?;
             let report = paddock.sweep(&args.options(&config, false)).await?;
@@ -964,6 +1046,11 @@ pub fn classify(error: &Error) -> (i32, Option<String>) {
         Error::NotOurs { .. } => (exit::REFUSED, None),
         Error::RemoveDir { .. } | Error::Log { .. } => (exit::INTERNAL, None),
         Error::NotRunnable { .. } => (exit::CONFLICT, None),
+        Error::Cache(crate::cache::CacheError::Io { .. }) => (exit::INTERNAL, None),
+        Error::Cache(_) => (
+            exit::REFUSED,
+            Some("check the `caches` in .paddock.yaml against what the repository tracks".into()),
+        ),
         Error::Runtime(runtime) => classify_runtime(runtime),
     }
 }

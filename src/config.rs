@@ -13,6 +13,7 @@ use std::str::FromStr;
 use globset::Glob;
 use serde::{Deserialize, Serialize};
 
+use crate::cache::CacheSpec;
 use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
 
 /// The name of the repo-level config file, at the target repository's root.
@@ -201,6 +202,8 @@ pub struct ProfileLayer {
     pub uid: Option<u32>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Caches of jobs with this profile, added to the file's top-level `caches`.
+    pub caches: Option<Vec<CacheSpec>>,
 }
 
 /// The effective settings a job runs with.
@@ -219,6 +222,7 @@ pub struct Profile {
     /// The unprivileged uid the agent runs as when paddock itself runs as root.
     pub uid: Sourced<u32>,
     pub env: BTreeMap<String, Sourced<String>>,
+    pub caches: Sourced<Vec<CacheSpec>>,
 }
 
 impl Default for Profile {
@@ -236,6 +240,7 @@ impl Default for Profile {
             workspace_dir: Sourced::default_value("/workspace".to_string()),
             uid: Sourced::default_value(1000),
             env: BTreeMap::new(),
+            caches: Sourced::default_value(Vec::new()),
         }
     }
 }
@@ -261,7 +266,8 @@ impl Profile {
             kill_policy,
             grace,
             workspace_dir,
-            uid
+            uid,
+            caches
         );
         for (key, value) in &layer.env {
             self.env.insert(
@@ -327,6 +333,13 @@ impl Profile {
         ];
         for (key, value) in &self.env {
             rows.push((format!("env.{key}"), value.value.clone(), &value.source));
+        }
+        if !self.caches.value.is_empty() {
+            rows.push((
+                "caches".into(),
+                cache_names(&self.caches.value),
+                &self.caches.source,
+            ));
         }
         rows
     }
@@ -439,6 +452,8 @@ struct ConfigFile {
     profiles: BTreeMap<String, ProfileLayer>,
     routing: Option<RoutingFile>,
     sweep: Option<SweepFile>,
+    /// Caches of every job in the repository (usually set in `.paddock.yaml`).
+    caches: Option<Vec<CacheSpec>>,
 }
 
 /// One routing rule: a pattern on the agent name or the task id that picks a profile.
@@ -469,6 +484,8 @@ pub struct Config {
     /// A profile forced by `PADDOCK_PROFILE`.
     pub forced_profile: Option<Sourced<String>>,
     pub sweep: SweepSettings,
+    /// Top-level caches; a later layer replaces an earlier one's list.
+    pub caches: Sourced<Vec<CacheSpec>>,
 }
 
 /// What the loader reads besides files: the environment, passed in so tests can control it.
@@ -518,6 +535,7 @@ impl Config {
             routing: Routing::default(),
             forced_profile: None,
             sweep: SweepSettings::default(),
+            caches: Sourced::default_value(Vec::new()),
         };
         if let Some((path, explicit)) = user_config_path(env)
             && let Some(file) = read_file(&path, explicit)?
@@ -573,6 +591,18 @@ impl Config {
                 .entry(name.clone())
                 .or_default()
                 .apply(layer, &source);
+        }
+        if let Some(caches) = file.caches {
+            check_caches(&caches, &origin, "caches")?;
+            self.caches = Sourced {
+                value: caches,
+                source: source.clone(),
+            };
+        }
+        for (name, layer) in &file.profiles {
+            if let Some(caches) = &layer.caches {
+                check_caches(caches, &origin, &format!("profiles.{name}.caches"))?;
+            }
         }
         if let Some(sweep) = file.sweep {
             let sourced = |value| Sourced {
@@ -815,6 +845,13 @@ impl Config {
                 rows.push((format!("profiles.{name}.{key}"), value, source.clone()));
             }
         }
+        if !self.caches.value.is_empty() {
+            rows.push((
+                "caches".into(),
+                cache_names(&self.caches.value),
+                self.caches.source.clone(),
+            ));
+        }
         let sweep = &self.sweep;
         let max_age = sweep.max_age.value.map(|d| d.to_string());
         for (key, value, source) in [
@@ -884,6 +921,29 @@ fn env_layers(layer: &ProfileLayer) -> Vec<(&'static str, ProfileLayer)> {
     one!(timeout, "PADDOCK_TIMEOUT");
     one!(kill_policy, "PADDOCK_KILL_POLICY");
     out
+}
+
+fn check_caches(caches: &[CacheSpec], origin: &str, key: &str) -> Result<(), ConfigError> {
+    for (i, spec) in caches.iter().enumerate() {
+        spec.resolve().map_err(|e| ConfigError::Value {
+            origin: origin.to_string(),
+            key: format!("{key}[{i}]"),
+            message: e.to_string(),
+        })?;
+    }
+    Ok(())
+}
+
+fn cache_names(caches: &[CacheSpec]) -> String {
+    caches
+        .iter()
+        .map(|c| {
+            c.resolve()
+                .map(|(name, s)| format!("{name} ({s})"))
+                .unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn source_origin(source: &Source) -> String {

@@ -33,6 +33,8 @@ pub enum Error {
     Job(#[from] JobError),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
     #[error("invalid branch name `{branch}` (from template `{template}`)")]
     InvalidBranch { branch: String, template: String },
     #[error("branch `{branch}` already exists in `{repo}`")]
@@ -120,6 +122,7 @@ pub struct JobView {
     pub exit_code: Option<i64>,
     pub oom_killed: bool,
     pub limits: Limits,
+    pub caches: Vec<crate::cache::JobCache>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -143,6 +146,7 @@ impl From<&JobRecord> for JobView {
             exit_code: record.exit_code,
             oom_killed: record.oom_killed,
             limits: record.limits.clone(),
+            caches: record.caches.clone(),
         }
     }
 }
@@ -343,11 +347,19 @@ impl Paddock {
             oom_killed: false,
             oom_kills: 0,
             owner: crate::job::ProcessId::current(),
+            caches: Vec::new(),
         };
+        let cache_specs: Vec<crate::cache::CacheSpec> = config
+            .caches
+            .value
+            .iter()
+            .chain(profile.caches.value.iter())
+            .cloned()
+            .collect();
         // The exclusive write reserves the id: of two creators of one id, one fails here
         // before touching git.
         self.store.create(&record)?;
-        match self.build(&repo, &mut record).await {
+        match self.build(&repo, &mut record, &cache_specs).await {
             Ok(()) => Ok(Created {
                 record,
                 warning: runtime.warning,
@@ -362,7 +374,12 @@ impl Paddock {
     }
 
     /// The steps of `create` after the id is reserved; any error here is rolled back.
-    async fn build(&self, repo: &GitRepo, record: &mut JobRecord) -> Result<()> {
+    async fn build(
+        &self,
+        repo: &GitRepo,
+        record: &mut JobRecord,
+        cache_specs: &[crate::cache::CacheSpec],
+    ) -> Result<()> {
         crash_point("reserved");
         self.home
             .register_repo(&record.repo_key, &repo.root, &repo.common_dir)?;
@@ -382,6 +399,18 @@ impl Paddock {
         crash_point("recorded");
         worktree.checkout().await?;
         crash_point("checked-out");
+        if !cache_specs.is_empty() {
+            record.caches = crate::cache::place(
+                &self.home.caches_dir(),
+                &record.repo_key,
+                &record.worktree,
+                cache_specs,
+                record.runtime.uses_docker(),
+            )?;
+            repo.add_excludes(&crate::cache::exclude_patterns(&record.caches))
+                .await?;
+            self.store.save(record)?;
+        }
         record.container_id = runtime::start(&self.home, record).await?;
         crash_point("started");
         record.transition(JobState::Ready, Utc::now())?;
@@ -519,6 +548,7 @@ impl Paddock {
         }
 
         runtime::destroy(&self.home, &record).await?;
+        promote_copied_caches(&record);
         self.remove_checkout(&repo, &record).await?;
 
         let tip = repo
@@ -553,6 +583,49 @@ impl Paddock {
 }
 
 impl Paddock {
+    /// Every cache entry with its size, last use and the jobs using it.
+    pub fn cache_entries(&self) -> Result<Vec<crate::cache::EntryInfo>> {
+        let (records, _) = self.store.list()?;
+        let mut users: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
+        for record in &records {
+            for cache in &record.caches {
+                users
+                    .entry(cache.entry.clone())
+                    .or_default()
+                    .push(record.id.to_string());
+            }
+        }
+        Ok(crate::cache::list_entries(&self.home.caches_dir(), &users))
+    }
+
+    /// Removes entries no live job uses and that were last used more than `unused_for` ago.
+    pub fn cache_prune(
+        &self,
+        unused_for: std::time::Duration,
+        dry_run: bool,
+    ) -> Result<(Vec<crate::cache::EntryInfo>, Vec<crate::cache::EntryInfo>)> {
+        let now = Utc::now();
+        let (mut pruned, mut kept) = (Vec::new(), Vec::new());
+        for entry in self.cache_entries()? {
+            let idle = entry
+                .last_used_at
+                .map(|t| (now - t).to_std().unwrap_or_default())
+                .unwrap_or(std::time::Duration::MAX);
+            if entry.jobs.is_empty() && idle >= unused_for {
+                if !dry_run {
+                    crate::cache::remove_entry(&entry).map_err(|source| Error::RemoveDir {
+                        path: entry.path.clone(),
+                        source,
+                    })?;
+                }
+                pruned.push(entry);
+            } else {
+                kept.push(entry);
+            }
+        }
+        Ok((pruned, kept))
+    }
+
     /// Runs a command in a job: the job becomes `running`, then `exited` or `timed-out` (or
     /// `failed` when paddock itself could not run it). Output goes to `sink` as it comes and
     /// to the job's output log; every exec is appended to the audit log.
@@ -770,6 +843,32 @@ impl Paddock {
     pub fn output_log(&self, id: &str) -> Result<PathBuf> {
         let record = self.load(id)?;
         Ok(self.home.logs_dir(&record.id).join("output.log"))
+    }
+}
+
+/// A `copy` cache whose entry is still empty is filled from the first job that populated its
+/// copy, so later jobs start from it. (A rename when on one filesystem.)
+fn promote_copied_caches(record: &JobRecord) {
+    for cache in &record.caches {
+        let (crate::cache::Strategy::Copy, Some(path)) = (cache.strategy, &cache.path) else {
+            continue;
+        };
+        let copy = record.worktree.join(path);
+        let entry_empty = std::fs::read_dir(&cache.entry).is_ok_and(|mut d| d.next().is_none());
+        let copy_has_content = std::fs::symlink_metadata(&copy).is_ok_and(|m| m.is_dir())
+            && std::fs::read_dir(&copy).is_ok_and(|mut d| d.next().is_some());
+        if entry_empty && copy_has_content {
+            let staging = cache
+                .entry
+                .with_extension(format!("promote-{}", crate::job::random_hex(6)));
+            let moved = std::fs::rename(&copy, &staging)
+                .or_else(|_| crate::cache::copy_tree(&copy, &staging));
+            if moved.is_ok() && std::fs::remove_dir(&cache.entry).is_ok() {
+                let _ = std::fs::rename(&staging, &cache.entry);
+            } else {
+                let _ = std::fs::remove_dir_all(&staging);
+            }
+        }
     }
 }
 

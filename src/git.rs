@@ -503,6 +503,43 @@ impl GitRepo {
         Ok(())
     }
 
+    /// Adds `patterns` to the repository's `info/exclude` (untracked, shared by its
+    /// worktrees) unless present, so cache links and copies never show in `git status` or get
+    /// staged by `git add -A`.
+    pub async fn add_excludes(&self, patterns: &[String]) -> Result<(), GitError> {
+        if patterns.is_empty() {
+            return Ok(());
+        }
+        let _lock = self.lock().await?;
+        let path = self.common_dir.join("info").join("exclude");
+        let current = std::fs::read_to_string(&path).unwrap_or_default();
+        let missing: Vec<&String> = patterns
+            .iter()
+            .filter(|p| !current.lines().any(|l| l.trim() == p.as_str()))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut text = current;
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str("# paddock: dependency caches linked into job worktrees\n");
+        for pattern in missing {
+            text.push_str(pattern);
+            text.push('\n');
+        }
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(self.common_dir.join("info"))?;
+            crate::store::write_atomic(&path, text.as_bytes(), false)
+        };
+        write().map_err(|e| GitError::Command {
+            args: "info/exclude".into(),
+            dir: path.clone(),
+            stderr: e.to_string(),
+        })
+    }
+
     /// Drops admin entries of worktrees whose directory is gone.
     pub async fn prune_worktrees(&self) -> Result<(), GitError> {
         let _lock = self.lock().await?;

@@ -252,6 +252,9 @@ pub struct JobRecord {
     /// one that was killed.
     #[serde(default)]
     pub owner: Option<ProcessId>,
+    /// The job's dependency caches and their entries.
+    #[serde(default)]
+    pub caches: Vec<crate::cache::JobCache>,
 }
 
 /// A process, identified by pid and start time so a reused pid is not mistaken for it.

@@ -215,6 +215,11 @@ impl PaddockHome {
         self.root.join("worktrees")
     }
 
+    /// Where shared dependency cache entries live.
+    pub fn caches_dir(&self) -> PathBuf {
+        self.root.join("caches")
+    }
+
     pub fn logs_dir(&self, id: &JobId) -> PathBuf {
         self.root.join("logs").join(id.as_str())
     }

@@ -37,6 +37,7 @@ use tokio::time::sleep_until;
 
 use super::RuntimeError;
 use super::exec::{CappedOutput, ExecRequest, ExecResult, OutputSink, StreamKind};
+use crate::cache::Strategy;
 use crate::config::{KillPolicy, NetworkMode};
 use crate::job::{JobId, JobRecord, RuntimeKind, random_hex};
 use crate::store::{JobStore, PaddockHome};
@@ -241,6 +242,19 @@ fn job_mounts(record: &JobRecord) -> Result<Vec<Mount>, RuntimeError> {
             mounts.push(bind(&file, &file, true));
         }
     }
+    // Caches: a symlinked entry is mounted at its own path so the link resolves inside as
+    // outside; an env entry likewise; a mount entry at its place in the workspace.
+    for cache in &record.caches {
+        match (cache.strategy, &cache.path) {
+            (Strategy::Symlink | Strategy::Env, _) => {
+                mounts.push(bind(&cache.entry, &cache.entry, false));
+            }
+            (Strategy::Mount, Some(path)) => {
+                mounts.push(bind(&cache.entry, &workspace.join(path), cache.readonly));
+            }
+            _ => {}
+        }
+    }
     Ok(mounts)
 }
 
@@ -275,6 +289,18 @@ fn grant_agent_access(
         });
     }
     collect_tree(&record.git_common_dir.join("objects"), true, &mut paths)?;
+    for cache in &record.caches {
+        let shared = matches!(
+            cache.strategy,
+            Strategy::Symlink | Strategy::Env | Strategy::Mount
+        );
+        let owner = std::os::unix::fs::MetadataExt::uid(
+            &std::fs::symlink_metadata(&cache.entry).map_err(io_error(&cache.entry))?,
+        );
+        if shared && owner != uid {
+            collect_tree(&cache.entry, false, &mut paths)?;
+        }
+    }
     let (refs_dir, logs_dir) = branch_dirs(record);
     collect_tree(&refs_dir, false, &mut paths)?;
     collect_tree(&logs_dir, false, &mut paths)?;
@@ -319,6 +345,11 @@ fn container_body(
             env.push(format!("{key}={value}"));
         }
     }
+    env.extend(
+        crate::cache::env_vars(&record.caches)
+            .iter()
+            .map(|(k, v)| format!("{k}={v}")),
+    );
     env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
     let tmpfs_opts = |size: &str| format!("rw,nosuid,nodev,size={size},mode=1777");
     let memory = i64::try_from(limits.memory.0).unwrap_or(i64::MAX);

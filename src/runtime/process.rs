@@ -56,6 +56,7 @@ pub async fn exec(
         .env("GIT_COMMITTER_NAME", &name)
         .env("GIT_AUTHOR_EMAIL", &email)
         .env("GIT_COMMITTER_EMAIL", &email)
+        .envs(crate::cache::env_vars(&record.caches))
         .envs(&limits.env)
         .envs(&request.env)
         .env("PADDOCK_JOB_ID", record.id.as_str())
