@@ -159,6 +159,18 @@ pub enum Command {
         /// How often to sweep (default: config `sweep.interval`, 5m).
         #[arg(long)]
         sweep_interval: Option<HumanDuration>,
+        /// The Unix socket to listen on (default: $PADDOCK_HOME/paddock.sock, mode 0600).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Also listen on TCP (e.g. 127.0.0.1:7777); requires --token-file.
+        #[arg(long)]
+        listen: Option<String>,
+        /// File holding the bearer token TCP clients must send.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// Creates allowed at once; more wait up to 30s, then get 503 with Retry-After.
+        #[arg(long, default_value_t = 8)]
+        max_concurrent_creates: usize,
         #[command(flatten)]
         sweep: SweepArgs,
     },
@@ -743,16 +755,23 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
         }
         Command::Serve {
             sweep_interval,
+            socket,
+            listen,
+            token_file,
+            max_concurrent_creates,
             sweep,
         } => {
             let config = paddock.config(None)?;
             let options = crate::serve::ServeOptions {
                 sweep_interval: sweep_interval.unwrap_or(config.sweep.interval.value).0,
                 sweep: sweep.options(&config, true),
+                socket,
+                listen,
+                token_file,
+                max_concurrent_creates,
+                shutdown_grace: std::time::Duration::from_secs(30),
             };
-            // The daemon owns the engine for its lifetime.
-            let engine = std::sync::Arc::new(Paddock::from_env()?);
-            crate::serve::serve(engine, options).await?;
+            crate::serve::serve(options).await?;
         }
         Command::Config {
             command: ConfigCommand::Show { repo, json },
@@ -1046,6 +1065,7 @@ pub fn classify(error: &Error) -> (i32, Option<String>) {
         Error::NotOurs { .. } => (exit::REFUSED, None),
         Error::RemoveDir { .. } | Error::Log { .. } => (exit::INTERNAL, None),
         Error::NotRunnable { .. } => (exit::CONFLICT, None),
+        Error::Serve { .. } => (exit::INVALID_INPUT, None),
         Error::Cache(crate::cache::CacheError::Io { .. }) => (exit::INTERNAL, None),
         Error::Cache(_) => (
             exit::REFUSED,

@@ -58,6 +58,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("paddock serve: {message}")]
+    Serve { message: String },
     #[error("failed to remove `{path}`")]
     RemoveDir {
         path: PathBuf,
@@ -221,11 +223,25 @@ pub struct Created {
     pub warning: Option<String>,
 }
 
+/// Something that happened, for subscribers (`GET /v1/events`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// `job.created`, `job.state`, `exec.finished`, `job.removed` or `sweep.done`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub job: Option<String>,
+    pub state: Option<JobState>,
+    pub at: DateTime<Utc>,
+    /// Kind-specific details (the exec's exit code, the sweep's counts).
+    pub detail: serde_json::Value,
+}
+
 /// The engine over one state root.
 pub struct Paddock {
     home: PaddockHome,
     store: JobStore,
     env: Box<dyn EnvLookup + Send + Sync>,
+    events: Option<tokio::sync::broadcast::Sender<Event>>,
 }
 
 impl Paddock {
@@ -237,7 +253,37 @@ impl Paddock {
     pub fn with_env(env: Box<dyn EnvLookup + Send + Sync>) -> Result<Paddock> {
         let home = PaddockHome::open(env.as_ref())?;
         let store = home.store();
-        Ok(Paddock { home, store, env })
+        Ok(Paddock {
+            home,
+            store,
+            env,
+            events: None,
+        })
+    }
+
+    /// Publishes events of every operation to `events` (the daemon's event stream).
+    pub fn with_events(mut self, events: tokio::sync::broadcast::Sender<Event>) -> Paddock {
+        self.events = Some(events);
+        self
+    }
+
+    /// Sends an event to subscribers, if anyone listens.
+    pub fn emit(
+        &self,
+        kind: &'static str,
+        job: Option<&JobId>,
+        state: Option<JobState>,
+        detail: serde_json::Value,
+    ) {
+        if let Some(events) = &self.events {
+            let _ = events.send(Event {
+                kind,
+                job: job.map(ToString::to_string),
+                state,
+                at: Utc::now(),
+                detail,
+            });
+        }
     }
 
     pub fn home(&self) -> &PaddockHome {
@@ -360,10 +406,21 @@ impl Paddock {
         // before touching git.
         self.store.create(&record)?;
         match self.build(&repo, &mut record, &cache_specs).await {
-            Ok(()) => Ok(Created {
-                record,
-                warning: runtime.warning,
-            }),
+            Ok(()) => {
+                self.emit(
+                    "job.created",
+                    Some(&record.id),
+                    Some(record.state),
+                    serde_json::json!({
+                        "branch": record.branch,
+                        "runtime": record.runtime.to_string(),
+                    }),
+                );
+                Ok(Created {
+                    record,
+                    warning: runtime.warning,
+                })
+            }
             Err(error) => {
                 if let Err(cleanup) = self.rollback(&repo, &record).await {
                     tracing::warn!(job = %record.id, error = %cleanup, "rollback after a failed create was incomplete");
@@ -571,6 +628,12 @@ impl Paddock {
         }
         let _ = std::fs::remove_file(self.home.worktree_marker(&record.repo_key, &record.id));
         self.store.remove(&record.id)?;
+        self.emit(
+            "job.removed",
+            Some(&record.id),
+            Some(JobState::Removed),
+            serde_json::json!({ "branch_kept": tip.is_some() && !delete, "wip_commit": wip_commit }),
+        );
         Ok(RemoveReport {
             id: record.id.clone(),
             branch: record.branch.clone(),
@@ -656,6 +719,12 @@ impl Paddock {
             .store
             .update(&record.id, |r| r.transition(JobState::Running, started_at))?;
         moved?;
+        self.emit(
+            "job.state",
+            Some(&record.id),
+            Some(JobState::Running),
+            serde_json::Value::Null,
+        );
         let log_dir = self.home.logs_dir(&record.id);
         let output_log = log_dir.join("output.log");
         let log = std::fs::create_dir_all(&log_dir)
@@ -743,6 +812,18 @@ impl Paddock {
             error: outcome.as_ref().err().map(ToString::to_string),
         };
         self.append_audit(&record.id, &entry)?;
+        self.emit(
+            "exec.finished",
+            Some(&record.id),
+            Some(state),
+            serde_json::json!({
+                "command": options.cmd,
+                "exit_code": exit_code,
+                "timed_out": entry.timed_out,
+                "oom_killed": oom_killed,
+                "duration_ms": entry.duration_ms,
+            }),
+        );
         Ok(outcome?.result)
     }
 

@@ -27,6 +27,15 @@ pub struct ServeOptions {
     pub sweep_interval: Duration,
     /// The sweep settings (staleness, branch policy); `now` is refreshed on every sweep.
     pub sweep: SweepOptions,
+    /// The Unix socket (default `$PADDOCK_HOME/paddock.sock`).
+    pub socket: Option<PathBuf>,
+    /// A TCP address, only together with `token_file`.
+    pub listen: Option<String>,
+    pub token_file: Option<PathBuf>,
+    /// Creates running at once; more wait, then get 503.
+    pub max_concurrent_creates: usize,
+    /// How long in-flight requests may finish after SIGTERM.
+    pub shutdown_grace: Duration,
 }
 
 /// Starts the activity watcher on the worktree root. Returns the watcher (dropping it stops
@@ -74,19 +83,111 @@ fn job_of(root: &std::path::Path, path: &std::path::Path) -> Option<JobId> {
     JobId::parse(id).ok()
 }
 
-/// Runs until SIGTERM or Ctrl-C: the watcher, a flush of activity every two seconds and a
-/// sweep every interval.
-pub async fn serve(paddock: Arc<Paddock>, options: ServeOptions) -> Result<()> {
+fn serve_error(message: impl Into<String>) -> crate::engine::Error {
+    crate::engine::Error::Serve {
+        message: message.into(),
+    }
+}
+
+/// Binds the Unix socket, replacing a stale socket file no daemon answers on, mode 0600.
+async fn bind_socket(path: &std::path::Path) -> Result<tokio::net::UnixListener> {
+    if path.exists() {
+        if tokio::net::UnixStream::connect(path).await.is_ok() {
+            return Err(serve_error(format!(
+                "another daemon is listening on `{}`",
+                path.display()
+            )));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let listener = tokio::net::UnixListener::bind(path)
+        .map_err(|e| serve_error(format!("cannot bind `{}`: {e}", path.display())))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| serve_error(format!("cannot restrict `{}`: {e}", path.display())))?;
+    Ok(listener)
+}
+
+/// Runs until SIGTERM or Ctrl-C: the HTTP API, the activity watcher, a flush of activity
+/// every two seconds and a sweep every interval (the first at start, which adopts and
+/// reconciles whatever earlier runs left). On SIGTERM it stops accepting, lets requests in
+/// flight finish within `shutdown_grace`, and leaves job containers running.
+pub async fn serve(options: ServeOptions) -> Result<()> {
+    // Refuse a TCP listener without a token before anything else happens.
+    let token = match (&options.listen, &options.token_file) {
+        (Some(_), None) => {
+            return Err(serve_error(
+                "--listen needs --token-file: a TCP API without a bearer token is refused",
+            ));
+        }
+        (_, Some(file)) => {
+            let token = std::fs::read_to_string(file)
+                .map_err(|e| {
+                    serve_error(format!("cannot read token file `{}`: {e}", file.display()))
+                })?
+                .trim()
+                .to_string();
+            if token.len() < 16 {
+                return Err(serve_error(format!(
+                    "the token in `{}` is shorter than 16 characters",
+                    file.display()
+                )));
+            }
+            Some(token)
+        }
+        (None, None) => None,
+    };
+    let (events, _) = tokio::sync::broadcast::channel(4096);
+    let paddock = Arc::new(Paddock::from_env()?.with_events(events.clone()));
+    let socket = options
+        .socket
+        .clone()
+        .unwrap_or_else(|| paddock.home().root().join("paddock.sock"));
+    let unix = bind_socket(&socket).await?;
+    let tcp = match &options.listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| serve_error(format!("cannot listen on `{addr}`: {e}")))?,
+        ),
+        None => None,
+    };
+    let state = crate::api::ApiState::new(
+        paddock.clone(),
+        events,
+        options.max_concurrent_creates,
+        options.sweep.clone(),
+        None,
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let shutdown = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let mut servers = Vec::new();
+    let app = crate::api::router(state.clone());
+    servers.push(tokio::spawn(
+        axum::serve(unix, app)
+            .with_graceful_shutdown(shutdown(stop_rx.clone()))
+            .into_future(),
+    ));
+    if let Some(tcp) = tcp {
+        let mut tcp_state = state.clone();
+        tcp_state.require_token(token.clone());
+        let app = crate::api::router(tcp_state);
+        servers.push(tokio::spawn(
+            axum::serve(tcp, app)
+                .with_graceful_shutdown(shutdown(stop_rx.clone()))
+                .into_future(),
+        ));
+    }
+
     let (_watcher, mut activity) = watch_activity(&paddock)?;
     let mut touched: BTreeSet<JobId> = BTreeSet::new();
     let mut flush = tokio::time::interval(ACTIVITY_FLUSH);
     let mut sweep = tokio::time::interval(options.sweep_interval);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|source| crate::store::StoreError::Io {
-        path: PathBuf::from("SIGTERM"),
-        source,
-    })?;
-    tracing::info!(home = %paddock.home().root().display(), "paddock serve: watching worktrees");
+        .map_err(|e| serve_error(format!("cannot handle SIGTERM: {e}")))?;
+    eprintln!("paddock serve: listening on {}", socket.display());
     loop {
         tokio::select! {
             Some(id) = activity.recv() => {
@@ -106,11 +207,10 @@ pub async fn serve(paddock: Arc<Paddock>, options: ServeOptions) -> Result<()> {
                 let mut sweep_options = options.sweep.clone();
                 sweep_options.now = chrono::Utc::now();
                 match paddock.sweep(&sweep_options).await {
-                    Ok(report) => tracing::info!(
-                        removed = report.removed.len(),
-                        errors = report.errors.len(),
-                        "sweep done"
-                    ),
+                    Ok(report) => {
+                        state.record_sweep(report.removed.len());
+                        tracing::info!(removed = report.removed.len(), errors = report.errors.len(), "sweep done");
+                    }
                     Err(error) => tracing::warn!(%error, "sweep failed"),
                 }
             }
@@ -118,6 +218,20 @@ pub async fn serve(paddock: Arc<Paddock>, options: ServeOptions) -> Result<()> {
             _ = terminate.recv() => break,
         }
     }
-    tracing::info!("paddock serve: stopping; job containers keep running");
+    eprintln!(
+        "paddock serve: stopping; requests in flight get {:?}; job containers keep running",
+        options.shutdown_grace
+    );
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(options.shutdown_grace, async {
+        for server in servers {
+            let _ = server.await;
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("requests still in flight after the grace period were dropped");
+    }
+    let _ = std::fs::remove_file(&socket);
     Ok(())
 }

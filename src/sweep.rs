@@ -249,6 +249,17 @@ impl Paddock {
         self.reap_orphan_worktrees(options, &mut report).await;
         self.prune_git_worktrees(options, &mut report).await;
         self.clear_stale_index_locks(options, &mut report);
+        self.emit(
+            "sweep.done",
+            None,
+            None,
+            serde_json::json!({
+                "dry_run": options.dry_run,
+                "removed": report.removed.len(),
+                "kept": report.kept.len(),
+                "errors": report.errors.len(),
+            }),
+        );
         Ok(report)
     }
 

@@ -1,0 +1,609 @@
+//! paddock against the raw tools it wraps, measured side by side in one run so machine noise
+//! hits both: `cargo bench --bench paddock` (see docs/BENCHMARKS.md).
+//!
+//! Every comparison interleaves paddock and its baseline run by run and reports medians and
+//! p95 over at least 5 runs. Results go to `target/bench/results.json` and
+//! `docs/BENCHMARKS.md`. Set `PADDOCK_BENCH_QUICK=1` for a smoke run (5,000-file repo only),
+//! `PADDOCK_BENCH_REPO=/path` to add a repository of your own.
+
+#[path = "../fixtures/mod.rs"]
+mod fixtures;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fixtures::{FixtureRepo, TestHome, git, test_image};
+use serde_json::{Value, json};
+
+const RUNS: usize = 7;
+
+fn median(samples: &[f64]) -> f64 {
+    percentile(samples, 0.5)
+}
+
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(|a, b| a.partial_cmp(b).expect("timings are numbers"));
+    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[rank]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn run(cmd: &mut Command) -> String {
+    let output = cmd.stdin(Stdio::null()).output().expect("command runs");
+    assert!(
+        output.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+fn timed(cmd: &mut Command) -> (Duration, String) {
+    let started = Instant::now();
+    let out = run(cmd);
+    (started.elapsed(), out)
+}
+
+/// One row of the results table.
+struct Row {
+    name: String,
+    paddock: Vec<f64>,
+    baseline: Option<Vec<f64>>,
+    unit: &'static str,
+    target: String,
+    met: bool,
+    note: String,
+}
+
+impl Row {
+    fn json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "unit": self.unit,
+            "paddock": {"median": median(&self.paddock), "p95": percentile(&self.paddock, 0.95), "samples": self.paddock},
+            "baseline": self.baseline.as_ref().map(|b| json!({"median": median(b), "p95": percentile(b, 0.95), "samples": b})),
+            "ratio": self.baseline.as_ref().map(|b| median(&self.paddock) / median(b)),
+            "target": self.target,
+            "met": self.met,
+            "note": self.note,
+        })
+    }
+
+    fn markdown(&self) -> String {
+        let fmt = |v: f64| {
+            if self.unit == "ms" {
+                format!("{v:.0} ms")
+            } else {
+                format!("{v:.1} {}", self.unit)
+            }
+        };
+        let (base, ratio) = match &self.baseline {
+            Some(b) => (
+                format!("{} / {}", fmt(median(b)), fmt(percentile(b, 0.95))),
+                format!("{:.2}×", median(&self.paddock) / median(b)),
+            ),
+            None => ("–".into(), "–".into()),
+        };
+        format!(
+            "| {} | {} / {} | {} | {} | {} | {} |",
+            self.name,
+            fmt(median(&self.paddock)),
+            fmt(percentile(&self.paddock, 0.95)),
+            base,
+            ratio,
+            self.target,
+            if self.met { "met" } else { "**missed**" },
+        )
+    }
+}
+
+fn docker_ok() -> bool {
+    std::env::var("PADDOCK_SKIP_DOCKER_TESTS").as_deref() != Ok("1")
+        && Command::new("docker")
+            .args(["image", "inspect", &test_image()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+/// `git worktree add -b` as a user would type it.
+fn raw_worktree(repo: &Path, dir: &Path, branch: &str) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.args([
+        "-c",
+        "checkout.workers=0",
+        "worktree",
+        "add",
+        "-q",
+        "-b",
+        branch,
+    ])
+    .arg(dir)
+    .arg("HEAD")
+    .current_dir(repo);
+    cmd
+}
+
+fn cleanup_raw(repo: &Path, dir: &Path, branch: &str) {
+    let _ = Command::new("git")
+        .args(["worktree", "remove", "--force", "--force"])
+        .arg(dir)
+        .current_dir(repo)
+        .output();
+    let _ = Command::new("git")
+        .args(["branch", "-D", branch])
+        .current_dir(repo)
+        .output();
+}
+
+/// The same mounts and limits as a paddock job container, through the docker CLI.
+fn raw_docker_run(name: &str, worktree: &Path, common: &Path) -> Command {
+    let admin = std::fs::read_to_string(worktree.join(".git")).expect("a worktree has a .git file");
+    let admin = admin.trim().trim_start_matches("gitdir: ").to_string();
+    let mut cmd = Command::new("docker");
+    cmd.args(["run", "-d", "--name", name, "--init", "--read-only"])
+        .args(["--tmpfs", "/tmp:rw,nosuid,nodev,size=512m,mode=1777"])
+        .args(["--tmpfs", "/home/agent:rw,nosuid,nodev,size=256m,mode=1777"])
+        .args([
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            "--network",
+            "none",
+        ])
+        .args([
+            "--memory",
+            "2g",
+            "--memory-swap",
+            "2g",
+            "--cpus",
+            "2",
+            "--pids-limit",
+            "512",
+        ])
+        .args(["-u", "1000:1000", "-w", "/workspace"])
+        .args(["-v", &format!("{}:/workspace", worktree.display())])
+        .args([
+            "-v",
+            &format!("{}:{}:ro", common.display(), common.display()),
+        ])
+        .args(["-v", &format!("{0}/objects:{0}/objects", common.display())])
+        .args(["-v", &format!("{admin}:{admin}")])
+        .arg(test_image());
+    cmd
+}
+
+fn cold_ready_docker(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
+    let home = TestHome::new();
+    let common = repo.path().join(".git").canonicalize().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let path = repo.path().display().to_string();
+    let image = test_image();
+    for i in 0..RUNS {
+        // paddock: create (branch, worktree, container) + first successful exec.
+        let started = Instant::now();
+        let job: Value = serde_json::from_str(&run(&mut home.cmd(&[
+            "create",
+            "--repo",
+            &path,
+            "--task",
+            &format!("bench-{i}"),
+            "--runtime",
+            "docker",
+            "--image",
+            &image,
+            "--json",
+        ])))
+        .unwrap();
+        let id = job["id"].as_str().unwrap().to_string();
+        run(&mut home.cmd(&["exec", &id, "--", "true"]));
+        ours.push(ms(started.elapsed()));
+        run(&mut home.cmd(&["rm", &id]));
+
+        // baseline: git worktree add -b + docker run -d (same mounts, limits) + docker exec true.
+        let dir = scratch.path().join(format!("raw-{i}"));
+        let branch = format!("raw/bench-{i}");
+        let name = format!("paddock-bench-raw-{i}-{}", std::process::id());
+        let started = Instant::now();
+        run(&mut raw_worktree(repo.path(), &dir, &branch));
+        run(&mut raw_docker_run(&name, &dir, &common));
+        run(Command::new("docker").args(["exec", &name, "true"]));
+        theirs.push(ms(started.elapsed()));
+        let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+        cleanup_raw(repo.path(), &dir, &branch);
+    }
+    let ratio = median(&ours) / median(&theirs);
+    rows.push(Row {
+        name: format!("cold job ready, Docker ({label})"),
+        paddock: ours,
+        baseline: Some(theirs),
+        unit: "ms",
+        target: "≤ 1.10 × baseline".into(),
+        met: ratio <= 1.10,
+        note:
+            "paddock create + exec true vs git worktree add -b + docker run -d + docker exec true"
+                .into(),
+    });
+}
+
+fn process_create(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
+    let home = TestHome::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let path = repo.path().display().to_string();
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for i in 0..RUNS {
+        let (elapsed, out) = timed(&mut home.cmd(&[
+            "create",
+            "--repo",
+            &path,
+            "--task",
+            &format!("proc-{i}"),
+            "--runtime",
+            "process",
+            "--json",
+        ]));
+        ours.push(ms(elapsed));
+        let id = serde_json::from_str::<Value>(&out).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        run(&mut home.cmd(&["rm", &id]));
+
+        let dir = scratch.path().join(format!("raw-{i}"));
+        let branch = format!("raw/proc-{i}");
+        let (elapsed, _) = timed(&mut raw_worktree(repo.path(), &dir, &branch));
+        theirs.push(ms(elapsed));
+        cleanup_raw(repo.path(), &dir, &branch);
+    }
+    let ratio = median(&ours) / median(&theirs);
+    rows.push(Row {
+        name: format!("process runtime create ({label})"),
+        paddock: ours,
+        baseline: Some(theirs),
+        unit: "ms",
+        target: "≤ 1.10 × git worktree add".into(),
+        met: ratio <= 1.10,
+        note: "paddock create --runtime process vs git worktree add -b".into(),
+    });
+}
+
+fn parallel_creates(repo: &FixtureRepo, rows: &mut Vec<Row>) {
+    let path = repo.path().display().to_string();
+    let (mut parallel, mut sequential) = (Vec::new(), Vec::new());
+    let mut failures = 0;
+    for round in 0..5 {
+        let home = TestHome::new();
+        let started = Instant::now();
+        let children: Vec<_> = (0..16)
+            .map(|i| {
+                home.cmd(&[
+                    "create",
+                    "--repo",
+                    &path,
+                    "--task",
+                    &format!("par-{round}-{i}"),
+                    "--runtime",
+                    "process",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+            })
+            .collect();
+        for mut child in children {
+            if !child.wait().unwrap().success() {
+                failures += 1;
+            }
+        }
+        parallel.push(ms(started.elapsed()));
+        remove_all(&home);
+
+        let home = TestHome::new();
+        let started = Instant::now();
+        for i in 0..16 {
+            let ok = home
+                .cmd(&[
+                    "create",
+                    "--repo",
+                    &path,
+                    "--task",
+                    &format!("seq-{round}-{i}"),
+                    "--runtime",
+                    "process",
+                ])
+                .output()
+                .unwrap()
+                .status
+                .success();
+            if !ok {
+                failures += 1;
+            }
+        }
+        sequential.push(ms(started.elapsed()));
+        remove_all(&home);
+    }
+    let met = failures == 0 && median(&parallel) <= median(&sequential);
+    rows.push(Row {
+        name: "16 parallel creates (wall time)".into(),
+        paddock: parallel,
+        baseline: Some(sequential),
+        unit: "ms",
+        target: "0 failures; ≤ 16 sequential".into(),
+        met,
+        note: format!("{failures} failures; baseline = the same 16 creates one after another"),
+    });
+}
+
+fn remove_all(home: &TestHome) {
+    let jobs: Value = serde_json::from_str(&run(&mut home.cmd(&["ls", "--json"]))).unwrap();
+    for job in jobs.as_array().unwrap() {
+        run(&mut home.cmd(&["rm", "--delete-branch", job["id"].as_str().unwrap()]));
+    }
+}
+
+fn many_jobs(home: &TestHome, repo: &FixtureRepo, count: usize, prefix: &str) {
+    let path = repo.path().display().to_string();
+    for chunk in (0..count).collect::<Vec<_>>().chunks(8) {
+        let children: Vec<_> = chunk
+            .iter()
+            .map(|i| {
+                home.cmd(&[
+                    "create",
+                    "--repo",
+                    &path,
+                    "--task",
+                    &format!("{prefix}-{i}"),
+                    "--runtime",
+                    "process",
+                ])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+            })
+            .collect();
+        for mut child in children {
+            assert!(child.wait().unwrap().success());
+        }
+    }
+}
+
+fn ls_and_sweep(rows: &mut Vec<Row>) {
+    let repo = FixtureRepo::with_files(100, 200);
+    let home = TestHome::new();
+    many_jobs(&home, &repo, 200, "ls");
+    let mut samples = Vec::new();
+    for _ in 0..RUNS {
+        let (elapsed, out) = timed(&mut home.cmd(&["ls", "--json"]));
+        assert_eq!(
+            serde_json::from_str::<Value>(&out)
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .len(),
+            200
+        );
+        samples.push(ms(elapsed));
+    }
+    let met = median(&samples) <= 150.0;
+    rows.push(Row {
+        name: "ls --json, 200 jobs".into(),
+        paddock: samples,
+        baseline: None,
+        unit: "ms",
+        target: "≤ 150 ms".into(),
+        met,
+        note: String::new(),
+    });
+
+    // Sweep them all as stale: --now two hours ahead, so every job is idle.
+    let mut rates = Vec::new();
+    let mut round_home = home;
+    for round in 0..3 {
+        if round > 0 {
+            round_home = TestHome::new();
+            many_jobs(&round_home, &repo, 200, &format!("sw{round}"));
+        }
+        let later = (chrono::Utc::now() + chrono::TimeDelta::hours(2)).to_rfc3339();
+        let (elapsed, out) = timed(&mut round_home.cmd(&["sweep", "--json", "--now", &later]));
+        let report: Value = serde_json::from_str(&out).unwrap();
+        let removed = report["removed"].as_array().unwrap().len();
+        assert_eq!(removed, 200, "{report}");
+        rates.push(removed as f64 / elapsed.as_secs_f64());
+    }
+    let met = median(&rates) >= 10.0;
+    rows.push(Row {
+        name: "sweep of 200 stale jobs (process runtime)".into(),
+        paddock: rates,
+        baseline: None,
+        unit: "jobs/s",
+        target: "≥ 10 jobs/s".into(),
+        met,
+        note: "each removal: snapshot check, worktree remove, branch delete, record".into(),
+    });
+}
+
+fn rss_kib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn daemon_memory(rows: &mut Vec<Row>) {
+    let repo = FixtureRepo::with_files(100, 200);
+    let home = TestHome::new();
+    let serve = |home: &TestHome| {
+        home.cmd(&["serve", "--sweep-interval", "10s", "--idle", "100h"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut idle = Vec::new();
+    let mut daemon = serve(&home);
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(600));
+        idle.push(rss_kib(daemon.id()) / 1024.0);
+    }
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    many_jobs(&home, &repo, 100, "mem");
+    let mut loaded = Vec::new();
+    let mut daemon = serve(&home);
+    std::thread::sleep(Duration::from_secs(1));
+    // Activity in every worktree, and at least one sweep over the 100 jobs.
+    for entry in std::fs::read_dir(home.root().join("worktrees"))
+        .unwrap()
+        .flatten()
+    {
+        for job in std::fs::read_dir(entry.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+        {
+            std::fs::write(job.path().join("touched.txt"), "x").unwrap();
+        }
+    }
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_secs(3));
+        loaded.push(rss_kib(daemon.id()) / 1024.0);
+    }
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let met = median(&idle) <= 30.0;
+    rows.push(Row {
+        name: "serve resident memory, idle".into(),
+        paddock: idle,
+        baseline: None,
+        unit: "MB",
+        target: "≤ 30 MB".into(),
+        met,
+        note: "VmRSS".into(),
+    });
+    let met = median(&loaded) <= 60.0;
+    rows.push(Row {
+        name: "serve resident memory, 100 jobs (watching, sweeping)".into(),
+        paddock: loaded,
+        baseline: None,
+        unit: "MB",
+        target: "≤ 60 MB".into(),
+        met,
+        note: "VmRSS while the watcher covers 100 worktrees and sweeps run".into(),
+    });
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .nth(1)
+        .and_then(|k| k.parse::<u64>().ok())
+        .map(|k| k / 1024 / 1024)
+        .unwrap_or(0);
+    let docker = Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let git = run(Command::new("git").arg("--version"));
+    format!("{cpus} CPUs, {mem} GiB RAM, Docker {docker}, {git}")
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else to parse.
+    let quick = std::env::var("PADDOCK_BENCH_QUICK").as_deref() == Ok("1");
+    let mut rows = Vec::new();
+    eprintln!("generating the 5,000-file fixture repository");
+    let small = FixtureRepo::with_files(5_000, 2_000);
+    let large = (!quick).then(|| {
+        eprintln!("generating the 50,000-file fixture repository");
+        FixtureRepo::with_files(50_000, 2_000)
+    });
+    let extra = std::env::var("PADDOCK_BENCH_REPO").ok().map(PathBuf::from);
+    let mut repos: Vec<(&FixtureRepo, String)> = vec![(&small, "5,000 files".into())];
+    if let Some(large) = &large {
+        repos.push((large, "50,000 files".into()));
+    }
+    let docker = docker_ok();
+    for (repo, label) in &repos {
+        eprintln!("process runtime create, {label}");
+        process_create(repo, label, &mut rows);
+        if docker {
+            eprintln!("cold job ready, {label}");
+            cold_ready_docker(repo, label, &mut rows);
+        }
+    }
+    if let Some(path) = extra {
+        eprintln!("your repository: {}", path.display());
+        let copy = FixtureRepo {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        git(
+            copy.path(),
+            &["clone", "-q", "--no-hardlinks", path.to_str().unwrap(), "."],
+        );
+        process_create(&copy, &format!("{}", path.display()), &mut rows);
+    }
+    eprintln!("16 parallel creates");
+    parallel_creates(&small, &mut rows);
+    eprintln!("ls and sweep with 200 jobs");
+    ls_and_sweep(&mut rows);
+    eprintln!("daemon memory");
+    daemon_memory(&mut rows);
+
+    let results = json!({
+        "machine": machine(),
+        "command": "cargo bench --bench paddock",
+        "runs": RUNS,
+        "date": chrono::Utc::now().to_rfc3339(),
+        "results": rows.iter().map(Row::json).collect::<Vec<_>>(),
+    });
+    let out_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    std::fs::write(
+        out_dir.join("results.json"),
+        serde_json::to_vec_pretty(&results).unwrap(),
+    )
+    .unwrap();
+    let mut table = String::from(
+        "| measurement | paddock median / p95 | baseline median / p95 | ratio | target | |\n|---|---|---|---|---|---|\n",
+    );
+    for row in &rows {
+        table.push_str(&row.markdown());
+        table.push('\n');
+    }
+    println!("{table}");
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/BENCHMARKS.md");
+    if let Ok(text) = std::fs::read_to_string(&doc)
+        && let (Some(start), Some(end)) = (
+            text.find("<!-- results -->"),
+            text.find("<!-- /results -->"),
+        )
+    {
+        let updated = format!(
+            "{}<!-- results -->\nMachine: {}. Date: {}. Runs per measurement: {RUNS} (5 rounds for the parallel and 3 for the sweep row), paddock and baseline interleaved.\n\n{table}{}",
+            &text[..start],
+            results["machine"].as_str().unwrap_or_default(),
+            results["date"].as_str().unwrap_or_default(),
+            &text[end..]
+        );
+        std::fs::write(&doc, updated).unwrap();
+    }
+}

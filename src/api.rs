@@ -1,0 +1,607 @@
+//! The HTTP/JSON API of `paddock serve`, for orchestrators: axum on a Unix socket (mode 0600)
+//! or, with `--listen` and a bearer token, on TCP.
+//!
+//! Every handler calls the same [`Paddock`] method the CLI calls; this module only maps JSON
+//! to requests, errors to statuses (`{"error": {"code", "message"}}`), and adds what a
+//! service needs: a bound on concurrent creates (wait, then 503 with Retry-After), a body
+//! size limit, per-request deadlines, Server-Sent Events and Prometheus metrics.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::{Semaphore, broadcast};
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::BroadcastStream;
+
+use crate::cli::{classify, exit};
+use crate::config::{NetworkMode, ProfileLayer, RuntimeChoice};
+use crate::engine::{
+    BranchPolicy, CreateRequest, Error, ExecOptions, JobView, Paddock, RemoveOptions,
+};
+use crate::runtime::exec::{OutputSink, StreamKind};
+use crate::sweep::SweepOptions;
+use crate::units::{ByteSize, Cpus, HumanDuration};
+
+/// Largest request body accepted.
+const BODY_LIMIT: usize = 1 << 20;
+/// Deadline of requests other than exec.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// Exec requests get their own timeout plus this.
+const EXEC_MARGIN: Duration = Duration::from_secs(60);
+
+/// Latency buckets (seconds) of the histograms.
+const BUCKETS: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0];
+
+/// A Prometheus histogram with fixed buckets.
+#[derive(Default)]
+struct Histogram {
+    counts: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if secs <= *bound {
+                self.counts[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, name: &str, help: &str, out: &mut String) {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} histogram\n"));
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            out.push_str(&format!(
+                "{name}_bucket{{le=\"{bound}\"}} {}\n",
+                self.counts[i].load(Ordering::Relaxed)
+            ));
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        out.push_str(&format!("{name}_bucket{{le=\"+Inf\"}} {count}\n"));
+        out.push_str(&format!(
+            "{name}_sum {}\n{name}_count {count}\n",
+            self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+        ));
+    }
+}
+
+#[derive(Default)]
+struct Metrics {
+    create_seconds: Histogram,
+    exec_seconds: Histogram,
+    sweeps: AtomicU64,
+    sweep_removals: AtomicU64,
+}
+
+/// Shared state of the API.
+#[derive(Clone)]
+pub struct ApiState {
+    paddock: Arc<Paddock>,
+    events: broadcast::Sender<crate::engine::Event>,
+    metrics: Arc<Metrics>,
+    create_slots: Arc<Semaphore>,
+    create_wait: Duration,
+    sweep_defaults: SweepOptions,
+    token: Option<Arc<String>>,
+}
+
+impl ApiState {
+    pub fn new(
+        paddock: Arc<Paddock>,
+        events: broadcast::Sender<crate::engine::Event>,
+        max_concurrent_creates: usize,
+        sweep_defaults: SweepOptions,
+        token: Option<String>,
+    ) -> ApiState {
+        ApiState {
+            paddock,
+            events,
+            metrics: Arc::default(),
+            create_slots: Arc::new(Semaphore::new(max_concurrent_creates.max(1))),
+            create_wait: Duration::from_secs(30),
+            sweep_defaults,
+            token: token.map(Arc::new),
+        }
+    }
+
+    /// Makes every request need `Authorization: Bearer <token>` (the TCP listener).
+    pub fn require_token(&mut self, token: Option<String>) {
+        self.token = token.map(Arc::new);
+    }
+
+    /// Counts a sweep the daemon ran on its own, for `/metrics`.
+    pub fn record_sweep(&self, removed: usize) {
+        self.metrics.sweeps.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .sweep_removals
+            .fetch_add(removed as u64, Ordering::Relaxed);
+    }
+}
+
+/// An API error: status, a stable code and the engine's message.
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid_input",
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> ApiError {
+        let (code, hint) = classify(&error);
+        let (status, name) = match code {
+            exit::USAGE | exit::INVALID_INPUT | exit::CONFIG => {
+                (StatusCode::BAD_REQUEST, "invalid_input")
+            }
+            exit::NOT_FOUND => (StatusCode::NOT_FOUND, "not_found"),
+            exit::CONFLICT => (StatusCode::CONFLICT, "conflict"),
+            exit::REFUSED => (StatusCode::CONFLICT, "refused"),
+            exit::RUNTIME_UNAVAILABLE => (StatusCode::SERVICE_UNAVAILABLE, "runtime_unavailable"),
+            exit::GIT => (StatusCode::INTERNAL_SERVER_ERROR, "git_failed"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        let mut message = error.to_string();
+        if let Some(hint) = hint {
+            message.push_str(&format!(" (hint: {hint})"));
+        }
+        ApiError {
+            status,
+            code: name,
+            message,
+            retry_after: None,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+async fn with_deadline<T>(
+    deadline: Duration,
+    work: impl Future<Output = Result<T, Error>>,
+) -> ApiResult<T> {
+    match tokio::time::timeout(deadline, work).await {
+        Ok(result) => result.map_err(ApiError::from),
+        Err(_) => Err(ApiError {
+            status: StatusCode::GATEWAY_TIMEOUT,
+            code: "timeout",
+            message: format!("the request did not finish within {deadline:?}"),
+            retry_after: None,
+        }),
+    }
+}
+
+/// The body of `POST /v1/jobs`: the fields of `paddock create`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBody {
+    pub repo: String,
+    pub base: Option<String>,
+    pub agent: Option<String>,
+    pub task: Option<String>,
+    pub id: Option<String>,
+    pub profile: Option<String>,
+    #[serde(default)]
+    pub reuse_branch: bool,
+    pub runtime: Option<String>,
+    pub image: Option<String>,
+    pub memory: Option<String>,
+    pub cpus: Option<String>,
+    pub pids: Option<u32>,
+    pub network: Option<String>,
+    pub timeout: Option<String>,
+}
+
+fn parse<T: std::str::FromStr<Err = crate::units::UnitError>>(
+    value: &Option<String>,
+) -> ApiResult<Option<T>> {
+    value
+        .as_deref()
+        .map(|v| {
+            v.parse()
+                .map_err(|e: crate::units::UnitError| ApiError::bad_request(e.to_string()))
+        })
+        .transpose()
+}
+
+impl CreateBody {
+    fn request(&self) -> ApiResult<CreateRequest> {
+        Ok(CreateRequest {
+            repo: self.repo.clone().into(),
+            base: self.base.clone(),
+            agent: self.agent.clone(),
+            task: self.task.clone(),
+            id: self.id.clone(),
+            profile: self.profile.clone(),
+            reuse_branch: self.reuse_branch,
+            overrides: ProfileLayer {
+                image: self.image.clone(),
+                runtime: parse::<RuntimeChoice>(&self.runtime)?,
+                memory: parse::<ByteSize>(&self.memory)?,
+                cpus: parse::<Cpus>(&self.cpus)?,
+                pids: self.pids,
+                network: parse::<NetworkMode>(&self.network)?,
+                timeout: parse::<HumanDuration>(&self.timeout)?,
+                ..ProfileLayer::default()
+            },
+        })
+    }
+}
+
+/// The body of `POST /v1/jobs/{id}/exec`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecBody {
+    pub cmd: Vec<String>,
+    /// A duration like `30s`.
+    pub timeout: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub workdir: Option<String>,
+}
+
+impl ExecBody {
+    fn options(&self) -> ApiResult<ExecOptions> {
+        if self.cmd.is_empty() {
+            return Err(ApiError::bad_request("`cmd` must name a program"));
+        }
+        Ok(ExecOptions {
+            cmd: self.cmd.clone(),
+            timeout: parse::<HumanDuration>(&self.timeout)?.map(|t| t.0),
+            env: self.env.clone(),
+            workdir: self.workdir.clone(),
+            output_cap: None,
+        })
+    }
+}
+
+/// The API's routes over `state`.
+pub fn router(state: ApiState) -> Router {
+    let token_guard = state.token.clone();
+    Router::new()
+        .route(
+            "/healthz",
+            get(|| async { axum::Json(json!({"ok": true})) }),
+        )
+        .route("/metrics", get(metrics))
+        .route("/v1/jobs", post(create_job).get(list_jobs))
+        .route("/v1/jobs/{id}", get(show_job).delete(remove_job))
+        .route("/v1/jobs/{id}/exec", post(exec_job))
+        .route("/v1/jobs/{id}/diff", get(diff_job))
+        .route("/v1/jobs/{id}/log", get(log_job))
+        .route("/v1/jobs/{id}/logs", get(logs_job))
+        .route("/v1/jobs/{id}/stop", post(stop_job))
+        .route("/v1/sweep", post(sweep))
+        .route("/v1/events", get(events))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn(move |request: Request, next: Next| {
+            let token = token_guard.clone();
+            async move { authorize(token, request, next).await }
+        }))
+        .with_state(state)
+}
+
+/// With a token (TCP), every request needs `Authorization: Bearer <token>`.
+async fn authorize(token: Option<Arc<String>>, request: Request, next: Next) -> Response {
+    if let Some(token) = token {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let ok = presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes()));
+        if !ok {
+            return ApiError {
+                status: StatusCode::UNAUTHORIZED,
+                code: "unauthorized",
+                message: "missing or wrong bearer token".into(),
+                retry_after: None,
+            }
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn create_job(
+    State(state): State<ApiState>,
+    axum::Json(body): axum::Json<CreateBody>,
+) -> ApiResult<Response> {
+    let request = body.request()?;
+    let permit = match tokio::time::timeout(
+        state.create_wait,
+        state.create_slots.clone().acquire_owned(),
+    )
+    .await
+    {
+        Ok(Ok(permit)) => permit,
+        _ => {
+            return Err(ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "busy",
+                message: "too many creates in flight; retry later".into(),
+                retry_after: Some(5),
+            });
+        }
+    };
+    let started = Instant::now();
+    let created = with_deadline(REQUEST_TIMEOUT, state.paddock.create(request)).await;
+    drop(permit);
+    let created = created?;
+    state.metrics.create_seconds.observe(started.elapsed());
+    let mut body = serde_json::to_value(JobView::from(&created.record)).expect("views serialize");
+    if let Some(warning) = created.warning {
+        body["warning"] = json!(warning);
+    }
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    repo: Option<String>,
+}
+
+async fn list_jobs(
+    State(state): State<ApiState>,
+    Query(query): Query<ListQuery>,
+) -> ApiResult<Response> {
+    let repo = query.repo.map(std::path::PathBuf::from);
+    let records = with_deadline(REQUEST_TIMEOUT, state.paddock.list(repo.as_deref())).await?;
+    let views: Vec<JobView> = records.iter().map(JobView::from).collect();
+    Ok(axum::Json(views).into_response())
+}
+
+async fn show_job(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let details = with_deadline(REQUEST_TIMEOUT, state.paddock.show(&id)).await?;
+    Ok(axum::Json(details).into_response())
+}
+
+#[derive(Deserialize)]
+struct DiffQuery {
+    #[serde(default)]
+    stat: bool,
+}
+
+async fn diff_job(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    Query(query): Query<DiffQuery>,
+) -> ApiResult<Response> {
+    let text = with_deadline(REQUEST_TIMEOUT, state.paddock.diff(&id, query.stat)).await?;
+    Ok(axum::Json(json!({"id": id, "stat": query.stat, "diff": text})).into_response())
+}
+
+async fn log_job(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let commits = with_deadline(REQUEST_TIMEOUT, state.paddock.log(&id)).await?;
+    Ok(axum::Json(commits).into_response())
+}
+
+async fn logs_job(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let path = state.paddock.output_log(&id).map_err(ApiError::from)?;
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    Ok(axum::Json(json!({"id": id, "output": text})).into_response())
+}
+
+#[derive(Deserialize)]
+struct StopBody {
+    grace: Option<String>,
+}
+
+async fn stop_job(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    body: Option<axum::Json<StopBody>>,
+) -> ApiResult<Response> {
+    let grace = match body {
+        Some(axum::Json(StopBody { grace })) => parse::<HumanDuration>(&grace)?.map(|g| g.0),
+        None => None,
+    };
+    let stopped = with_deadline(REQUEST_TIMEOUT, state.paddock.stop(&id, grace)).await?;
+    Ok(axum::Json(json!({"id": id, "stopped": stopped})).into_response())
+}
+
+#[derive(Deserialize)]
+struct RemoveQuery {
+    #[serde(default)]
+    delete_branch: bool,
+    #[serde(default)]
+    keep_branch: bool,
+    #[serde(default)]
+    force: bool,
+}
+
+async fn remove_job(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    Query(query): Query<RemoveQuery>,
+) -> ApiResult<Response> {
+    let options = RemoveOptions {
+        branch_policy: if query.delete_branch {
+            BranchPolicy::Delete
+        } else if query.keep_branch {
+            BranchPolicy::Keep
+        } else {
+            BranchPolicy::DeleteIfNoCommits
+        },
+        force: query.force,
+    };
+    let report = with_deadline(REQUEST_TIMEOUT, state.paddock.remove(&id, options)).await?;
+    Ok(axum::Json(report).into_response())
+}
+
+#[derive(Deserialize)]
+struct SweepQuery {
+    #[serde(default)]
+    dry_run: bool,
+}
+
+async fn sweep(
+    State(state): State<ApiState>,
+    Query(query): Query<SweepQuery>,
+) -> ApiResult<Response> {
+    let mut options = state.sweep_defaults.clone();
+    options.dry_run = query.dry_run;
+    options.now = chrono::Utc::now();
+    let report = with_deadline(REQUEST_TIMEOUT * 4, state.paddock.sweep(&options)).await?;
+    if !query.dry_run {
+        state.record_sweep(report.removed.len());
+    }
+    Ok(axum::Json(report).into_response())
+}
+
+/// Sends exec output as NDJSON lines while the command runs.
+struct NdjsonSink(tokio::sync::mpsc::UnboundedSender<String>);
+
+impl OutputSink for NdjsonSink {
+    fn write(&mut self, stream: StreamKind, bytes: &[u8]) {
+        let name = match stream {
+            StreamKind::Stdout => "stdout",
+            StreamKind::Stderr => "stderr",
+        };
+        let line = json!({"stream": name, "data": String::from_utf8_lossy(bytes)});
+        let _ = self.0.send(format!("{line}\n"));
+    }
+}
+
+async fn exec_job(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<ExecBody>,
+) -> ApiResult<Response> {
+    let options = body.options()?;
+    let record = state.paddock.load(&id).map_err(ApiError::from)?;
+    let deadline =
+        options.timeout.unwrap_or(record.limits.timeout.0) + record.limits.grace.0 + EXEC_MARGIN;
+    let streaming = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/x-ndjson"));
+    if !streaming {
+        let started = Instant::now();
+        let result = with_deadline(
+            deadline,
+            state
+                .paddock
+                .exec(&id, options, &mut crate::runtime::exec::Discard),
+        )
+        .await;
+        state.metrics.exec_seconds.observe(started.elapsed());
+        return Ok(axum::Json(result?).into_response());
+    }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let task_state = state.clone();
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let mut sink = NdjsonSink(tx.clone());
+        let result =
+            with_deadline(deadline, task_state.paddock.exec(&id, options, &mut sink)).await;
+        task_state.metrics.exec_seconds.observe(started.elapsed());
+        let last = match result {
+            Ok(result) => json!({"result": result}),
+            Err(error) => json!({"error": {"code": error.code, "message": error.message}}),
+        };
+        let _ = tx.send(format!("{last}\n"));
+    });
+    let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(Ok::<_, Infallible>);
+    Ok(Response::builder()
+        .header(header::CONTENT_TYPE, "application/x-ndjson")
+        .body(Body::from_stream(stream))
+        .expect("a streaming response builds"))
+}
+
+async fn events(State(state): State<ApiState>) -> impl IntoResponse {
+    let stream = BroadcastStream::new(state.events.subscribe()).filter_map(|event| {
+        let event = event.ok()?;
+        let data = serde_json::to_string(&event).ok()?;
+        Some(Ok::<_, Infallible>(
+            SseEvent::default().event(event.kind).data(data),
+        ))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+async fn metrics(State(state): State<ApiState>) -> ApiResult<Response> {
+    let records = with_deadline(REQUEST_TIMEOUT, state.paddock.list(None)).await?;
+    let mut by_state: BTreeMap<String, u64> = BTreeMap::new();
+    for state_name in [
+        "creating",
+        "ready",
+        "running",
+        "exited",
+        "failed",
+        "timed-out",
+    ] {
+        by_state.insert(state_name.into(), 0);
+    }
+    for record in &records {
+        *by_state.entry(record.state.to_string()).or_default() += 1;
+    }
+    let mut out = String::from("# HELP paddock_jobs Jobs by state.\n# TYPE paddock_jobs gauge\n");
+    for (name, count) in by_state {
+        out.push_str(&format!("paddock_jobs{{state=\"{name}\"}} {count}\n"));
+    }
+    state.metrics.create_seconds.render(
+        "paddock_create_seconds",
+        "Latency of job creation.",
+        &mut out,
+    );
+    state
+        .metrics
+        .exec_seconds
+        .render("paddock_exec_seconds", "Latency of execs.", &mut out);
+    out.push_str(&format!(
+        "# HELP paddock_sweeps_total Sweeps run.\n# TYPE paddock_sweeps_total counter\npaddock_sweeps_total {}\n",
+        state.metrics.sweeps.load(Ordering::Relaxed)
+    ));
+    out.push_str(&format!(
+        "# HELP paddock_sweep_removals_total Items removed by sweeps.\n# TYPE paddock_sweep_removals_total counter\npaddock_sweep_removals_total {}\n",
+        state.metrics.sweep_removals.load(Ordering::Relaxed)
+    ));
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+}
