@@ -467,14 +467,18 @@ pub async fn run(cli: Cli) -> i32 {
 }
 
 async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
+    // Job commands go through a running daemon when there is one (see `client`).
+    let road = match crate::client::DaemonClient::connect(paddock.home()).await {
+        Some(daemon) => crate::client::Road::Daemon(daemon),
+        None => crate::client::Road::Direct(paddock),
+    };
     match command {
         Command::Create(args) => {
             let json = args.json;
-            let created = paddock.create(create_request(*args)).await?;
-            if let Some(warning) = &created.warning {
+            let (view, warning) = road.create(create_request(*args)).await?;
+            if let Some(warning) = &warning {
                 eprintln!("warning: {warning}");
             }
-            let view = JobView::from(&created.record);
             if json {
                 print_json(&view);
             } else {
@@ -487,8 +491,7 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
             }
         }
         Command::Ls { repo, json } => {
-            let records = paddock.list(repo.as_deref()).await?;
-            let views: Vec<JobView> = records.iter().map(JobView::from).collect();
+            let views: Vec<JobView> = road.list(repo.as_deref()).await?;
             if json {
                 print_json(&views);
             } else {
@@ -496,7 +499,7 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
             }
         }
         Command::Show { job, json } => {
-            let details = paddock.show(&job).await?;
+            let details = road.show(&job).await?;
             if json {
                 print_json(&details);
             } else {
@@ -504,11 +507,11 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
             }
         }
         Command::Diff { job, stat } => {
-            let text = paddock.diff(&job, stat).await?;
+            let text = road.diff(&job, stat).await?;
             print!("{text}");
         }
         Command::Log { job, json } => {
-            let commits = paddock.log(&job).await?;
+            let commits = road.log(&job).await?;
             if json {
                 print_json(&commits);
             } else {
@@ -538,7 +541,7 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
             } else {
                 BranchPolicy::DeleteIfNoCommits
             };
-            let report = paddock
+            let report = road
                 .remove(
                     &job,
                     RemoveOptions {
@@ -584,9 +587,9 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
                 }
             };
             let result = if json {
-                paddock.exec(&job, options, &mut Discard).await?
+                road.exec(&job, options, &mut Discard).await?
             } else {
-                paddock.exec(&job, options, &mut Terminal).await?
+                road.exec(&job, options, &mut Terminal).await?
             };
             if json {
                 print_json(&result);
@@ -611,9 +614,9 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
             };
             let request = create_request(*create);
             let (report, warning) = if json {
-                paddock.run(request, options, keep, &mut Discard).await?
+                road.run(request, options, keep, &mut Discard).await?
             } else {
-                paddock.run(request, options, keep, &mut Terminal).await?
+                road.run(request, options, keep, &mut Terminal).await?
             };
             if let Some(warning) = warning {
                 eprintln!("warning: {warning}");
@@ -642,7 +645,7 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
             follow_log(paddock, &job, &path, follow).await?;
         }
         Command::Stop { job, grace } => {
-            let stopped = paddock.stop(&job, grace.map(|g| g.0)).await?;
+            let stopped = road.stop(&job, grace.map(|g| g.0)).await?;
             println!(
                 "{}",
                 if stopped {
@@ -1066,6 +1069,18 @@ pub fn classify(error: &Error) -> (i32, Option<String>) {
         Error::RemoveDir { .. } | Error::Log { .. } => (exit::INTERNAL, None),
         Error::NotRunnable { .. } => (exit::CONFLICT, None),
         Error::Serve { .. } => (exit::INVALID_INPUT, None),
+        Error::Daemon { code, .. } => (
+            match code.as_str() {
+                "invalid_input" => exit::INVALID_INPUT,
+                "not_found" => exit::NOT_FOUND,
+                "conflict" | "busy" => exit::CONFLICT,
+                "refused" => exit::REFUSED,
+                "runtime_unavailable" => exit::RUNTIME_UNAVAILABLE,
+                "git_failed" => exit::GIT,
+                _ => exit::INTERNAL,
+            },
+            None,
+        ),
         Error::Cache(crate::cache::CacheError::Io { .. }) => (exit::INTERNAL, None),
         Error::Cache(_) => (
             exit::REFUSED,

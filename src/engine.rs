@@ -60,6 +60,9 @@ pub enum Error {
     },
     #[error("paddock serve: {message}")]
     Serve { message: String },
+    /// An error the daemon reported (the CLI went through its API).
+    #[error("{message}")]
+    Daemon { code: String, message: String },
     #[error("failed to remove `{path}`")]
     RemoveDir {
         path: PathBuf,
@@ -92,7 +95,7 @@ pub struct RemoveOptions {
 }
 
 /// What `remove` did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct RemoveReport {
     pub id: JobId,
     pub branch: String,
@@ -104,7 +107,7 @@ pub struct RemoveReport {
 }
 
 /// The JSON object of a job, printed by `create --json`, `ls --json` and `show --json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct JobView {
     pub id: JobId,
     pub repo: PathBuf,
@@ -154,14 +157,14 @@ impl From<&JobRecord> for JobView {
 }
 
 /// `show`: the job plus what it changed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct JobDetails {
     #[serde(rename = "job")]
     pub view: JobView,
     pub changes: Option<ChangeSummary>,
     /// Set when the worktree could not be read (for example it was deleted by hand).
     pub changes_error: Option<String>,
-    pub isolation: &'static str,
+    pub isolation: String,
 }
 
 /// The inputs of `paddock exec` beyond the job id.
@@ -177,7 +180,7 @@ pub struct ExecOptions {
 }
 
 /// What `paddock run` did: the job it made, the command's result and the branch's fate.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct RunReport {
     pub job: JobView,
     pub result: ExecResult,
@@ -542,7 +545,7 @@ impl Paddock {
             view: JobView::from(&record),
             changes,
             changes_error,
-            isolation: runtime::isolation_note(record.runtime),
+            isolation: runtime::isolation_note(record.runtime).to_string(),
         })
     }
 

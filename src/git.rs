@@ -108,7 +108,7 @@ pub struct JobWorktree {
 }
 
 /// One commit, for `log` and `show`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct CommitInfo {
     pub sha: String,
     pub summary: String,
@@ -117,14 +117,14 @@ pub struct CommitInfo {
 }
 
 /// One changed path and how it changed (`added`, `modified`, `deleted`, `renamed`, `untracked`, ...).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct FileChange {
     pub path: String,
     pub status: String,
 }
 
 /// What a job changed relative to its base.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ChangeSummary {
     pub branch_tip: Option<String>,
     pub commits_ahead: usize,

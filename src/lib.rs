@@ -7,6 +7,7 @@
 pub mod api;
 pub mod cache;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod doctor;
 pub mod engine;

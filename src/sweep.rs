@@ -55,10 +55,10 @@ pub struct SweepOptions {
 }
 
 /// One thing the sweep found.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SweepItem {
     /// `job`, `container`, `worktree`, `git-worktree` or `index-lock`.
-    pub kind: &'static str,
+    pub kind: String,
     pub name: String,
     pub reason: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -66,7 +66,7 @@ pub struct SweepItem {
 }
 
 /// What a sweep did: removed (or, with `dry_run`, would remove), kept, and failed to handle.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct SweepReport {
     pub dry_run: bool,
     pub removed: Vec<SweepItem>,
@@ -77,7 +77,7 @@ pub struct SweepReport {
 impl SweepReport {
     fn removed(&mut self, kind: &'static str, name: impl Into<String>, reason: impl Into<String>) {
         self.removed.push(SweepItem {
-            kind,
+            kind: kind.into(),
             name: name.into(),
             reason: reason.into(),
             error: None,
@@ -86,7 +86,7 @@ impl SweepReport {
 
     fn kept(&mut self, kind: &'static str, name: impl Into<String>, reason: impl Into<String>) {
         self.kept.push(SweepItem {
-            kind,
+            kind: kind.into(),
             name: name.into(),
             reason: reason.into(),
             error: None,
@@ -101,7 +101,7 @@ impl SweepReport {
         error: impl ToString,
     ) {
         self.errors.push(SweepItem {
-            kind,
+            kind: kind.into(),
             name: name.into(),
             reason: reason.into(),
             error: Some(error.to_string()),

@@ -21,11 +21,16 @@ struct Daemon {
 
 impl Daemon {
     fn start(home: &TestHome, extra: &[&str]) -> Daemon {
+        Self::start_with_runtime(home, extra, "process")
+    }
+
+    /// A daemon whose own PADDOCK_RUNTIME is `runtime`.
+    fn start_with_runtime(home: &TestHome, extra: &[&str], runtime: &str) -> Daemon {
         let mut args = vec!["serve", "--sweep-interval", "1h"];
         args.extend_from_slice(extra);
         let child = home
             .cmd(&args)
-            .env("PADDOCK_RUNTIME", "process")
+            .env("PADDOCK_RUNTIME", runtime)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -351,5 +356,60 @@ fn the_python_orchestrator_dispatches_five_features() {
         );
     }
     assert_eq!(home.job_records(), 0, "the orchestrator cleaned up");
+    daemon.stop();
+}
+
+#[test]
+fn the_cli_goes_through_a_running_daemon_and_gets_the_same_results() {
+    let repo = FixtureRepo::new();
+    // The daemon's own PADDOCK_RUNTIME says docker; the CLI's (process) reaches it as a
+    // create field and wins, as it would without a daemon.
+    let home = TestHome::new().env("PADDOCK_RUNTIME", "process");
+    let daemon = Daemon::start_with_runtime(&home, &[], "docker");
+    let events_socket = daemon.socket.clone();
+    let events = std::thread::spawn(move || {
+        let mut stream = UnixStream::connect(&events_socket).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream
+            .write_all(b"GET /v1/events HTTP/1.1\r\nHost: paddock\r\n\r\n")
+            .unwrap();
+        let mut kinds = Vec::new();
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            if let Some(data) = line.strip_prefix("data: ") {
+                let event: Value = serde_json::from_str(data).unwrap();
+                kinds.push(event["type"].as_str().unwrap().to_string());
+                if event["type"] == "job.removed" {
+                    break;
+                }
+            }
+        }
+        kinds
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let job = home.create(&repo, &["--task", "via-daemon"]);
+    assert_eq!(job["runtime"], "process");
+    let id = job["id"].as_str().unwrap().to_string();
+    let output = home.run(&["exec", &id, "--", "sh", "-c", "echo streamed; exit 3"]);
+    assert_eq!(output.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "streamed\n");
+    let missing = home.run(&["show", "ghost"]);
+    assert_eq!(
+        missing.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+    let listed = home.json(&["ls", "--json"]);
+    assert_eq!(listed[0]["id"], id.as_str());
+    home.ok(&["rm", &id]);
+    let kinds = events.join().unwrap();
+    assert_eq!(
+        kinds,
+        ["job.created", "job.state", "exec.finished", "job.removed"],
+        "the daemon saw the CLI's work"
+    );
     daemon.stop();
 }
