@@ -93,12 +93,7 @@ impl DaemonClient {
     ) -> Result<T, Error> {
         let response = self.send(method, path, body, "application/json").await?;
         let ok = response.status().is_success();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| failed(e.to_string()))?
-            .to_bytes();
+        let bytes = read_body(response).await?;
         let value: Value = serde_json::from_slice(&bytes)
             .map_err(|e| failed(format!("the daemon sent invalid JSON: {e}")))?;
         if !ok {
@@ -119,12 +114,7 @@ impl DaemonClient {
             .send(Method::POST, path, Some(body), "application/x-ndjson")
             .await?;
         if !response.status().is_success() {
-            let bytes = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| failed(e.to_string()))?
-                .to_bytes();
+            let bytes = read_body(response).await?;
             return Err(daemon_error(
                 &serde_json::from_slice(&bytes).unwrap_or(Value::Null),
             ));
@@ -158,6 +148,15 @@ impl DaemonClient {
         }
         Err(failed("the exec stream ended without a result"))
     }
+}
+
+async fn read_body(response: hyper::Response<hyper::body::Incoming>) -> Result<Bytes, Error> {
+    Ok(response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| failed(e.to_string()))?
+        .to_bytes())
 }
 
 fn daemon_error(value: &Value) -> Error {

@@ -93,24 +93,6 @@ impl FileLock {
             }
         }
     }
-
-    /// Takes the lock only if it is free right now.
-    pub fn try_acquire(path: &Path) -> Result<Option<FileLock>, StoreError> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .map_err(io_err(path))?;
-        match file.try_lock() {
-            Ok(()) => Ok(Some(FileLock { _file: file })),
-            Err(fs::TryLockError::WouldBlock) => Ok(None),
-            Err(fs::TryLockError::Error(source)) => Err(StoreError::Io {
-                path: path.to_path_buf(),
-                source,
-            }),
-        }
-    }
 }
 
 /// Writes `bytes` to `path` atomically: temp file in the same directory, fsync, rename, fsync

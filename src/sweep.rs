@@ -507,27 +507,12 @@ impl Paddock {
                 root: repo_root.clone(),
                 common_dir: common,
             };
-            if options.dry_run {
-                match repo.missing_worktrees_under(&root).await {
-                    Ok(paths) => {
-                        for path in paths {
-                            report.removed(
-                                "git-worktree",
-                                path.display().to_string(),
-                                "registered worktree whose directory is gone",
-                            );
-                        }
-                    }
-                    Err(error) => report.error(
-                        "git-worktree",
-                        repo_root.display().to_string(),
-                        "cannot list worktrees",
-                        error,
-                    ),
-                }
-                continue;
-            }
-            match repo.prune_missing_under(&root).await {
+            let found = if options.dry_run {
+                repo.missing_worktrees_under(&root).await
+            } else {
+                repo.prune_missing_under(&root).await
+            };
+            match found {
                 Ok(paths) => {
                     for path in paths {
                         report.removed(

@@ -7,15 +7,8 @@ mod fixtures;
 
 use std::path::{Path, PathBuf};
 
-use fixtures::{FixtureRepo, TestHome, docker_available, git, test_image};
+use fixtures::{FixtureRepo, TestHome, docker_available, git, test_image, text};
 use serde_json::Value;
-
-fn s(value: &Value, key: &str) -> String {
-    value[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("`{key}` missing in {value}"))
-        .to_string()
-}
 
 /// The entry of the job's cache named `name`.
 fn entry(job: &Value, name: &str) -> PathBuf {
@@ -25,7 +18,7 @@ fn entry(job: &Value, name: &str) -> PathBuf {
         .iter()
         .find(|c| c["name"] == name)
         .unwrap_or_else(|| panic!("no cache {name} in {job}"));
-    PathBuf::from(s(cache, "entry"))
+    PathBuf::from(text(cache, "entry"))
 }
 
 fn node_repo(lock: &str) -> FixtureRepo {
@@ -64,17 +57,17 @@ fn same_lockfile_shares_an_entry_through_a_link_git_never_sees() {
         &["--task", "b", "--runtime", "docker", "--image", &image],
     );
     assert_eq!(entry(&a, "node_modules"), entry(&b, "node_modules"));
-    let shown = home.json(&["show", &s(&a, "id"), "--json"]);
+    let shown = home.json(&["show", &text(&a, "id"), "--json"]);
     assert_eq!(shown["job"]["caches"][0]["strategy"], "symlink");
     for job in [&a, &b] {
-        let link = Path::new(&s(job, "worktree")).join("node_modules");
+        let link = Path::new(&text(job, "worktree")).join("node_modules");
         assert!(
             std::fs::symlink_metadata(&link)
                 .unwrap()
                 .file_type()
                 .is_symlink()
         );
-        assert_eq!(porcelain(&s(job, "worktree")), "", "git status is clean");
+        assert_eq!(porcelain(&text(job, "worktree")), "", "git status is clean");
     }
     // The container sees the entry's files through the link, and `git add -A` stages no link.
     std::fs::write(
@@ -83,7 +76,7 @@ fn same_lockfile_shares_an_entry_through_a_link_git_never_sees() {
     )
     .unwrap();
     let output = home.run(&[
-        "exec", &s(&a, "id"), "--json", "--", "sh", "-c",
+        "exec", &text(&a, "id"), "--json", "--", "sh", "-c",
         "cat node_modules/left-pad.js && echo x > app.js && git add -A && git commit -q -m app && git show --stat --format= HEAD",
     ]);
     let result: Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -99,7 +92,7 @@ fn same_lockfile_shares_an_entry_through_a_link_git_never_sees() {
     // An install inside one container lands in the shared entry, visible to the other job.
     let output = home.run(&[
         "exec",
-        &s(&a, "id"),
+        &text(&a, "id"),
         "--",
         "sh",
         "-c",
@@ -111,7 +104,7 @@ fn same_lockfile_shares_an_entry_through_a_link_git_never_sees() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(
-        std::fs::read_to_string(Path::new(&s(&b, "worktree")).join("node_modules/new-dep.js"))
+        std::fs::read_to_string(Path::new(&text(&b, "worktree")).join("node_modules/new-dep.js"))
             .unwrap(),
         "installed\n"
     );
@@ -162,9 +155,9 @@ fn copy_caches_isolate_jobs_from_each_other_and_from_the_entry() {
 
     let a = home.create(&repo, &["--task", "a", "--runtime", "process"]);
     let b = home.create(&repo, &["--task", "b", "--runtime", "process"]);
-    let a_python = Path::new(&s(&a, "worktree")).join(".venv/bin/python");
+    let a_python = Path::new(&text(&a, "worktree")).join(".venv/bin/python");
     std::fs::write(&a_python, "changed in a\n").unwrap();
-    let b_venv = Path::new(&s(&b, "worktree")).join(".venv/bin");
+    let b_venv = Path::new(&text(&b, "worktree")).join(".venv/bin");
     assert_eq!(
         std::fs::read_to_string(b_venv.join("python")).unwrap(),
         "original\n"
@@ -181,7 +174,7 @@ fn copy_caches_isolate_jobs_from_each_other_and_from_the_entry() {
             .is_symlink()
     );
     assert_eq!(
-        porcelain(&s(&a, "worktree")),
+        porcelain(&text(&a, "worktree")),
         "",
         "the copy is excluded from git"
     );
@@ -210,7 +203,7 @@ fn env_caches_are_shared_between_containers() {
     );
     let write = home.run(&[
         "exec",
-        &s(&a, "id"),
+        &text(&a, "id"),
         "--",
         "sh",
         "-c",
@@ -223,7 +216,7 @@ fn env_caches_are_shared_between_containers() {
     );
     let read = home.run(&[
         "exec",
-        &s(&b, "id"),
+        &text(&b, "id"),
         "--",
         "sh",
         "-c",
@@ -274,7 +267,7 @@ fn prune_removes_only_unused_entries() {
     repo.write("package-lock.json", "v2\n");
     repo.commit_all("bump");
     let live = home.create(&repo, &["--task", "live", "--runtime", "process"]);
-    home.ok(&["rm", &s(&old, "id")]);
+    home.ok(&["rm", &text(&old, "id")]);
     let listed = home.json(&["cache", "ls", "--json"]);
     assert_eq!(listed.as_array().unwrap().len(), 2);
     let pruned = home.json(&["cache", "prune", "--unused-for", "0s", "--json"]);
@@ -282,7 +275,7 @@ fn prune_removes_only_unused_entries() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| s(e, "path"))
+        .map(|e| text(e, "path"))
         .collect();
     assert_eq!(
         removed,
@@ -294,7 +287,7 @@ fn prune_removes_only_unused_entries() {
         "an entry in use is never pruned"
     );
     // A recently used entry survives the default threshold even without jobs.
-    home.ok(&["rm", &s(&live, "id")]);
+    home.ok(&["rm", &text(&live, "id")]);
     let pruned = home.json(&["cache", "prune", "--json"]);
     assert!(pruned["removed"].as_array().unwrap().is_empty(), "{pruned}");
 }
@@ -324,7 +317,7 @@ fn ten_jobs_on_a_200_mb_node_modules_add_less_than_5_mb() {
     for i in 0..200 {
         std::fs::write(modules.join(format!("pkg-{i}.js")), &chunk).unwrap();
     }
-    let checkout = du(Path::new(&s(&first, "worktree")));
+    let checkout = du(Path::new(&text(&first, "worktree")));
     let caches_before = du(&home.root().join("caches"));
     let mut total = 0;
     for i in 0..10 {
@@ -333,7 +326,7 @@ fn ten_jobs_on_a_200_mb_node_modules_add_less_than_5_mb() {
             &["--task", &format!("job-{i}"), "--runtime", "process"],
         );
         assert_eq!(entry(&job, "node_modules"), modules);
-        total += du(Path::new(&s(&job, "worktree")));
+        total += du(Path::new(&text(&job, "worktree")));
     }
     let added = total.saturating_sub(10 * checkout)
         + du(&home.root().join("caches")).saturating_sub(caches_before);

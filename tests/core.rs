@@ -7,15 +7,8 @@ mod fixtures;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use fixtures::{FixtureRepo, TestHome, git};
+use fixtures::{FixtureRepo, TestHome, git, text};
 use serde_json::Value;
-
-fn s(value: &Value, key: &str) -> String {
-    value[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("`{key}` missing in {value}"))
-        .to_string()
-}
 
 #[test]
 fn create_ls_show_diff_log_rm() {
@@ -32,23 +25,23 @@ fn create_ls_show_diff_log_rm() {
             "process",
         ],
     );
-    let id = s(&job, "id");
+    let id = text(&job, "id");
     assert!(id.starts_with("fr-7-"), "{id}");
-    assert_eq!(s(&job, "branch"), "agent/claude/FR-7");
-    assert_eq!(s(&job, "state"), "ready");
-    assert_eq!(s(&job, "runtime"), "process");
-    assert_eq!(s(&job, "base_commit"), repo.git(&["rev-parse", "HEAD"]));
+    assert_eq!(text(&job, "branch"), "agent/claude/FR-7");
+    assert_eq!(text(&job, "state"), "ready");
+    assert_eq!(text(&job, "runtime"), "process");
+    assert_eq!(text(&job, "base_commit"), repo.git(&["rev-parse", "HEAD"]));
     for key in ["repo", "base", "worktree", "profile", "created_at"] {
         assert!(job.get(key).is_some(), "create object lacks {key}: {job}");
     }
-    let worktree = s(&job, "worktree");
+    let worktree = text(&job, "worktree");
     assert!(worktree.starts_with(home.root().to_str().unwrap()));
     assert!(Path::new(&worktree).join("src/lib.rs").exists());
     assert!(repo.branches().contains(&"agent/claude/FR-7".to_string()));
 
     let listed = home.json(&["ls", "--json"]);
     assert_eq!(listed.as_array().unwrap().len(), 1);
-    assert_eq!(s(&listed[0], "id"), id);
+    assert_eq!(text(&listed[0], "id"), id);
     let table = home.ok(&["ls"]);
     assert!(
         table.contains(&id) && table.contains("agent/claude/FR-7"),
@@ -135,8 +128,8 @@ fn parallel_creates_on_one_repo_all_succeed() {
             String::from_utf8_lossy(&output.stderr)
         );
         let job: Value = serde_json::from_slice(&output.stdout).unwrap();
-        branches.insert(s(&job, "branch"));
-        let worktree = s(&job, "worktree");
+        branches.insert(text(&job, "branch"));
+        let worktree = text(&job, "worktree");
         assert!(Path::new(&worktree).join("src/d002/f00299.rs").exists());
         worktrees.insert(worktree);
     }
@@ -155,14 +148,14 @@ fn rm_deletes_a_branch_without_commits_and_keeps_one_with_commits() {
     let home = TestHome::new();
     let idle = home.create(&repo, &["--task", "idle", "--runtime", "process"]);
     let busy = home.create(&repo, &["--task", "busy", "--runtime", "process"]);
-    let wt = s(&busy, "worktree");
+    let wt = text(&busy, "worktree");
     std::fs::write(Path::new(&wt).join("feature.txt"), "feature\n").unwrap();
     git(Path::new(&wt), &["add", "feature.txt"]);
     git(Path::new(&wt), &["commit", "-q", "-m", "add feature"]);
 
-    let idle_rm = home.json(&["rm", &s(&idle, "id"), "--json"]);
+    let idle_rm = home.json(&["rm", &text(&idle, "id"), "--json"]);
     assert_eq!(idle_rm["branch_kept"], false);
-    let busy_rm = home.json(&["rm", &s(&busy, "id"), "--json"]);
+    let busy_rm = home.json(&["rm", &text(&busy, "id"), "--json"]);
     assert_eq!(busy_rm["branch_kept"], true);
     assert_eq!(busy_rm["commits_ahead"], 1);
 
@@ -182,11 +175,11 @@ fn rm_deletes_a_branch_without_commits_and_keeps_one_with_commits() {
 
     // --delete-branch deletes even a branch with commits.
     let forced = home.create(&repo, &["--task", "forced", "--runtime", "process"]);
-    let wt = s(&forced, "worktree");
+    let wt = text(&forced, "worktree");
     std::fs::write(Path::new(&wt).join("x.txt"), "x\n").unwrap();
     git(Path::new(&wt), &["add", "x.txt"]);
     git(Path::new(&wt), &["commit", "-q", "-m", "x"]);
-    let rm = home.json(&["rm", &s(&forced, "id"), "--delete-branch", "--json"]);
+    let rm = home.json(&["rm", &text(&forced, "id"), "--delete-branch", "--json"]);
     assert_eq!(rm["branch_kept"], false);
     assert!(!repo.branches().contains(&"agent/agent/forced".to_string()));
 }
@@ -196,8 +189,8 @@ fn uncommitted_and_untracked_work_survives_rm() {
     let repo = FixtureRepo::new();
     let home = TestHome::new();
     let job = home.create(&repo, &["--task", "wip", "--runtime", "process"]);
-    let id = s(&job, "id");
-    let wt = Path::new(&s(&job, "worktree")).to_path_buf();
+    let id = text(&job, "id");
+    let wt = Path::new(&text(&job, "worktree")).to_path_buf();
     std::fs::write(wt.join("README.md"), "# edited, not committed\n").unwrap();
     std::fs::write(wt.join("brand-new.txt"), "untracked work\n").unwrap();
     std::fs::write(wt.join("debug.log"), "ignored\n").unwrap();
@@ -240,7 +233,7 @@ fn s_git_dir(home: &TestHome, id: &str) -> std::path::PathBuf {
         &std::fs::read(home.root().join("jobs").join(format!("{id}.json"))).unwrap(),
     )
     .unwrap();
-    std::path::PathBuf::from(s(&record, "git_dir"))
+    std::path::PathBuf::from(text(&record, "git_dir"))
 }
 
 /// Asserts that a failed create left nothing behind.
@@ -355,9 +348,9 @@ fn bad_input_fails_cleanly_and_leaves_nothing_behind() {
         &repo,
         &["--task", "taken", "--reuse-branch", "--runtime", "process"],
     );
-    assert_eq!(s(&reused, "branch"), "agent/agent/taken");
+    assert_eq!(text(&reused, "branch"), "agent/agent/taken");
     // rm of a reused branch with no new commits keeps the branch that existed before.
-    home.ok(&["rm", &s(&reused, "id")]);
+    home.ok(&["rm", &text(&reused, "id")]);
     assert!(repo.branches().contains(&"agent/agent/taken".to_string()));
 
     // A job id that exists is refused, and the existing job is untouched.
@@ -381,7 +374,7 @@ fn bad_input_fails_cleanly_and_leaves_nothing_behind() {
     );
     assert_eq!(repo.branches(), branches);
     assert_eq!(home.job_records(), 1);
-    assert!(Path::new(&s(&job, "worktree")).exists());
+    assert!(Path::new(&text(&job, "worktree")).exists());
 
     // Unknown jobs.
     assert_fails(&home, &["show", "ghost"], 5, "ghost");
@@ -421,8 +414,8 @@ fn planted_hooks_are_never_executed() {
     repo.git(&["config", "core.fsmonitor", fsmonitor.to_str().unwrap()]);
 
     let job = home.create(&repo, &["--task", "hooks", "--runtime", "process"]);
-    let id = s(&job, "id");
-    let wt = Path::new(&s(&job, "worktree")).to_path_buf();
+    let id = text(&job, "id");
+    let wt = Path::new(&text(&job, "worktree")).to_path_buf();
     // The agent points its `.git` file at a directory of its own with more hooks in it.
     let evil = marker_dir.path().join("evil-gitdir");
     plant(&evil.join("hooks"));
@@ -487,7 +480,7 @@ fn config_show_reports_sources_and_bad_files_name_the_key() {
 
     // Routing picks the profile from the agent name.
     let job = home.create(&repo, &["--agent", "claude-3", "--runtime", "process"]);
-    assert_eq!(s(&job, "profile"), "big");
+    assert_eq!(text(&job, "profile"), "big");
     assert_eq!(job["limits"]["cpus"], "4");
     assert_eq!(job["limits"]["pids"], 99);
 

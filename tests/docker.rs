@@ -8,26 +8,8 @@ mod fixtures;
 
 use std::process::Command;
 
-use fixtures::{FixtureRepo, TestHome, docker_available, test_image};
+use fixtures::{FixtureRepo, TestHome, docker_available, test_image, text};
 use serde_json::Value;
-
-fn s(value: &Value, key: &str) -> String {
-    value[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("`{key}` missing in {value}"))
-        .to_string()
-}
-
-/// A docker job on a fresh fixture repo.
-fn docker_job(home: &TestHome, repo: &FixtureRepo, extra: &[&str]) -> Value {
-    let image = test_image();
-    let mut args = vec!["--runtime", "docker", "--image", image.as_str()];
-    args.extend_from_slice(extra);
-    let job = home.create(repo, &args);
-    assert_eq!(s(&job, "runtime"), "docker");
-    assert!(job["container_id"].is_string(), "{job}");
-    job
-}
 
 /// `paddock exec --json`; returns the ExecResult and paddock's exit code.
 fn exec(home: &TestHome, id: &str, flags: &[&str], cmd: &[&str]) -> (Value, i32) {
@@ -72,8 +54,8 @@ fn git_in_the_container_commits_to_the_branch_and_cannot_touch_config_or_hooks()
     }
     let repo = FixtureRepo::new();
     let home = TestHome::new();
-    let job = docker_job(&home, &repo, &["--task", "commit"]);
-    let id = s(&job, "id");
+    let job = home.create_docker(&repo, &["--task", "commit"]);
+    let id = text(&job, "id");
     let config_before = std::fs::read(repo.path().join(".git/config")).unwrap();
     let hooks_before = std::fs::read_dir(repo.path().join(".git/hooks"))
         .unwrap()
@@ -137,14 +119,13 @@ fn the_container_is_isolated_and_limited() {
     }
     let repo = FixtureRepo::new();
     let home = TestHome::new();
-    let job = docker_job(
-        &home,
+    let job = home.create_docker(
         &repo,
         &[
             "--task", "iso", "--memory", "64m", "--pids", "64", "--cpus", "0.5",
         ],
     );
-    let id = s(&job, "id");
+    let id = text(&job, "id");
 
     // Not root.
     let result = sh(&home, &id, "id -u");
@@ -243,8 +224,8 @@ fn timeouts_end_commands_under_both_kill_policies() {
     let repo = FixtureRepo::new();
     for policy in ["graceful", "hard"] {
         let home = TestHome::new().env("PADDOCK_KILL_POLICY", policy);
-        let job = docker_job(&home, &repo, &["--task", &format!("timeout-{policy}")]);
-        let id = s(&job, "id");
+        let job = home.create_docker(&repo, &["--task", &format!("timeout-{policy}")]);
+        let id = text(&job, "id");
         assert_eq!(job["limits"]["kill_policy"], policy);
         let grace_ms = 5_000;
         // `sleep` dies on SIGTERM; the trap ignores it, so only SIGKILL ends the second one.
@@ -278,8 +259,8 @@ fn exec_brings_back_a_restarted_or_killed_container() {
     }
     let repo = FixtureRepo::new();
     let home = TestHome::new();
-    let job = docker_job(&home, &repo, &["--task", "recover"]);
-    let id = s(&job, "id");
+    let job = home.create_docker(&repo, &["--task", "recover"]);
+    let id = text(&job, "id");
     let name = format!("paddock-{id}");
     docker(&["restart", "-t", "0", &name]);
     assert_eq!(sh(&home, &id, "echo back")["stdout"], "back\n");
@@ -324,7 +305,7 @@ fn run_commits_exits_with_the_command_code_and_leaves_nothing_but_the_branch() {
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["result"]["exit_code"], 3);
     assert_eq!(report["branch_kept"], true);
-    let id = s(&report["job"], "id");
+    let id = text(&report["job"], "id");
     assert_eq!(
         repo.git(&["log", "-1", "--format=%s", "agent/agent/oneshot"]),
         "one-shot result"
@@ -350,8 +331,8 @@ fn gvisor_profile_commits_and_reports_a_gvisor_kernel() {
         &repo,
         &["--task", "gvisor", "--runtime", "runsc", "--image", &image],
     );
-    assert_eq!(s(&job, "runtime"), "runsc");
-    let id = s(&job, "id");
+    assert_eq!(text(&job, "runtime"), "runsc");
+    let id = text(&job, "id");
     let result = sh(
         &home,
         &id,
@@ -412,4 +393,67 @@ fn missing_image_and_unreachable_docker_fail_cleanly() {
     );
     assert_eq!(home.job_records(), 0);
     assert_eq!(home.worktree_dirs(), 0);
+}
+
+#[test]
+fn stop_ends_the_container_and_the_next_exec_starts_it() {
+    if !docker_available("stop_ends_the_container_and_the_next_exec_starts_it") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &["--task", "stop"]);
+    let id = text(&job, "id");
+    let name = format!("paddock-{id}");
+    let stopped = home.ok(&["stop", &id, "--grace", "1s"]);
+    assert!(stopped.contains("stopped"), "{stopped}");
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.State.Running}}", &name]),
+        "false"
+    );
+    assert_eq!(home.sh(&id, "echo up"), "up\n");
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.State.Running}}", &name]),
+        "true"
+    );
+    home.ok(&["rm", &id]);
+}
+
+#[test]
+fn doctor_reports_docker_the_image_and_runsc() {
+    if !docker_available("doctor_reports_docker_the_image_and_runsc") {
+        return;
+    }
+    let home = TestHome::new().env("PADDOCK_IMAGE", &test_image());
+    let checks = home.json(&["doctor", "--json"]);
+    let status = |name: &str| {
+        checks
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["status"].as_str().unwrap().to_string())
+            .unwrap_or_else(|| panic!("no {name} check in {checks}"))
+    };
+    for name in ["git", "docker", "image", "runtimes", "limits", "disk"] {
+        assert_eq!(status(name), "ok", "{checks}");
+    }
+    // A missing image is a failure with the exact build command as the fix.
+    let missing = TestHome::new().env("PADDOCK_IMAGE", "paddock-missing:image");
+    let output = missing.run(&["doctor", "--json"]);
+    assert_eq!(output.status.code(), Some(8));
+    let checks: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let image = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "image")
+        .unwrap();
+    assert_eq!(image["status"], "fail");
+    assert!(
+        image["fix"]
+            .as_str()
+            .unwrap()
+            .contains("paddock image build --tag paddock-missing:image")
+    );
 }

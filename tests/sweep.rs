@@ -9,24 +9,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fixtures::{FixtureRepo, TestHome, docker_available, git, test_image};
+use fixtures::{FixtureRepo, TestHome, docker_available, git, test_image, text};
 use serde_json::Value;
 
-const CRASH_POINTS: &[&str] = &[
-    "reserved",
-    "marked",
-    "registered",
-    "recorded",
-    "checked-out",
-    "started",
-];
-
-fn s(value: &Value, key: &str) -> String {
-    value[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("`{key}` missing in {value}"))
-        .to_string()
-}
+use paddock::engine::CRASH_POINTS;
 
 fn home_id(home: &TestHome) -> String {
     std::fs::read_to_string(home.root().join("home-id"))
@@ -167,7 +153,7 @@ fn creates_killed_at_random_times_on_a_large_repo_are_swept_clean() {
         // A create that finished before the kill is a live job, not debris: remove it.
         for job in home.json(&["ls", "--json"]).as_array().unwrap() {
             if job["state"] == "ready" {
-                home.ok(&["rm", &s(job, "id")]);
+                home.ok(&["rm", &text(job, "id")]);
             }
         }
         assert_swept_clean(&home, &repo, &format!("killed after {delay_ms}ms"));
@@ -187,8 +173,8 @@ fn orphans_of_ours_are_removed_and_nothing_else_is_touched() {
         &repo,
         &["--task", "orphan", "--runtime", "docker", "--image", &image],
     );
-    let id = s(&job, "id");
-    let worktree = s(&job, "worktree");
+    let id = text(&job, "id");
+    let worktree = text(&job, "worktree");
     std::fs::write(Path::new(&worktree).join("unsaved.txt"), "agent work\n").unwrap();
     std::fs::remove_file(home.root().join("jobs").join(format!("{id}.json"))).unwrap();
 
@@ -234,7 +220,7 @@ fn orphans_of_ours_are_removed_and_nothing_else_is_touched() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|i| (s(i, "kind"), s(i, "name")))
+        .map(|i| (text(i, "kind"), text(i, "name")))
         .collect();
     assert!(
         removed.contains(&("container".into(), format!("paddock-{id}"))),
@@ -301,17 +287,17 @@ fn only_stale_jobs_are_removed_and_no_work_is_lost() {
     let finished = home.create(&repo, &["--task", "finished", "--runtime", "process"]);
 
     std::fs::write(
-        Path::new(&s(&idle_wip, "worktree")).join("draft.txt"),
+        Path::new(&text(&idle_wip, "worktree")).join("draft.txt"),
         "draft\n",
     )
     .unwrap();
-    let wt = s(&idle_commits, "worktree");
+    let wt = text(&idle_commits, "worktree");
     std::fs::write(Path::new(&wt).join("done.txt"), "done\n").unwrap();
     git(Path::new(&wt), &["add", "done.txt"]);
     git(Path::new(&wt), &["commit", "-q", "-m", "done"]);
-    backdate(&home, &s(&idle_wip, "id"), 3);
-    backdate(&home, &s(&idle_commits, "id"), 3);
-    home.ok(&["exec", &s(&finished, "id"), "--", "true"]);
+    backdate(&home, &text(&idle_wip, "id"), 3);
+    backdate(&home, &text(&idle_commits, "id"), 3);
+    home.ok(&["exec", &text(&finished, "id"), "--", "true"]);
 
     // A dry run changes nothing.
     let dry = sweep(&home, &["--dry-run"]);
@@ -323,12 +309,14 @@ fn only_stale_jobs_are_removed_and_no_work_is_lost() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|i| s(i, "name"))
+        .map(|i| text(i, "name"))
         .collect();
     assert_eq!(removed.len(), 2, "{report}");
-    assert!(removed.contains(&s(&idle_wip, "id")) && removed.contains(&s(&idle_commits, "id")));
-    assert!(Path::new(&s(&fresh, "worktree")).exists());
-    assert!(Path::new(&s(&finished, "worktree")).exists());
+    assert!(
+        removed.contains(&text(&idle_wip, "id")) && removed.contains(&text(&idle_commits, "id"))
+    );
+    assert!(Path::new(&text(&fresh, "worktree")).exists());
+    assert!(Path::new(&text(&finished, "worktree")).exists());
     // The branch with commits stays; the one without goes, its work saved in the wip ref.
     assert_eq!(
         repo.git(&["log", "-1", "--format=%s", "agent/agent/idle-commits"]),
@@ -339,7 +327,7 @@ fn only_stale_jobs_are_removed_and_no_work_is_lost() {
             .branches()
             .contains(&"agent/agent/idle-wip".to_string())
     );
-    let wip = format!("refs/paddock/wip/{}", s(&idle_wip, "id"));
+    let wip = format!("refs/paddock/wip/{}", text(&idle_wip, "id"));
     assert_eq!(repo.git(&["show", &format!("{wip}:draft.txt")]), "draft");
 
     // keep_finished: the finished job goes once it has been finished long enough; --now
@@ -350,14 +338,14 @@ fn only_stale_jobs_are_removed_and_no_work_is_lost() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|i| s(i, "name"))
+        .map(|i| text(i, "name"))
         .collect();
-    assert_eq!(removed, vec![s(&finished, "id")], "{report}");
+    assert_eq!(removed, vec![text(&finished, "id")], "{report}");
     // max_age catches the rest.
     let report = sweep(&home, &["--max-age", "20m", "--now", &later]);
     assert_eq!(
         report["removed"][0]["name"],
-        s(&fresh, "id").as_str(),
+        text(&fresh, "id").as_str(),
         "{report}"
     );
     assert_eq!(home.job_records(), 0);
@@ -368,7 +356,7 @@ fn the_daemon_watcher_moves_last_activity_on_file_writes() {
     let repo = FixtureRepo::new();
     let home = TestHome::new();
     let job = home.create(&repo, &["--task", "watched", "--runtime", "process"]);
-    let id = s(&job, "id");
+    let id = text(&job, "id");
     backdate(&home, &id, 2);
     let mut daemon = home
         .cmd(&["serve", "--sweep-interval", "1h", "--idle", "5h"])
@@ -378,7 +366,11 @@ fn the_daemon_watcher_moves_last_activity_on_file_writes() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(800));
     let before = chrono::Utc::now();
-    std::fs::write(Path::new(&s(&job, "worktree")).join("edit.txt"), "typing\n").unwrap();
+    std::fs::write(
+        Path::new(&text(&job, "worktree")).join("edit.txt"),
+        "typing\n",
+    )
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let moved = loop {
         let shown = home.json(&["show", &id, "--json"]);
@@ -423,8 +415,8 @@ fn two_sweeps_at_once_do_not_both_act() {
             &repo,
             &["--task", &format!("stale-{i}"), "--runtime", "process"],
         );
-        backdate(&home, &s(&job, "id"), 3);
-        ids.push(s(&job, "id"));
+        backdate(&home, &text(&job, "id"), 3);
+        ids.push(text(&job, "id"));
     }
     let sweeps: Vec<_> = (0..2)
         .map(|_| {
@@ -445,10 +437,54 @@ fn two_sweeps_at_once_do_not_both_act() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|i| s(i, "name")),
+                .map(|i| text(i, "name")),
         );
     }
     removed.sort();
     ids.sort();
     assert_eq!(removed, ids, "each stale job removed exactly once");
+}
+
+#[test]
+fn stale_index_locks_go_and_fresh_ones_stay() {
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let stale = home.create(&repo, &["--task", "stale-lock", "--runtime", "process"]);
+    let fresh = home.create(&repo, &["--task", "fresh-lock", "--runtime", "process"]);
+    let lock_of = |job: &Value| {
+        let record: Value = serde_json::from_slice(
+            &std::fs::read(
+                home.root()
+                    .join("jobs")
+                    .join(format!("{}.json", text(job, "id"))),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        Path::new(record["git_dir"].as_str().unwrap()).join("index.lock")
+    };
+    let (old_lock, new_lock) = (lock_of(&stale), lock_of(&fresh));
+    std::fs::write(&old_lock, "").unwrap();
+    std::fs::write(&new_lock, "").unwrap();
+    let status = Command::new("touch")
+        .args(["-d", "1 hour ago"])
+        .arg(&old_lock)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let report = sweep(&home, &[]);
+    let removed: Vec<String> = report["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| text(i, "kind"))
+        .collect();
+    assert_eq!(removed, vec!["index-lock".to_string()], "{report}");
+    assert!(!old_lock.exists());
+    assert!(
+        new_lock.exists(),
+        "a recent lock may belong to a running git"
+    );
+    // With the stale lock gone, git works in that worktree again.
+    git(Path::new(&text(&stale, "worktree")), &["add", "-A"]);
 }
