@@ -43,7 +43,14 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
+/// Flushes dirty pages before a timed command, so the kernel's writeback of earlier work
+/// (fixture generation, the previous run's checkout) does not land inside a measurement.
+fn settle() {
+    let _ = Command::new("sync").status();
+}
+
 fn timed(cmd: &mut Command) -> (Duration, String) {
+    settle();
     let started = Instant::now();
     let out = run(cmd);
     (started.elapsed(), out)
@@ -187,15 +194,17 @@ fn cold_ready_docker(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     let path = repo.path().display().to_string();
     let image = test_image();
-    for i in 0..RUNS {
+    let paddock_run = |i: usize| {
         // paddock: create (branch, worktree, container) + first successful exec.
+        settle();
+        let task = format!("bench-{i}");
         let started = Instant::now();
         let job: Value = serde_json::from_str(&run(&mut home.cmd(&[
             "create",
             "--repo",
             &path,
             "--task",
-            &format!("bench-{i}"),
+            &task,
             "--runtime",
             "docker",
             "--image",
@@ -205,20 +214,34 @@ fn cold_ready_docker(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
         .unwrap();
         let id = job["id"].as_str().unwrap().to_string();
         run(&mut home.cmd(&["exec", &id, "--", "true"]));
-        ours.push(ms(started.elapsed()));
+        let elapsed = ms(started.elapsed());
         run(&mut home.cmd(&["rm", &id]));
-
+        elapsed
+    };
+    let baseline_run = |i: usize| {
         // baseline: git worktree add -b + docker run -d (same mounts, limits) + docker exec true.
         let dir = scratch.path().join(format!("raw-{i}"));
         let branch = format!("raw/bench-{i}");
         let name = format!("paddock-bench-raw-{i}-{}", std::process::id());
+        settle();
         let started = Instant::now();
         run(&mut raw_worktree(repo.path(), &dir, &branch));
         run(&mut raw_docker_run(&name, &dir, &common));
         run(Command::new("docker").args(["exec", &name, "true"]));
-        theirs.push(ms(started.elapsed()));
+        let elapsed = ms(started.elapsed());
         let _ = Command::new("docker").args(["rm", "-f", &name]).output();
         cleanup_raw(repo.path(), &dir, &branch);
+        elapsed
+    };
+    for i in 0..RUNS {
+        // Alternate which side goes first, so neither always inherits the other's page cache.
+        if i % 2 == 0 {
+            ours.push(paddock_run(i));
+            theirs.push(baseline_run(i));
+        } else {
+            theirs.push(baseline_run(i));
+            ours.push(paddock_run(i));
+        }
     }
     let ratio = median(&ours) / median(&theirs);
     rows.push(Row {
@@ -240,7 +263,7 @@ fn process_create(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
     let path = repo.path().display().to_string();
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     let (mut our_cpu, mut their_cpu) = (Vec::new(), Vec::new());
-    for i in 0..RUNS {
+    let mut paddock_run = |i: usize| {
         let task = format!("proc-{i}");
         let cpu = children_cpu();
         let (elapsed, out) = timed(&mut home.cmd(&[
@@ -260,7 +283,8 @@ fn process_create(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
             .unwrap()
             .to_string();
         run(&mut home.cmd(&["rm", &id]));
-
+    };
+    let mut baseline_run = |i: usize| {
         let dir = scratch.path().join(format!("raw-{i}"));
         let branch = format!("raw/proc-{i}");
         let cpu = children_cpu();
@@ -268,6 +292,15 @@ fn process_create(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
         their_cpu.push(ms(children_cpu() - cpu));
         theirs.push(ms(elapsed));
         cleanup_raw(repo.path(), &dir, &branch);
+    };
+    for i in 0..RUNS {
+        if i % 2 == 0 {
+            paddock_run(i);
+            baseline_run(i);
+        } else {
+            baseline_run(i);
+            paddock_run(i);
+        }
     }
     let ratio = median(&ours) / median(&theirs);
     rows.push(Row {
@@ -302,6 +335,7 @@ fn parallel_creates(repo: &FixtureRepo, rows: &mut Vec<Row>) {
     let mut failures = 0;
     for round in 0..5 {
         let home = TestHome::new();
+        settle();
         let started = Instant::now();
         let children: Vec<_> = (0..16)
             .map(|i| {
@@ -329,6 +363,7 @@ fn parallel_creates(repo: &FixtureRepo, rows: &mut Vec<Row>) {
         remove_all(&home);
 
         let home = TestHome::new();
+        settle();
         let started = Instant::now();
         for i in 0..16 {
             let ok = home

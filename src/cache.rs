@@ -462,24 +462,10 @@ pub struct EntryInfo {
     pub jobs: Vec<String>,
 }
 
-/// Size of a tree without following symlinks.
+/// Size of a tree without following symlinks (fs_extra's walk; its copy, by contrast, follows
+/// symlinks, which is why [`copy_tree`] is paddock's own).
 pub fn tree_size(root: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.is_dir() {
-                stack.push(entry.path());
-            } else {
-                total += meta.len();
-            }
-        }
-    }
-    total
+    fs_extra::dir::get_size(root).unwrap_or(0)
 }
 
 /// Every entry under the caches root; `users` maps an entry path to the jobs using it.

@@ -7,7 +7,7 @@ mod fixtures;
 
 use std::path::{Path, PathBuf};
 
-use fixtures::{FixtureRepo, TestHome, docker_available, git, test_image, text};
+use fixtures::{FixtureRepo, TestHome, docker_available, git, text};
 use serde_json::Value;
 
 /// The entry of the job's cache named `name`.
@@ -47,15 +47,8 @@ fn same_lockfile_shares_an_entry_through_a_link_git_never_sees() {
     }
     let repo = node_repo("{\"lockfileVersion\": 3}\n");
     let home = TestHome::new();
-    let image = test_image();
-    let a = home.create(
-        &repo,
-        &["--task", "a", "--runtime", "docker", "--image", &image],
-    );
-    let b = home.create(
-        &repo,
-        &["--task", "b", "--runtime", "docker", "--image", &image],
-    );
+    let a = home.create_docker(&repo, &["--task", "a"]);
+    let b = home.create_docker(&repo, &["--task", "b"]);
     assert_eq!(entry(&a, "node_modules"), entry(&b, "node_modules"));
     let shown = home.json(&["show", &text(&a, "id"), "--json"]);
     assert_eq!(shown["job"]["caches"][0]["strategy"], "symlink");
@@ -90,19 +83,7 @@ fn same_lockfile_shares_an_entry_through_a_link_git_never_sees() {
     let tree = repo.git(&["ls-tree", "-r", "--name-only", "agent/agent/a"]);
     assert!(!tree.contains("node_modules"), "{tree}");
     // An install inside one container lands in the shared entry, visible to the other job.
-    let output = home.run(&[
-        "exec",
-        &text(&a, "id"),
-        "--",
-        "sh",
-        "-c",
-        "echo installed > node_modules/new-dep.js",
-    ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    home.sh(&text(&a, "id"), "echo installed > node_modules/new-dep.js");
     assert_eq!(
         std::fs::read_to_string(Path::new(&text(&b, "worktree")).join("node_modules/new-dep.js"))
             .unwrap(),
@@ -192,27 +173,11 @@ fn env_caches_are_shared_between_containers() {
     );
     repo.commit_all("caches");
     let home = TestHome::new();
-    let image = test_image();
-    let a = home.create(
-        &repo,
-        &["--task", "a", "--runtime", "docker", "--image", &image],
-    );
-    let b = home.create(
-        &repo,
-        &["--task", "b", "--runtime", "docker", "--image", &image],
-    );
-    let write = home.run(&[
-        "exec",
+    let a = home.create_docker(&repo, &["--task", "a"]);
+    let b = home.create_docker(&repo, &["--task", "b"]);
+    home.sh(
         &text(&a, "id"),
-        "--",
-        "sh",
-        "-c",
         "mkdir -p \"$CARGO_HOME/registry\" && echo crate > \"$CARGO_HOME/registry/serde.crate\"",
-    ]);
-    assert!(
-        write.status.success(),
-        "{}",
-        String::from_utf8_lossy(&write.stderr)
     );
     let read = home.run(&[
         "exec",
@@ -332,4 +297,41 @@ fn ten_jobs_on_a_200_mb_node_modules_add_less_than_5_mb() {
         + du(&home.root().join("caches")).saturating_sub(caches_before);
     eprintln!("10 jobs beyond their checkouts: {added} bytes (checkout {checkout} bytes each)");
     assert!(added < 5 << 20, "10 jobs added {added} bytes");
+}
+
+#[test]
+fn mount_caches_appear_in_the_container_read_only_and_outside_git() {
+    if !docker_available("mount_caches_appear_in_the_container_read_only_and_outside_git") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    repo.write(
+        ".paddock.yaml",
+        "caches:\n  - path: vendor/bundle\n    strategy: mount\n    readonly: true\n",
+    );
+    repo.commit_all("caches");
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &["--task", "mounted"]);
+    let bundle = entry(&job, "vendor-bundle");
+    std::fs::write(bundle.join("rack.gem"), "gem\n").unwrap();
+    let id = text(&job, "id");
+    assert_eq!(home.sh(&id, "cat vendor/bundle/rack.gem"), "gem\n");
+    let output = home.run(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo x > vendor/bundle/new.gem",
+    ]);
+    assert!(
+        !output.status.success(),
+        "a read-only mount cannot be written"
+    );
+    assert_eq!(
+        home.sh(&id, "git status --porcelain"),
+        "",
+        "the mount point is outside git"
+    );
+    assert!(!bundle.join("new.gem").exists());
 }

@@ -325,13 +325,18 @@ fn gvisor_profile_commits_and_reports_a_gvisor_kernel() {
         return;
     }
     let repo = FixtureRepo::new();
-    let home = TestHome::new();
-    let image = test_image();
-    let job = home.create(
-        &repo,
-        &["--task", "gvisor", "--runtime", "runsc", "--image", &image],
+    repo.write(
+        ".paddock.yaml",
+        &format!(
+            "profiles:\n  sandboxed:\n    runtime: runsc\n    image: {}\n",
+            test_image()
+        ),
     );
+    repo.commit_all("a gVisor profile");
+    let home = TestHome::new();
+    let job = home.create(&repo, &["--task", "gvisor", "--profile", "sandboxed"]);
     assert_eq!(text(&job, "runtime"), "runsc");
+    assert_eq!(text(&job, "profile"), "sandboxed");
     let id = text(&job, "id");
     let result = sh(
         &home,
