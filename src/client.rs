@@ -46,10 +46,6 @@ impl DaemonClient {
         matches!(probe, Ok(Ok(_))).then_some(DaemonClient { socket })
     }
 
-    pub fn socket(&self) -> &Path {
-        &self.socket
-    }
-
     async fn send(
         &self,
         method: Method,

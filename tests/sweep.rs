@@ -44,6 +44,16 @@ fn our_containers(home: &TestHome) -> Vec<String> {
     }
 }
 
+/// One field of every item a sweep report says it removed.
+fn removed_field(report: &Value, field: &str) -> Vec<String> {
+    report["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| text(item, field))
+        .collect()
+}
+
 fn sweep(home: &TestHome, extra: &[&str]) -> Value {
     let mut args = vec!["sweep", "--json"];
     args.extend_from_slice(extra);
@@ -305,12 +315,7 @@ fn only_stale_jobs_are_removed_and_no_work_is_lost() {
     assert_eq!(home.job_records(), 4);
 
     let report = sweep(&home, &[]);
-    let removed: Vec<String> = report["removed"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| text(i, "name"))
-        .collect();
+    let removed = removed_field(&report, "name");
     assert_eq!(removed.len(), 2, "{report}");
     assert!(
         removed.contains(&text(&idle_wip, "id")) && removed.contains(&text(&idle_commits, "id"))
@@ -334,12 +339,7 @@ fn only_stale_jobs_are_removed_and_no_work_is_lost() {
     // moves the clock instead of waiting.
     let later = (chrono::Utc::now() + chrono::TimeDelta::minutes(30)).to_rfc3339();
     let report = sweep(&home, &["--keep-finished", "10m", "--now", &later]);
-    let removed: Vec<String> = report["removed"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| text(i, "name"))
-        .collect();
+    let removed = removed_field(&report, "name");
     assert_eq!(removed, vec![text(&finished, "id")], "{report}");
     // max_age catches the rest.
     let report = sweep(&home, &["--max-age", "20m", "--now", &later]);
@@ -473,12 +473,7 @@ fn stale_index_locks_go_and_fresh_ones_stay() {
         .unwrap();
     assert!(status.success());
     let report = sweep(&home, &[]);
-    let removed: Vec<String> = report["removed"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| text(i, "kind"))
-        .collect();
+    let removed = removed_field(&report, "kind");
     assert_eq!(removed, vec!["index-lock".to_string()], "{report}");
     assert!(!old_lock.exists());
     assert!(

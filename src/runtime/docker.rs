@@ -485,14 +485,6 @@ async fn inspect_ours(
     }))
 }
 
-/// Public view of [`inspect_ours`] for `show`, `doctor` and the sweeper.
-pub async fn job_container_status(
-    home: &PaddockHome,
-    id: &JobId,
-) -> Result<Option<ContainerStatus>, RuntimeError> {
-    inspect_ours(&connect()?, home, id).await
-}
-
 /// Makes sure the job's container runs: starts it when stopped, recreates it (same mounts
 /// and limits) when it is gone. Returns the container id.
 pub async fn ensure_running(
