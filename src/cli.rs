@@ -678,7 +678,7 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
             }
         }
         Command::Doctor { json } => {
-            let root = crate::git::GitRepo::open(std::path::Path::new("."))
+            let root = crate::git::GitRepo::open(std::path::Path::new("."), &paddock.home().locks_dir())
                 .await
                 .ok()
                 .map(|r| r.root);
@@ -780,8 +780,12 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
             command: ConfigCommand::Show { repo, json },
         } => {
             let root = match repo {
-                Some(repo) => Some(crate::git::GitRepo::open(&repo).await?.root),
-                None => crate::git::GitRepo::open(std::path::Path::new("."))
+                Some(repo) => Some(
+                    crate::git::GitRepo::open(&repo, &paddock.home().locks_dir())
+                        .await?
+                        .root,
+                ),
+                None => crate::git::GitRepo::open(std::path::Path::new("."), &paddock.home().locks_dir())
                     .await
                     .ok()
                     .map(|r| r.root),
@@ -1068,6 +1072,11 @@ pub fn classify(error: &Error) -> (i32, Option<String>) {
         Error::NotOurs { .. } => (exit::REFUSED, None),
         Error::RemoveDir { .. } | Error::Log { .. } => (exit::INTERNAL, None),
         Error::NotRunnable { .. } => (exit::CONFLICT, None),
+        Error::Sync { .. } => (exit::GIT, None),
+        Error::Legacy { .. } => (
+            exit::REFUSED,
+            Some("`paddock doctor` says how to move it to this version".into()),
+        ),
         Error::Serve { .. } => (exit::INVALID_INPUT, None),
         Error::Daemon { code, .. } => (
             match code.as_str() {

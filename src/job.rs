@@ -14,7 +14,10 @@ use crate::config::{KillPolicy, NetworkMode};
 use crate::units::{ByteSize, Cpus, HumanDuration};
 
 /// The record layout this build writes and reads.
-pub const RECORD_SCHEMA: u32 = 1;
+pub const RECORD_SCHEMA: u32 = 2;
+/// Records of schema 1 are jobs whose worktree was a linked worktree of the user's repository
+/// (before private git dirs); they are still read, so they can be removed without losing work.
+pub const LEGACY_RECORD_SCHEMA: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
@@ -214,6 +217,28 @@ pub struct Limits {
     pub env: std::collections::BTreeMap<String, String>,
 }
 
+impl From<&crate::config::Profile> for Limits {
+    fn from(profile: &crate::config::Profile) -> Limits {
+        Limits {
+            image: profile.image.value.clone(),
+            memory: profile.memory.value,
+            cpus: profile.cpus.value,
+            pids: profile.pids.value,
+            network: profile.network.value,
+            timeout: profile.timeout.value,
+            kill_policy: profile.kill_policy.value,
+            grace: profile.grace.value,
+            workspace_dir: profile.workspace_dir.value.clone(),
+            uid: profile.uid.value,
+            env: profile
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.value.clone()))
+                .collect(),
+        }
+    }
+}
+
 /// The persisted record of one job: `$PADDOCK_HOME/jobs/<id>.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobRecord {
@@ -223,8 +248,8 @@ pub struct JobRecord {
     pub repo: PathBuf,
     /// The repository's git common dir: where refs, objects and the lock live.
     pub git_common_dir: PathBuf,
-    /// The worktree's admin dir (`<common>/worktrees/<name>`), recorded at creation so host-side
-    /// git never trusts the worktree's own `.git` file, which the agent can rewrite.
+    /// The job's private git dir (`$PADDOCK_HOME/jobs/<id>/git`); for a legacy record, the
+    /// worktree's admin dir in the user's repository.
     pub git_dir: Option<PathBuf>,
     pub repo_key: String,
     pub branch: String,
@@ -255,6 +280,13 @@ pub struct JobRecord {
     /// The job's dependency caches and their entries.
     #[serde(default)]
     pub caches: Vec<crate::cache::JobCache>,
+    /// Why the last sync of the job's work into the user's repository failed; cleared by the
+    /// next one that succeeds.
+    #[serde(default)]
+    pub sync_error: Option<String>,
+    /// When the job's work last reached the user's repository.
+    #[serde(default)]
+    pub synced_at: Option<DateTime<Utc>>,
 }
 
 /// A process, identified by pid and start time so a reused pid is not mistaken for it.
@@ -288,6 +320,11 @@ fn process_start(pid: u32) -> Option<u64> {
 }
 
 impl JobRecord {
+    /// A job made before private git dirs (see [`LEGACY_RECORD_SCHEMA`]).
+    pub fn is_legacy(&self) -> bool {
+        self.schema == LEGACY_RECORD_SCHEMA
+    }
+
     /// Moves the job to `to`, keeping the timestamps that go with states in step.
     pub fn transition(&mut self, to: JobState, now: DateTime<Utc>) -> Result<(), JobError> {
         if !self.state.can_become(to) {

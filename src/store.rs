@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::config::EnvLookup;
-use crate::job::{JobId, JobRecord, RECORD_SCHEMA, random_hex};
+use crate::job::{JobId, JobRecord, LEGACY_RECORD_SCHEMA, RECORD_SCHEMA, random_hex};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -149,7 +149,7 @@ impl PaddockHome {
     }
 
     pub fn open_at(root: &Path) -> Result<PaddockHome, StoreError> {
-        for sub in ["jobs", "worktrees", "logs"] {
+        for sub in ["jobs", "worktrees", "logs", "locks"] {
             let dir = root.join(sub);
             fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         }
@@ -191,6 +191,27 @@ impl PaddockHome {
 
     pub fn jobs_dir(&self) -> PathBuf {
         self.root.join("jobs")
+    }
+
+    /// Host-side state of one job beside its record: its private git dir and its scratch
+    /// repository. Never mounted into a container as a whole.
+    pub fn job_dir(&self, id: &JobId) -> PathBuf {
+        self.jobs_dir().join(id.as_str())
+    }
+
+    /// The job's private git dir (see `git::jobdir`).
+    pub fn job_git_dir(&self, id: &JobId) -> PathBuf {
+        self.job_dir(id).join("git")
+    }
+
+    /// The job's scratch repository, which receives its syncs (see `git::sync`).
+    pub fn job_scratch_repo(&self, id: &JobId) -> PathBuf {
+        self.job_dir(id).join("sync.git")
+    }
+
+    /// Where paddock's per-repository locks live (never inside a user's repository).
+    pub fn locks_dir(&self) -> PathBuf {
+        self.root.join("locks")
     }
 
     pub fn worktrees_dir(&self) -> PathBuf {
@@ -417,7 +438,7 @@ fn parse_record(path: &Path, bytes: &[u8]) -> Result<JobRecord, StoreError> {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    if version.schema != RECORD_SCHEMA {
+    if version.schema != RECORD_SCHEMA && version.schema != LEGACY_RECORD_SCHEMA {
         return Err(StoreError::Schema {
             path: path.to_path_buf(),
             found: version.schema,

@@ -28,7 +28,8 @@ use serde::Serialize;
 use crate::config::BranchPolicy;
 use crate::engine::{Paddock, RemoveOptions, Result};
 use crate::git::GitRepo;
-use crate::job::{JobRecord, JobState};
+use crate::engine::SyncScope;
+use crate::job::{JobRecord, JobState, RuntimeKind};
 use crate::runtime::docker;
 use crate::store::FileLock;
 use crate::units::format_age;
@@ -108,6 +109,9 @@ impl SweepReport {
         });
     }
 }
+
+/// Longer than any sync may take (its own deadline is ten minutes).
+const SYNC_CONTAINER_MAX_AGE: Duration = Duration::from_secs(3600);
 
 fn age(now: DateTime<Utc>, then: DateTime<Utc>) -> Duration {
     (now - then).to_std().unwrap_or_default()
@@ -367,6 +371,10 @@ impl Paddock {
             return;
         };
         for container in containers {
+            if container.sync {
+                self.reap_sync_container(options, container, report).await;
+                continue;
+            }
             if self.store().exists_str(&container.job) {
                 continue;
             }
@@ -387,6 +395,32 @@ impl Paddock {
                 Ok(()) => report.removed("container", container.name, reason),
                 Err(error) => report.error("container", container.name, reason, error),
             }
+        }
+    }
+
+    /// A throwaway sync container is removed once its job is gone or it has outlived any
+    /// sync (a paddock killed mid-sync leaves one behind).
+    async fn reap_sync_container(
+        &self,
+        options: &SweepOptions,
+        container: docker::LabelledContainer,
+        report: &mut SweepReport,
+    ) {
+        let outlived = container
+            .created
+            .is_some_and(|created| age(options.now, created) > SYNC_CONTAINER_MAX_AGE);
+        if self.store().exists_str(&container.job) && !outlived {
+            return;
+        }
+        let reason = "sync container of a job that is gone, or older than any sync";
+        if options.dry_run {
+            report.removed("container", container.name, reason);
+            return;
+        }
+        match docker::remove_labelled_container(self.home(), &container.name, &container.job).await
+        {
+            Ok(()) => report.removed("container", container.name, reason),
+            Err(error) => report.error("container", container.name, reason, error),
         }
     }
 
@@ -439,9 +473,8 @@ impl Paddock {
                 let repo = repos
                     .iter()
                     .find(|(k, _, _)| *k == key)
-                    .map(|(_, root, common)| GitRepo {
-                        root: root.clone(),
-                        common_dir: common.clone(),
+                    .map(|(_, root, common)| {
+                        GitRepo::known(root.clone(), common.clone(), &self.home().locks_dir())
                     });
                 match self
                     .remove_orphan_worktree(repo.as_ref(), &path, &file_name)
@@ -461,21 +494,25 @@ impl Paddock {
         }
     }
 
-    /// Snapshots (when git still knows the checkout) and removes an orphaned checkout.
+    /// Saves an orphaned checkout's uncommitted work (through a throwaway container, never
+    /// host-side git in the checkout) and removes it. A checkout whose work cannot be saved
+    /// that way is kept.
     async fn remove_orphan_worktree(
         &self,
         repo: Option<&GitRepo>,
         path: &Path,
         id: &str,
     ) -> Result<Option<String>> {
+        let job_id = crate::job::JobId::parse(id)?;
+        let git_dir = self.home().job_git_dir(&job_id);
         let mut saved = None;
         if let Some(repo) = repo
-            && let Some(worktree) = repo.find_worktree(path).await?
+            && git_dir.is_dir()
         {
-            let wip = format!("refs/paddock/wip/{id}");
-            let message = format!("paddock: uncommitted work of orphaned worktree {id}");
-            if repo.snapshot(&worktree, &wip, &message).await?.is_some() {
-                saved = Some(wip);
+            let record = self.orphan_record(repo, job_id.clone(), path).await?;
+            let synced = self.sync_job(&record, SyncScope::BranchAndWork).await?;
+            if self.publish_wip(&record, &synced).await?.is_some() {
+                saved = Some(format!("refs/paddock/wip/{id}"));
             }
         }
         // Re-check ownership right before deleting.
@@ -494,19 +531,68 @@ impl Paddock {
             let _ =
                 std::fs::remove_file(parent.join(format!(".{}.paddock", name.to_string_lossy())));
         }
-        if let Some(repo) = repo {
-            repo.prune_worktrees().await?;
+        let job_dir = self.home().job_dir(&job_id);
+        if job_dir.exists() {
+            std::fs::remove_dir_all(&job_dir).map_err(|source| {
+                crate::engine::Error::RemoveDir {
+                    path: job_dir.clone(),
+                    source,
+                }
+            })?;
         }
         Ok(saved)
+    }
+
+    /// A stand-in record for a checkout whose record is gone, enough to run a sync of its
+    /// uncommitted work in a throwaway container with the default profile's image and
+    /// limits. Refused when Docker cannot run it: running git on the host in an agent's
+    /// checkout is what the sandbox exists to avoid.
+    async fn orphan_record(
+        &self,
+        repo: &GitRepo,
+        id: crate::job::JobId,
+        path: &Path,
+    ) -> Result<JobRecord> {
+        let config = self.config(Some(&repo.root))?;
+        let (profile_name, profile) = config.select_profile(None, "agent", None)?;
+        crate::runtime::docker::check_ready(RuntimeKind::Docker, &profile.image.value).await?;
+        let now = Utc::now();
+        Ok(JobRecord {
+            schema: crate::job::RECORD_SCHEMA,
+            git_dir: Some(self.home().job_git_dir(&id)),
+            id,
+            repo: repo.root.clone(),
+            git_common_dir: repo.common_dir.clone(),
+            repo_key: repo.key(),
+            branch: "-".into(),
+            branch_created: false,
+            base: "-".into(),
+            base_commit: "-".into(),
+            worktree: path.to_path_buf(),
+            agent: "orphan".into(),
+            task: None,
+            profile: profile_name,
+            runtime: RuntimeKind::Docker,
+            limits: crate::job::Limits::from(&profile),
+            container_id: None,
+            state: JobState::Exited,
+            created_at: now,
+            last_activity_at: now,
+            finished_at: None,
+            exit_code: None,
+            oom_killed: false,
+            oom_kills: 0,
+            owner: None,
+            caches: Vec::new(),
+            sync_error: None,
+            synced_at: None,
+        })
     }
 
     async fn prune_git_worktrees(&self, options: &SweepOptions, report: &mut SweepReport) {
         let root = self.home().worktrees_dir();
         for (_, repo_root, common) in self.home().repos() {
-            let repo = GitRepo {
-                root: repo_root.clone(),
-                common_dir: common,
-            };
+            let repo = GitRepo::known(repo_root.clone(), common, &self.home().locks_dir());
             let found = if options.dry_run {
                 repo.missing_worktrees_under(&root).await
             } else {

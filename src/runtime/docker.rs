@@ -9,12 +9,14 @@
 //! memory, no network unless the profile asks for `bridge`, an init process, Docker's default
 //! seccomp profile, and never the Docker socket.
 //!
-//! Git inside the container works because the repository's git common dir is mounted at its
-//! own absolute path, read-only, with only what a commit writes mounted read-write over it:
-//! `objects/`, the branch's ref and reflog directories, and the job's own admin dir — whose
-//! `commondir`, `gitdir` and `config.worktree` files are mounted read-only again, so the agent
-//! cannot redirect host-side git to a config of its making. The repository's `config` and
-//! `hooks/` and other jobs' admin dirs stay read-only.
+//! Git inside the container works without the user's repository being mounted: the job's
+//! private git dir is mounted read-write at [`CONTAINER_GIT_DIR`] (the worktree's `.git` link
+//! names that path, which exists only inside), and the user's object store, which it borrows
+//! through alternates, is mounted read-only at its own path. The git dir's `config`, `hooks/`,
+//! `info/` and `objects/info/alternates`, and the worktree's `.git` link, are mounted
+//! read-only again over the writable mounts, so git keeps working and the agent cannot
+//! re-point them. Nothing else of the user's repository (refs, config, hooks, other
+//! worktrees) is in the container.
 //!
 //! Every call to the daemon has a deadline: the client's for request/response calls, and our
 //! own for streams (exec output, builds), which the client's timeout does not cover.
@@ -46,6 +48,10 @@ pub const LABEL_JOB: &str = "dev.paddock.job";
 pub const LABEL_HOME: &str = "dev.paddock.home";
 /// Where HOME is inside job containers (a tmpfs).
 pub const CONTAINER_HOME: &str = "/home/agent";
+/// Where the job's private git dir is inside its container.
+pub const CONTAINER_GIT_DIR: &str = "/paddock/git";
+/// Marks the short-lived containers that run a sync of a stopped job.
+pub const LABEL_ROLE: &str = "dev.paddock.role";
 
 /// Deadline for one request/response call to the daemon.
 const API_TIMEOUT: Duration = Duration::from_secs(30);
@@ -189,20 +195,6 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> Mount {
     }
 }
 
-/// The directories under `refs/heads` and `logs/refs/heads` that a commit on the job's branch
-/// writes to (the branch's parent directory).
-fn branch_dirs(record: &JobRecord) -> (PathBuf, PathBuf) {
-    let parent = Path::new(&record.branch)
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let common = &record.git_common_dir;
-    (
-        common.join("refs/heads").join(&parent),
-        common.join("logs/refs/heads").join(&parent),
-    )
-}
-
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
     move |source| RuntimeError::Io {
         path: path.to_path_buf(),
@@ -214,33 +206,20 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
 fn job_mounts(record: &JobRecord) -> Result<Vec<Mount>, RuntimeError> {
     let git_dir = record.git_dir.as_ref().ok_or_else(|| RuntimeError::Io {
         path: record.worktree.clone(),
-        source: std::io::Error::other("the job has no git admin dir yet"),
+        source: std::io::Error::other("the job has no git dir yet"),
     })?;
-    let common = &record.git_common_dir;
-    let (refs_dir, logs_dir) = branch_dirs(record);
-    for dir in [&refs_dir, &logs_dir] {
-        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
-    }
-    // An empty, read-only config.worktree: git reads it when extensions.worktreeConfig is on,
-    // and host-side git must not pick up settings the agent wrote there.
-    let worktree_config = git_dir.join("config.worktree");
-    if !worktree_config.exists() {
-        std::fs::write(&worktree_config, "").map_err(io_error(&worktree_config))?;
-    }
     let workspace = Path::new(&record.limits.workspace_dir);
+    let inside_git = Path::new(CONTAINER_GIT_DIR);
     let mut mounts = vec![
         bind(&record.worktree, workspace, false),
-        bind(common, common, true),
-        bind(&common.join("objects"), &common.join("objects"), false),
-        bind(&refs_dir, &refs_dir, false),
-        bind(&logs_dir, &logs_dir, false),
-        bind(git_dir, git_dir, false),
+        bind(&record.worktree.join(".git"), &workspace.join(".git"), true),
+        bind(git_dir, inside_git, false),
     ];
-    for name in ["commondir", "gitdir", "config.worktree"] {
-        let file = git_dir.join(name);
-        if file.exists() {
-            mounts.push(bind(&file, &file, true));
-        }
+    for name in crate::git::jobdir::PROTECTED {
+        mounts.push(bind(&git_dir.join(name), &inside_git.join(name), true));
+    }
+    for objects in crate::git::object_dirs(&record.git_common_dir) {
+        mounts.push(bind(&objects, &objects, true));
     }
     // Caches: a symlinked entry is mounted at its own path so the link resolves inside as
     // outside; an env entry likewise; a mount entry at its place in the workspace.
@@ -259,36 +238,28 @@ fn job_mounts(record: &JobRecord) -> Result<Vec<Mount>, RuntimeError> {
 }
 
 /// When paddock runs as root the agent runs as an unprivileged uid: give that uid the job's
-/// worktree and admin dir, and ownership of exactly what a commit writes in the repository
-/// (the object directories and the branch's ref and reflog directories). Ownership rather
-/// than ACLs, because gVisor checks mode bits and ignores ACLs. Cheap enough (a few hundred
-/// `lchown`s) to repeat before every exec, which picks up object directories the host
-/// created since.
-fn grant_agent_access(
-    record: &JobRecord,
-    uid: u32,
-    with_worktree: bool,
-) -> Result<(), RuntimeError> {
+/// worktree and private git dir (except the parts that stay read-only and paddock's) and
+/// the shared cache entries it uses. Ownership rather than ACLs, because gVisor checks mode
+/// bits and ignores ACLs. Runs once, when the job's first container is made and before any
+/// agent has run, so no agent can race the walk; nothing of the user's repository is touched.
+fn grant_agent_access(record: &JobRecord, uid: u32) -> Result<(), RuntimeError> {
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return Ok(());
     }
     let git_dir = record.git_dir.as_ref().ok_or_else(|| RuntimeError::Io {
         path: record.worktree.clone(),
-        source: std::io::Error::other("the job has no git admin dir yet"),
+        source: std::io::Error::other("the job has no git dir yet"),
     })?;
     let mut paths = Vec::new();
-    if with_worktree {
-        collect_tree(&record.worktree, false, &mut paths)?;
-        collect_tree(git_dir, false, &mut paths)?;
-        // These stay root's: they are mounted read-only and steer host-side git.
-        paths.retain(|p| {
-            !["commondir", "gitdir", "config.worktree"]
-                .iter()
-                .any(|name| p == &git_dir.join(name))
-        });
-    }
-    collect_tree(&record.git_common_dir.join("objects"), true, &mut paths)?;
+    collect_tree(&record.worktree, false, &mut paths)?;
+    collect_tree(git_dir, false, &mut paths)?;
+    let kept: Vec<PathBuf> = crate::git::jobdir::PROTECTED
+        .iter()
+        .map(|name| git_dir.join(name))
+        .chain([record.worktree.join(".git")])
+        .collect();
+    paths.retain(|p| !kept.iter().any(|k| p.starts_with(k)));
     for cache in &record.caches {
         let shared = matches!(
             cache.strategy,
@@ -301,9 +272,6 @@ fn grant_agent_access(
             collect_tree(&cache.entry, false, &mut paths)?;
         }
     }
-    let (refs_dir, logs_dir) = branch_dirs(record);
-    collect_tree(&refs_dir, false, &mut paths)?;
-    collect_tree(&logs_dir, false, &mut paths)?;
     for path in paths {
         std::os::unix::fs::lchown(&path, Some(uid), Some(uid)).map_err(io_error(&path))?;
     }
@@ -340,11 +308,13 @@ fn container_body(
         format!("PADDOCK_JOB_ID={}", record.id),
         format!("PADDOCK_WORKSPACE={}", limits.workspace_dir),
     ];
-    for key in ["PADDOCK_GIT_AUTHOR_NAME", "PADDOCK_GIT_AUTHOR_EMAIL"] {
-        if let Ok(value) = std::env::var(key) {
-            env.push(format!("{key}={value}"));
-        }
-    }
+    // Git's identity and settings are part of the container, so the first exec has them
+    // (no entrypoint script that could race it).
+    env.extend(
+        super::agent_git_env(record)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}")),
+    );
     env.extend(
         crate::cache::env_vars(&record.caches)
             .iter()
@@ -398,14 +368,23 @@ fn container_body(
     })
 }
 
+/// Gives the job's files to the agent's uid (see [`grant_agent_access`]), then creates and
+/// starts the job's first container; returns its id.
+pub async fn create_first_container(
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<String, RuntimeError> {
+    grant_agent_access(record, agent_user(record.limits.uid).0)?;
+    create_job_container(home, record).await
+}
+
 /// Creates and starts the job's container; returns its id.
-pub async fn create_job_container(
+async fn create_job_container(
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
     let name = container_name(&record.id);
-    grant_agent_access(record, agent_user(record.limits.uid).0, true)?;
     let body = container_body(home, record)?;
     let options = CreateContainerOptionsBuilder::new().name(&name).build();
     let created = call(
@@ -441,7 +420,18 @@ async fn inspect_ours(
     home: &PaddockHome,
     id: &JobId,
 ) -> Result<Option<ContainerStatus>, RuntimeError> {
-    let name = container_name(id);
+    inspect_named(docker, home, &container_name(id), id.as_str()).await
+}
+
+/// Inspects the container `name`; `None` when it does not exist. Refuses one that does not
+/// carry both this install's home label and `job` as its job label.
+async fn inspect_named(
+    docker: &Docker,
+    home: &PaddockHome,
+    name: &str,
+    job: &str,
+) -> Result<Option<ContainerStatus>, RuntimeError> {
+    let name = name.to_string();
     let info = match tokio::time::timeout(API_TIMEOUT, docker.inspect_container(&name, None)).await
     {
         Ok(Ok(info)) => info,
@@ -471,7 +461,7 @@ async fn inspect_ours(
         .as_ref()
         .and_then(|c| c.labels.clone())
         .unwrap_or_default();
-    if labels.get(LABEL_JOB).map(String::as_str) != Some(id.as_str())
+    if labels.get(LABEL_JOB).map(String::as_str) != Some(job)
         || labels.get(LABEL_HOME).map(String::as_str) != Some(home.id())
     {
         return Err(RuntimeError::NotOurContainer { name });
@@ -575,11 +565,21 @@ pub async fn stop_job(
 
 /// Removes the job's container if it exists and is ours.
 pub async fn remove_job_container(home: &PaddockHome, id: &JobId) -> Result<(), RuntimeError> {
+    remove_labelled_container(home, &container_name(id), id.as_str()).await
+}
+
+/// Removes the container `name` if it exists and carries this install's labels with `job`
+/// as its job (checked right before the removal).
+pub async fn remove_labelled_container(
+    home: &PaddockHome,
+    name: &str,
+    job: &str,
+) -> Result<(), RuntimeError> {
     let docker = connect()?;
-    if inspect_ours(&docker, home, id).await?.is_none() {
+    if inspect_named(&docker, home, name, job).await?.is_none() {
         return Ok(());
     }
-    let name = container_name(id);
+    let name = name.to_string();
     let options = RemoveContainerOptionsBuilder::new()
         .force(true)
         .v(true)
@@ -606,6 +606,9 @@ pub struct LabelledContainer {
     pub name: String,
     pub job: String,
     pub running: bool,
+    /// A short-lived container running a sync of a stopped job, not the job's own.
+    pub sync: bool,
+    pub created: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Every container labelled with this install's home id.
@@ -641,6 +644,8 @@ pub async fn list_job_containers(
                     .to_string(),
                 job: labels.get(LABEL_JOB).cloned()?,
                 running: c.state.map(|s| s.to_string() == "running").unwrap_or(false),
+                sync: labels.get(LABEL_ROLE).map(String::as_str) == Some("sync"),
+                created: c.created.and_then(|t| chrono::DateTime::from_timestamp(t, 0)),
             })
         })
         .collect())
@@ -709,9 +714,69 @@ pub async fn exec(
         return Err(RuntimeError::EmptyCommand);
     }
     let container_id = ensure_running(home, record).await?;
-    grant_agent_access(record, agent_user(record.limits.uid).0, false)?;
+    let (result, oom_count) = exec_in(&container_name(&record.id), record, request, sink).await?;
+    Ok((result, container_id, oom_count))
+}
+
+/// Runs the sync script (or any short paddock command) in the job's sandbox: its container
+/// when that runs, else a throwaway container with the same mounts, user and limits, so a
+/// stopped job is not started again and no agent process runs beside the command.
+pub async fn exec_in_sandbox(
+    home: &PaddockHome,
+    record: &JobRecord,
+    request: &ExecRequest,
+    sink: &mut dyn OutputSink,
+) -> Result<ExecResult, RuntimeError> {
     let docker = connect()?;
-    let name = container_name(&record.id);
+    if inspect_ours(&docker, home, &record.id)
+        .await?
+        .is_some_and(|status| status.running)
+    {
+        let name = container_name(&record.id);
+        return Ok(exec_in(&name, record, request, sink).await?.0);
+    }
+    let name = format!("{}-sync-{}", container_name(&record.id), random_hex(6));
+    let mut body = container_body(home, record)?;
+    if let Some(labels) = &mut body.labels {
+        labels.insert(LABEL_ROLE.to_string(), "sync".to_string());
+    }
+    let options = CreateContainerOptionsBuilder::new().name(&name).build();
+    call(
+        "create container",
+        &name,
+        API_TIMEOUT,
+        docker.create_container(Some(options), body),
+    )
+    .await?;
+    let result = async {
+        call(
+            "start container",
+            &name,
+            API_TIMEOUT,
+            docker.start_container(&name, None),
+        )
+        .await?;
+        exec_in(&name, record, request, sink).await
+    }
+    .await;
+    if let Err(error) = remove_labelled_container(home, &name, record.id.as_str()).await {
+        tracing::warn!(container = %name, %error, "failed to remove a sync container");
+    }
+    Ok(result?.0)
+}
+
+/// Runs one command in the running container `name` (see [`exec`]).
+async fn exec_in(
+    name: &str,
+    record: &JobRecord,
+    request: &ExecRequest,
+    sink: &mut dyn OutputSink,
+) -> Result<(ExecResult, Option<u64>), RuntimeError> {
+    if request.cmd.is_empty() {
+        return Err(RuntimeError::EmptyCommand);
+    }
+    let docker = connect()?;
+    let name = name.to_string();
     let pidfile = format!("/tmp/.paddock-exec-{}.pid", random_hex(10));
     let mut cmd = vec![
         "sh".to_string(),
@@ -864,8 +929,8 @@ pub async fn exec(
             timed_out,
             truncated: out_cut || err_cut,
             oom_killed,
+            sync_error: None,
         },
-        container_id,
         oom_count,
     ))
 }

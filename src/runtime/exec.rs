@@ -36,6 +36,10 @@ pub struct ExecResult {
     /// True when either stream was longer than the cap and was cut in the middle.
     pub truncated: bool,
     pub oom_killed: bool,
+    /// Set when the command ran but its work could not be brought into the user's
+    /// repository afterwards (the job's branch there stayed where it was).
+    #[serde(default)]
+    pub sync_error: Option<String>,
 }
 
 /// Which stream a chunk of output came from.

@@ -102,7 +102,67 @@ pub async fn start(home: &PaddockHome, record: &JobRecord) -> Result<Option<Stri
     match record.runtime {
         RuntimeKind::Process => Ok(None),
         RuntimeKind::Docker | RuntimeKind::Runsc => {
-            docker::create_job_container(home, record).await.map(Some)
+            docker::create_first_container(home, record).await.map(Some)
+        }
+    }
+}
+
+/// Git's identity and settings for the agent's commands, the same in every runtime: commits
+/// carry `paddock agent (<job>)` unless `PADDOCK_GIT_AUTHOR_NAME`/`_EMAIL` are set where
+/// paddock runs. In containers they are part of the container's environment, so even the
+/// first exec has them.
+pub fn agent_git_env(record: &JobRecord) -> Vec<(String, String)> {
+    let job = record.id.as_str();
+    let name = std::env::var("PADDOCK_GIT_AUTHOR_NAME")
+        .unwrap_or_else(|_| format!("paddock agent ({job})"));
+    let email = std::env::var("PADDOCK_GIT_AUTHOR_EMAIL")
+        .unwrap_or_else(|_| format!("{job}@paddock.invalid"));
+    let mut env = vec![
+        ("GIT_AUTHOR_NAME".to_string(), name.clone()),
+        ("GIT_COMMITTER_NAME".to_string(), name),
+        ("GIT_AUTHOR_EMAIL".to_string(), email.clone()),
+        ("GIT_COMMITTER_EMAIL".to_string(), email),
+    ];
+    if record.runtime.uses_docker() {
+        // The borrowed object store belongs to another uid; git must not refuse the job's
+        // own files for that either.
+        for (key, value) in [
+            ("GIT_CONFIG_COUNT", "1"),
+            ("GIT_CONFIG_KEY_0", "safe.directory"),
+            ("GIT_CONFIG_VALUE_0", "*"),
+        ] {
+            env.push((key.to_string(), value.to_string()));
+        }
+    }
+    env
+}
+
+/// The job's git dir and work tree as commands in its sandbox see them (inside a container,
+/// the git dir is at a path that exists only there).
+pub fn sandbox_git_paths(record: &JobRecord) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let git_dir = record.git_dir.clone()?;
+    Some(match record.runtime {
+        RuntimeKind::Process => (git_dir, record.worktree.clone()),
+        RuntimeKind::Docker | RuntimeKind::Runsc => (
+            docker::CONTAINER_GIT_DIR.into(),
+            record.limits.workspace_dir.clone().into(),
+        ),
+    })
+}
+
+/// Runs a short command of paddock's own (the sync script) in the job's sandbox without
+/// starting the job again: in its running container, else in a throwaway container with the
+/// same mounts; for the process runtime, as a child process like any exec.
+pub async fn exec_in_sandbox(
+    home: &PaddockHome,
+    record: &JobRecord,
+    request: &ExecRequest,
+    sink: &mut dyn OutputSink,
+) -> Result<ExecResult, RuntimeError> {
+    match record.runtime {
+        RuntimeKind::Process => process::exec(record, request, sink).await,
+        RuntimeKind::Docker | RuntimeKind::Runsc => {
+            docker::exec_in_sandbox(home, record, request, sink).await
         }
     }
 }

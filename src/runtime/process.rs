@@ -42,20 +42,11 @@ pub async fn exec(
     let pids = u64::from(limits.pids);
     let cpu_secs = request.timeout.as_secs() + request.grace.as_secs() + 1;
 
-    // Agent commits carry the agent's identity, as in a container (see entrypoint.sh).
-    let job = record.id.as_str();
-    let name = std::env::var("PADDOCK_GIT_AUTHOR_NAME")
-        .unwrap_or_else(|_| format!("paddock agent ({job})"));
-    let email = std::env::var("PADDOCK_GIT_AUTHOR_EMAIL")
-        .unwrap_or_else(|_| format!("{job}@paddock.invalid"));
     let mut command = Command::new(program);
     command
         .args(args)
         .current_dir(&dir)
-        .env("GIT_AUTHOR_NAME", &name)
-        .env("GIT_COMMITTER_NAME", &name)
-        .env("GIT_AUTHOR_EMAIL", &email)
-        .env("GIT_COMMITTER_EMAIL", &email)
+        .envs(super::agent_git_env(record))
         .envs(crate::cache::env_vars(&record.caches))
         .envs(&limits.env)
         .envs(&request.env)
@@ -165,6 +156,7 @@ pub async fn exec(
         timed_out,
         truncated: out_cut || err_cut,
         oom_killed: false,
+        sync_error: None,
     })
 }
 

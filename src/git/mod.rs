@@ -1,19 +1,20 @@
 //! The git adapter: the only module that runs git or touches git2.
 //!
-//! Mutations (worktree add/remove/prune, branch delete, update-ref, snapshots) go through the
-//! git CLI, which checks out in parallel and is several times faster than libgit2 on large
-//! repositories. Reads (commits ahead, changed files, diffs) go through git2 inside
-//! `spawn_blocking`, and never write the index or take optional locks.
+//! Mutations of the user's repository (creating the job's branch, publishing a sync,
+//! deleting a branch) go through the git CLI; reads go through git2 inside
+//! `spawn_blocking`. A job never shares git metadata with the user's repository: it has a
+//! private git dir ([`jobdir`]) that borrows the user's objects read-only, and its work comes
+//! back only through the sync protocol ([`sync`]).
 //!
 //! Invariants:
 //! - Host-side git never runs anything the agent could have written: every command runs with
-//!   hooks and fsmonitor disabled, and against a worktree it is given `--git-dir` from the job
-//!   record instead of discovering it through the worktree's `.git` file.
-//! - Metadata mutations on one repository hold an advisory lock in its git common dir
-//!   (`paddock.lock`), so parallel `paddock` processes never race on `config.lock` or ref
-//!   locks. The checkout itself runs outside the lock.
-//! - Branches are created from a commit SHA with `--no-track`, so no tracking config is written
-//!   to the shared `config`.
+//!   hooks and fsmonitor disabled, and no host-side git process uses a job's git dir or
+//!   worktree as its repository once an agent has run there.
+//! - paddock writes nothing into the user's repository but the job's branch and its own
+//!   `refs/paddock/*`, and changes no owner or mode there. Its lock lives under
+//!   `$PADDOCK_HOME/locks`, not in the repository.
+//! - Metadata mutations on one repository hold that lock, so parallel `paddock` processes
+//!   never race on `packed-refs.lock`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,9 @@ use sha2::{Digest, Sha256};
 use tokio::process::Command;
 
 use crate::store::FileLock;
+
+pub mod jobdir;
+pub mod sync;
 
 /// How long a metadata command (branch, update-ref, worktree bookkeeping) may take.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(120);
@@ -83,8 +87,8 @@ pub enum GitError {
         #[source]
         source: git2::Error,
     },
-    #[error("worktree `{path}` has an unexpected git link: {message}")]
-    BadWorktreeLink { path: PathBuf, message: String },
+    #[error("refused the job's sync stream `{path}`: {message}")]
+    BadSync { path: PathBuf, message: String },
     #[error("git read task failed: {0}")]
     Join(String),
 }
@@ -94,12 +98,15 @@ pub enum GitError {
 pub struct GitRepo {
     /// The main checkout's top level, or the repository itself when it is bare.
     pub root: PathBuf,
-    /// Where refs, objects and worktree admin dirs live.
+    /// Where refs and objects live.
     pub common_dir: PathBuf,
+    /// paddock's lock for this repository (under `$PADDOCK_HOME/locks`).
+    pub lock_path: PathBuf,
 }
 
-/// A job's worktree as recorded by paddock: paths come from the job record, never from the
-/// worktree's own `.git` file.
+/// A job made by paddock before 0.2, whose worktree was a linked worktree of the user's
+/// repository (admin dir in `<common>/worktrees/`). Kept only so such jobs can be removed
+/// without losing work.
 #[derive(Debug, Clone)]
 pub struct JobWorktree {
     pub path: PathBuf,
@@ -278,9 +285,10 @@ const PADDOCK_IDENTITY: [(&str, &str); 4] = [
 ];
 
 impl GitRepo {
-    /// Finds the repository containing `path`.
-    pub async fn open(path: &Path) -> Result<GitRepo, GitError> {
+    /// Finds the repository containing `path`; its lock lives in `locks_dir`.
+    pub async fn open(path: &Path, locks_dir: &Path) -> Result<GitRepo, GitError> {
         let path = path.to_path_buf();
+        let locks_dir = locks_dir.to_path_buf();
         blocking(move || {
             let not_a_repo = || GitError::NotARepo { path: path.clone() };
             if !path.exists() {
@@ -297,9 +305,20 @@ impl GitRepo {
                 Some(workdir) => std::fs::canonicalize(workdir).map_err(|_| not_a_repo())?,
                 None => common_dir.clone(),
             };
-            Ok(GitRepo { root, common_dir })
+            Ok(GitRepo::known(root, common_dir, &locks_dir))
         })
         .await
+    }
+
+    /// A repository paddock already resolved (from a job record or its registry).
+    pub fn known(root: PathBuf, common_dir: PathBuf, locks_dir: &Path) -> GitRepo {
+        let mut repo = GitRepo {
+            root,
+            common_dir,
+            lock_path: PathBuf::new(),
+        };
+        repo.lock_path = locks_dir.join(format!("{}.lock", repo.key()));
+        repo
     }
 
     /// A stable, readable key for this repository: `<dir name>-<hash of the common dir>`.
@@ -373,7 +392,7 @@ impl GitRepo {
 
     /// Takes this repository's metadata lock (blocking wait, bounded).
     async fn lock(&self) -> Result<FileLock, GitError> {
-        let path = self.common_dir.join("paddock.lock");
+        let path = self.lock_path.clone();
         let repo = self.root.clone();
         blocking(move || {
             FileLock::acquire(&path, LOCK_WAIT).map_err(|e| GitError::Lock {
@@ -386,36 +405,6 @@ impl GitRepo {
 
     fn call<'a>(&'a self, args: &[&str]) -> GitCall<'a> {
         GitCall::new(&self.root, args).git_dir(&self.common_dir)
-    }
-
-    /// Registers a worktree at `path` on `branch` without checking it out, creating the branch
-    /// at `commit` when `create_branch`. Holds the repository lock. Returns the worktree with
-    /// its admin dir; [`JobWorktree::checkout`] fills it.
-    pub async fn register_worktree(
-        &self,
-        path: &Path,
-        branch: &str,
-        commit: &str,
-        create_branch: bool,
-    ) -> Result<JobWorktree, GitError> {
-        let _lock = self.lock().await?;
-        let mut call = self.call(&["worktree", "add", "--no-checkout"]);
-        if create_branch {
-            call = call
-                .arg("--no-track")
-                .arg("-b")
-                .arg(branch)
-                .arg(path)
-                .arg(commit);
-        } else {
-            call = call.arg(path).arg(branch);
-        }
-        call.run().await?;
-        Ok(JobWorktree {
-            git_dir: read_git_link(path, &self.common_dir)?,
-            path: path.to_path_buf(),
-            common_dir: self.common_dir.clone(),
-        })
     }
 
     /// `git worktree list --porcelain` as `(path, locked)` pairs.
@@ -466,27 +455,6 @@ impl GitRepo {
         Ok(pruned)
     }
 
-    /// The registered worktree at `path`, with its admin dir found by matching each admin
-    /// dir's `gitdir` back to `path` (not by trusting the checkout's `.git` file).
-    pub async fn find_worktree(&self, path: &Path) -> Result<Option<JobWorktree>, GitError> {
-        let admin_root = self.common_dir.join("worktrees");
-        let wanted = path.join(".git");
-        let Ok(entries) = std::fs::read_dir(&admin_root) else {
-            return Ok(None);
-        };
-        for entry in entries.flatten() {
-            let gitdir = std::fs::read_to_string(entry.path().join("gitdir")).unwrap_or_default();
-            if Path::new(gitdir.trim()) == wanted && entry.path().join("HEAD").exists() {
-                return Ok(Some(JobWorktree {
-                    path: path.to_path_buf(),
-                    git_dir: entry.path(),
-                    common_dir: self.common_dir.clone(),
-                }));
-            }
-        }
-        Ok(None)
-    }
-
     /// Removes a worktree and its admin dir. Succeeds when it is already gone.
     pub async fn remove_worktree(&self, path: &Path) -> Result<(), GitError> {
         let _lock = self.lock().await?;
@@ -503,47 +471,88 @@ impl GitRepo {
         Ok(())
     }
 
-    /// Adds `patterns` to the repository's `info/exclude` (untracked, shared by its
-    /// worktrees) unless present, so cache links and copies never show in `git status` or get
-    /// staged by `git add -A`.
-    pub async fn add_excludes(&self, patterns: &[String]) -> Result<(), GitError> {
-        if patterns.is_empty() {
-            return Ok(());
-        }
-        let _lock = self.lock().await?;
-        let path = self.common_dir.join("info").join("exclude");
-        let current = std::fs::read_to_string(&path).unwrap_or_default();
-        let missing: Vec<&String> = patterns
-            .iter()
-            .filter(|p| !current.lines().any(|l| l.trim() == p.as_str()))
-            .collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let mut text = current;
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str("# paddock: dependency caches linked into job worktrees\n");
-        for pattern in missing {
-            text.push_str(pattern);
-            text.push('\n');
-        }
-        let write = || -> std::io::Result<()> {
-            std::fs::create_dir_all(self.common_dir.join("info"))?;
-            crate::store::write_atomic(&path, text.as_bytes(), false)
-        };
-        write().map_err(|e| GitError::Command {
-            args: "info/exclude".into(),
-            dir: path.clone(),
-            stderr: e.to_string(),
-        })
-    }
-
     /// Drops admin entries of worktrees whose directory is gone.
     pub async fn prune_worktrees(&self) -> Result<(), GitError> {
         let _lock = self.lock().await?;
         self.call(&["worktree", "prune"]).run().await.map(drop)
+    }
+
+    /// Creates `refs/heads/<branch>` at `commit`; fails when the branch exists (git checks
+    /// that atomically, so of two creators one wins).
+    pub async fn create_branch(&self, branch: &str, commit: &str) -> Result<(), GitError> {
+        let _lock = self.lock().await?;
+        let refname = format!("refs/heads/{branch}");
+        let result = self
+            .call(&["update-ref", "-m", "paddock: job branch", &refname, commit])
+            .arg(self.null_oid().await?)
+            .run()
+            .await;
+        match result {
+            Err(GitError::Command { .. }) if self.branch_exists(branch).await? => {
+                Err(GitError::BranchExists {
+                    branch: branch.to_string(),
+                    repo: self.root.clone(),
+                })
+            }
+            other => other.map(drop),
+        }
+    }
+
+    /// The all-zero object id of this repository's hash (git's "must not exist").
+    async fn null_oid(&self) -> Result<String, GitError> {
+        let len = match self.object_format().await?.as_deref() {
+            Some("sha256") => 64,
+            _ => 40,
+        };
+        Ok("0".repeat(len))
+    }
+
+    /// `extensions.objectFormat` when the repository sets it (`sha256`).
+    pub async fn object_format(&self) -> Result<Option<String>, GitError> {
+        let this = self.clone();
+        blocking(move || {
+            let repo = this.open_git2()?;
+            let config = repo.config().map_err(read_err(&this.common_dir))?;
+            Ok(config
+                .get_string("extensions.objectformat")
+                .ok()
+                .filter(|f| f != "sha1"))
+        })
+        .await
+    }
+
+    /// Fetches `mappings` (`(scratch ref, ref here)`) from a job's scratch repository into
+    /// this repository with fsck, forcing each update. Only the refs named are written.
+    pub async fn publish(
+        &self,
+        scratch: &Path,
+        mappings: &[(&str, String)],
+    ) -> Result<(), GitError> {
+        if mappings.is_empty() {
+            return Ok(());
+        }
+        let _lock = self.lock().await?;
+        let mut fetch = self
+            .call(&["-c", "transfer.fsckObjects=true", "fetch"])
+            .arg("--no-tags")
+            .arg("--no-write-fetch-head")
+            .arg("--no-auto-maintenance")
+            .arg("--quiet")
+            .arg(scratch)
+            .timeout(CHECKOUT_TIMEOUT);
+        for (from, to) in mappings {
+            fetch = fetch.arg(format!("+{from}:{to}"));
+        }
+        fetch.run().await.map(drop)
+    }
+
+    /// Deletes a ref of paddock's own (`refs/paddock/...`); succeeds when it does not exist.
+    pub async fn delete_ref(&self, refname: &str) -> Result<(), GitError> {
+        if self.ref_target(refname).await?.is_none() {
+            return Ok(());
+        }
+        let _lock = self.lock().await?;
+        self.call(&["update-ref", "-d", refname]).run().await.map(drop)
     }
 
     /// Deletes a branch; succeeds when it does not exist.
@@ -552,8 +561,8 @@ impl GitRepo {
         if !self.branch_exists(branch).await? {
             return Ok(());
         }
-        self.call(&["branch", "-D", "--"])
-            .arg(branch)
+        // update-ref rather than `branch -D`, which may rewrite the repository's config.
+        self.call(&["update-ref", "-d", &format!("refs/heads/{branch}")])
             .run()
             .await
             .map(drop)
@@ -570,7 +579,8 @@ impl GitRepo {
         .await
     }
 
-    /// Commits any uncommitted work (tracked and untracked, not ignored) of `worktree` to
+    /// Legacy jobs only (see [`JobWorktree`]): commits any uncommitted work (tracked and
+    /// untracked, not ignored) of `worktree` to
     /// `refname`, as a commit whose parent is the worktree's HEAD. The worktree's index and
     /// branch are not touched. Returns the snapshot commit, or `None` when nothing was
     /// uncommitted.
@@ -619,30 +629,6 @@ impl GitRepo {
     }
 }
 
-/// Reads the admin dir a fresh worktree's `.git` file points at and checks it lies in the
-/// repository's `worktrees/` directory. Called only right after paddock created the worktree,
-/// before any agent ran in it; later code uses the recorded value.
-fn read_git_link(path: &Path, common_dir: &Path) -> Result<PathBuf, GitError> {
-    let bad = |message: String| GitError::BadWorktreeLink {
-        path: path.to_path_buf(),
-        message,
-    };
-    let text = std::fs::read_to_string(path.join(".git")).map_err(|e| bad(e.to_string()))?;
-    let target = text
-        .trim()
-        .strip_prefix("gitdir: ")
-        .ok_or_else(|| bad("no `gitdir:` line".into()))?;
-    let git_dir = std::fs::canonicalize(path.join(target)).map_err(|e| bad(e.to_string()))?;
-    if git_dir.parent() != Some(common_dir.join("worktrees").as_path()) {
-        return Err(bad(format!(
-            "`{}` is not under `{}`",
-            git_dir.display(),
-            common_dir.join("worktrees").display()
-        )));
-    }
-    Ok(git_dir)
-}
-
 fn commits_between(
     repo: &git2::Repository,
     base: &str,
@@ -685,169 +671,49 @@ fn file_changes(diff: &git2::Diff<'_>) -> Vec<FileChange> {
         .collect()
 }
 
-fn workdir_diff_options() -> git2::DiffOptions {
-    let mut options = git2::DiffOptions::new();
-    options
-        .include_untracked(true)
-        .recurse_untracked_dirs(true)
-        .show_untracked_content(true);
-    options
-}
-
-impl JobWorktree {
-    /// Checks out HEAD into a registered worktree (parallel checkout; no repository lock).
-    pub async fn checkout(&self) -> Result<(), GitError> {
-        GitCall::new(&self.path, &["read-tree", "--reset", "-u", "HEAD"])
-            .git_dir(&self.git_dir)
-            .work_tree(&self.path)
-            .timeout(CHECKOUT_TIMEOUT)
-            .run()
-            .await
-            .map(drop)
-    }
-
-    /// Opens the worktree through its recorded admin dir with the recorded checkout path, so
-    /// a rewritten `.git` file or `gitdir` cannot redirect the read.
-    fn open_git2(&self) -> Result<git2::Repository, GitError> {
-        let repo = git2::Repository::open(&self.git_dir).map_err(read_err(&self.git_dir))?;
-        repo.set_workdir(&self.path, false)
-            .map_err(read_err(&self.path))?;
-        Ok(repo)
-    }
-
-    /// Commits on `branch` since `base`, newest first.
-    pub async fn log(&self, base: &str, branch: &str) -> Result<Vec<CommitInfo>, GitError> {
-        let this = self.clone();
-        let (base, branch) = (base.to_string(), branch.to_string());
-        blocking(move || {
-            let repo = this.open_git2()?;
-            let Some(tip) = branch_tip(&repo, &branch) else {
-                return Ok(Vec::new());
-            };
-            commits_between(&repo, &base, &tip.to_string(), &this.path)?
-                .into_iter()
-                .map(|oid| {
-                    let commit = repo.find_commit(oid).map_err(read_err(&this.path))?;
-                    let author = commit.author();
-                    Ok(CommitInfo {
-                        sha: oid.to_string(),
-                        summary: commit.summary().unwrap_or_default().to_string(),
-                        author: author.name().unwrap_or_default().to_string(),
-                        time: chrono::DateTime::from_timestamp(commit.time().seconds(), 0)
-                            .unwrap_or_default(),
-                    })
-                })
-                .collect()
-        })
-        .await
-    }
-
-    /// Commits ahead of the base and files changed, committed and not.
-    pub async fn changes(&self, base: &str, branch: &str) -> Result<ChangeSummary, GitError> {
-        let this = self.clone();
-        let (base, branch) = (base.to_string(), branch.to_string());
-        blocking(move || {
-            let repo = this.open_git2()?;
-            let path = &this.path;
-            let base_oid = git2::Oid::from_str(&base).map_err(read_err(path))?;
-            let base_tree = repo
-                .find_commit(base_oid)
-                .and_then(|c| c.tree())
-                .map_err(read_err(path))?;
-            let tip = branch_tip(&repo, &branch);
-            let (commits_ahead, committed) = match tip {
-                Some(tip) => {
-                    let ahead = commits_between(&repo, &base, &tip.to_string(), path)?.len();
-                    let tip_tree = repo
-                        .find_commit(tip)
-                        .and_then(|c| c.tree())
-                        .map_err(read_err(path))?;
-                    let diff = repo
-                        .diff_tree_to_tree(Some(&base_tree), Some(&tip_tree), None)
-                        .map_err(read_err(path))?;
-                    (ahead, file_changes(&diff))
-                }
-                None => (0, Vec::new()),
-            };
-            let (uncommitted, insertions, deletions) = if path.exists() {
-                let head_tree = repo
-                    .head()
-                    .and_then(|h| h.peel_to_tree())
-                    .map_err(read_err(path))?;
-                let dirty = repo
-                    .diff_tree_to_workdir_with_index(
-                        Some(&head_tree),
-                        Some(&mut workdir_diff_options()),
-                    )
-                    .map_err(read_err(path))?;
-                let total = repo
-                    .diff_tree_to_workdir_with_index(
-                        Some(&base_tree),
-                        Some(&mut workdir_diff_options()),
-                    )
-                    .map_err(read_err(path))?;
-                let stats = total.stats().map_err(read_err(path))?;
-                (file_changes(&dirty), stats.insertions(), stats.deletions())
-            } else {
-                (Vec::new(), 0, 0)
-            };
-            Ok(ChangeSummary {
-                branch_tip: tip.map(|t| t.to_string()),
-                commits_ahead,
-                committed,
-                uncommitted,
-                insertions,
-                deletions,
-            })
-        })
-        .await
-    }
-
-    /// The patch (or, with `stat`, the diffstat) of everything the job changed since `base`:
-    /// commits on the branch plus uncommitted and untracked files.
-    pub async fn diff(&self, base: &str, stat: bool) -> Result<String, GitError> {
-        let this = self.clone();
-        let base = base.to_string();
-        blocking(move || {
-            let repo = this.open_git2()?;
-            let path = &this.path;
-            let base_tree = git2::Oid::from_str(&base)
-                .and_then(|oid| repo.find_commit(oid))
-                .and_then(|c| c.tree())
-                .map_err(read_err(path))?;
-            let diff = repo
-                .diff_tree_to_workdir_with_index(
-                    Some(&base_tree),
-                    Some(&mut workdir_diff_options()),
-                )
-                .map_err(read_err(path))?;
-            if stat {
-                let stats = diff.stats().map_err(read_err(path))?;
-                let buf = stats
-                    .to_buf(git2::DiffStatsFormat::FULL, 80)
-                    .map_err(read_err(path))?;
-                return Ok(String::from_utf8_lossy(&buf).into_owned());
-            }
-            let mut out = Vec::new();
-            diff.print(git2::DiffFormat::Patch, |_, _, line| {
-                if matches!(line.origin(), '+' | '-' | ' ') {
-                    out.push(line.origin() as u8);
-                }
-                out.extend_from_slice(line.content());
-                true
-            })
+/// Renders a diff as a patch, or with `stat` as a diffstat.
+fn render_diff(diff: &git2::Diff<'_>, stat: bool, path: &Path) -> Result<String, GitError> {
+    if stat {
+        let stats = diff.stats().map_err(read_err(path))?;
+        let buf = stats
+            .to_buf(git2::DiffStatsFormat::FULL, 80)
             .map_err(read_err(path))?;
-            Ok(String::from_utf8_lossy(&out).into_owned())
-        })
-        .await
+        return Ok(String::from_utf8_lossy(&buf).into_owned());
     }
+    let mut out = Vec::new();
+    diff.print(git2::DiffFormat::Patch, |_, _, line| {
+        if matches!(line.origin(), '+' | '-' | ' ') {
+            out.push(line.origin() as u8);
+        }
+        out.extend_from_slice(line.content());
+        true
+    })
+    .map_err(read_err(path))?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
-fn branch_tip(repo: &git2::Repository, branch: &str) -> Option<git2::Oid> {
-    repo.find_reference(&format!("refs/heads/{branch}"))
-        .ok()
-        .and_then(|r| r.peel_to_commit().ok())
-        .map(|c| c.id())
+/// The repository's object store and every store it borrows from through
+/// `objects/info/alternates` (recursively, as git reads them): what a job's sandbox must
+/// see, read-only, for its git to find every object.
+pub fn object_dirs(common_dir: &Path) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let mut pending = vec![common_dir.join("objects")];
+    while let Some(dir) = pending.pop() {
+        let Ok(dir) = std::fs::canonicalize(&dir) else {
+            continue;
+        };
+        if dirs.contains(&dir) || dirs.len() > 8 {
+            continue;
+        }
+        let listed = std::fs::read_to_string(dir.join("info/alternates")).unwrap_or_default();
+        for line in listed.lines().map(str::trim) {
+            if !line.is_empty() && !line.starts_with('#') {
+                pending.push(dir.join(line));
+            }
+        }
+        dirs.push(dir);
+    }
+    dirs
 }
 
 /// Whether `name` is a valid branch name by git's ref-name rules.

@@ -14,11 +14,15 @@ use serde::Serialize;
 
 pub use crate::config::BranchPolicy;
 use crate::config::{Config, EnvLookup, ProcessEnv, ProfileLayer};
+use crate::git::jobdir::JobGitDir;
 use crate::git::{self, ChangeSummary, CommitInfo, GitError, GitRepo, JobWorktree};
 use crate::job::{JobError, JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
 use crate::runtime::exec::{DEFAULT_OUTPUT_CAP, StreamKind};
 use crate::runtime::{self, ExecRequest, ExecResult, OutputSink, RuntimeError};
 use crate::store::{JobStore, PaddockHome, StoreError};
+
+mod sync;
+pub use sync::{SyncScope, Synced};
 
 /// Everything that can go wrong in an engine operation.
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +49,7 @@ pub enum Error {
     SnapshotFailed {
         id: JobId,
         #[source]
-        source: GitError,
+        source: Box<Error>,
     },
     #[error("refusing to delete `{path}`: it is not a worktree owned by this paddock install")]
     NotOurs { path: PathBuf },
@@ -63,6 +67,10 @@ pub enum Error {
     /// An error the daemon reported (the CLI went through its API).
     #[error("{message}")]
     Daemon { code: String, message: String },
+    #[error("failed to sync job `{id}` into the repository: {message}")]
+    Sync { id: JobId, message: String },
+    #[error("job `{id}` was made by an older paddock (its worktree shares the repository's git metadata)")]
+    Legacy { id: JobId },
     #[error("failed to remove `{path}`")]
     RemoveDir {
         path: PathBuf,
@@ -128,6 +136,8 @@ pub struct JobView {
     pub oom_killed: bool,
     pub limits: Limits,
     pub caches: Vec<crate::cache::JobCache>,
+    /// Why the last sync into the user's repository failed (null when it worked).
+    pub sync_error: Option<String>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -152,6 +162,7 @@ impl From<&JobRecord> for JobView {
             oom_killed: record.oom_killed,
             limits: record.limits.clone(),
             caches: record.caches.clone(),
+            sync_error: record.sync_error.clone(),
         }
     }
 }
@@ -308,7 +319,7 @@ impl Paddock {
 
     /// Creates a job: branch, worktree, and (with a container runtime) its container.
     pub async fn create(&self, request: CreateRequest) -> Result<Created> {
-        let repo = GitRepo::open(&request.repo).await?;
+        let repo = GitRepo::open(&request.repo, &self.home.locks_dir()).await?;
         let config = self.config(Some(&repo.root))?;
         let agent = request.agent.clone().unwrap_or_else(|| "agent".to_string());
         let (profile_name, mut profile) =
@@ -359,7 +370,7 @@ impl Paddock {
             id: id.clone(),
             repo: repo.root.clone(),
             git_common_dir: repo.common_dir.clone(),
-            git_dir: None,
+            git_dir: Some(self.home.job_git_dir(&id)),
             repo_key: repo_key.clone(),
             branch: branch.clone(),
             branch_created: !branch_exists,
@@ -370,23 +381,7 @@ impl Paddock {
             task: request.task.clone(),
             profile: profile_name,
             runtime: runtime.kind,
-            limits: Limits {
-                image: profile.image.value.clone(),
-                memory: profile.memory.value,
-                cpus: profile.cpus.value,
-                pids: profile.pids.value,
-                network: profile.network.value,
-                timeout: profile.timeout.value,
-                kill_policy: profile.kill_policy.value,
-                grace: profile.grace.value,
-                workspace_dir: profile.workspace_dir.value.clone(),
-                uid: profile.uid.value,
-                env: profile
-                    .env
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.value.clone()))
-                    .collect(),
-            },
+            limits: Limits::from(&profile),
             container_id: None,
             state: JobState::Creating,
             created_at: now,
@@ -397,6 +392,8 @@ impl Paddock {
             oom_kills: 0,
             owner: crate::job::ProcessId::current(),
             caches: Vec::new(),
+            sync_error: None,
+            synced_at: None,
         };
         let cache_specs: Vec<crate::cache::CacheSpec> = config
             .caches
@@ -445,19 +442,24 @@ impl Paddock {
             .register_repo(&record.repo_key, &repo.root, &repo.common_dir)?;
         self.home.mark_worktree(&record.repo_key, &record.id)?;
         crash_point("marked");
-        let worktree = repo
-            .register_worktree(
-                &record.worktree,
-                &record.branch,
-                &record.base_commit,
-                record.branch_created,
-            )
-            .await?;
+        let tip = if record.branch_created {
+            repo.create_branch(&record.branch, &record.base_commit)
+                .await?;
+            record.base_commit.clone()
+        } else {
+            repo.resolve_commit(&format!("refs/heads/{}", record.branch))
+                .await?
+        };
         crash_point("registered");
-        record.git_dir = Some(worktree.git_dir.clone());
-        self.store.save(record)?;
+        let git_dir = record
+            .git_dir
+            .clone()
+            .expect("create sets the job's git dir before building");
+        let job_git = JobGitDir::create(&git_dir, repo, &record.branch, &tip).await?;
         crash_point("recorded");
-        worktree.checkout().await?;
+        let (link_target, _) =
+            runtime::sandbox_git_paths(record).expect("the record names its git dir");
+        job_git.checkout(&record.worktree, &link_target).await?;
         crash_point("checked-out");
         if !cache_specs.is_empty() {
             record.caches = crate::cache::place(
@@ -467,8 +469,7 @@ impl Paddock {
                 cache_specs,
                 record.runtime.uses_docker(),
             )?;
-            repo.add_excludes(&crate::cache::exclude_patterns(&record.caches))
-                .await?;
+            job_git.add_excludes(&crate::cache::exclude_patterns(&record.caches))?;
             self.store.save(record)?;
         }
         record.container_id = runtime::start(&self.home, record).await?;
@@ -491,11 +492,16 @@ impl Paddock {
         Ok(())
     }
 
-    /// Removes a job's checkout and its git admin entry; idempotent.
+    /// Removes a job's checkout and its private git dir and scratch repository; idempotent.
+    /// The checkout is deleted only after checking it is ours (under our root, our marker).
     async fn remove_checkout(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
-        if repo.remove_worktree(&record.worktree).await.is_err() && record.worktree.exists() {
-            // git no longer knows this directory as a worktree; delete it ourselves, but only
-            // after checking it is ours.
+        if record.is_legacy() {
+            // A linked worktree of the user's repository: git removes it and its admin dir.
+            if repo.remove_worktree(&record.worktree).await.is_ok() || !record.worktree.exists() {
+                return Ok(());
+            }
+        }
+        if std::fs::symlink_metadata(&record.worktree).is_ok() {
             if !self.home.owns_worktree(&record.worktree) {
                 return Err(Error::NotOurs {
                     path: record.worktree.clone(),
@@ -505,9 +511,22 @@ impl Paddock {
                 path: record.worktree.clone(),
                 source,
             })?;
-            repo.prune_worktrees().await?;
         }
-        Ok(())
+        if record.is_legacy() {
+            repo.prune_worktrees().await?;
+            return Ok(());
+        }
+        // Everything under the job's own dir in $PADDOCK_HOME is paddock's by construction
+        // (remove_dir_all does not follow the symlinks an agent may have left in its git dir).
+        let job_dir = self.home.job_dir(&record.id);
+        match std::fs::remove_dir_all(&job_dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(Error::RemoveDir {
+                path: job_dir,
+                source,
+            }),
+        }
     }
 
     /// All jobs, optionally only those of one repository.
@@ -517,30 +536,22 @@ impl Paddock {
             tracing::warn!(%error, "skipping an unreadable job record");
         }
         if let Some(repo) = repo {
-            let repo = GitRepo::open(repo).await?;
+            let repo = GitRepo::open(repo, &self.home.locks_dir()).await?;
             records.retain(|r| r.git_common_dir == repo.common_dir);
         }
         Ok(records)
     }
 
-    fn worktree_of(record: &JobRecord) -> Option<JobWorktree> {
-        record.git_dir.as_ref().map(|git_dir| JobWorktree {
-            path: record.worktree.clone(),
-            git_dir: git_dir.clone(),
-            common_dir: record.git_common_dir.clone(),
-        })
-    }
-
-    /// A job with its commits ahead and changed files.
+    /// A job with its commits ahead and changed files, as of a sync made for this call. When
+    /// the sync fails, the changes are those of the last good sync and `changes_error` says
+    /// why they may be stale.
     pub async fn show(&self, id: &str) -> Result<JobDetails> {
         let record = self.load(id)?;
-        let (changes, changes_error) = match Self::worktree_of(&record) {
-            Some(worktree) => match worktree.changes(&record.base_commit, &record.branch).await {
-                Ok(changes) => (Some(changes), None),
-                Err(e) => (None, Some(e.to_string())),
-            },
-            None => (None, Some("the job has no worktree yet".to_string())),
+        let (changes, changes_error) = match self.fresh_changes(&record).await {
+            Ok((changes, stale)) => (Some(changes), stale),
+            Err(e) => (None, Some(e.to_string())),
         };
+        let record = self.load(id).unwrap_or(record);
         Ok(JobDetails {
             view: JobView::from(&record),
             changes,
@@ -549,20 +560,40 @@ impl Paddock {
         })
     }
 
+    async fn fresh_changes(&self, record: &JobRecord) -> Result<(ChangeSummary, Option<String>)> {
+        if record.state == JobState::Creating {
+            return Err(Error::NotRunnable {
+                id: record.id.clone(),
+                state: record.state,
+            });
+        }
+        let (untracked, stale) = match self.sync_job(record, SyncScope::BranchAndWork).await {
+            Ok(synced) => (synced.untracked, None),
+            Err(error @ Error::Legacy { .. }) => return Err(error),
+            Err(error) => (Default::default(), Some(error.to_string())),
+        };
+        let changes = self
+            .scratch_of(record)
+            .changes(&record.base_commit, untracked)
+            .await?;
+        Ok((changes, stale))
+    }
+
     /// The patch (or diffstat) of committed and uncommitted changes against the base.
     pub async fn diff(&self, id: &str, stat: bool) -> Result<String> {
         let record = self.load(id)?;
-        let worktree = Self::worktree_of(&record)
-            .ok_or_else(|| StoreError::NotFound { id: id.to_string() })?;
-        Ok(worktree.diff(&record.base_commit, stat).await?)
+        self.sync_job(&record, SyncScope::BranchAndWork).await?;
+        Ok(self
+            .scratch_of(&record)
+            .diff(&record.base_commit, stat)
+            .await?)
     }
 
     /// Commits on the job's branch since its base, newest first.
     pub async fn log(&self, id: &str) -> Result<Vec<CommitInfo>> {
         let record = self.load(id)?;
-        let worktree = Self::worktree_of(&record)
-            .ok_or_else(|| StoreError::NotFound { id: id.to_string() })?;
-        Ok(worktree.log(&record.base_commit, &record.branch).await?)
+        self.sync_job(&record, SyncScope::Branch).await?;
+        Ok(self.scratch_of(&record).log(&record.base_commit).await?)
     }
 
     /// Removes a job without losing work: snapshot uncommitted work to
@@ -571,10 +602,7 @@ impl Paddock {
     /// Every step tolerates having been done already, so a crashed `rm` can be repeated.
     pub async fn remove(&self, id: &str, options: RemoveOptions) -> Result<RemoveReport> {
         let record = self.load(id)?;
-        let repo = GitRepo {
-            root: record.repo.clone(),
-            common_dir: record.git_common_dir.clone(),
-        };
+        let repo = self.repo_of(&record);
         let wip_ref = format!("refs/paddock/wip/{}", record.id);
         // Record the container's outcome and stop it first, so nothing writes to the
         // worktree while it is snapshotted.
@@ -584,17 +612,13 @@ impl Paddock {
         // A job still `creating` never ran an agent: there is no work to save, and a partial
         // checkout would only snapshot noise.
         let has_work = record.state != JobState::Creating;
-        if let Some(worktree) = Self::worktree_of(&record).filter(|w| has_work && w.path.exists()) {
-            let message = format!(
-                "paddock: uncommitted work of job {} on {}",
-                record.id, record.branch
-            );
-            match repo.snapshot(&worktree, &wip_ref, &message).await {
+        if has_work && record.worktree.exists() {
+            match self.save_work(&repo, &record, &wip_ref).await {
                 Ok(commit) => wip_commit = commit,
                 Err(source) if !options.force => {
                     return Err(Error::SnapshotFailed {
                         id: record.id.clone(),
-                        source,
+                        source: Box::new(source),
                     });
                 }
                 Err(error) => {
@@ -649,6 +673,35 @@ impl Paddock {
 }
 
 impl Paddock {
+    /// Brings the job's branch and uncommitted work into the user's repository ahead of its
+    /// removal; the work is saved as `wip_ref`. Returns the work's commit, if there was any.
+    async fn save_work(
+        &self,
+        repo: &GitRepo,
+        record: &JobRecord,
+        wip_ref: &str,
+    ) -> Result<Option<String>> {
+        if !record.is_legacy() {
+            let synced = self.sync_job(record, SyncScope::BranchAndWork).await?;
+            return self.publish_wip(record, &synced).await;
+        }
+        // A legacy job's worktree is a linked worktree of the user's repository; it is
+        // snapshotted as paddock did when it was made.
+        let Some(git_dir) = record.git_dir.clone() else {
+            return Ok(None);
+        };
+        let worktree = JobWorktree {
+            path: record.worktree.clone(),
+            git_dir,
+            common_dir: record.git_common_dir.clone(),
+        };
+        let message = format!(
+            "paddock: uncommitted work of job {} on {}",
+            record.id, record.branch
+        );
+        Ok(repo.snapshot(&worktree, wip_ref, &message).await?)
+    }
+
     /// Every cache entry with its size, last use and the jobs using it.
     pub fn cache_entries(&self) -> Result<Vec<crate::cache::EntryInfo>> {
         let (records, _) = self.store.list()?;
@@ -748,7 +801,14 @@ impl Paddock {
                 shell_words(&options.cmd)
             );
         }
-        let outcome = runtime::exec(&self.home, &record, &request, &mut tee).await;
+        let mut outcome = runtime::exec(&self.home, &record, &request, &mut tee).await;
+        // The command's commits reach the user's repository before exec returns.
+        if let Ok(done) = &mut outcome
+            && !record.is_legacy()
+            && let Err(error) = self.sync_job(&record, SyncScope::Branch).await
+        {
+            done.result.sync_error = Some(error.to_string());
+        }
         let finished = Utc::now();
         let (state, exit_code, oom_killed) = match &outcome {
             Ok(o) if o.result.timed_out => (
@@ -825,6 +885,7 @@ impl Paddock {
                 "timed_out": entry.timed_out,
                 "oom_killed": oom_killed,
                 "duration_ms": entry.duration_ms,
+                "sync_error": outcome.as_ref().ok().and_then(|o| o.result.sync_error.clone()),
             }),
         );
         Ok(outcome?.result)
@@ -920,6 +981,11 @@ impl Paddock {
             })?;
         self.store
             .update(&record.id, |r| r.last_activity_at = Utc::now())?;
+        if !record.is_legacy()
+            && let Err(error) = self.sync_job(&record, SyncScope::Branch).await
+        {
+            eprintln!("paddock: {error}");
+        }
         Ok(status.code().unwrap_or(1))
     }
 

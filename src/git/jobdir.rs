@@ -1,0 +1,117 @@
+//! A job's private git dir: `$PADDOCK_HOME/jobs/<id>/git`, the only git metadata a job's
+//! sandbox can write.
+//!
+//! It is a separate git dir (as `git init --separate-git-dir` makes) whose
+//! `objects/info/alternates` names the user's object store, so reads cost nothing and no
+//! object is copied; the user's store is mounted read-only in containers. It has its own
+//! `HEAD`, `index`, `refs/` (the job's branch and nothing else of the user's) and `objects/`
+//! for what the agent makes. paddock writes it once, before any agent runs; after that no
+//! host-side git process ever uses it (see `sync`), because an agent can plant files there
+//! (`commondir`, `config.worktree`, alternates, symlinked refs) that a host-side git would
+//! obey.
+
+use std::path::{Path, PathBuf};
+
+use super::{CHECKOUT_TIMEOUT, GitCall, GitError, GitRepo};
+
+/// The parts of a job git dir that steer git and stay read-only inside the sandbox (and
+/// owned by paddock's user on the host), relative to the git dir.
+pub const PROTECTED: &[&str] = &["config", "hooks", "info", "objects/info/alternates"];
+
+/// A job's private git dir on the host.
+#[derive(Debug, Clone)]
+pub struct JobGitDir {
+    pub path: PathBuf,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GitError + '_ {
+    move |error| GitError::Command {
+        args: "prepare the job's git dir".into(),
+        dir: path.to_path_buf(),
+        stderr: error.to_string(),
+    }
+}
+
+impl JobGitDir {
+    /// Writes a fresh git dir at `path` whose `HEAD` is `branch` at `tip`, borrowing
+    /// `repo`'s objects.
+    pub async fn create(
+        path: &Path,
+        repo: &GitRepo,
+        branch: &str,
+        tip: &str,
+    ) -> Result<JobGitDir, GitError> {
+        let object_format = repo.object_format().await?;
+        let write = || -> std::io::Result<()> {
+            for dir in ["objects/info", "objects/pack", "refs/tags", "hooks", "info", "logs"] {
+                std::fs::create_dir_all(path.join(dir))?;
+            }
+            // checkStat/trustctime: the index is written here, then the files change owner
+            // (as root) and are seen through another mount; without these the first
+            // `git status` inside would rehash every file.
+            let mut config = format!(
+                "[core]\n\trepositoryformatversion = {}\n\tfilemode = true\n\tbare = false\n\
+                 \tlogallrefupdates = true\n\tcheckStat = minimal\n\ttrustctime = false\n[gc]\n\tauto = 0\n[maintenance]\n\tauto = false\n",
+                u8::from(object_format.is_some())
+            );
+            if let Some(format) = &object_format {
+                config.push_str(&format!("[extensions]\n\tobjectformat = {format}\n"));
+            }
+            std::fs::write(path.join("config"), config)?;
+            std::fs::write(path.join("HEAD"), format!("ref: refs/heads/{branch}\n"))?;
+            let branch_ref = path.join("refs/heads").join(branch);
+            std::fs::create_dir_all(branch_ref.parent().expect("a ref file has a parent"))?;
+            std::fs::write(&branch_ref, format!("{tip}\n"))?;
+            let objects = super::object_dirs(&repo.common_dir)
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| repo.common_dir.join("objects"));
+            std::fs::write(
+                path.join("objects/info/alternates"),
+                format!("{}\n", objects.display()),
+            )?;
+            std::fs::write(path.join("info/exclude"), "")?;
+            // A shallow repository's boundary, so history walks inside stop where the
+            // user's do.
+            match std::fs::copy(repo.common_dir.join("shallow"), path.join("shallow")) {
+                Ok(_) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            }
+        };
+        write().map_err(io(path))?;
+        Ok(JobGitDir {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Checks out HEAD into `worktree` (parallel checkout) and writes the worktree's `.git`
+    /// link naming `link_target`, the git dir's path as the job's commands see it. Runs
+    /// before any agent has, so host-side git may still use this git dir here.
+    pub async fn checkout(&self, worktree: &Path, link_target: &Path) -> Result<(), GitError> {
+        std::fs::create_dir_all(worktree).map_err(io(worktree))?;
+        GitCall::new(worktree, &["read-tree", "--reset", "-u", "HEAD"])
+            .git_dir(&self.path)
+            .work_tree(worktree)
+            .timeout(CHECKOUT_TIMEOUT)
+            .run()
+            .await?;
+        let link = worktree.join(".git");
+        std::fs::write(&link, format!("gitdir: {}\n", link_target.display())).map_err(io(&link))
+    }
+
+    /// Adds `patterns` to the job's own `info/exclude` (never the user's), so cache links and
+    /// copies stay out of `git status` and `git add -A` in the job.
+    pub fn add_excludes(&self, patterns: &[String]) -> Result<(), GitError> {
+        if patterns.is_empty() {
+            return Ok(());
+        }
+        let path = self.path.join("info/exclude");
+        let mut text = String::from("# paddock: dependency caches linked into this job\n");
+        for pattern in patterns {
+            text.push_str(pattern);
+            text.push('\n');
+        }
+        std::fs::write(&path, text).map_err(io(&path))
+    }
+}

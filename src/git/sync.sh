@@ -1,0 +1,75 @@
+# paddock sync: the half of the sync protocol that runs inside the job's sandbox (its
+# container, a throwaway container with the same mounts, or, for the process runtime, the
+# job's own process environment). It writes to stdout one header line, then the list of
+# untracked paths, then (only when the host lacks something) a git bundle. The host trusts
+# none of it: it checks the header, caps the sizes and fetches the bundle with fsck into a
+# scratch repository of its own. GIT_DIR and GIT_WORK_TREE come from the host.
+#
+# Arguments: BRANCH KNOWN_TIP KNOWN_STATE SNAPSHOT BASE ("-" for none)
+# Header:    paddock-sync 1 TIP STATE BUNDLE UNTRACKED_BYTES
+#   TIP      the branch's commit, or -
+#   STATE    a commit holding the uncommitted work (parent: HEAD), clean, or -
+#   BUNDLE   bundle when a bundle follows the untracked list, else -
+set -u
+branch=$1 known_tip=$2 known_state=$3 snapshot=$4 base=$5
+g() {
+  git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c gc.auto=0 \
+    -c maintenance.auto=false -c core.untrackedCache=false "$@"
+}
+commit_of() { g rev-parse -q --verify "$1^{commit}" 2>/dev/null; }
+
+tip=-
+if [ "$branch" != - ]; then
+  tip=$(commit_of "refs/heads/$branch") || tip=-
+fi
+
+state=-
+untracked=${TMPDIR:-/tmp}/paddock-sync-untracked.$$
+index=${TMPDIR:-/tmp}/paddock-sync-index.$$
+trap 'rm -f "$untracked" "$index" "$index.lock"' EXIT
+: >"$untracked" || exit 70
+if [ "$snapshot" = 1 ]; then
+  head=$(commit_of HEAD) || head=
+  if ! cp "$GIT_DIR/index" "$index" 2>/dev/null; then
+    rm -f "$index"
+    if [ -n "$head" ]; then GIT_INDEX_FILE=$index g read-tree "$head" || exit 71; fi
+  fi
+  g ls-files -z --others --exclude-standard -- ':/' >"$untracked" || exit 72
+  GIT_INDEX_FILE=$index g add -A -- ':/' >&2 || exit 73
+  tree=$(GIT_INDEX_FILE=$index g write-tree) || exit 74
+  if [ -n "$head" ] && [ "$tree" = "$(g rev-parse "$head^{tree}")" ]; then
+    state=clean
+  else
+    # The date of HEAD makes the snapshot of unchanged work the same commit every time.
+    when=0
+    [ -n "$head" ] && when=$(g show -s --format=%ct "$head")
+    export GIT_AUTHOR_NAME=paddock GIT_AUTHOR_EMAIL=paddock@localhost \
+      GIT_COMMITTER_NAME=paddock GIT_COMMITTER_EMAIL=paddock@localhost \
+      GIT_AUTHOR_DATE="@$when +0000" GIT_COMMITTER_DATE="@$when +0000"
+    state=$(g commit-tree "$tree" ${head:+-p "$head"} -m "paddock: uncommitted work") || exit 75
+    g update-ref refs/paddock/state "$state" || exit 76
+  fi
+fi
+
+# What the host already has (from the user's repository or earlier syncs) is left out.
+nots=
+for known in "$base" "$known_tip" "$known_state"; do
+  [ "$known" != - ] && commit_of "$known" >/dev/null && nots="$nots $known"
+done
+needs() { [ -z "$nots" ] || [ -n "$(g rev-list -n 1 "$1" --not $nots)" ]; }
+refs=
+if [ "$tip" != - ] && [ "$tip" != "$known_tip" ] && needs "$tip"; then
+  refs="refs/heads/$branch"
+fi
+case $state in
+  -|clean) ;;
+  *) if [ "$state" != "$known_state" ] && needs "$state"; then refs="$refs refs/paddock/state"; fi ;;
+esac
+
+bundle=-
+[ -n "$refs" ] && bundle=bundle
+printf 'paddock-sync 1 %s %s %s %s\n' "$tip" "$state" "$bundle" "$(wc -c <"$untracked" | tr -d ' ')"
+cat "$untracked" || exit 77
+[ -n "$refs" ] || exit 0
+# shellcheck disable=SC2086 # word splitting of the ref and commit lists is intended
+g bundle create --quiet - $refs ${nots:+--not $nots} || exit 78
