@@ -7,7 +7,7 @@ mod fixtures;
 
 use std::path::{Path, PathBuf};
 
-use fixtures::{FixtureRepo, TestHome, docker_available, git, text};
+use fixtures::{FixtureRepo, TestHome, docker_available, text};
 use serde_json::Value;
 
 /// The entry of the job's cache named `name`.
@@ -32,12 +32,12 @@ fn node_repo(lock: &str) -> FixtureRepo {
     repo
 }
 
-fn porcelain(dir: &str) -> String {
-    // As root, the checkout belongs to the agent uid: tell git that is fine.
-    git(
-        Path::new(dir),
-        &["-c", "safe.directory=*", "status", "--porcelain"],
-    )
+/// `git status --porcelain` in the job, run inside its sandbox: host-side git never runs in
+/// an agent's checkout.
+fn porcelain(home: &TestHome, job: &Value) -> String {
+    home.sh(&text(job, "id"), "git status --porcelain")
+        .trim()
+        .to_string()
 }
 
 #[test]
@@ -60,7 +60,7 @@ fn same_lockfile_shares_an_entry_through_a_link_git_never_sees() {
                 .file_type()
                 .is_symlink()
         );
-        assert_eq!(porcelain(&text(job, "worktree")), "", "git status is clean");
+        assert_eq!(porcelain(&home, job), "", "git status is clean");
     }
     // The container sees the entry's files through the link, and `git add -A` stages no link.
     std::fs::write(
@@ -155,7 +155,7 @@ fn copy_caches_isolate_jobs_from_each_other_and_from_the_entry() {
             .is_symlink()
     );
     assert_eq!(
-        porcelain(&text(&a, "worktree")),
+        porcelain(&home, &a),
         "",
         "the copy is excluded from git"
     );

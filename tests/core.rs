@@ -135,7 +135,8 @@ fn parallel_creates_on_one_repo_all_succeed() {
     }
     assert_eq!(branches.len(), 24);
     assert_eq!(worktrees.len(), 24);
-    assert_eq!(repo.worktree_count(), 25);
+    // Jobs have private git dirs: the user's repository registers no worktree for them.
+    assert_eq!(repo.worktree_count(), 1);
     assert_eq!(home.json(&["ls", "--json"]).as_array().unwrap().len(), 24);
     // No tracking config was written to the shared config.
     let config = std::fs::read_to_string(repo.path().join(".git/config")).unwrap();
@@ -239,6 +240,7 @@ fn s_git_dir(home: &TestHome, id: &str) -> std::path::PathBuf {
 /// Asserts that a failed create left nothing behind.
 fn assert_nothing_left(home: &TestHome, repo: &FixtureRepo, branches_before: &[String]) {
     assert_eq!(home.job_records(), 0, "a job record was left behind");
+    assert_eq!(home.job_dirs(), 0, "a job git dir was left behind");
     assert_eq!(
         home.worktree_dirs(),
         0,

@@ -84,6 +84,7 @@ fn assert_swept_clean(home: &TestHome, repo: &FixtureRepo, context: &str) {
         "{context}: git worktree entry left"
     );
     assert_eq!(repo.worktree_admin_dirs(), 0, "{context}: admin dir left");
+    assert_eq!(home.job_dirs(), 0, "{context}: job git dir left");
     assert_eq!(
         repo.branches(),
         vec!["main".to_string()],

@@ -115,7 +115,17 @@ impl Paddock {
             .next()
             .ok_or_else(|| failed("the repository's object store is gone".into()))?;
         scratch.ensure(&user_objects).await?;
-        let (known_tip, known_state) = scratch.known().await?;
+        let (mut known_tip, known_state) = scratch.known().await?;
+        let repo = self.repo_of(record);
+        let branch_ref = format!("refs/heads/{}", record.branch);
+        if known_tip.is_none()
+            && let Some(tip) = repo.ref_target(&branch_ref).await?
+        {
+            // The first sync starts from what the user's repository has for the branch, so a
+            // branch the sandbox cannot resolve still reads as the last good tip.
+            scratch.set_branch(&tip).await?;
+            known_tip = Some(tip);
+        }
         let snapshot = scope == SyncScope::BranchAndWork;
         let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
         let request = ExecRequest {
@@ -129,6 +139,7 @@ impl Paddock {
                 dash(&known_state),
                 if snapshot { "1" } else { "0" }.into(),
                 record.base_commit.clone(),
+                user_objects.display().to_string(),
             ],
             env: [
                 ("GIT_DIR", git_dir.display().to_string()),
@@ -163,8 +174,6 @@ impl Paddock {
             scratch.receive(&received, &record.branch).await?;
             let mut forced = false;
             if let Some(tip) = &received.header.tip {
-                let branch_ref = format!("refs/heads/{}", record.branch);
-                let repo = self.repo_of(record);
                 let current = repo.ref_target(&branch_ref).await?;
                 if current.as_ref() != Some(tip) {
                     if let Some(current) = &current {

@@ -374,6 +374,11 @@ impl ScratchRepo {
             if fetched.contains(target) {
                 continue;
             }
+            // A branch the sandbox cannot resolve keeps its last synced tip, as the user's
+            // repository does.
+            if target == SCRATCH_BRANCH && commit.is_none() {
+                continue;
+            }
             // Only after a snapshot sync does the state ref change; the branch always does.
             if target == SCRATCH_STATE && header.state == WorkState::Unknown {
                 continue;
@@ -389,6 +394,16 @@ impl ScratchRepo {
             }
         }
         Ok(())
+    }
+
+    /// Points the scratch repository's copy of the job's branch at `commit` (which the user's
+    /// repository has).
+    pub async fn set_branch(&self, commit: &str) -> Result<(), GitError> {
+        self.require_commit(commit).await?;
+        self.call(&["update-ref", SCRATCH_BRANCH, commit])
+            .run()
+            .await
+            .map(drop)
     }
 
     /// Fails unless `commit` is a commit the scratch repository (or the user's objects) has.
