@@ -6,6 +6,7 @@ and is removed; the branch stays because it has a commit. Prints one JSON object
 and exits non-zero if any feature failed.
 
     python3 examples/orchestrator.py --repo /path/to/repo [--socket PATH] [--jobs 5]
+        [--runtime docker] [--image paddock-agent:latest]
 """
 import argparse
 import http.client
@@ -43,8 +44,13 @@ def call(socket_path, method, path, body=None):
     return parsed
 
 
-def run_feature(socket_path, repo, n):
-    job = call(socket_path, "POST", "/v1/jobs", {"repo": repo, "agent": "orchestrator", "task": f"feature-{n}"})
+def run_feature(socket_path, repo, n, runtime=None, image=None):
+    body = {"repo": repo, "agent": "orchestrator", "task": f"feature-{n}"}
+    if runtime:
+        body["runtime"] = runtime
+    if image:
+        body["image"] = image
+    job = call(socket_path, "POST", "/v1/jobs", body)
     job_id = job["id"]
     try:
         script = (
@@ -78,10 +84,12 @@ def main():
     parser.add_argument("--repo", required=True, help="the repository to branch from")
     parser.add_argument("--socket", default=default_socket(), help="paddock serve's socket")
     parser.add_argument("--jobs", type=int, default=5, help="features to dispatch in parallel")
+    parser.add_argument("--runtime", help="docker, runsc or process (default: the daemon's)")
+    parser.add_argument("--image", help="the agent image (default: the profile's)")
     args = parser.parse_args()
     repo = os.path.abspath(args.repo)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_feature, args.socket, repo, n) for n in range(1, args.jobs + 1)]
+        futures = [pool.submit(run_feature, args.socket, repo, n, args.runtime, args.image) for n in range(1, args.jobs + 1)]
         results, failed = [], False
         for future in futures:
             try:
@@ -91,7 +99,8 @@ def main():
                 failed = True
     for result in results:
         print(json.dumps(result))
-        if result.get("exit_code") != 0 or not result.get("branch_kept"):
+        if (result.get("exit_code") != 0 or not result.get("branch_kept")
+                or result.get("commits_ahead") != 1):
             failed = True
     return 1 if failed else 0
 

@@ -344,8 +344,14 @@ impl JobStore {
         }
     }
 
-    /// Replaces a record.
+    /// Replaces a record, under the store lock, so it never interleaves with an
+    /// [`update`](Self::update) (the daemon's activity watcher) that read the old one.
     pub fn save(&self, record: &JobRecord) -> Result<(), StoreError> {
+        let _lock = self.lock()?;
+        self.write(record)
+    }
+
+    fn write(&self, record: &JobRecord) -> Result<(), StoreError> {
         let path = self.path(record.id.as_str());
         write_atomic(&path, &to_json(record), false).map_err(io_err(&path))
     }
@@ -359,7 +365,7 @@ impl JobStore {
         let _lock = self.lock()?;
         let mut record = self.load(id.as_str())?;
         let out = change(&mut record);
-        self.save(&record)?;
+        self.write(&record)?;
         Ok((record, out))
     }
 
@@ -412,7 +418,9 @@ impl JobStore {
         Ok((records, bad))
     }
 
+    /// Deletes a record, under the store lock (an update in flight cannot bring it back).
     pub fn remove(&self, id: &JobId) -> Result<(), StoreError> {
+        let _lock = self.lock()?;
         let path = self.path(id.as_str());
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fixtures::{FixtureRepo, TestHome};
+use fixtures::{FixtureRepo, TestHome, docker_available};
 use serde_json::{Value, json};
 
 struct Daemon {
@@ -317,12 +317,13 @@ fn a_restarted_daemon_loses_no_job_and_cli_and_api_agree() {
     daemon.stop();
 }
 
-#[test]
-fn the_python_orchestrator_dispatches_five_features() {
+/// Runs examples/orchestrator.py against a daemon and checks every feature's branch.
+fn run_orchestrator(jobs: usize, extra: &[&str], runtime: &str) {
     let repo = FixtureRepo::new();
     let home = TestHome::new();
-    let daemon = Daemon::start(&home, &[]);
+    let daemon = Daemon::start_with_runtime(&home, &[], runtime);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/orchestrator.py");
+    let jobs_arg = jobs.to_string();
     let output = Command::new("python3")
         .args([
             script,
@@ -331,8 +332,9 @@ fn the_python_orchestrator_dispatches_five_features() {
             "--socket",
             daemon.socket.to_str().unwrap(),
             "--jobs",
-            "5",
+            &jobs_arg,
         ])
+        .args(extra)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -345,11 +347,12 @@ fn the_python_orchestrator_dispatches_five_features() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(results.len(), 5);
+    assert_eq!(results.len(), jobs);
     for (n, result) in results.iter().enumerate() {
         let branch = format!("agent/orchestrator/feature-{}", n + 1);
         assert_eq!(result["branch"], branch.as_str());
-        assert_eq!(result["commits_ahead"], 1);
+        assert_eq!(result["exit_code"], 0, "{result}");
+        assert_eq!(result["commits_ahead"], 1, "{result}");
         assert_eq!(
             repo.git(&["log", "-1", "--format=%s", &branch]),
             format!("feature {}", n + 1)
@@ -357,6 +360,20 @@ fn the_python_orchestrator_dispatches_five_features() {
     }
     assert_eq!(home.job_records(), 0, "the orchestrator cleaned up");
     daemon.stop();
+}
+
+#[test]
+fn the_python_orchestrator_dispatches_five_features() {
+    run_orchestrator(5, &[], "process");
+}
+
+#[test]
+fn the_python_orchestrator_runs_twelve_parallel_docker_jobs() {
+    if !docker_available("the_python_orchestrator_runs_twelve_parallel_docker_jobs") {
+        return;
+    }
+    let image = fixtures::test_image();
+    run_orchestrator(12, &["--runtime", "docker", "--image", &image], "docker");
 }
 
 #[test]
