@@ -257,6 +257,89 @@ fn cold_ready_docker(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
     });
 }
 
+/// The cost of bringing an exec's commit back: `paddock exec` of a committing command vs
+/// `docker exec` of the same command in the same container (no sync), interleaved; and the
+/// sync alone, as paddock's audit log records it.
+fn exec_sync_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
+    let home = TestHome::new();
+    let image = test_image();
+    let job: Value = serde_json::from_str(&run(&mut home.cmd(&[
+        "create",
+        "--repo",
+        &repo.path().display().to_string(),
+        "--task",
+        "sync-bench",
+        "--runtime",
+        "docker",
+        "--image",
+        &image,
+        "--json",
+    ])))
+    .unwrap();
+    let id = job["id"].as_str().unwrap().to_string();
+    let container = format!("paddock-{id}");
+    let commit = |file: &str, i: usize| {
+        format!("echo {i} >> {file} && git add {file} && git commit -q -m '{file} {i}'")
+    };
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for i in 0..RUNS {
+        let mut paddock_run = || {
+            let (took, _) =
+                timed(&mut home.cmd(&["exec", &id, "--", "sh", "-c", &commit("ours.txt", i)]));
+            ours.push(ms(took));
+        };
+        let mut docker_run = || {
+            let (took, _) = timed(Command::new("docker").args([
+                "exec",
+                "-w",
+                "/workspace",
+                &container,
+                "sh",
+                "-c",
+                &commit("theirs.txt", i),
+            ]));
+            theirs.push(ms(took));
+        };
+        if i % 2 == 0 {
+            paddock_run();
+            docker_run();
+        } else {
+            docker_run();
+            paddock_run();
+        }
+    }
+    let audit = std::fs::read_to_string(home.root().join("logs").join(&id).join("exec.jsonl"))
+        .expect("paddock writes an audit log");
+    let sync: Vec<f64> = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|e| e["sync_ms"].as_f64())
+        .collect();
+    run(&mut home.cmd(&["rm", &id]));
+    let added = median(&ours) - median(&theirs);
+    rows.push(Row {
+        name: format!("exec with a commit, Docker ({label})"),
+        paddock: ours,
+        baseline: Some(theirs),
+        unit: "ms",
+        target: "≤ baseline + 100 ms".into(),
+        met: added <= 100.0,
+        note: format!(
+            "paddock exec (command + sync of the branch into the user's repository) vs docker exec of the same command; paddock adds {added:.0} ms at the median"
+        ),
+    });
+    let sync_median = median(&sync);
+    rows.push(Row {
+        name: format!("sync after an exec that committed ({label})"),
+        paddock: sync,
+        baseline: None,
+        unit: "ms",
+        target: "≤ 100 ms".into(),
+        met: sync_median <= 100.0,
+        note: "bundle made in the container, fetched with fsck into the scratch repository, then into the user's repository (exec.jsonl `sync_ms`)".into(),
+    });
+}
+
 fn process_create(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
     let home = TestHome::new();
     let scratch = tempfile::tempdir().unwrap();
@@ -604,6 +687,8 @@ fn main() {
         if docker {
             eprintln!("cold job ready, {label}");
             cold_ready_docker(repo, label, &mut rows);
+            eprintln!("exec sync cost, {label}");
+            exec_sync_cost(repo, label, &mut rows);
         }
     }
     if let Some(path) = extra {

@@ -678,10 +678,11 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
             }
         }
         Command::Doctor { json } => {
-            let root = crate::git::GitRepo::open(std::path::Path::new("."), &paddock.home().locks_dir())
-                .await
-                .ok()
-                .map(|r| r.root);
+            let root =
+                crate::git::GitRepo::open(std::path::Path::new("."), &paddock.home().locks_dir())
+                    .await
+                    .ok()
+                    .map(|r| r.root);
             let config = paddock.config(root.as_deref())?;
             let checks = crate::doctor::run(paddock.home(), &config).await;
             if json {
@@ -785,10 +786,13 @@ async fn dispatch(paddock: &Paddock, command: Command) -> Result<i32, Error> {
                         .await?
                         .root,
                 ),
-                None => crate::git::GitRepo::open(std::path::Path::new("."), &paddock.home().locks_dir())
-                    .await
-                    .ok()
-                    .map(|r| r.root),
+                None => crate::git::GitRepo::open(
+                    std::path::Path::new("."),
+                    &paddock.home().locks_dir(),
+                )
+                .await
+                .ok()
+                .map(|r| r.root),
             };
             let config = paddock.config(root.as_deref())?;
             let rows = config.rows();

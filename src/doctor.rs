@@ -50,6 +50,7 @@ pub async fn run(home: &PaddockHome, config: &Config) -> Vec<Check> {
         .unwrap_or_else(|| crate::config::DEFAULT_IMAGE.to_string());
     checks.extend(docker_checks(&image).await);
     checks.push(disk_check(home));
+    checks.push(legacy_jobs_check(home));
     checks.push(check(
         "process runtime",
         Status::Ok,
@@ -57,6 +58,41 @@ pub async fn run(home: &PaddockHome, config: &Config) -> Vec<Check> {
         None,
     ));
     checks
+}
+
+/// Jobs made before private git dirs share the user's git metadata with their container.
+/// They are not run again; `paddock rm` removes them as before (saving uncommitted work).
+fn legacy_jobs_check(home: &PaddockHome) -> Check {
+    let legacy: Vec<String> = home
+        .store()
+        .list()
+        .map(|(records, _)| records)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r.is_legacy())
+        .map(|r| r.id.to_string())
+        .collect();
+    if legacy.is_empty() {
+        return check(
+            "job layout",
+            Status::Ok,
+            "every job has a private git dir",
+            None,
+        );
+    }
+    check(
+        "job layout",
+        Status::Warn,
+        format!(
+            "{} job(s) made by an older paddock share the repository's git metadata with their container: {}",
+            legacy.len(),
+            legacy.join(", ")
+        ),
+        Some(&format!(
+            "paddock rm {}   (uncommitted work is saved to refs/paddock/wip/<id>; the branch stays when it has commits), then create them again",
+            legacy.join(" ")
+        )),
+    )
 }
 
 async fn git_check() -> Check {

@@ -26,9 +26,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::config::BranchPolicy;
+use crate::engine::SyncScope;
 use crate::engine::{Paddock, RemoveOptions, Result};
 use crate::git::GitRepo;
-use crate::engine::SyncScope;
 use crate::job::{JobRecord, JobState, RuntimeKind};
 use crate::runtime::docker;
 use crate::store::FileLock;

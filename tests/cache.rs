@@ -154,11 +154,7 @@ fn copy_caches_isolate_jobs_from_each_other_and_from_the_entry() {
             .file_type()
             .is_symlink()
     );
-    assert_eq!(
-        porcelain(&home, &a),
-        "",
-        "the copy is excluded from git"
-    );
+    assert_eq!(porcelain(&home, &a), "", "the copy is excluded from git");
 }
 
 #[test]

@@ -495,3 +495,72 @@ fn config_show_reports_sources_and_bad_files_name_the_key() {
         "{stderr}"
     );
 }
+
+/// A job made by paddock before private git dirs (a linked worktree of the user's repository,
+/// record schema 1) is reported by `doctor` with the command that fixes it, is not run
+/// again, and `rm` removes it without losing its work.
+#[test]
+fn jobs_of_the_old_shared_git_layout_are_reported_and_removed_safely() {
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create(&repo, &["--task", "old", "--runtime", "process"]);
+    let id = text(&job, "id");
+    let branch = text(&job, "branch");
+    let worktree = text(&job, "worktree");
+    // Rebuild it as the old layout made it: a worktree registered in the user's repository,
+    // its admin dir recorded as the job's git dir, record schema 1.
+    std::fs::remove_dir_all(&worktree).unwrap();
+    std::fs::remove_dir_all(home.root().join("jobs").join(&id)).unwrap();
+    repo.git(&["worktree", "add", "-q", &worktree, &branch]);
+    let record_path = home.root().join("jobs").join(format!("{id}.json"));
+    let mut record: Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    let admin = repo
+        .path()
+        .join(".git/worktrees")
+        .join(Path::new(&worktree).file_name().unwrap())
+        .canonicalize()
+        .unwrap();
+    record["schema"] = Value::from(1);
+    record["git_dir"] = Value::from(admin.display().to_string());
+    std::fs::write(&record_path, serde_json::to_vec(&record).unwrap()).unwrap();
+    std::fs::write(Path::new(&worktree).join("unsaved.txt"), "old work\n").unwrap();
+
+    let doctor = home.json(&["doctor", "--json"]);
+    let layout = doctor
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "job layout")
+        .unwrap_or_else(|| panic!("{doctor}"));
+    assert_eq!(layout["status"], "warn", "{layout}");
+    assert!(
+        text(layout, "fix").starts_with(&format!("paddock rm {id}")),
+        "{layout}"
+    );
+    let exec = home.run(&["exec", &id, "--", "true"]);
+    assert_eq!(
+        exec.status.code(),
+        Some(125),
+        "exec refuses an old-layout job"
+    );
+    assert!(String::from_utf8_lossy(&exec.stderr).contains("paddock doctor"));
+    assert_eq!(home.json(&["ls", "--json"]).as_array().unwrap().len(), 1);
+
+    let removed = home.json(&["rm", &id, "--json"]);
+    let wip = format!("refs/paddock/wip/{id}");
+    assert_eq!(removed["wip_ref"], wip.as_str(), "{removed}");
+    assert_eq!(
+        repo.git(&["show", &format!("{wip}:unsaved.txt")]),
+        "old work"
+    );
+    assert_eq!(repo.worktree_count(), 1);
+    assert_eq!(repo.worktree_admin_dirs(), 0);
+    let doctor = home.json(&["doctor", "--json"]);
+    let layout = doctor
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "job layout")
+        .unwrap();
+    assert_eq!(layout["status"], "ok");
+}

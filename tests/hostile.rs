@@ -199,13 +199,21 @@ fn attack_from_inside(runtime: &str, test: &str) {
         String::from_utf8_lossy(&fsck.stderr)
     );
     let after = repo_state(&repo, &[&format!("refs/heads/{branch}"), "refs/paddock/"]);
-    assert_eq!(before.refs, after.refs, "refs other than the job's branch moved");
+    assert_eq!(
+        before.refs, after.refs,
+        "refs other than the job's branch moved"
+    );
     for (path, was) in &before.files {
         let now = after
             .files
             .get(path)
             .unwrap_or_else(|| panic!("{} vanished", path.display()));
-        assert_eq!(was, now, "{} changed (bytes, owner, group or mode)", path.display());
+        assert_eq!(
+            was,
+            now,
+            "{} changed (bytes, owner, group or mode)",
+            path.display()
+        );
     }
     for (path, (_, uid, gid, _)) in &after.files {
         if !before.files.contains_key(path) {
@@ -229,7 +237,10 @@ fn attack_from_inside(runtime: &str, test: &str) {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|name| name.starts_with("pwned"))
         .collect();
-    assert!(planted.is_empty(), "planted commands ran on the host: {planted:?}");
+    assert!(
+        planted.is_empty(),
+        "planted commands ran on the host: {planted:?}"
+    );
     let logs = walk_text(&home.root());
     for text in outputs.iter().chain(logs.iter()) {
         assert!(
@@ -237,7 +248,11 @@ fn attack_from_inside(runtime: &str, test: &str) {
             "a host file's bytes reached paddock's output or logs"
         );
     }
-    assert_eq!(repo.worktree_count(), 1, "jobs are not worktrees of the user's repo");
+    assert_eq!(
+        repo.worktree_count(),
+        1,
+        "jobs are not worktrees of the user's repo"
+    );
 }
 
 /// Every readable text file under `root` (paddock's logs and records).
@@ -311,23 +326,35 @@ fn git_workflow_inside(runtime: &str, test: &str) {
     // status, add, commit, log, diff, stash: each commit is on the branch when exec returns.
     run("git status --short && echo one > one.txt && git add one.txt && git commit -q -m one");
     assert_eq!(repo.git(&["log", "-1", "--format=%s", &branch]), "one");
-    run("echo two > two.txt && git add two.txt && git commit -q -m two && git log --oneline | head -3 && git diff HEAD~1 --stat");
+    run(
+        "echo two > two.txt && git add two.txt && git commit -q -m two && git log --oneline | head -3 && git diff HEAD~1 --stat",
+    );
     assert_eq!(repo.git(&["log", "-1", "--format=%s", &branch]), "two");
-    run("echo stashed >> one.txt && git stash -q && git stash list | grep -q . && git stash pop -q && git diff --stat | grep -q one.txt && git checkout -q -- one.txt");
+    run(
+        "echo stashed >> one.txt && git stash -q && git stash list | grep -q . && git stash pop -q && git diff --stat | grep -q one.txt && git checkout -q -- one.txt",
+    );
     let before_rewrite = repo.git(&["rev-parse", &branch]);
 
     // Amend and rebase: a forced update of the job's branch, nothing else moves.
     run("git commit -q --amend -m 'two, amended'");
     let amended = repo.git(&["rev-parse", &branch]);
     assert_ne!(amended, before_rewrite);
-    assert_eq!(repo.git(&["log", "-1", "--format=%s", &branch]), "two, amended");
+    assert_eq!(
+        repo.git(&["log", "-1", "--format=%s", &branch]),
+        "two, amended"
+    );
     let is_ancestor = Command::new("git")
         .args(["merge-base", "--is-ancestor", &before_rewrite, &branch])
         .current_dir(repo.path())
         .status()
         .unwrap();
-    assert!(!is_ancestor.success(), "the rewrite was published as a forced update");
-    run("GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/reword/' GIT_EDITOR='sed -i 1s/.*/one,\\ reworded/' git rebase -q -i HEAD~2 && git log --format=%s | head -2");
+    assert!(
+        !is_ancestor.success(),
+        "the rewrite was published as a forced update"
+    );
+    run(
+        "GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/reword/' GIT_EDITOR='sed -i 1s/.*/one,\\ reworded/' git rebase -q -i HEAD~2 && git log --format=%s | head -2",
+    );
     assert_eq!(
         repo.git(&["log", "-2", "--format=%s", &branch]),
         "two, amended\none, reworded"
@@ -340,7 +367,10 @@ fn git_workflow_inside(runtime: &str, test: &str) {
     assert_eq!(shown["changes"]["commits_ahead"], 2, "{shown}");
     assert!(shown["changes_error"].is_null(), "{shown}");
     home.ok(&["rm", &id]);
-    assert_eq!(repo.git(&["rev-list", "--count", &format!("main..{branch}")]), "2");
+    assert_eq!(
+        repo.git(&["rev-list", "--count", &format!("main..{branch}")]),
+        "2"
+    );
     assert!(
         !repo.git(&["worktree", "list"]).contains("workflow"),
         "jobs are not worktrees of the user's repository"
@@ -407,8 +437,14 @@ bad=$(printf 'tree %s\nparent %s\nauthor bad <a@b 1 +0000\ncommitter a <a@b> 1 +
 git update-ref "refs/heads/$(git symbolic-ref --short HEAD)" "$bad""#;
     let result = home.json(&["exec", &id, "--json", "--", "sh", "-c", script]);
     assert_eq!(result["exit_code"], 0, "{result}");
-    let error = result["sync_error"].as_str().unwrap_or_default().to_string();
-    assert!(error.contains("fsck") || error.contains("index-pack"), "{result}");
+    let error = result["sync_error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        error.contains("fsck") || error.contains("index-pack"),
+        "{result}"
+    );
     assert_eq!(repo.git(&["rev-parse", &branch]), base, "the branch stayed");
     let shown = home.json(&["show", &id, "--json"]);
     assert!(shown["job"]["sync_error"].is_string(), "{shown}");
@@ -439,10 +475,7 @@ fn docker_jobs_are_created_while_git_gc_packs_the_repository() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 // A repack that deletes loose objects and packs: what auto-gc does.
                 let status = Command::new("sh")
-                    .args([
-                        "-c",
-                        "git gc -q --prune=now",
-                    ])
+                    .args(["-c", "git gc -q --prune=now"])
                     .current_dir(&path)
                     .status()
                     .unwrap();
@@ -528,7 +561,15 @@ fn git_inside_works_when_paddock_is_not_root() {
     let image = fixtures::test_image();
     let repo_path = repo.path().to_str().unwrap();
     let job = as_user(&[
-        "create", "--repo", repo_path, "--runtime", "docker", "--image", &image, "--task", "user",
+        "create",
+        "--repo",
+        repo_path,
+        "--runtime",
+        "docker",
+        "--image",
+        &image,
+        "--task",
+        "user",
     ]);
     let id = text(&job, "id");
     let result = as_user(&[
@@ -543,7 +584,10 @@ fn git_inside_works_when_paddock_is_not_root() {
     assert!(result["sync_error"].is_null(), "{result}");
     let shown = as_user(&["show", &id]);
     assert_eq!(shown["changes"]["commits_ahead"], 1, "{shown}");
-    assert_eq!(shown["changes"]["uncommitted"][0]["path"], "wip.txt", "{shown}");
+    assert_eq!(
+        shown["changes"]["uncommitted"][0]["path"], "wip.txt",
+        "{shown}"
+    );
     as_user(&["rm", &id]);
     let git = |args: &[&str]| {
         let output = Command::new("git")
@@ -555,7 +599,10 @@ fn git_inside_works_when_paddock_is_not_root() {
         assert!(output.status.success(), "git {args:?}");
         String::from_utf8_lossy(&output.stdout).trim().to_string()
     };
-    assert_eq!(git(&["log", "-1", "--format=%s", "agent/agent/user"]), "as a user");
+    assert_eq!(
+        git(&["log", "-1", "--format=%s", "agent/agent/user"]),
+        "as a user"
+    );
     let foreign = Command::new("find")
         .args([repo_path, "!", "-uid", &uid.to_string()])
         .output()

@@ -69,7 +69,9 @@ pub enum Error {
     Daemon { code: String, message: String },
     #[error("failed to sync job `{id}` into the repository: {message}")]
     Sync { id: JobId, message: String },
-    #[error("job `{id}` was made by an older paddock (its worktree shares the repository's git metadata)")]
+    #[error(
+        "job `{id}` was made by an older paddock (its worktree shares the repository's git metadata)"
+    )]
     Legacy { id: JobId },
     #[error("failed to remove `{path}`")]
     RemoveDir {
@@ -209,6 +211,8 @@ struct AuditEntry<'a> {
     oom_killed: bool,
     truncated: bool,
     error: Option<String>,
+    /// How long bringing the job's branch into the user's repository took after the command.
+    sync_ms: Option<u64>,
 }
 
 /// Passes output on to the caller's sink and appends it to the job's output log, so
@@ -755,6 +759,9 @@ impl Paddock {
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult> {
         let record = self.load(id)?;
+        if record.is_legacy() {
+            return Err(Error::Legacy { id: record.id });
+        }
         if matches!(record.state, JobState::Creating | JobState::Removed) {
             return Err(Error::NotRunnable {
                 id: record.id,
@@ -803,11 +810,13 @@ impl Paddock {
         }
         let mut outcome = runtime::exec(&self.home, &record, &request, &mut tee).await;
         // The command's commits reach the user's repository before exec returns.
-        if let Ok(done) = &mut outcome
-            && !record.is_legacy()
-            && let Err(error) = self.sync_job(&record, SyncScope::Branch).await
-        {
-            done.result.sync_error = Some(error.to_string());
+        let mut sync_ms = None;
+        if let Ok(done) = &mut outcome {
+            let sync_started = std::time::Instant::now();
+            if let Err(error) = self.sync_job(&record, SyncScope::Branch).await {
+                done.result.sync_error = Some(error.to_string());
+            }
+            sync_ms = Some(sync_started.elapsed().as_millis() as u64);
         }
         let finished = Utc::now();
         let (state, exit_code, oom_killed) = match &outcome {
@@ -873,6 +882,7 @@ impl Paddock {
                 .map(|o| o.result.truncated)
                 .unwrap_or(false),
             error: outcome.as_ref().err().map(ToString::to_string),
+            sync_ms,
         };
         self.append_audit(&record.id, &entry)?;
         self.emit(

@@ -15,7 +15,9 @@ use chrono::Utc;
 use super::{Error, Paddock, Result};
 use crate::config::KillPolicy;
 use crate::git::GitRepo;
-use crate::git::sync::{SCRATCH_BRANCH, SCRATCH_STATE, SYNC_SCRIPT, ScratchRepo, SyncCapture, WorkState};
+use crate::git::sync::{
+    SCRATCH_BRANCH, SCRATCH_STATE, SYNC_SCRIPT, ScratchRepo, SyncCapture, WorkState,
+};
 use crate::job::JobRecord;
 use crate::runtime::{self, ExecRequest};
 use crate::store::FileLock;
@@ -106,9 +108,10 @@ impl Paddock {
             .ok_or_else(|| failed("the job has no git dir yet".into()))?;
         let job_dir = self.home().job_dir(&record.id);
         let lock_path = job_dir.join("sync.lock");
-        let _lock = tokio::task::spawn_blocking(move || FileLock::acquire(&lock_path, SYNC_LOCK_WAIT))
-            .await
-            .map_err(|e| failed(e.to_string()))??;
+        let _lock =
+            tokio::task::spawn_blocking(move || FileLock::acquire(&lock_path, SYNC_LOCK_WAIT))
+                .await
+                .map_err(|e| failed(e.to_string()))??;
         let scratch = self.scratch_of(record);
         let user_objects = crate::git::object_dirs(&record.git_common_dir)
             .into_iter()
@@ -197,7 +200,11 @@ impl Paddock {
 
     /// Saves the uncommitted work of the last snapshot sync as `refs/paddock/wip/<id>` in the
     /// user's repository; returns the commit, or `None` when there was none.
-    pub(crate) async fn publish_wip(&self, record: &JobRecord, synced: &Synced) -> Result<Option<String>> {
+    pub(crate) async fn publish_wip(
+        &self,
+        record: &JobRecord,
+        synced: &Synced,
+    ) -> Result<Option<String>> {
         let WorkState::Snapshot(commit) = &synced.work else {
             return Ok(None);
         };

@@ -43,7 +43,14 @@ impl JobGitDir {
     ) -> Result<JobGitDir, GitError> {
         let object_format = repo.object_format().await?;
         let write = || -> std::io::Result<()> {
-            for dir in ["objects/info", "objects/pack", "refs/tags", "hooks", "info", "logs"] {
+            for dir in [
+                "objects/info",
+                "objects/pack",
+                "refs/tags",
+                "hooks",
+                "info",
+                "logs",
+            ] {
                 std::fs::create_dir_all(path.join(dir))?;
             }
             // checkStat/trustctime: the index is written here, then the files change owner

@@ -552,7 +552,10 @@ impl GitRepo {
             return Ok(());
         }
         let _lock = self.lock().await?;
-        self.call(&["update-ref", "-d", refname]).run().await.map(drop)
+        self.call(&["update-ref", "-d", refname])
+            .run()
+            .await
+            .map(drop)
     }
 
     /// Deletes a branch; succeeds when it does not exist.

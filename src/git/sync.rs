@@ -58,7 +58,10 @@ pub struct SyncHeader {
 }
 
 fn is_object_id(text: &str) -> bool {
-    matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    matches!(text.len(), 40 | 64)
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 impl SyncHeader {
@@ -174,7 +177,8 @@ impl SyncCapture {
         let Some(Ok(header)) = &self.header else {
             return;
         };
-        let wanted = header.untracked_bytes as usize - self.untracked.len().min(header.untracked_bytes as usize);
+        let wanted = header.untracked_bytes as usize
+            - self.untracked.len().min(header.untracked_bytes as usize);
         let take = wanted.min(bytes.len());
         self.untracked.extend_from_slice(&bytes[..take]);
         bytes = &bytes[take..];
@@ -233,7 +237,8 @@ impl SyncCapture {
             return Err("the header announced a bundle that never came".into());
         }
         if let Some(file) = self.bundle.take() {
-            file.sync_all().map_err(|e| format!("failed to flush the bundle: {e}"))?;
+            file.sync_all()
+                .map_err(|e| format!("failed to flush the bundle: {e}"))?;
         }
         let untracked = self
             .untracked
@@ -255,7 +260,8 @@ impl OutputSink for SyncCapture {
             StreamKind::Stdout => self.take_stdout(bytes),
             StreamKind::Stderr => {
                 let room = MAX_STDERR_BYTES.saturating_sub(self.stderr.len());
-                self.stderr.extend_from_slice(&bytes[..room.min(bytes.len())]);
+                self.stderr
+                    .extend_from_slice(&bytes[..room.min(bytes.len())]);
             }
         }
     }
@@ -419,7 +425,11 @@ impl ScratchRepo {
     }
 
     /// Whether `descendant` has `ancestor` in its history (a fast-forward).
-    pub async fn is_fast_forward(&self, ancestor: &str, descendant: &str) -> Result<bool, GitError> {
+    pub async fn is_fast_forward(
+        &self,
+        ancestor: &str,
+        descendant: &str,
+    ) -> Result<bool, GitError> {
         let path = self.path.clone();
         let (ancestor, descendant) = (ancestor.to_string(), descendant.to_string());
         blocking(move || {
@@ -636,11 +646,17 @@ mod tests {
     fn a_capture_refuses_extra_data_and_missing_headers() {
         let dir = tempfile::tempdir().unwrap();
         let mut capture = SyncCapture::new(dir.path().join("b"));
-        capture.write(StreamKind::Stdout, format!("paddock-sync 1 {A} - - 0\nmore").as_bytes());
+        capture.write(
+            StreamKind::Stdout,
+            format!("paddock-sync 1 {A} - - 0\nmore").as_bytes(),
+        );
         assert!(capture.finish(0).is_err());
         let mut capture = SyncCapture::new(dir.path().join("b"));
         capture.write(StreamKind::Stderr, b"fatal: broken\n");
         let error = capture.finish(3).unwrap_err();
-        assert!(error.contains("exited 3") && error.contains("fatal: broken"), "{error}");
+        assert!(
+            error.contains("exited 3") && error.contains("fatal: broken"),
+            "{error}"
+        );
     }
 }

@@ -645,7 +645,9 @@ pub async fn list_job_containers(
                 job: labels.get(LABEL_JOB).cloned()?,
                 running: c.state.map(|s| s.to_string() == "running").unwrap_or(false),
                 sync: labels.get(LABEL_ROLE).map(String::as_str) == Some("sync"),
-                created: c.created.and_then(|t| chrono::DateTime::from_timestamp(t, 0)),
+                created: c
+                    .created
+                    .and_then(|t| chrono::DateTime::from_timestamp(t, 0)),
             })
         })
         .collect())
