@@ -26,11 +26,9 @@ use tokio::sync::{Semaphore, broadcast};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 
-use crate::cli::{classify, exit};
 use crate::config::{NetworkMode, ProfileLayer, RuntimeChoice};
-use crate::engine::{
-    BranchPolicy, CreateRequest, Error, ExecOptions, JobView, Paddock, RemoveOptions,
-};
+use crate::engine::{BranchPolicy, CreateRequest, ExecOptions, JobView, Paddock, RemoveOptions};
+use crate::error::{Error, ErrorKind};
 use crate::runtime::exec::{OutputSink, StreamKind};
 use crate::sweep::SweepOptions;
 use crate::units::{ByteSize, Cpus, HumanDuration};
@@ -155,27 +153,27 @@ impl ApiError {
     }
 }
 
+/// The HTTP status of each kind of library error: the one table of them.
+fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::Usage | ErrorKind::Config | ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Conflict | ErrorKind::Refused => StatusCode::CONFLICT,
+        ErrorKind::RuntimeUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Git | ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 impl From<Error> for ApiError {
     fn from(error: Error) -> ApiError {
-        let (code, hint) = classify(&error);
-        let (status, name) = match code {
-            exit::USAGE | exit::INVALID_INPUT | exit::CONFIG => {
-                (StatusCode::BAD_REQUEST, "invalid_input")
-            }
-            exit::NOT_FOUND => (StatusCode::NOT_FOUND, "not_found"),
-            exit::CONFLICT => (StatusCode::CONFLICT, "conflict"),
-            exit::REFUSED => (StatusCode::CONFLICT, "refused"),
-            exit::RUNTIME_UNAVAILABLE => (StatusCode::SERVICE_UNAVAILABLE, "runtime_unavailable"),
-            exit::GIT => (StatusCode::INTERNAL_SERVER_ERROR, "git_failed"),
-            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-        };
+        let kind = error.kind();
         let mut message = error.to_string();
-        if let Some(hint) = hint {
+        if let Some(hint) = error.hint() {
             message.push_str(&format!(" (hint: {hint})"));
         }
         ApiError {
-            status,
-            code: name,
+            status: status_of(kind),
+            code: kind.code(),
             message,
             retry_after: None,
         }

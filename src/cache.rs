@@ -25,8 +25,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::job::random_hex;
-use crate::store::write_atomic;
+use crate::atomic::write_atomic;
+use crate::ids::random_hex;
 use crate::units::UnitError;
 
 #[derive(Debug, thiserror::Error)]

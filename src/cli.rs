@@ -14,10 +14,7 @@ use crate::config::{ProfileLayer, RuntimeChoice};
 use crate::engine::{
     BranchPolicy, CreateRequest, Error, ExecOptions, JobView, Paddock, RemoveOptions,
 };
-use crate::git::GitError;
-use crate::runtime::RuntimeError;
 use crate::runtime::exec::{Discard, OutputSink, StreamKind};
-use crate::store::StoreError;
 use crate::units::{ByteSize, Cpus, HumanDuration, format_age};
 
 /// Exit codes; the README documents them.
@@ -36,6 +33,22 @@ pub mod exit {
     pub const TIMED_OUT: i32 = 124;
     /// `exec`/`run`: paddock itself failed (the command's own codes pass through).
     pub const EXEC_FAILED: i32 = 125;
+
+    /// The exit code of each kind of library error: the one table of them.
+    pub fn of(kind: crate::ErrorKind) -> i32 {
+        use crate::ErrorKind as K;
+        match kind {
+            K::Usage => USAGE,
+            K::Config => CONFIG,
+            K::InvalidInput => INVALID_INPUT,
+            K::NotFound => NOT_FOUND,
+            K::Conflict => CONFLICT,
+            K::Refused => REFUSED,
+            K::Git => GIT,
+            K::RuntimeUnavailable => RUNTIME_UNAVAILABLE,
+            K::Internal => INTERNAL,
+        }
+    }
 }
 
 #[derive(Debug, Parser)]
@@ -1028,106 +1041,9 @@ fn print_details(details: &crate::engine::JobDetails) {
 }
 
 /// The exit code for an error, and a hint when the user can act on it.
-pub fn classify(error: &Error) -> (i32, Option<String>) {
-    use crate::config::ConfigError;
-    match error {
-        Error::Config(ConfigError::UnknownProfile { .. }) => (
-            exit::INVALID_INPUT,
-            Some("see `paddock config show` for the profiles".into()),
-        ),
-        Error::Config(_) => (exit::CONFIG, None),
-        Error::Store(StoreError::NotFound { .. }) => (
-            exit::NOT_FOUND,
-            Some("see `paddock ls` for the jobs".into()),
-        ),
-        Error::Store(StoreError::Exists { .. }) => (
-            exit::CONFLICT,
-            Some("choose another --id, or remove the old job with `paddock rm`".into()),
-        ),
-        Error::Store(StoreError::LockTimeout { .. }) => (exit::CONFLICT, None),
-        Error::Store(StoreError::NoHome) => (exit::CONFIG, None),
-        Error::Store(_) => (exit::INTERNAL, None),
-        Error::Job(_) => (exit::INVALID_INPUT, None),
-        Error::Git(GitError::NotARepo { .. }) => (
-            exit::INVALID_INPUT,
-            Some("pass --repo with the path of a git repository".into()),
-        ),
-        Error::Git(GitError::UnknownRevision { .. }) => (
-            exit::INVALID_INPUT,
-            Some("--base takes a branch, tag or commit of the repository".into()),
-        ),
-        Error::Git(GitError::InvalidBranch { .. }) => (exit::INVALID_INPUT, None),
-        Error::Git(GitError::BranchExists { .. }) => (exit::CONFLICT, None),
-        Error::Git(GitError::Lock { .. }) => (exit::CONFLICT, None),
-        Error::Git(_) => (exit::GIT, None),
-        Error::InvalidBranch { .. } => (
-            exit::INVALID_INPUT,
-            Some("branch names follow git's rules: see `git help check-ref-format`".into()),
-        ),
-        Error::BranchExists { .. } => (
-            exit::CONFLICT,
-            Some("pass --reuse-branch to work on it, or choose another --task or --id".into()),
-        ),
-        Error::WorktreeExists { .. } => (exit::CONFLICT, None),
-        Error::SnapshotFailed { .. } => (
-            exit::REFUSED,
-            Some("fix the worktree, or pass --force to remove it without saving".into()),
-        ),
-        Error::NotOurs { .. } => (exit::REFUSED, None),
-        Error::RemoveDir { .. } | Error::Log { .. } => (exit::INTERNAL, None),
-        Error::NotRunnable { .. } => (exit::CONFLICT, None),
-        Error::Sync { .. } => (exit::GIT, None),
-        Error::Legacy { .. } => (
-            exit::REFUSED,
-            Some("`paddock doctor` says how to move it to this version".into()),
-        ),
-        Error::Serve { .. } => (exit::INVALID_INPUT, None),
-        Error::Daemon { code, .. } => (
-            match code.as_str() {
-                "invalid_input" => exit::INVALID_INPUT,
-                "not_found" => exit::NOT_FOUND,
-                "conflict" | "busy" => exit::CONFLICT,
-                "refused" => exit::REFUSED,
-                "runtime_unavailable" => exit::RUNTIME_UNAVAILABLE,
-                "git_failed" => exit::GIT,
-                _ => exit::INTERNAL,
-            },
-            None,
-        ),
-        Error::Cache(crate::cache::CacheError::Io { .. }) => (exit::INTERNAL, None),
-        Error::Cache(_) => (
-            exit::REFUSED,
-            Some("check the `caches` in .paddock.yaml against what the repository tracks".into()),
-        ),
-        Error::Runtime(runtime) => classify_runtime(runtime),
-    }
-}
-
-fn classify_runtime(error: &RuntimeError) -> (i32, Option<String>) {
-    match error {
-        RuntimeError::DockerUnavailable { .. } | RuntimeError::DockerTimeout { .. } => (
-            exit::RUNTIME_UNAVAILABLE,
-            Some("is the Docker daemon running? try `paddock doctor`".into()),
-        ),
-        RuntimeError::ImageMissing { image } => (
-            exit::RUNTIME_UNAVAILABLE,
-            Some(format!("build it with `paddock image build --tag {image}`")),
-        ),
-        RuntimeError::OciRuntimeMissing { .. } => (
-            exit::RUNTIME_UNAVAILABLE,
-            Some(
-                "register it in /etc/docker/daemon.json (see the README) and reload dockerd".into(),
-            ),
-        ),
-        RuntimeError::EmptyCommand => (exit::USAGE, None),
-        RuntimeError::NotOurContainer { .. } => (exit::REFUSED, None),
-        _ => (exit::INTERNAL, None),
-    }
-}
-
 /// Prints an error with its causes and hint; returns the exit code.
 fn report(error: &Error, exec_like: bool) -> i32 {
-    let (code, hint) = classify(error);
+    let (code, hint) = (exit::of(error.kind()), error.hint());
     let mut message = format!("error: {error}");
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {

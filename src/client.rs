@@ -23,7 +23,7 @@ pub struct DaemonClient {
 
 fn failed(message: impl Into<String>) -> Error {
     Error::Daemon {
-        code: "unreachable".into(),
+        kind: crate::ErrorKind::Internal,
         message: message.into(),
     }
 }
@@ -157,10 +157,7 @@ async fn read_body(response: hyper::Response<hyper::body::Incoming>) -> Result<B
 
 fn daemon_error(value: &Value) -> Error {
     Error::Daemon {
-        code: value["error"]["code"]
-            .as_str()
-            .unwrap_or("internal")
-            .to_string(),
+        kind: crate::ErrorKind::from_code(value["error"]["code"].as_str().unwrap_or("internal")),
         message: value["error"]["message"]
             .as_str()
             .unwrap_or("the daemon failed without a message")

@@ -14,6 +14,7 @@ use globset::Glob;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::CacheSpec;
+pub use crate::env::{EnvLookup, ProcessEnv};
 use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
 
 /// The name of the repo-level config file, at the target repository's root.
@@ -486,26 +487,6 @@ pub struct Config {
     pub sweep: SweepSettings,
     /// Top-level caches; a later layer replaces an earlier one's list.
     pub caches: Sourced<Vec<CacheSpec>>,
-}
-
-/// What the loader reads besides files: the environment, passed in so tests can control it.
-pub trait EnvLookup {
-    fn var(&self, name: &str) -> Option<String>;
-}
-
-/// The process environment.
-pub struct ProcessEnv;
-
-impl EnvLookup for ProcessEnv {
-    fn var(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok().filter(|v| !v.is_empty())
-    }
-}
-
-impl EnvLookup for BTreeMap<String, String> {
-    fn var(&self, name: &str) -> Option<String> {
-        self.get(name).cloned()
-    }
 }
 
 /// The user config file: `$PADDOCK_CONFIG`, else `$XDG_CONFIG_HOME/paddock/config.yaml`, else

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{KillPolicy, NetworkMode};
+pub use crate::ids::random_hex;
 use crate::units::{ByteSize, Cpus, HumanDuration};
 
 /// The record layout this build writes and reads.
@@ -94,28 +95,6 @@ impl fmt::Display for JobId {
     }
 }
 
-/// Lowercase hex from the standard library's per-process random keys, the time and a counter:
-/// enough to keep generated names apart without another dependency.
-pub fn random_hex(len: usize) -> String {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut out = String::new();
-    while out.len() < len {
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default(),
-        );
-        hasher.write_u32(std::process::id());
-        hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-        out.push_str(&format!("{:016x}", hasher.finish()));
-    }
-    out.truncate(len);
-    out
-}
 
 /// Where a job is in its life.
 ///

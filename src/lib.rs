@@ -5,18 +5,24 @@
 //! (`src/main.rs`, [`cli`]) and the daemon are thin layers over it.
 
 pub mod api;
+mod atomic;
 pub mod cache;
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod doctor;
 pub mod engine;
+pub mod env;
+pub mod error;
 pub mod git;
+mod ids;
 pub mod job;
+pub mod output;
 pub mod runtime;
 pub mod serve;
 pub mod store;
 pub mod sweep;
 pub mod units;
 
-pub use engine::{CreateRequest, Error, Paddock, RemoveOptions};
+pub use engine::{CreateRequest, Paddock, RemoveOptions};
+pub use error::{Error, ErrorKind, Result};

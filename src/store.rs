@@ -14,12 +14,14 @@
 //! two creators of one id cannot both win), and the directory is fsynced.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::config::EnvLookup;
-use crate::job::{JobId, JobRecord, LEGACY_RECORD_SCHEMA, RECORD_SCHEMA, random_hex};
+pub use crate::atomic::write_atomic;
+use crate::env::EnvLookup;
+use crate::ids::random_hex;
+use crate::job::{JobId, JobRecord, LEGACY_RECORD_SCHEMA, RECORD_SCHEMA};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -95,32 +97,6 @@ impl FileLock {
     }
 }
 
-/// Writes `bytes` to `path` atomically: temp file in the same directory, fsync, rename, fsync
-/// of the directory. With `exclusive`, fails with `AlreadyExists` instead of replacing.
-pub fn write_atomic(path: &Path, bytes: &[u8], exclusive: bool) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".tmp-{name}-{}", random_hex(8)));
-    let result = (|| {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        if exclusive {
-            fs::hard_link(&tmp, path)?;
-            fs::remove_file(&tmp)?;
-        } else {
-            fs::rename(&tmp, path)?;
-        }
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
 
 /// The resolved state root of one install.
 #[derive(Debug, Clone)]

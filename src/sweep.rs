@@ -323,6 +323,14 @@ impl Paddock {
             );
             return None;
         }
+        // A live job's background work (commits made outside any exec) reaches the
+        // repository at each sweep; a failure is recorded on the job.
+        if !options.dry_run
+            && !record.is_legacy()
+            && (record.runtime == RuntimeKind::Process || container.is_some_and(|c| c.running))
+        {
+            let _ = self.sync_job(record, SyncScope::Branch).await;
+        }
         report.kept(
             "job",
             name,

@@ -15,8 +15,8 @@ use serde::Serialize;
 pub use crate::config::BranchPolicy;
 use crate::config::{Config, EnvLookup, ProcessEnv, ProfileLayer};
 use crate::git::jobdir::JobGitDir;
-use crate::git::{self, ChangeSummary, CommitInfo, GitError, GitRepo, JobWorktree};
-use crate::job::{JobError, JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
+use crate::git::{self, ChangeSummary, CommitInfo, GitRepo, JobWorktree};
+use crate::job::{JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
 use crate::runtime::exec::{DEFAULT_OUTPUT_CAP, StreamKind};
 use crate::runtime::{self, ExecRequest, ExecResult, OutputSink, RuntimeError};
 use crate::store::{JobStore, PaddockHome, StoreError};
@@ -24,64 +24,7 @@ use crate::store::{JobStore, PaddockHome, StoreError};
 mod sync;
 pub use sync::{SyncScope, Synced};
 
-/// Everything that can go wrong in an engine operation.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Git(#[from] GitError),
-    #[error(transparent)]
-    Job(#[from] JobError),
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    #[error(transparent)]
-    Cache(#[from] crate::cache::CacheError),
-    #[error("invalid branch name `{branch}` (from template `{template}`)")]
-    InvalidBranch { branch: String, template: String },
-    #[error("branch `{branch}` already exists in `{repo}`")]
-    BranchExists { branch: String, repo: PathBuf },
-    #[error("worktree path `{path}` already exists")]
-    WorktreeExists { path: PathBuf },
-    #[error("refusing to remove job `{id}`: failed to save its uncommitted work")]
-    SnapshotFailed {
-        id: JobId,
-        #[source]
-        source: Box<Error>,
-    },
-    #[error("refusing to delete `{path}`: it is not a worktree owned by this paddock install")]
-    NotOurs { path: PathBuf },
-    #[error("job `{id}` is {state}: it cannot run commands")]
-    NotRunnable { id: JobId, state: JobState },
-    #[error("failed to write the log of job `{id}` at `{path}`")]
-    Log {
-        id: JobId,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("paddock serve: {message}")]
-    Serve { message: String },
-    /// An error the daemon reported (the CLI went through its API).
-    #[error("{message}")]
-    Daemon { code: String, message: String },
-    #[error("failed to sync job `{id}` into the repository: {message}")]
-    Sync { id: JobId, message: String },
-    #[error(
-        "job `{id}` was made by an older paddock (its worktree shares the repository's git metadata)"
-    )]
-    Legacy { id: JobId },
-    #[error("failed to remove `{path}`")]
-    RemoveDir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub use crate::error::{Error, Result};
 
 /// The inputs of `paddock create`.
 #[derive(Debug, Clone, Default)]
@@ -961,6 +904,11 @@ impl Paddock {
             self.store
                 .update(&record.id, |r| r.transition(JobState::Failed, Utc::now()))?
                 .1?;
+        }
+        // What the stopped processes committed, up to their last moment, reaches the
+        // repository (a failure is recorded on the job, and the stop still stands).
+        if stopped && !record.is_legacy() {
+            let _ = self.sync_job(&record, SyncScope::Branch).await;
         }
         Ok(stopped)
     }

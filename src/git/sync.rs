@@ -22,7 +22,7 @@ use super::{
     ChangeSummary, CommitInfo, FileChange, GitCall, GitError, blocking, commits_between,
     file_changes, read_err,
 };
-use crate::runtime::exec::{OutputSink, StreamKind};
+use crate::output::{OutputSink, StreamKind};
 
 /// The script the sandbox runs; its header format is documented at its top.
 pub const SYNC_SCRIPT: &str = include_str!("sync.sh");

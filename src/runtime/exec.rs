@@ -42,25 +42,7 @@ pub struct ExecResult {
     pub sync_error: Option<String>,
 }
 
-/// Which stream a chunk of output came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamKind {
-    Stdout,
-    Stderr,
-}
-
-/// Receives output as it arrives (the terminal, an HTTP stream), besides the capped copy
-/// kept for the result.
-pub trait OutputSink: Send {
-    fn write(&mut self, stream: StreamKind, bytes: &[u8]);
-}
-
-/// A sink that drops everything (`--json`, where only the result is printed).
-pub struct Discard;
-
-impl OutputSink for Discard {
-    fn write(&mut self, _: StreamKind, _: &[u8]) {}
-}
+pub use crate::output::{Discard, OutputSink, StreamKind};
 
 /// Keeps at most `cap` bytes of a stream: the first half and the last half.
 #[derive(Debug)]

@@ -1,0 +1,242 @@
+//! The library's one error type and its kinds.
+//!
+//! Every operation returns [`Error`], which keeps the failing input in its variant (or in the
+//! module error it wraps). Front ends never match on variants: they ask for the
+//! [`ErrorKind`] and, where a user can fix something, the [`Error::hint`]. The CLI's exit codes
+//! (`cli::exit`) and the HTTP API's statuses (`api`) are each one table over the kind, so a new
+//! error needs a kind here and nothing in either front end.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cache::CacheError;
+use crate::config::ConfigError;
+use crate::git::GitError;
+use crate::job::{JobError, JobId, JobState};
+use crate::runtime::RuntimeError;
+use crate::store::StoreError;
+
+/// What kind of failure an [`Error`] is, for exit codes, HTTP statuses and clients. The
+/// serialized names are the API's stable `error.code` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The command line is incomplete (no command to run, say).
+    Usage,
+    /// The configuration files or environment are wrong.
+    Config,
+    /// An argument or request field is wrong.
+    InvalidInput,
+    /// The job (or what it names) does not exist.
+    NotFound,
+    /// The thing exists already, is busy, or is in a state that forbids the operation.
+    Conflict,
+    /// paddock refused to act to protect work or something that is not its own.
+    Refused,
+    /// A git operation failed.
+    Git,
+    /// The Docker daemon, the image or an OCI runtime is missing or does not answer.
+    RuntimeUnavailable,
+    /// Anything else: a bug, an I/O error, a daemon failure without a kind.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The API's `error.code` for this kind.
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::Usage | ErrorKind::Config | ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Refused => "refused",
+            ErrorKind::Git => "git_failed",
+            ErrorKind::RuntimeUnavailable => "runtime_unavailable",
+            ErrorKind::Internal => "internal",
+        }
+    }
+
+    /// The kind behind an API `error.code` (what a client of the daemon gets back).
+    pub fn from_code(code: &str) -> ErrorKind {
+        match code {
+            "invalid_input" => ErrorKind::InvalidInput,
+            "not_found" => ErrorKind::NotFound,
+            "conflict" | "busy" => ErrorKind::Conflict,
+            "refused" => ErrorKind::Refused,
+            "git_failed" => ErrorKind::Git,
+            "runtime_unavailable" => ErrorKind::RuntimeUnavailable,
+            _ => ErrorKind::Internal,
+        }
+    }
+}
+
+/// Everything that can go wrong in a paddock operation.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Job(#[from] JobError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error("invalid branch name `{branch}` (from template `{template}`)")]
+    InvalidBranch { branch: String, template: String },
+    #[error("branch `{branch}` already exists in `{repo}`")]
+    BranchExists { branch: String, repo: PathBuf },
+    #[error("worktree path `{path}` already exists")]
+    WorktreeExists { path: PathBuf },
+    #[error("refusing to remove job `{id}`: failed to save its uncommitted work")]
+    SnapshotFailed {
+        id: JobId,
+        #[source]
+        source: Box<Error>,
+    },
+    #[error("refusing to delete `{path}`: it is not a worktree owned by this paddock install")]
+    NotOurs { path: PathBuf },
+    #[error("job `{id}` is {state}: it cannot run commands")]
+    NotRunnable { id: JobId, state: JobState },
+    #[error("failed to write the log of job `{id}` at `{path}`")]
+    Log {
+        id: JobId,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("paddock serve: {message}")]
+    Serve { message: String },
+    /// An error the daemon reported (the CLI went through its API).
+    #[error("{message}")]
+    Daemon { kind: ErrorKind, message: String },
+    #[error("failed to sync job `{id}` into the repository: {message}")]
+    Sync { id: JobId, message: String },
+    #[error(
+        "job `{id}` was made by an older paddock (its worktree shares the repository's git metadata)"
+    )]
+    Legacy { id: JobId },
+    #[error("failed to remove `{path}`")]
+    RemoveDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The kind of this error (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        use ErrorKind as K;
+        match self {
+            Error::Config(ConfigError::UnknownProfile { .. }) => K::InvalidInput,
+            Error::Config(_) => K::Config,
+            Error::Store(StoreError::NotFound { .. }) => K::NotFound,
+            Error::Store(StoreError::Exists { .. } | StoreError::LockTimeout { .. }) => {
+                K::Conflict
+            }
+            Error::Store(StoreError::NoHome) => K::Config,
+            Error::Store(_) => K::Internal,
+            Error::Job(_) => K::InvalidInput,
+            Error::Git(
+                GitError::NotARepo { .. }
+                | GitError::UnknownRevision { .. }
+                | GitError::InvalidBranch { .. },
+            ) => K::InvalidInput,
+            Error::Git(GitError::BranchExists { .. } | GitError::Lock { .. }) => K::Conflict,
+            Error::Git(_) | Error::Sync { .. } => K::Git,
+            Error::InvalidBranch { .. } | Error::Serve { .. } => K::InvalidInput,
+            Error::BranchExists { .. } | Error::WorktreeExists { .. } | Error::NotRunnable { .. } => {
+                K::Conflict
+            }
+            Error::SnapshotFailed { .. } | Error::NotOurs { .. } | Error::Legacy { .. } => {
+                K::Refused
+            }
+            Error::RemoveDir { .. } | Error::Log { .. } => K::Internal,
+            Error::Daemon { kind, .. } => *kind,
+            Error::Cache(CacheError::Io { .. }) => K::Internal,
+            Error::Cache(_) => K::Refused,
+            Error::Runtime(
+                RuntimeError::DockerUnavailable { .. }
+                | RuntimeError::DockerTimeout { .. }
+                | RuntimeError::ImageMissing { .. }
+                | RuntimeError::OciRuntimeMissing { .. },
+            ) => K::RuntimeUnavailable,
+            Error::Runtime(RuntimeError::EmptyCommand) => K::Usage,
+            Error::Runtime(RuntimeError::NotOurContainer { .. }) => K::Refused,
+            Error::Runtime(_) => K::Internal,
+        }
+    }
+
+    /// What the user can do about it, where there is something.
+    pub fn hint(&self) -> Option<String> {
+        let hint = match self {
+            Error::Config(ConfigError::UnknownProfile { .. }) => {
+                "see `paddock config show` for the profiles"
+            }
+            Error::Store(StoreError::NotFound { .. }) => "see `paddock ls` for the jobs",
+            Error::Store(StoreError::Exists { .. }) => {
+                "choose another --id, or remove the old job with `paddock rm`"
+            }
+            Error::Git(GitError::NotARepo { .. }) => {
+                "pass --repo with the path of a git repository"
+            }
+            Error::Git(GitError::UnknownRevision { .. }) => {
+                "--base takes a branch, tag or commit of the repository"
+            }
+            Error::InvalidBranch { .. } => {
+                "branch names follow git's rules: see `git help check-ref-format`"
+            }
+            Error::BranchExists { .. } => {
+                "pass --reuse-branch to work on it, or choose another --task or --id"
+            }
+            Error::SnapshotFailed { .. } => {
+                "fix the worktree, or pass --force to remove it without saving"
+            }
+            Error::Legacy { .. } => "`paddock doctor` says how to move it to this version",
+            Error::Cache(CacheError::Io { .. }) => return None,
+            Error::Cache(_) => {
+                "check the `caches` in .paddock.yaml against what the repository tracks"
+            }
+            Error::Runtime(RuntimeError::DockerUnavailable { .. })
+            | Error::Runtime(RuntimeError::DockerTimeout { .. }) => {
+                "is the Docker daemon running? try `paddock doctor`"
+            }
+            Error::Runtime(RuntimeError::ImageMissing { image }) => {
+                return Some(format!("build it with `paddock image build --tag {image}`"));
+            }
+            Error::Runtime(RuntimeError::OciRuntimeMissing { .. }) => {
+                "register it in /etc/docker/daemon.json (see the README) and reload dockerd"
+            }
+            _ => return None,
+        };
+        Some(hint.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_codes_round_trip_through_kinds() {
+        for kind in [
+            ErrorKind::InvalidInput,
+            ErrorKind::NotFound,
+            ErrorKind::Conflict,
+            ErrorKind::Refused,
+            ErrorKind::Git,
+            ErrorKind::RuntimeUnavailable,
+            ErrorKind::Internal,
+        ] {
+            assert_eq!(ErrorKind::from_code(kind.code()), kind);
+        }
+        assert_eq!(ErrorKind::from_code("busy"), ErrorKind::Conflict);
+        assert_eq!(ErrorKind::from_code("something new"), ErrorKind::Internal);
+    }
+}
