@@ -137,9 +137,7 @@ impl Error {
             Error::Config(ConfigError::UnknownProfile { .. }) => K::InvalidInput,
             Error::Config(_) => K::Config,
             Error::Store(StoreError::NotFound { .. }) => K::NotFound,
-            Error::Store(StoreError::Exists { .. } | StoreError::LockTimeout { .. }) => {
-                K::Conflict
-            }
+            Error::Store(StoreError::Exists { .. } | StoreError::LockTimeout { .. }) => K::Conflict,
             Error::Store(StoreError::NoHome) => K::Config,
             Error::Store(_) => K::Internal,
             Error::Job(_) => K::InvalidInput,
@@ -151,9 +149,9 @@ impl Error {
             Error::Git(GitError::BranchExists { .. } | GitError::Lock { .. }) => K::Conflict,
             Error::Git(_) | Error::Sync { .. } => K::Git,
             Error::InvalidBranch { .. } | Error::Serve { .. } => K::InvalidInput,
-            Error::BranchExists { .. } | Error::WorktreeExists { .. } | Error::NotRunnable { .. } => {
-                K::Conflict
-            }
+            Error::BranchExists { .. }
+            | Error::WorktreeExists { .. }
+            | Error::NotRunnable { .. } => K::Conflict,
             Error::SnapshotFailed { .. } | Error::NotOurs { .. } | Error::Legacy { .. } => {
                 K::Refused
             }

@@ -95,7 +95,6 @@ impl fmt::Display for JobId {
     }
 }
 
-
 /// Where a job is in its life.
 ///
 /// ```text

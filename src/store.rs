@@ -97,7 +97,6 @@ impl FileLock {
     }
 }
 
-
 /// The resolved state root of one install.
 #[derive(Debug, Clone)]
 pub struct PaddockHome {

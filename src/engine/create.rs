@@ -1,0 +1,283 @@
+//! `create`: validate every input, reserve the id with an exclusive record write, then make
+//! the branch, the private git dir, the checkout, the caches and the container, rolling all
+//! of it back when a step fails. Failpoints (`PADDOCK_CRASH_AT`) let tests kill it between
+//! steps and prove that a sweep cleans up each crash.
+
+use std::collections::BTreeMap;
+
+use chrono::Utc;
+
+use super::{CreateRequest, Created, Error, Paddock, Result};
+use crate::git::jobdir::JobGitDir;
+use crate::git::{self, GitRepo};
+use crate::job::{JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
+use crate::runtime;
+use crate::store::StoreError;
+
+impl Paddock {
+    /// Creates a job: branch, worktree, and (with a container runtime) its container.
+    pub async fn create(&self, request: CreateRequest) -> Result<Created> {
+        let repo = GitRepo::open(&request.repo, &self.home.locks_dir()).await?;
+        let config = self.config(Some(&repo.root))?;
+        let agent = request.agent.clone().unwrap_or_else(|| "agent".to_string());
+        let (profile_name, mut profile) =
+            config.select_profile(request.profile.as_deref(), &agent, request.task.as_deref())?;
+        profile.apply(
+            &request.overrides,
+            &crate::config::Source::Flag("create".into()),
+        );
+
+        let id = match &request.id {
+            Some(id) => JobId::parse(id)?,
+            None => JobId::generate(request.task.as_deref().unwrap_or(&agent)),
+        };
+        let template = &config.branch_template.value;
+        let branch = render_branch(template, &agent, request.task.as_deref(), &id);
+        if !git::is_valid_branch_name(&branch) {
+            return Err(Error::InvalidBranch {
+                branch,
+                template: template.clone(),
+            });
+        }
+        let base = request
+            .base
+            .clone()
+            .or_else(|| config.base.as_ref().map(|b| b.value.clone()))
+            .unwrap_or_else(|| "HEAD".to_string());
+        let base_commit = repo.resolve_commit(&base).await?;
+        let branch_exists = repo.branch_exists(&branch).await?;
+        if branch_exists && !request.reuse_branch {
+            return Err(Error::BranchExists {
+                branch,
+                repo: repo.root.clone(),
+            });
+        }
+        if self.store.exists(&id) {
+            return Err(StoreError::Exists { id }.into());
+        }
+        let repo_key = repo.key();
+        let worktree = self.home.worktree_path(&repo_key, &id);
+        if worktree.exists() {
+            return Err(Error::WorktreeExists { path: worktree });
+        }
+        let runtime = runtime::resolve(profile.runtime.value, &profile.image.value).await?;
+
+        let now = Utc::now();
+        let mut record = JobRecord {
+            schema: RECORD_SCHEMA,
+            id: id.clone(),
+            repo: repo.root.clone(),
+            git_common_dir: repo.common_dir.clone(),
+            git_dir: Some(self.home.job_git_dir(&id)),
+            repo_key: repo_key.clone(),
+            branch: branch.clone(),
+            branch_created: !branch_exists,
+            base,
+            base_commit: base_commit.clone(),
+            worktree: worktree.clone(),
+            agent,
+            task: request.task.clone(),
+            profile: profile_name,
+            runtime: runtime.kind,
+            limits: Limits::from(&profile),
+            container_id: None,
+            state: JobState::Creating,
+            created_at: now,
+            last_activity_at: now,
+            finished_at: None,
+            exit_code: None,
+            oom_killed: false,
+            oom_kills: 0,
+            owner: crate::job::ProcessId::current(),
+            caches: Vec::new(),
+            sync_error: None,
+            synced_at: None,
+        };
+        let cache_specs: Vec<crate::cache::CacheSpec> = config
+            .caches
+            .value
+            .iter()
+            .chain(profile.caches.value.iter())
+            .cloned()
+            .collect();
+        // The exclusive write reserves the id: of two creators of one id, one fails here
+        // before touching git.
+        self.store.create(&record)?;
+        match self.build(&repo, &mut record, &cache_specs).await {
+            Ok(()) => {
+                self.emit(
+                    "job.created",
+                    Some(&record.id),
+                    Some(record.state),
+                    serde_json::json!({
+                        "branch": record.branch,
+                        "runtime": record.runtime.to_string(),
+                    }),
+                );
+                Ok(Created {
+                    record,
+                    warning: runtime.warning,
+                })
+            }
+            Err(error) => {
+                if let Err(cleanup) = self.rollback(&repo, &record).await {
+                    tracing::warn!(job = %record.id, error = %cleanup, "rollback after a failed create was incomplete");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// The steps of `create` after the id is reserved; any error here is rolled back.
+    async fn build(
+        &self,
+        repo: &GitRepo,
+        record: &mut JobRecord,
+        cache_specs: &[crate::cache::CacheSpec],
+    ) -> Result<()> {
+        crash_point("reserved");
+        self.home
+            .register_repo(&record.repo_key, &repo.root, &repo.common_dir)?;
+        self.home.mark_worktree(&record.repo_key, &record.id)?;
+        crash_point("marked");
+        let tip = if record.branch_created {
+            repo.create_branch(&record.branch, &record.base_commit)
+                .await?;
+            record.base_commit.clone()
+        } else {
+            repo.resolve_commit(&format!("refs/heads/{}", record.branch))
+                .await?
+        };
+        crash_point("registered");
+        let git_dir = record
+            .git_dir
+            .clone()
+            .expect("create sets the job's git dir before building");
+        let job_git = JobGitDir::create(&git_dir, repo, &record.branch, &tip).await?;
+        crash_point("recorded");
+        let (link_target, _) =
+            runtime::sandbox_git_paths(record).expect("the record names its git dir");
+        job_git.checkout(&record.worktree, &link_target).await?;
+        crash_point("checked-out");
+        if !cache_specs.is_empty() {
+            record.caches = crate::cache::place(
+                &self.home.caches_dir(),
+                &record.repo_key,
+                &record.worktree,
+                cache_specs,
+                record.runtime.uses_docker(),
+            )?;
+            job_git.add_excludes(&crate::cache::exclude_patterns(&record.caches))?;
+            self.store.save(record)?;
+        }
+        record.container_id = runtime::start(&self.home, record).await?;
+        crash_point("started");
+        record.transition(JobState::Ready, Utc::now())?;
+        record.owner = None;
+        self.store.save(record)?;
+        Ok(())
+    }
+
+    /// Undoes a partial create: container, worktree, branch (if we made it), marker, record.
+    async fn rollback(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
+        runtime::destroy(&self.home, record).await?;
+        self.remove_checkout(repo, record).await?;
+        if record.branch_created {
+            repo.delete_branch(&record.branch).await?;
+        }
+        let _ = std::fs::remove_file(self.home.worktree_marker(&record.repo_key, &record.id));
+        self.store.remove(&record.id)?;
+        Ok(())
+    }
+
+    /// Removes a job's checkout and its private git dir and scratch repository; idempotent.
+    /// The checkout is deleted only after checking it is ours (under our root, our marker).
+    pub(super) async fn remove_checkout(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
+        if record.is_legacy() {
+            // A linked worktree of the user's repository: git removes it and its admin dir.
+            if repo.remove_worktree(&record.worktree).await.is_ok() || !record.worktree.exists() {
+                return Ok(());
+            }
+        }
+        if std::fs::symlink_metadata(&record.worktree).is_ok() {
+            if !self.home.owns_worktree(&record.worktree) {
+                return Err(Error::NotOurs {
+                    path: record.worktree.clone(),
+                });
+            }
+            std::fs::remove_dir_all(&record.worktree).map_err(|source| Error::RemoveDir {
+                path: record.worktree.clone(),
+                source,
+            })?;
+        }
+        if record.is_legacy() {
+            repo.prune_worktrees().await?;
+            return Ok(());
+        }
+        // Everything under the job's own dir in $PADDOCK_HOME is paddock's by construction
+        // (remove_dir_all does not follow the symlinks an agent may have left in its git dir).
+        let job_dir = self.home.job_dir(&record.id);
+        match std::fs::remove_dir_all(&job_dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(Error::RemoveDir {
+                path: job_dir,
+                source,
+            }),
+        }
+    }
+}
+
+/// A test-only failpoint: when `PADDOCK_CRASH_AT` names this point, the process SIGKILLs
+/// itself there, so tests can prove that every interruption of `create` is cleaned up by a
+/// sweep. Costs one environment lookup per point otherwise.
+fn crash_point(name: &str) {
+    if std::env::var("PADDOCK_CRASH_AT").as_deref() == Ok(name) {
+        // SAFETY: sending a signal to ourselves has no memory effects.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+/// The points `PADDOCK_CRASH_AT` accepts, in the order `create` passes them.
+pub const CRASH_POINTS: &[&str] = &[
+    "reserved",
+    "marked",
+    "registered",
+    "recorded",
+    "checked-out",
+    "started",
+];
+
+/// Fills a branch template. Without a task, `{task}` becomes the job id.
+pub fn render_branch(template: &str, agent: &str, task: Option<&str>, id: &JobId) -> String {
+    let values = BTreeMap::from([
+        ("{agent}", agent),
+        ("{task}", task.unwrap_or(id.as_str())),
+        ("{id}", id.as_str()),
+    ]);
+    values
+        .iter()
+        .fold(template.to_string(), |acc, (key, value)| {
+            acc.replace(key, value)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn branch_template_defaults_task_to_id() {
+        let id = JobId::parse("j1").unwrap();
+        assert_eq!(
+            render_branch("agent/{agent}/{task}", "claude", Some("FR-1"), &id),
+            "agent/claude/FR-1"
+        );
+        assert_eq!(
+            render_branch("agent/{agent}/{task}", "agent", None, &id),
+            "agent/agent/j1"
+        );
+    }
+}

@@ -1,0 +1,326 @@
+//! Running commands in a job: `exec` (then a sync of its branch), `run` (create, exec, rm),
+//! `stop`, `shell` and the job's output log. Every exec is appended to the audit log.
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{
+    CreateRequest, Error, ExecOptions, JobView, Paddock, RemoveOptions, Result, RunReport,
+    SyncScope,
+};
+use crate::job::{JobId, JobState};
+use crate::runtime::exec::{DEFAULT_OUTPUT_CAP, StreamKind};
+use crate::runtime::{self, ExecRequest, ExecResult, OutputSink, RuntimeError};
+
+/// One line of `$PADDOCK_HOME/logs/<job>/exec.jsonl`.
+#[derive(Debug, Clone, Serialize)]
+struct AuditEntry<'a> {
+    command: &'a [String],
+    started_at: DateTime<Utc>,
+    duration_ms: u64,
+    exit_code: Option<i64>,
+    timed_out: bool,
+    oom_killed: bool,
+    truncated: bool,
+    error: Option<String>,
+    /// How long bringing the job's branch into the user's repository took after the command.
+    sync_ms: Option<u64>,
+}
+
+/// Passes output on to the caller's sink and appends it to the job's output log, so
+/// `paddock logs --follow` sees it as it comes.
+struct TeeSink<'a> {
+    inner: &'a mut dyn OutputSink,
+    log: Option<std::fs::File>,
+}
+
+impl OutputSink for TeeSink<'_> {
+    fn write(&mut self, stream: StreamKind, bytes: &[u8]) {
+        use std::io::Write;
+        self.inner.write(stream, bytes);
+        if let Some(log) = &mut self.log
+            && log.write_all(bytes).is_err()
+        {
+            self.log = None;
+        }
+    }
+}
+
+/// A command line for logs: words with spaces are quoted.
+fn shell_words(cmd: &[String]) -> String {
+    cmd.iter()
+        .map(|w| {
+            if w.is_empty() || w.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
+                format!("'{}'", w.replace('\'', "'\\''"))
+            } else {
+                w.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Paddock {
+    /// Runs a command in a job: the job becomes `running`, then `exited` or `timed-out` (or
+    /// `failed` when paddock itself could not run it). Output goes to `sink` as it comes and
+    /// to the job's output log; every exec is appended to the audit log.
+    pub async fn exec(
+        &self,
+        id: &str,
+        options: ExecOptions,
+        sink: &mut dyn OutputSink,
+    ) -> Result<ExecResult> {
+        let record = self.load(id)?;
+        if record.is_legacy() {
+            return Err(Error::Legacy { id: record.id });
+        }
+        if matches!(record.state, JobState::Creating | JobState::Removed) {
+            return Err(Error::NotRunnable {
+                id: record.id,
+                state: record.state,
+            });
+        }
+        let request = ExecRequest {
+            cmd: options.cmd.clone(),
+            env: options.env,
+            workdir: options.workdir,
+            timeout: options.timeout.unwrap_or(record.limits.timeout.0),
+            kill_policy: record.limits.kill_policy,
+            grace: record.limits.grace.0,
+            output_cap: options.output_cap.unwrap_or(DEFAULT_OUTPUT_CAP),
+        };
+        let started_at = Utc::now();
+        let (record, moved) = self
+            .store
+            .update(&record.id, |r| r.transition(JobState::Running, started_at))?;
+        moved?;
+        self.emit(
+            "job.state",
+            Some(&record.id),
+            Some(JobState::Running),
+            serde_json::Value::Null,
+        );
+        let log_dir = self.home.logs_dir(&record.id);
+        let output_log = log_dir.join("output.log");
+        let log = std::fs::create_dir_all(&log_dir)
+            .and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&output_log)
+            })
+            .ok();
+        let mut tee = TeeSink { inner: sink, log };
+        if let Some(log) = &mut tee.log {
+            use std::io::Write;
+            let _ = writeln!(
+                log,
+                "==> {} $ {}",
+                started_at.to_rfc3339(),
+                shell_words(&options.cmd)
+            );
+        }
+        let mut outcome = runtime::exec(&self.home, &record, &request, &mut tee).await;
+        // The command's commits reach the user's repository before exec returns.
+        let mut sync_ms = None;
+        if let Ok(done) = &mut outcome {
+            let sync_started = std::time::Instant::now();
+            if let Err(error) = self.sync_job(&record, SyncScope::Branch).await {
+                done.result.sync_error = Some(error.to_string());
+            }
+            sync_ms = Some(sync_started.elapsed().as_millis() as u64);
+        }
+        let finished = Utc::now();
+        let (state, exit_code, oom_killed) = match &outcome {
+            Ok(o) if o.result.timed_out => (
+                JobState::TimedOut,
+                Some(o.result.exit_code),
+                o.result.oom_killed,
+            ),
+            Ok(o) => (
+                JobState::Exited,
+                Some(o.result.exit_code),
+                o.result.oom_killed,
+            ),
+            Err(_) => (JobState::Failed, None, false),
+        };
+        if let Some(log) = &mut tee.log {
+            use std::io::Write;
+            let summary = match &outcome {
+                Ok(o) => format!(
+                    "exit {}{}{} after {}ms",
+                    o.result.exit_code,
+                    if o.result.timed_out {
+                        " (timed out)"
+                    } else {
+                        ""
+                    },
+                    if o.result.oom_killed {
+                        " (out of memory)"
+                    } else {
+                        ""
+                    },
+                    o.result.duration_ms
+                ),
+                Err(e) => format!("failed: {e}"),
+            };
+            let _ = writeln!(log, "\n<== {summary}");
+        }
+        let (container_id, oom_kills) = match &outcome {
+            Ok(o) => (o.container_id.clone(), o.oom_kills),
+            Err(_) => (None, None),
+        };
+        self.store.update(&record.id, |r| {
+            // A concurrent rm may have moved the job on; the exec result still gets recorded.
+            let _ = r.transition(state, finished);
+            r.exit_code = exit_code.or(r.exit_code);
+            r.oom_killed = oom_killed;
+            if let Some(id) = container_id {
+                r.container_id = Some(id);
+            }
+            if let Some(count) = oom_kills {
+                r.oom_kills = count;
+            }
+        })?;
+        let entry = AuditEntry {
+            command: &options.cmd,
+            started_at,
+            duration_ms: (finished - started_at).num_milliseconds().max(0) as u64,
+            exit_code,
+            timed_out: state == JobState::TimedOut,
+            oom_killed,
+            truncated: outcome
+                .as_ref()
+                .map(|o| o.result.truncated)
+                .unwrap_or(false),
+            error: outcome.as_ref().err().map(ToString::to_string),
+            sync_ms,
+        };
+        self.append_audit(&record.id, &entry)?;
+        self.emit(
+            "exec.finished",
+            Some(&record.id),
+            Some(state),
+            serde_json::json!({
+                "command": options.cmd,
+                "exit_code": exit_code,
+                "timed_out": entry.timed_out,
+                "oom_killed": oom_killed,
+                "duration_ms": entry.duration_ms,
+                "sync_error": outcome.as_ref().ok().and_then(|o| o.result.sync_error.clone()),
+            }),
+        );
+        Ok(outcome?.result)
+    }
+
+    fn append_audit(&self, id: &JobId, entry: &AuditEntry<'_>) -> Result<()> {
+        use std::io::Write;
+        let path = self.home.logs_dir(id).join("exec.jsonl");
+        let mut line = serde_json::to_vec(entry).expect("audit entries serialize");
+        line.push(b'\n');
+        std::fs::create_dir_all(self.home.logs_dir(id))
+            .and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+            })
+            .and_then(|mut file| file.write_all(&line))
+            .map_err(|source| Error::Log {
+                id: id.clone(),
+                path,
+                source,
+            })
+    }
+
+    /// The orchestrator's one-shot: create, exec, then remove exactly as `rm` does (work is
+    /// never lost; the branch stays when it has commits). With `keep`, the job stays.
+    pub async fn run(
+        &self,
+        create: CreateRequest,
+        exec: ExecOptions,
+        keep: bool,
+        sink: &mut dyn OutputSink,
+    ) -> Result<(RunReport, Option<String>)> {
+        let created = self.create(create).await?;
+        let id = created.record.id.to_string();
+        let result = self.exec(&id, exec, sink).await;
+        let record = self.load(&id).unwrap_or(created.record);
+        let branch_kept = if keep {
+            true
+        } else {
+            self.remove(&id, RemoveOptions::default())
+                .await?
+                .branch_kept
+        };
+        Ok((
+            RunReport {
+                job: JobView::from(&record),
+                result: result?,
+                branch_kept,
+            },
+            created.warning,
+        ))
+    }
+
+    /// Stops what runs in a job (its container) with a bounded grace; true when something was
+    /// running. The job stays; the next exec starts the container again.
+    pub async fn stop(&self, id: &str, grace: Option<std::time::Duration>) -> Result<bool> {
+        let record = self.load(id)?;
+        let grace = grace.unwrap_or(record.limits.grace.0);
+        let stopped = runtime::stop(&self.home, &record, grace).await?;
+        if record.state == JobState::Running {
+            self.store
+                .update(&record.id, |r| r.transition(JobState::Failed, Utc::now()))?
+                .1?;
+        }
+        // What the stopped processes committed, up to their last moment, reaches the
+        // repository (a failure is recorded on the job, and the stop still stands).
+        if stopped && !record.is_legacy() {
+            let _ = self.sync_job(&record, SyncScope::Branch).await;
+        }
+        Ok(stopped)
+    }
+
+    /// An interactive shell in the job: in its container (started if needed) or, for the
+    /// process runtime, in its worktree. Returns the shell's exit code.
+    pub async fn shell(&self, id: &str) -> Result<i32> {
+        let record = self.load(id)?;
+        let mut command = match record.runtime {
+            crate::job::RuntimeKind::Process => {
+                let shell = std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into());
+                let mut command = tokio::process::Command::new(shell);
+                command.current_dir(&record.worktree);
+                command
+            }
+            _ => {
+                runtime::docker::ensure_running(&self.home, &record).await?;
+                runtime::docker::interactive_shell(&record)
+            }
+        };
+        let status = command
+            .status()
+            .await
+            .map_err(|source| RuntimeError::Spawn {
+                program: "shell".into(),
+                dir: record.worktree.clone(),
+                source,
+            })?;
+        self.store
+            .update(&record.id, |r| r.last_activity_at = Utc::now())?;
+        if !record.is_legacy()
+            && let Err(error) = self.sync_job(&record, SyncScope::Branch).await
+        {
+            eprintln!("paddock: {error}");
+        }
+        Ok(status.code().unwrap_or(1))
+    }
+
+    /// The job's output log: every exec's command, output and exit.
+    pub fn output_log(&self, id: &str) -> Result<PathBuf> {
+        let record = self.load(id)?;
+        Ok(self.home.logs_dir(&record.id).join("output.log"))
+    }
+}

@@ -1,0 +1,78 @@
+//! The read operations: `list`, `show`, `diff` and `log`. Reads of a job's git state come
+//! from its scratch repository after a sync, never from its git dir or checkout.
+
+use std::path::Path;
+
+use super::{Error, JobDetails, JobView, Paddock, Result, SyncScope};
+use crate::git::{ChangeSummary, CommitInfo, GitRepo};
+use crate::job::{JobRecord, JobState};
+use crate::runtime;
+
+impl Paddock {
+    /// All jobs, optionally only those of one repository.
+    pub async fn list(&self, repo: Option<&Path>) -> Result<Vec<JobRecord>> {
+        let (mut records, bad) = self.store.list()?;
+        for error in bad {
+            tracing::warn!(%error, "skipping an unreadable job record");
+        }
+        if let Some(repo) = repo {
+            let repo = GitRepo::open(repo, &self.home.locks_dir()).await?;
+            records.retain(|r| r.git_common_dir == repo.common_dir);
+        }
+        Ok(records)
+    }
+
+    /// A job with its commits ahead and changed files, as of a sync made for this call. When
+    /// the sync fails, the changes are those of the last good sync and `changes_error` says
+    /// why they may be stale.
+    pub async fn show(&self, id: &str) -> Result<JobDetails> {
+        let record = self.load(id)?;
+        let (changes, changes_error) = match self.fresh_changes(&record).await {
+            Ok((changes, stale)) => (Some(changes), stale),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let record = self.load(id).unwrap_or(record);
+        Ok(JobDetails {
+            view: JobView::from(&record),
+            changes,
+            changes_error,
+            isolation: runtime::isolation_note(record.runtime).to_string(),
+        })
+    }
+
+    async fn fresh_changes(&self, record: &JobRecord) -> Result<(ChangeSummary, Option<String>)> {
+        if record.state == JobState::Creating {
+            return Err(Error::NotRunnable {
+                id: record.id.clone(),
+                state: record.state,
+            });
+        }
+        let (untracked, stale) = match self.sync_job(record, SyncScope::BranchAndWork).await {
+            Ok(synced) => (synced.untracked, None),
+            Err(error @ Error::Legacy { .. }) => return Err(error),
+            Err(error) => (Default::default(), Some(error.to_string())),
+        };
+        let changes = self
+            .scratch_of(record)
+            .changes(&record.base_commit, untracked)
+            .await?;
+        Ok((changes, stale))
+    }
+
+    /// The patch (or diffstat) of committed and uncommitted changes against the base.
+    pub async fn diff(&self, id: &str, stat: bool) -> Result<String> {
+        let record = self.load(id)?;
+        self.sync_job(&record, SyncScope::BranchAndWork).await?;
+        Ok(self
+            .scratch_of(&record)
+            .diff(&record.base_commit, stat)
+            .await?)
+    }
+
+    /// Commits on the job's branch since its base, newest first.
+    pub async fn log(&self, id: &str) -> Result<Vec<CommitInfo>> {
+        let record = self.load(id)?;
+        self.sync_job(&record, SyncScope::Branch).await?;
+        Ok(self.scratch_of(&record).log(&record.base_commit).await?)
+    }
+}

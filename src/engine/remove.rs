@@ -1,0 +1,141 @@
+//! `rm`: remove a job without losing work. The container is stopped first, the branch and a
+//! snapshot of uncommitted work are synced into the user's repository, and only then are the
+//! container, the checkout and the job's git dir deleted; the record goes last, so a crash at
+//! any point leaves a record that a later `rm` or sweep finishes.
+
+use super::{BranchPolicy, Error, Paddock, RemoveOptions, RemoveReport, Result, SyncScope};
+use crate::git::{GitRepo, JobWorktree};
+use crate::job::{JobRecord, JobState};
+use crate::runtime;
+
+impl Paddock {
+    /// Removes a job without losing work: snapshot uncommitted work to
+    /// `refs/paddock/wip/<id>`, stop the container, remove the worktree and its git metadata,
+    /// delete the branch under `options.branch_policy`, and remove the record last.
+    /// Every step tolerates having been done already, so a crashed `rm` can be repeated.
+    pub async fn remove(&self, id: &str, options: RemoveOptions) -> Result<RemoveReport> {
+        let record = self.load(id)?;
+        let repo = self.repo_of(&record);
+        let wip_ref = format!("refs/paddock/wip/{}", record.id);
+        // Record the container's outcome and stop it first, so nothing writes to the
+        // worktree while it is snapshotted.
+        let record = runtime::stop_for_removal(&self.home, &self.store, record).await?;
+
+        let mut wip_commit = None;
+        // A job still `creating` never ran an agent: there is no work to save, and a partial
+        // checkout would only snapshot noise.
+        let has_work = record.state != JobState::Creating;
+        if has_work && record.worktree.exists() {
+            match self.save_work(&repo, &record, &wip_ref).await {
+                Ok(commit) => wip_commit = commit,
+                Err(source) if !options.force => {
+                    return Err(Error::SnapshotFailed {
+                        id: record.id.clone(),
+                        source: Box::new(source),
+                    });
+                }
+                Err(error) => {
+                    tracing::warn!(job = %record.id, %error, "snapshot failed; removing anyway (--force)");
+                }
+            }
+        }
+        if wip_commit.is_none() {
+            // A snapshot from an earlier, interrupted rm is still work to keep.
+            wip_commit = repo.ref_target(&wip_ref).await?;
+        }
+
+        runtime::destroy(&self.home, &record).await?;
+        promote_copied_caches(&record);
+        self.remove_checkout(&repo, &record).await?;
+
+        let tip = repo
+            .ref_target(&format!("refs/heads/{}", record.branch))
+            .await?;
+        let commits_ahead = match &tip {
+            Some(tip) => repo.count_ahead(&record.base_commit, tip).await?,
+            None => 0,
+        };
+        let delete = match options.branch_policy {
+            BranchPolicy::Keep => false,
+            BranchPolicy::DeleteIfNoCommits => commits_ahead == 0,
+            BranchPolicy::Delete => true,
+        };
+        // A reused branch that existed before the job is never deleted for having no commits.
+        let delete =
+            delete && (record.branch_created || options.branch_policy == BranchPolicy::Delete);
+        if delete && tip.is_some() {
+            repo.delete_branch(&record.branch).await?;
+        }
+        let _ = std::fs::remove_file(self.home.worktree_marker(&record.repo_key, &record.id));
+        self.store.remove(&record.id)?;
+        self.emit(
+            "job.removed",
+            Some(&record.id),
+            Some(JobState::Removed),
+            serde_json::json!({ "branch_kept": tip.is_some() && !delete, "wip_commit": wip_commit }),
+        );
+        Ok(RemoveReport {
+            id: record.id.clone(),
+            branch: record.branch.clone(),
+            branch_kept: tip.is_some() && !delete,
+            commits_ahead,
+            wip_ref: wip_commit.as_ref().map(|_| wip_ref),
+            wip_commit,
+        })
+    }
+
+    /// Brings the job's branch and uncommitted work into the user's repository ahead of its
+    /// removal; the work is saved as `wip_ref`. Returns the work's commit, if there was any.
+    async fn save_work(
+        &self,
+        repo: &GitRepo,
+        record: &JobRecord,
+        wip_ref: &str,
+    ) -> Result<Option<String>> {
+        if !record.is_legacy() {
+            let synced = self.sync_job(record, SyncScope::BranchAndWork).await?;
+            return self.publish_wip(record, &synced).await;
+        }
+        // A legacy job's worktree is a linked worktree of the user's repository; it is
+        // snapshotted as paddock did when it was made.
+        let Some(git_dir) = record.git_dir.clone() else {
+            return Ok(None);
+        };
+        let worktree = JobWorktree {
+            path: record.worktree.clone(),
+            git_dir,
+            common_dir: record.git_common_dir.clone(),
+        };
+        let message = format!(
+            "paddock: uncommitted work of job {} on {}",
+            record.id, record.branch
+        );
+        Ok(repo.snapshot(&worktree, wip_ref, &message).await?)
+    }
+}
+
+/// A `copy` cache whose entry is still empty is filled from the first job that populated its
+/// copy, so later jobs start from it. (A rename when on one filesystem.)
+fn promote_copied_caches(record: &JobRecord) {
+    for cache in &record.caches {
+        let (crate::cache::Strategy::Copy, Some(path)) = (cache.strategy, &cache.path) else {
+            continue;
+        };
+        let copy = record.worktree.join(path);
+        let entry_empty = std::fs::read_dir(&cache.entry).is_ok_and(|mut d| d.next().is_none());
+        let copy_has_content = std::fs::symlink_metadata(&copy).is_ok_and(|m| m.is_dir())
+            && std::fs::read_dir(&copy).is_ok_and(|mut d| d.next().is_some());
+        if entry_empty && copy_has_content {
+            let staging = cache
+                .entry
+                .with_extension(format!("promote-{}", crate::job::random_hex(6)));
+            let moved = std::fs::rename(&copy, &staging)
+                .or_else(|_| crate::cache::copy_tree(&copy, &staging));
+            if moved.is_ok() && std::fs::remove_dir(&cache.entry).is_ok() {
+                let _ = std::fs::rename(&staging, &cache.entry);
+            } else {
+                let _ = std::fs::remove_dir_all(&staging);
+            }
+        }
+    }
+}
