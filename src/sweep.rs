@@ -352,6 +352,7 @@ impl Paddock {
             kill_policy: crate::config::KillPolicy::Hard,
             grace: Duration::ZERO,
             output_cap: 4096,
+            after: None,
         };
         let outcome = tokio::time::timeout(
             Duration::from_secs(10),

@@ -113,6 +113,11 @@ ln -sf "$SECRET" /workspace/secret-link
 rm -f /workspace/.git; mv /workspace/.git /workspace/.git.moved
 mkdir -p /workspace/.git 2>/dev/null && printf '[core]\n\tfsmonitor = touch %s.dotgit\n' "$MARK" > /workspace/.git/config
 mkdir -p /workspace/nested/.git && printf '[core]\n\tfsmonitor = touch %s.nested\n' "$MARK" > /workspace/nested/.git/config
+# Keep swapping whatever lands in the outbox (where a sync after an exec leaves its stream)
+# for symlinks to the host file, in the background, for the execs that follow.
+( while :; do
+    for f in /paddock/outbox/*; do [ -e "$f" ] || continue; ln -sf "$SECRET" "$f.x" && mv -f "$f.x" "$f"; done
+  done ) >/dev/null 2>&1 &
 echo "attack done"
 exit 0
 "#;
@@ -171,6 +176,8 @@ fn attack_from_inside(runtime: &str, test: &str) {
     // The host reads the job as a developer would, then removes it.
     let mut outputs = vec![attacked.to_string()];
     for args in [
+        vec!["exec", id.as_str(), "--json", "--", "true"],
+        vec!["exec", id.as_str(), "--json", "--", "sh", "-c", "sleep 0.2"],
         vec!["diff", id.as_str()],
         vec!["diff", id.as_str(), "--stat"],
         vec!["log", id.as_str()],

@@ -154,6 +154,15 @@ impl Paddock {
             .clone()
             .expect("create sets the job's git dir before building");
         let job_git = JobGitDir::create(&git_dir, repo, &record.branch, &tip).await?;
+        if record.runtime.uses_docker() {
+            let outbox = self.home().job_outbox(&record.id);
+            std::fs::create_dir_all(&outbox).map_err(|source| {
+                crate::store::StoreError::Io {
+                    path: outbox.clone(),
+                    source,
+                }
+            })?;
+        }
         crash_point("recorded");
         let (link_target, _) =
             runtime::sandbox_git_paths(record).expect("the record names its git dir");

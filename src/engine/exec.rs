@@ -82,6 +82,8 @@ impl Paddock {
                 state: record.state,
             });
         }
+        // The branch sync rides along in the exec's own sandbox session when it can.
+        let piggyback = self.piggyback_sync(&record).await;
         let request = ExecRequest {
             cmd: options.cmd.clone(),
             env: options.env,
@@ -90,6 +92,7 @@ impl Paddock {
             kill_policy: record.limits.kill_policy,
             grace: record.limits.grace.0,
             output_cap: options.output_cap.unwrap_or(DEFAULT_OUTPUT_CAP),
+            after: piggyback.as_ref().map(|p| p.snippet.clone()),
         };
         let started_at = Utc::now();
         let (record, moved) = self
@@ -127,10 +130,24 @@ impl Paddock {
         let mut sync_ms = None;
         if let Ok(done) = &mut outcome {
             let sync_started = std::time::Instant::now();
-            if let Err(error) = self.sync_job(&record, SyncScope::Branch).await {
+            let mut in_sandbox_ms = 0;
+            let synced = match piggyback {
+                Some(piggyback) => self.finish_piggyback(&record, piggyback).await,
+                None => None,
+            };
+            let synced = match synced {
+                Some((outcome, sandbox_ms)) => {
+                    // The sync ran inside the exec: its time is not the command's.
+                    in_sandbox_ms = sandbox_ms;
+                    done.result.duration_ms = done.result.duration_ms.saturating_sub(sandbox_ms);
+                    outcome
+                }
+                None => self.sync_job(&record, SyncScope::Branch).await,
+            };
+            if let Err(error) = synced {
                 done.result.sync_error = Some(error.to_string());
             }
-            sync_ms = Some(sync_started.elapsed().as_millis() as u64);
+            sync_ms = Some(sync_started.elapsed().as_millis() as u64 + in_sandbox_ms);
         }
         let finished = Utc::now();
         let (state, exit_code, oom_killed) = match &outcome {

@@ -16,8 +16,9 @@ use super::{Error, Paddock, Result};
 use crate::config::KillPolicy;
 use crate::git::GitRepo;
 use crate::git::sync::{
-    SCRATCH_BRANCH, SCRATCH_STATE, SYNC_SCRIPT, ScratchRepo, SyncCapture, WorkState,
+    Received, SCRATCH_BRANCH, SCRATCH_STATE, SYNC_SCRIPT, ScratchRepo, SyncCapture, WorkState,
 };
+use crate::output::{OutputSink, StreamKind};
 use crate::job::JobRecord;
 use crate::runtime::{self, ExecRequest};
 use crate::store::FileLock;
@@ -49,6 +50,62 @@ pub struct Synced {
     pub forced: bool,
 }
 
+/// The sandbox half of a sync, ready to run.
+struct SyncPlan {
+    /// The script's arguments (see `sync.sh`).
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+/// A branch sync that runs right after an exec's command, in the same sandbox session.
+pub(crate) struct Piggyback {
+    /// The shell snippet the runtime runs after the command.
+    pub snippet: String,
+    /// The host path of the outbox files, without their extension.
+    host_base: std::path::PathBuf,
+}
+
+/// Reads a file the agent could have replaced: never through a symlink, only a regular
+/// file, at most `limit` bytes.
+fn read_outbox_file(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    open_outbox_file(path)?
+        .take(limit)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn open_outbox_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
+/// Feeds an outbox file to the capture as one of the sandbox's streams.
+fn copy_outbox_file(
+    path: &std::path::Path,
+    stream: StreamKind,
+    capture: &mut SyncCapture,
+) -> std::io::Result<()> {
+    use std::io::Read;
+    let mut file = open_outbox_file(path)?;
+    let mut buffer = vec![0; 64 << 10];
+    loop {
+        let read = file.read(&mut buffer)?;
+        if read == 0 {
+            return Ok(());
+        }
+        capture.write(stream, &buffer[..read]);
+    }
+}
+
 impl Paddock {
     /// The scratch repository that receives a job's syncs.
     pub(crate) fn scratch_of(&self, record: &JobRecord) -> ScratchRepo {
@@ -73,6 +130,12 @@ impl Paddock {
             });
         }
         let outcome = self.sync_unrecorded(record, scope).await;
+        self.record_sync(record, &outcome);
+        outcome
+    }
+
+    /// Notes a sync's outcome on the job and tells subscribers about failures and rewrites.
+    fn record_sync(&self, record: &JobRecord, outcome: &Result<Synced>) {
         let now = Utc::now();
         let error = outcome.as_ref().err().map(ToString::to_string);
         let _ = self.store().update(&record.id, |r| {
@@ -81,7 +144,7 @@ impl Paddock {
                 r.synced_at = Some(now);
             }
         });
-        match &outcome {
+        match outcome {
             Ok(synced) if synced.forced => self.emit(
                 "job.branch_rewritten",
                 Some(&record.id),
@@ -96,72 +159,87 @@ impl Paddock {
                 serde_json::json!({ "error": error.to_string() }),
             ),
         }
-        outcome
     }
 
-    async fn sync_unrecorded(&self, record: &JobRecord, scope: SyncScope) -> Result<Synced> {
-        let failed = |message: String| Error::Sync {
+    fn sync_failed(record: &JobRecord, message: String) -> Error {
+        Error::Sync {
             id: record.id.clone(),
             message,
-        };
-        let (git_dir, work_tree) = runtime::sandbox_git_paths(record)
-            .ok_or_else(|| failed("the job has no git dir yet".into()))?;
-        let job_dir = self.home().job_dir(&record.id);
-        let lock_path = job_dir.join("sync.lock");
-        let _lock =
+        }
+    }
+
+    /// Takes the job's sync lock: one sync of a job touches its scratch repository at a time.
+    async fn sync_lock(&self, record: &JobRecord) -> Result<FileLock> {
+        let lock_path = self.home().job_dir(&record.id).join("sync.lock");
+        Ok(
             tokio::task::spawn_blocking(move || FileLock::acquire(&lock_path, SYNC_LOCK_WAIT))
                 .await
-                .map_err(|e| failed(e.to_string()))??;
+                .map_err(|e| Self::sync_failed(record, e.to_string()))??,
+        )
+    }
+
+    /// What the sandbox half needs: the scratch repository made, what the host already has,
+    /// and the script's arguments and environment.
+    async fn plan_sync(&self, record: &JobRecord, scope: SyncScope) -> Result<SyncPlan> {
+        let (git_dir, work_tree) = runtime::sandbox_git_paths(record)
+            .ok_or_else(|| Self::sync_failed(record, "the job has no git dir yet".into()))?;
         let scratch = self.scratch_of(record);
         let user_objects = crate::git::object_dirs(&record.git_common_dir)
             .into_iter()
             .next()
-            .ok_or_else(|| failed("the repository's object store is gone".into()))?;
+            .ok_or_else(|| {
+                Self::sync_failed(record, "the repository's object store is gone".into())
+            })?;
         scratch.ensure(&user_objects).await?;
         let (mut known_tip, known_state) = scratch.known().await?;
-        let repo = self.repo_of(record);
-        let branch_ref = format!("refs/heads/{}", record.branch);
         if known_tip.is_none()
-            && let Some(tip) = repo.ref_target(&branch_ref).await?
+            && let Some(tip) = self
+                .repo_of(record)
+                .ref_target(&format!("refs/heads/{}", record.branch))
+                .await?
         {
             // The first sync starts from what the user's repository has for the branch, so a
             // branch the sandbox cannot resolve still reads as the last good tip.
             scratch.set_branch(&tip).await?;
             known_tip = Some(tip);
         }
-        let snapshot = scope == SyncScope::BranchAndWork;
         let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-        let request = ExecRequest {
-            cmd: vec![
-                "sh".into(),
-                "-c".into(),
-                SYNC_SCRIPT.into(),
-                "paddock-sync".into(),
+        Ok(SyncPlan {
+            args: vec![
                 record.branch.clone(),
                 dash(&known_tip),
                 dash(&known_state),
-                if snapshot { "1" } else { "0" }.into(),
+                if scope == SyncScope::BranchAndWork { "1" } else { "0" }.into(),
                 record.base_commit.clone(),
                 user_objects.display().to_string(),
             ],
-            env: [
-                ("GIT_DIR", git_dir.display().to_string()),
-                ("GIT_WORK_TREE", work_tree.display().to_string()),
-                ("GIT_CONFIG_NOSYSTEM", "1".into()),
-                ("GIT_CONFIG_GLOBAL", "/dev/null".into()),
-                ("GIT_TERMINAL_PROMPT", "0".into()),
-                ("LC_ALL", "C".into()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
+            env: vec![
+                ("GIT_DIR".into(), git_dir.display().to_string()),
+                ("GIT_WORK_TREE".into(), work_tree.display().to_string()),
+                ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
+                ("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()),
+                ("GIT_TERMINAL_PROMPT".into(), "0".into()),
+                ("LC_ALL".into(), "C".into()),
+            ],
+        })
+    }
+
+    async fn sync_unrecorded(&self, record: &JobRecord, scope: SyncScope) -> Result<Synced> {
+        let _lock = self.sync_lock(record).await?;
+        let plan = self.plan_sync(record, scope).await?;
+        let mut cmd = vec!["sh".into(), "-c".into(), SYNC_SCRIPT.into(), "paddock-sync".into()];
+        cmd.extend(plan.args);
+        let request = ExecRequest {
+            cmd,
+            env: plan.env.into_iter().collect(),
             workdir: None,
             timeout: SYNC_TIMEOUT,
             kill_policy: KillPolicy::Hard,
             grace: Duration::ZERO,
             output_cap: 4096,
+            after: None,
         };
-        let bundle = job_dir.join("incoming.bundle");
+        let bundle = self.home().job_dir(&record.id).join("incoming.bundle");
         let mut capture = SyncCapture::new(bundle.clone());
         let ran = runtime::exec_in_sandbox(self.home(), record, &request, &mut capture).await;
         let received = match ran {
@@ -172,29 +250,141 @@ impl Paddock {
             Ok(result) => capture.finish(result.exit_code),
             Err(error) => Err(format!("the sandbox could not run the sync: {error}")),
         };
-        let outcome = async {
-            let received = received.map_err(failed)?;
-            scratch.receive(&received, &record.branch).await?;
-            let mut forced = false;
-            if let Some(tip) = &received.header.tip {
-                let current = repo.ref_target(&branch_ref).await?;
-                if current.as_ref() != Some(tip) {
-                    if let Some(current) = &current {
-                        forced = !scratch.is_fast_forward(current, tip).await?;
-                    }
+        let outcome = self.apply_sync(record, scope, received).await;
+        let _ = std::fs::remove_file(&bundle);
+        outcome
+    }
+
+    /// The host half: the checked stream into the scratch repository, then the branch into
+    /// the user's repository.
+    /// A branch-only sync (after an exec) hands the user's repository the pack it received
+    /// and moves the ref; a sync with uncommitted work fetches only what the branch needs, so
+    /// snapshot objects never land in the user's repository unless `rm` publishes them.
+    async fn apply_sync(
+        &self,
+        record: &JobRecord,
+        scope: SyncScope,
+        received: std::result::Result<Received, String>,
+    ) -> Result<Synced> {
+        let received = received.map_err(|message| Self::sync_failed(record, message))?;
+        let scratch = self.scratch_of(record);
+        let pack = scratch.receive(&received, &record.branch).await?;
+        let mut forced = false;
+        if let Some(tip) = &received.header.tip {
+            let branch_ref = format!("refs/heads/{}", record.branch);
+            let repo = self.repo_of(record);
+            let current = repo.ref_target(&branch_ref).await?;
+            if current.as_ref() != Some(tip) {
+                if let Some(current) = &current {
+                    forced = !scratch.is_fast_forward(current, tip).await?;
+                }
+                let fast = match scope {
+                    SyncScope::Branch => repo
+                        .adopt_pack_and_set_ref(pack.as_deref(), &branch_ref, tip, current.as_deref())
+                        .await
+                        .is_ok(),
+                    SyncScope::BranchAndWork => false,
+                };
+                if !fast {
                     repo.publish(&scratch.path, &[(SCRATCH_BRANCH, branch_ref)])
                         .await?;
                 }
             }
-            Ok(Synced {
-                tip: received.header.tip.clone(),
-                work: received.header.state.clone(),
-                untracked: received.untracked.clone(),
-                forced,
-            })
         }
-        .await;
-        let _ = std::fs::remove_file(&bundle);
+        Ok(Synced {
+            tip: received.header.tip.clone(),
+            work: received.header.state.clone(),
+            untracked: received.untracked,
+            forced,
+        })
+    }
+
+    /// Prepares a branch sync to run in the same sandbox session as an exec, right after its
+    /// command: it saves a second round trip to the sandbox. Its stream goes to the job's
+    /// outbox (a host directory mounted at `/paddock/outbox`). `None` when the job's runtime
+    /// has no outbox or the plan cannot be made (the exec then syncs on its own).
+    pub(crate) async fn piggyback_sync(&self, record: &JobRecord) -> Option<Piggyback> {
+        let outbox = self.home().job_outbox(&record.id);
+        if record.is_legacy() || !record.runtime.uses_docker() || !outbox.is_dir() {
+            return None;
+        }
+        let plan = {
+            let _lock = self.sync_lock(record).await.ok()?;
+            self.plan_sync(record, SyncScope::Branch).await.ok()?
+        };
+        let name = crate::ids::random_hex(12);
+        let inside = std::path::Path::new(runtime::docker::CONTAINER_OUTBOX).join(&name);
+        let quote = |text: &str| format!("'{}'", text.replace('\'', "'\\''"));
+        let mut snippet = String::from("env");
+        for (key, value) in &plan.env {
+            snippet.push_str(&format!(" {key}={}", quote(value)));
+        }
+        snippet.push_str(&format!(" sh -c {} paddock-sync", quote(SYNC_SCRIPT)));
+        for arg in &plan.args {
+            snippet.push(' ');
+            snippet.push_str(&quote(arg));
+        }
+        let out = |ext: &str| quote(&format!("{}.{ext}", inside.display()));
+        snippet = format!(
+            "t0=$(date +%s%N); {snippet} >{} 2>{}; echo $? $(( ($(date +%s%N) - t0) / 1000000 )) >{}",
+            out("stream"),
+            out("err"),
+            out("rc")
+        );
+        Some(Piggyback {
+            snippet,
+            host_base: outbox.join(name),
+        })
+    }
+
+    /// Finishes a piggybacked sync from the files its exec left in the outbox. `None` when
+    /// they are not there (the command was killed, say): then the caller syncs on its own.
+    pub(crate) async fn finish_piggyback(
+        &self,
+        record: &JobRecord,
+        piggyback: Piggyback,
+    ) -> Option<(Result<Synced>, u64)> {
+        let file = |ext: &str| piggyback.host_base.with_extension(ext);
+        // `rc` holds the script's exit code and how long it took (ms), written last.
+        let rc = read_outbox_file(&file("rc"), 64).ok().and_then(|bytes| {
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let mut fields = text.split_whitespace();
+            let code = fields.next()?.parse::<i64>().ok()?;
+            let ms = fields.next().and_then(|ms| ms.parse::<u64>().ok()).unwrap_or(0);
+            Some((code, ms))
+        });
+        let outcome = match rc {
+            None => None,
+            Some((rc, sandbox_ms)) => {
+                let bundle = self.home().job_dir(&record.id).join("incoming.bundle");
+                let mut capture = SyncCapture::new(bundle.clone());
+                let copied = copy_outbox_file(&file("stream"), StreamKind::Stdout, &mut capture)
+                    .and_then(|()| copy_outbox_file(&file("err"), StreamKind::Stderr, &mut capture));
+                let received = match copied {
+                    Ok(()) => capture.finish(rc),
+                    Err(error) => Err(format!("failed to read the sync stream: {error}")),
+                };
+                let applying = std::time::Instant::now();
+                let outcome = match self.sync_lock(record).await {
+                    Ok(_lock) => self.apply_sync(record, SyncScope::Branch, received).await,
+                    Err(error) => Err(error),
+                };
+                tracing::debug!(
+                    job = %record.id,
+                    sandbox_ms,
+                    host_ms = applying.elapsed().as_millis() as u64,
+                    "piggybacked sync applied"
+                );
+                let _ = std::fs::remove_file(&bundle);
+                Some((outcome, sandbox_ms))
+            }
+        };
+        for ext in ["rc", "stream", "err"] {
+            let _ = std::fs::remove_file(file(ext));
+        }
+        if let Some((outcome, _)) = &outcome {
+            self.record_sync(record, outcome);
+        }
         outcome
     }
 

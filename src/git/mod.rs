@@ -167,6 +167,8 @@ struct GitCall<'a> {
     args: Vec<OsString>,
     env: Vec<(&'static str, OsString)>,
     timeout: Duration,
+    /// A file to feed on standard input, from this offset.
+    stdin: Option<(PathBuf, u64)>,
 }
 
 impl<'a> GitCall<'a> {
@@ -178,7 +180,13 @@ impl<'a> GitCall<'a> {
             args: args.iter().map(OsString::from).collect(),
             env: Vec::new(),
             timeout: METADATA_TIMEOUT,
+            stdin: None,
         }
+    }
+
+    fn stdin_from(mut self, file: &Path, offset: u64) -> Self {
+        self.stdin = Some((file.to_path_buf(), offset));
+        self
     }
 
     fn arg(mut self, arg: impl Into<OsString>) -> Self {
@@ -230,7 +238,17 @@ impl<'a> GitCall<'a> {
             .env_remove("GIT_DIR")
             .env_remove("GIT_WORK_TREE")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
+            .stdin(match &self.stdin {
+                None => Stdio::null(),
+                Some((path, offset)) => {
+                    use std::io::{Seek, SeekFrom};
+                    let mut file =
+                        std::fs::File::open(path).map_err(|source| GitError::Spawn { source })?;
+                    file.seek(SeekFrom::Start(*offset))
+                        .map_err(|source| GitError::Spawn { source })?;
+                    Stdio::from(file)
+                }
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -243,6 +261,7 @@ impl<'a> GitCall<'a> {
                 Ok(())
             });
         }
+        let started = std::time::Instant::now();
         let child = command
             .spawn()
             .map_err(|source| GitError::Spawn { source })?;
@@ -256,6 +275,7 @@ impl<'a> GitCall<'a> {
                 });
             }
         };
+        tracing::debug!(args = %shown, ms = started.elapsed().as_millis() as u64, "git");
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout)
                 .trim_end()
@@ -544,6 +564,56 @@ impl GitRepo {
             fetch = fetch.arg(format!("+{from}:{to}"));
         }
         fetch.run().await.map(drop)
+    }
+
+    /// The fast way to publish what one sync received: link (or copy) the pack the scratch
+    /// repository indexed into this repository's object store, then move `refname` from
+    /// `old` (`None`: it must not exist) to `new`. The pack passed fsck and its links were
+    /// checked when it was indexed, so no further walk is needed. Callers fall back to
+    /// [`publish`](Self::publish) when this fails.
+    pub async fn adopt_pack_and_set_ref(
+        &self,
+        pack: Option<&Path>,
+        refname: &str,
+        new: &str,
+        old: Option<&str>,
+    ) -> Result<(), GitError> {
+        let _lock = self.lock().await?;
+        if let Some(pack) = pack {
+            let pack_dir = self.common_dir.join("objects/pack");
+            // The index last: git finds a pack through its .idx.
+            for ext in ["pack", "rev", "idx"] {
+                let from = pack.with_extension(ext);
+                if !from.exists() {
+                    continue;
+                }
+                let name = from.file_name().expect("a pack file has a name");
+                let to = pack_dir.join(name);
+                if to.exists() {
+                    continue;
+                }
+                let tmp = pack_dir.join(format!(".paddock-{}", name.to_string_lossy()));
+                let linked = std::fs::hard_link(&from, &tmp)
+                    .or_else(|_| std::fs::copy(&from, &tmp).map(drop))
+                    .and_then(|()| std::fs::rename(&tmp, &to));
+                if let Err(error) = linked {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(GitError::Command {
+                        args: "adopt pack".into(),
+                        dir: to,
+                        stderr: error.to_string(),
+                    });
+                }
+            }
+        }
+        let old = match old {
+            Some(old) => old.to_string(),
+            None => self.null_oid().await?,
+        };
+        self.call(&["update-ref", "-m", "paddock: sync", refname, new, &old])
+            .run()
+            .await
+            .map(drop)
     }
 
     /// Deletes a ref of paddock's own (`refs/paddock/...`); succeeds when it does not exist.

@@ -327,8 +327,13 @@ impl ScratchRepo {
 
     /// Takes a checked stream in: the bundle must hold exactly the refs the header names, at
     /// the commits it names, and its objects pass fsck. Refs whose commit the host already
-    /// has are set without a bundle. `refs/sync/state` follows the header's state.
-    pub async fn receive(&self, received: &Received, branch: &str) -> Result<(), GitError> {
+    /// has are set without a bundle. `refs/sync/state` follows the header's state. Returns the
+    /// pack the bundle became, if one came.
+    pub async fn receive(
+        &self,
+        received: &Received,
+        branch: &str,
+    ) -> Result<Option<PathBuf>, GitError> {
         let header = &received.header;
         let branch_ref = format!("refs/heads/{branch}");
         let state = match &header.state {
@@ -340,19 +345,13 @@ impl ScratchRepo {
             ("refs/paddock/state", state.as_ref(), SCRATCH_STATE),
         ];
         let mut fetched = BTreeSet::new();
+        let mut pack = None;
         if let Some(bundle) = &received.bundle {
-            let heads = self
-                .call(&["bundle", "list-heads"])
-                .arg(bundle)
-                .run()
-                .await?;
-            let mut refspecs = Vec::new();
-            for line in heads.lines() {
-                let (commit, name) = line.split_once(' ').unwrap_or((line, ""));
-                let expected = wanted.iter().find(|(source, _, _)| *source == name);
+            let (heads, pack_offset) = read_bundle_header(bundle)?;
+            for (commit, name) in &heads {
+                let expected = wanted.iter().find(|(source, _, _)| source == name);
                 match expected {
-                    Some((source, Some(want), target)) if *want == commit => {
-                        refspecs.push(format!("+{source}:{target}"));
+                    Some((_, Some(want), target)) if *want == commit => {
                         fetched.insert(*target);
                     }
                     _ => {
@@ -363,18 +362,26 @@ impl ScratchRepo {
                     }
                 }
             }
-            let mut fetch = self
-                .call(&["-c", "transfer.fsckObjects=true", "fetch"])
-                .arg("--no-tags")
-                .arg("--no-write-fetch-head")
-                .arg("--no-auto-maintenance")
-                .arg("--quiet")
-                .arg(bundle)
-                .timeout(super::CHECKOUT_TIMEOUT);
-            for refspec in refspecs {
-                fetch = fetch.arg(refspec);
+            // `--strict` checks every object (as fsck does) and that everything they name
+            // exists; `--fix-thin` completes deltas against objects the host already has.
+            let indexed = self
+                .call(&["index-pack", "--stdin", "--fix-thin", "--strict"])
+                .stdin_from(bundle, pack_offset)
+                .timeout(super::CHECKOUT_TIMEOUT)
+                .run()
+                .await?;
+            let hash = indexed
+                .lines()
+                .find_map(|line| line.strip_prefix("pack\t"))
+                .filter(|hash| is_object_id(hash))
+                .ok_or_else(|| bad_bundle(bundle, format!("index-pack said `{}`", shown(&indexed))))?;
+            pack = Some(self.path.join("objects/pack").join(format!("pack-{hash}.pack")));
+            for (commit, name) in &heads {
+                if let Some((_, _, target)) = wanted.iter().find(|(source, _, _)| source == name) {
+                    self.require_commit(commit).await?;
+                    self.call(&["update-ref", target, commit]).run().await?;
+                }
             }
-            fetch.run().await?;
         }
         for (_, commit, target) in wanted {
             if fetched.contains(target) {
@@ -399,7 +406,7 @@ impl ScratchRepo {
                 }
             }
         }
-        Ok(())
+        Ok(pack)
     }
 
     /// Points the scratch repository's copy of the job's branch at `commit` (which the user's
@@ -592,6 +599,51 @@ fn ref_oid(repo: &git2::Repository, name: &str) -> Option<git2::Oid> {
         .ok()
         .and_then(|r| r.peel_to_commit().ok())
         .map(|c| c.id())
+}
+
+/// Reads a bundle's header (`# v2 git bundle` or v3 with capabilities, prerequisites, refs,
+/// an empty line) and returns its refs as `(commit, refname)` and where the pack starts.
+fn read_bundle_header(path: &Path) -> Result<(Vec<(String, String)>, u64), GitError> {
+    use std::io::{BufRead, BufReader, Read};
+    let file = std::fs::File::open(path).map_err(|e| bad_bundle(path, e.to_string()))?;
+    let mut reader = BufReader::new(file);
+    let mut offset = 0u64;
+    let mut heads = Vec::new();
+    let mut line = Vec::new();
+    let mut first = true;
+    loop {
+        line.clear();
+        let read = reader
+            .by_ref()
+            .take(4096)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| bad_bundle(path, e.to_string()))?;
+        offset += read as u64;
+        if read == 0 || !line.ends_with(b"\n") || offset > 1 << 20 {
+            return Err(bad_bundle(path, "the bundle header is cut or too long".into()));
+        }
+        let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+        if first {
+            if text != "# v2 git bundle" && text != "# v3 git bundle" {
+                return Err(bad_bundle(path, format!("not a bundle: `{}`", shown(&text))));
+            }
+            first = false;
+            continue;
+        }
+        if text.is_empty() {
+            return Ok((heads, offset));
+        }
+        if text.starts_with('@') || text.starts_with('-') {
+            // Capabilities and prerequisites: index-pack checks the objects themselves.
+            continue;
+        }
+        match text.split_once(' ') {
+            Some((commit, name)) if is_object_id(commit) => {
+                heads.push((commit.to_string(), name.to_string()));
+            }
+            _ => return Err(bad_bundle(path, format!("bad bundle line `{}`", shown(&text)))),
+        }
+    }
 }
 
 fn bad_bundle(path: &Path, message: String) -> GitError {

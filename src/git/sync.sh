@@ -16,7 +16,14 @@ g() {
   git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c gc.auto=0 \
     -c maintenance.auto=false -c core.untrackedCache=false "$@"
 }
-commit_of() { g rev-parse -q --verify "$1^{commit}" 2>/dev/null; }
+# One git process resolves every name: a line per argument, its commit or "-" (also for "-").
+resolve() {
+  for rev in "$@"; do printf '%s^{commit}\n' "$rev"; done |
+    g cat-file --batch-check='%(objectname)' 2>/dev/null |
+    while read -r oid rest; do
+      if [ -n "$rest" ]; then echo -; else echo "$oid"; fi
+    done
+}
 
 tmp=${TMPDIR:-/tmp}
 untracked=$tmp/paddock-sync-untracked.$$
@@ -39,18 +46,19 @@ use_fresh_git_dir() {
       -c maintenance.auto=false -c core.untrackedCache=false -c core.bare=false \
       -c core.excludesFile="$excludes" "$@"
   }
-  tip=- head=
 }
 
-tip=-
-head=
-if ! g rev-parse -q --git-dir >/dev/null 2>&1; then
+# shellcheck disable=SC2046 # one word per resolved name
+set -- $(resolve "refs/heads/$branch" HEAD "$base" "$known_tip" "$known_state")
+if [ "$#" -ne 5 ]; then
   [ "$snapshot" = 1 ] || { echo "paddock: the job's git dir is unusable inside its sandbox" >&2; exit 79; }
   use_fresh_git_dir
-else
-  if [ "$branch" != - ]; then tip=$(commit_of "refs/heads/$branch") || tip=-; fi
-  head=$(commit_of HEAD) || head=
+  # shellcheck disable=SC2046
+  set -- - - $(resolve "$base") - -
 fi
+tip=$1 head=$2 have_base=$3 have_tip=$4 have_state=$5
+[ "$branch" != - ] || tip=-
+[ "$head" != - ] || head=
 
 state=-
 if [ "$snapshot" = 1 ]; then
@@ -63,7 +71,13 @@ if [ "$snapshot" = 1 ]; then
     ! tree=$(GIT_INDEX_FILE=$index g write-tree 2>/dev/null); then
     # Objects the index names are gone, or the git dir takes no writes: hash the whole
     # worktree afresh into a snapshot without a parent.
-    [ "$GIT_DIR" = "$fresh" ] || use_fresh_git_dir
+    if [ "$GIT_DIR" != "$fresh" ]; then
+      use_fresh_git_dir
+      tip=- head= have_tip=- have_state=-
+      # shellcheck disable=SC2046
+      set -- $(resolve "$base")
+      have_base=${1:--}
+    fi
     rm -f "$index"
     GIT_INDEX_FILE=$index g add -A -- ':/' >&2 || exit 73
     tree=$(GIT_INDEX_FILE=$index g write-tree) || exit 74
@@ -84,8 +98,8 @@ fi
 
 # What the host already has (from the user's repository or earlier syncs) is left out.
 nots=
-for known in "$base" "$known_tip" "$known_state"; do
-  [ "$known" != - ] && commit_of "$known" >/dev/null && nots="$nots $known"
+for known in "$have_base" "$have_tip" "$have_state"; do
+  [ "$known" != - ] && nots="$nots $known"
 done
 needs() { [ -z "$nots" ] || [ -n "$(g rev-list -n 1 "$1" --not $nots)" ]; }
 refs=
@@ -99,8 +113,12 @@ esac
 
 bundle=-
 [ -n "$refs" ] && bundle=bundle
-printf 'paddock-sync 1 %s %s %s %s\n' "$tip" "$state" "$bundle" "$(wc -c <"$untracked" | tr -d ' ')"
-cat "$untracked" || exit 77
+if [ -s "$untracked" ]; then
+  printf 'paddock-sync 1 %s %s %s %s\n' "$tip" "$state" "$bundle" "$(wc -c <"$untracked" | tr -d ' ')"
+  cat "$untracked" || exit 77
+else
+  printf 'paddock-sync 1 %s %s %s 0\n' "$tip" "$state" "$bundle"
+fi
 [ -n "$refs" ] || exit 0
 # shellcheck disable=SC2086 # word splitting of the ref and commit lists is intended
 g bundle create --quiet - $refs ${nots:+--not $nots} || exit 78

@@ -50,6 +50,8 @@ pub const LABEL_HOME: &str = "dev.paddock.home";
 pub const CONTAINER_HOME: &str = "/home/agent";
 /// Where the job's private git dir is inside its container.
 pub const CONTAINER_GIT_DIR: &str = "/paddock/git";
+/// Where the job's outbox is inside its container.
+pub const CONTAINER_OUTBOX: &str = "/paddock/outbox";
 /// Marks the short-lived containers that run a sync of a stopped job.
 pub const LABEL_ROLE: &str = "dev.paddock.role";
 
@@ -218,6 +220,9 @@ fn job_mounts(record: &JobRecord) -> Result<Vec<Mount>, RuntimeError> {
     for name in crate::git::jobdir::PROTECTED {
         mounts.push(bind(&git_dir.join(name), &inside_git.join(name), true));
     }
+    if let Some(outbox) = outbox_of(record) {
+        mounts.push(bind(&outbox, Path::new(CONTAINER_OUTBOX), false));
+    }
     for objects in crate::git::object_dirs(&record.git_common_dir) {
         mounts.push(bind(&objects, &objects, true));
     }
@@ -237,6 +242,12 @@ fn job_mounts(record: &JobRecord) -> Result<Vec<Mount>, RuntimeError> {
     Ok(mounts)
 }
 
+/// The job's outbox on the host (beside its git dir), when it has one.
+fn outbox_of(record: &JobRecord) -> Option<PathBuf> {
+    let outbox = record.git_dir.as_ref()?.parent()?.join("outbox");
+    outbox.is_dir().then_some(outbox)
+}
+
 /// When paddock runs as root the agent runs as an unprivileged uid: give that uid the job's
 /// worktree and private git dir (except the parts that stay read-only and paddock's) and
 /// the shared cache entries it uses. Ownership rather than ACLs, because gVisor checks mode
@@ -254,6 +265,9 @@ fn grant_agent_access(record: &JobRecord, uid: u32) -> Result<(), RuntimeError> 
     let mut paths = Vec::new();
     collect_tree(&record.worktree, false, &mut paths)?;
     collect_tree(git_dir, false, &mut paths)?;
+    if let Some(outbox) = outbox_of(record) {
+        paths.push(outbox);
+    }
     let kept: Vec<PathBuf> = crate::git::jobdir::PROTECTED
         .iter()
         .map(|name| git_dir.join(name))
@@ -780,12 +794,24 @@ async fn exec_in(
     let docker = connect()?;
     let name = name.to_string();
     let pidfile = format!("/tmp/.paddock-exec-{}.pid", random_hex(10));
-    let mut cmd = vec![
-        "sh".to_string(),
-        "-c".to_string(),
-        r#"{ echo $$ > "$0"; } 2>/dev/null; exec "$@""#.to_string(),
-        pidfile.clone(),
-    ];
+    let mut cmd = match &request.after {
+        None => vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            r#"{ echo $$ > "$0"; } 2>/dev/null; exec "$@""#.to_string(),
+            pidfile.clone(),
+        ],
+        // The wrapper stays as the command's parent to run the snippet after it; it is the
+        // process group leader either way, so a timeout still signals the whole group.
+        Some(after) => vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            r#"{ echo $$ > "$0"; } 2>/dev/null; after=$1; shift; "$@"; rc=$?; eval "$after"; exit $rc"#
+                .to_string(),
+            pidfile.clone(),
+            after.clone(),
+        ],
+    };
     cmd.extend(request.cmd.iter().cloned());
     let mut env = vec![format!("PADDOCK_JOB_ID={}", record.id)];
     env.extend(record.limits.env.iter().map(|(k, v)| format!("{k}={v}")));

@@ -23,6 +23,10 @@ pub struct ExecRequest {
     pub kill_policy: KillPolicy,
     pub grace: Duration,
     pub output_cap: usize,
+    /// A shell snippet to run in the same sandbox session right after the command (whatever
+    /// its outcome, unless it was killed), for paddock's own bookkeeping: the job's sync.
+    /// Runtimes that cannot do this ignore it, and the caller notices the missing result.
+    pub after: Option<String>,
 }
 
 /// What one exec did. The JSON shape is part of paddock's stable output.
