@@ -156,17 +156,17 @@ impl Paddock {
         let job_git = JobGitDir::create(&git_dir, repo, &record.branch, &tip).await?;
         if record.runtime.uses_docker() {
             let outbox = self.home().job_outbox(&record.id);
-            std::fs::create_dir_all(&outbox).map_err(|source| {
-                crate::store::StoreError::Io {
-                    path: outbox.clone(),
-                    source,
-                }
+            std::fs::create_dir_all(&outbox).map_err(|source| crate::store::StoreError::Io {
+                path: outbox.clone(),
+                source,
             })?;
         }
         crash_point("recorded");
         let (link_target, _) =
             runtime::sandbox_git_paths(record).expect("the record names its git dir");
-        job_git.checkout(&record.worktree, &link_target).await?;
+        job_git
+            .checkout(&record.worktree, &link_target, runtime::files_owner(record))
+            .await?;
         crash_point("checked-out");
         if !cache_specs.is_empty() {
             record.caches = crate::cache::place(

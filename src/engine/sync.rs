@@ -18,8 +18,8 @@ use crate::git::GitRepo;
 use crate::git::sync::{
     Received, SCRATCH_BRANCH, SCRATCH_STATE, SYNC_SCRIPT, ScratchRepo, SyncCapture, WorkState,
 };
-use crate::output::{OutputSink, StreamKind};
 use crate::job::JobRecord;
+use crate::output::{OutputSink, StreamKind};
 use crate::runtime::{self, ExecRequest};
 use crate::store::FileLock;
 
@@ -209,7 +209,12 @@ impl Paddock {
                 record.branch.clone(),
                 dash(&known_tip),
                 dash(&known_state),
-                if scope == SyncScope::BranchAndWork { "1" } else { "0" }.into(),
+                if scope == SyncScope::BranchAndWork {
+                    "1"
+                } else {
+                    "0"
+                }
+                .into(),
                 record.base_commit.clone(),
                 user_objects.display().to_string(),
             ],
@@ -227,7 +232,12 @@ impl Paddock {
     async fn sync_unrecorded(&self, record: &JobRecord, scope: SyncScope) -> Result<Synced> {
         let _lock = self.sync_lock(record).await?;
         let plan = self.plan_sync(record, scope).await?;
-        let mut cmd = vec!["sh".into(), "-c".into(), SYNC_SCRIPT.into(), "paddock-sync".into()];
+        let mut cmd = vec![
+            "sh".into(),
+            "-c".into(),
+            SYNC_SCRIPT.into(),
+            "paddock-sync".into(),
+        ];
         cmd.extend(plan.args);
         let request = ExecRequest {
             cmd,
@@ -280,7 +290,12 @@ impl Paddock {
                 }
                 let fast = match scope {
                     SyncScope::Branch => repo
-                        .adopt_pack_and_set_ref(pack.as_deref(), &branch_ref, tip, current.as_deref())
+                        .adopt_pack_and_set_ref(
+                            pack.as_deref(),
+                            &branch_ref,
+                            tip,
+                            current.as_deref(),
+                        )
                         .await
                         .is_ok(),
                     SyncScope::BranchAndWork => false,
@@ -350,7 +365,10 @@ impl Paddock {
             let text = String::from_utf8_lossy(&bytes).into_owned();
             let mut fields = text.split_whitespace();
             let code = fields.next()?.parse::<i64>().ok()?;
-            let ms = fields.next().and_then(|ms| ms.parse::<u64>().ok()).unwrap_or(0);
+            let ms = fields
+                .next()
+                .and_then(|ms| ms.parse::<u64>().ok())
+                .unwrap_or(0);
             Some((code, ms))
         });
         let outcome = match rc {
@@ -359,7 +377,9 @@ impl Paddock {
                 let bundle = self.home().job_dir(&record.id).join("incoming.bundle");
                 let mut capture = SyncCapture::new(bundle.clone());
                 let copied = copy_outbox_file(&file("stream"), StreamKind::Stdout, &mut capture)
-                    .and_then(|()| copy_outbox_file(&file("err"), StreamKind::Stderr, &mut capture));
+                    .and_then(|()| {
+                        copy_outbox_file(&file("err"), StreamKind::Stderr, &mut capture)
+                    });
                 let received = match copied {
                     Ok(()) => capture.finish(rc),
                     Err(error) => Err(format!("failed to read the sync stream: {error}")),

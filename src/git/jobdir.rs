@@ -94,13 +94,26 @@ impl JobGitDir {
 
     /// Checks out HEAD into `worktree` (parallel checkout) and writes the worktree's `.git`
     /// link naming `link_target`, the git dir's path as the job's commands see it. Runs
-    /// before any agent has, so host-side git may still use this git dir here.
-    pub async fn checkout(&self, worktree: &Path, link_target: &Path) -> Result<(), GitError> {
+    /// before any agent has, so host-side git may still use this git dir here. With `owner`
+    /// (paddock is root, the agent is not) the checkout runs as that uid, so its files need
+    /// no change of owner afterwards.
+    pub async fn checkout(
+        &self,
+        worktree: &Path,
+        link_target: &Path,
+        owner: Option<(u32, u32)>,
+    ) -> Result<(), GitError> {
         std::fs::create_dir_all(worktree).map_err(io(worktree))?;
+        if let Some((uid, gid)) = owner {
+            for dir in [worktree, self.path.as_path()] {
+                std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(io(dir))?;
+            }
+        }
         GitCall::new(worktree, &["read-tree", "--reset", "-u", "HEAD"])
             .git_dir(&self.path)
             .work_tree(worktree)
             .timeout(CHECKOUT_TIMEOUT)
+            .as_user(owner)
             .run()
             .await?;
         let link = worktree.join(".git");

@@ -169,6 +169,8 @@ struct GitCall<'a> {
     timeout: Duration,
     /// A file to feed on standard input, from this offset.
     stdin: Option<(PathBuf, u64)>,
+    /// Run as this uid and gid (paddock as root making files for the agent's uid).
+    user: Option<(u32, u32)>,
 }
 
 impl<'a> GitCall<'a> {
@@ -181,7 +183,13 @@ impl<'a> GitCall<'a> {
             env: Vec::new(),
             timeout: METADATA_TIMEOUT,
             stdin: None,
+            user: None,
         }
+    }
+
+    fn as_user(mut self, user: Option<(u32, u32)>) -> Self {
+        self.user = user;
+        self
     }
 
     fn stdin_from(mut self, file: &Path, offset: u64) -> Self {
@@ -254,10 +262,25 @@ impl<'a> GitCall<'a> {
             .kill_on_drop(true);
         // If paddock is killed mid-operation, git dies with it rather than finishing
         // unsupervised after a sweep has already cleaned up.
-        // SAFETY: prctl in the forked child only sets a process attribute.
+        if self.user.is_some() {
+            // Another uid cannot read root's global config; the checkout needs none.
+            command
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1");
+        }
+        let user = self.user;
+        // SAFETY: the closure runs in the forked child before exec and only calls
+        // async-signal-safe functions (prctl, setgroups, setgid, setuid).
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if let Some((uid, gid)) = user
+                    && (libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(gid) != 0
+                        || libc::setuid(uid) != 0)
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
                 Ok(())
             });
         }

@@ -374,8 +374,14 @@ impl ScratchRepo {
                 .lines()
                 .find_map(|line| line.strip_prefix("pack\t"))
                 .filter(|hash| is_object_id(hash))
-                .ok_or_else(|| bad_bundle(bundle, format!("index-pack said `{}`", shown(&indexed))))?;
-            pack = Some(self.path.join("objects/pack").join(format!("pack-{hash}.pack")));
+                .ok_or_else(|| {
+                    bad_bundle(bundle, format!("index-pack said `{}`", shown(&indexed)))
+                })?;
+            pack = Some(
+                self.path
+                    .join("objects/pack")
+                    .join(format!("pack-{hash}.pack")),
+            );
             for (commit, name) in &heads {
                 if let Some((_, _, target)) = wanted.iter().find(|(source, _, _)| source == name) {
                     self.require_commit(commit).await?;
@@ -620,12 +626,18 @@ fn read_bundle_header(path: &Path) -> Result<(Vec<(String, String)>, u64), GitEr
             .map_err(|e| bad_bundle(path, e.to_string()))?;
         offset += read as u64;
         if read == 0 || !line.ends_with(b"\n") || offset > 1 << 20 {
-            return Err(bad_bundle(path, "the bundle header is cut or too long".into()));
+            return Err(bad_bundle(
+                path,
+                "the bundle header is cut or too long".into(),
+            ));
         }
         let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
         if first {
             if text != "# v2 git bundle" && text != "# v3 git bundle" {
-                return Err(bad_bundle(path, format!("not a bundle: `{}`", shown(&text))));
+                return Err(bad_bundle(
+                    path,
+                    format!("not a bundle: `{}`", shown(&text)),
+                ));
             }
             first = false;
             continue;
@@ -641,7 +653,12 @@ fn read_bundle_header(path: &Path) -> Result<(Vec<(String, String)>, u64), GitEr
             Some((commit, name)) if is_object_id(commit) => {
                 heads.push((commit.to_string(), name.to_string()));
             }
-            _ => return Err(bad_bundle(path, format!("bad bundle line `{}`", shown(&text)))),
+            _ => {
+                return Err(bad_bundle(
+                    path,
+                    format!("bad bundle line `{}`", shown(&text)),
+                ));
+            }
         }
     }
 }

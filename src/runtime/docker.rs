@@ -262,8 +262,24 @@ fn grant_agent_access(record: &JobRecord, uid: u32) -> Result<(), RuntimeError> 
         path: record.worktree.clone(),
         source: std::io::Error::other("the job has no git dir yet"),
     })?;
-    let mut paths = Vec::new();
-    collect_tree(&record.worktree, false, &mut paths)?;
+    // The checkout itself was written by the agent's uid (see `JobGitDir::checkout`); what
+    // paddock added to it afterwards (cache copies and links) and its git dir were not.
+    let mut paths = vec![record.worktree.clone()];
+    for cache in &record.caches {
+        if let Some(path) = &cache.path {
+            // Directories paddock made on the way to a cache's place are its, too.
+            for parent in Path::new(path).ancestors().skip(1) {
+                let dir = record.worktree.join(parent);
+                if dir != record.worktree && !paths.contains(&dir) {
+                    paths.push(dir);
+                }
+            }
+            let placed = record.worktree.join(path);
+            if std::fs::symlink_metadata(&placed).is_ok() {
+                collect_tree(&placed, false, &mut paths)?;
+            }
+        }
+    }
     collect_tree(git_dir, false, &mut paths)?;
     if let Some(outbox) = outbox_of(record) {
         paths.push(outbox);
