@@ -113,7 +113,7 @@ impl JobGitDir {
             .git_dir(&self.path)
             .work_tree(worktree)
             .timeout(CHECKOUT_TIMEOUT)
-            .as_user(owner)
+            .run_as(owner)
             .run()
             .await?;
         let link = worktree.join(".git");

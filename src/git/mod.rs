@@ -187,7 +187,7 @@ impl<'a> GitCall<'a> {
         }
     }
 
-    fn as_user(mut self, user: Option<(u32, u32)>) -> Self {
+    fn run_as(mut self, user: Option<(u32, u32)>) -> Self {
         self.user = user;
         self
     }
