@@ -26,12 +26,11 @@ use tokio::sync::{Semaphore, broadcast};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 
-use crate::config::{NetworkMode, ProfileLayer, RuntimeChoice};
 use crate::engine::{BranchPolicy, CreateRequest, ExecOptions, JobView, Paddock, RemoveOptions};
 use crate::error::{Error, ErrorKind};
 use crate::runtime::exec::{OutputSink, StreamKind};
 use crate::sweep::SweepOptions;
-use crate::units::{ByteSize, Cpus, HumanDuration};
+use crate::units::HumanDuration;
 
 /// Largest request body accepted.
 const BODY_LIMIT: usize = 1 << 20;
@@ -210,27 +209,6 @@ async fn with_deadline<T>(
     }
 }
 
-/// The body of `POST /v1/jobs`: the fields of `paddock create`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateBody {
-    pub repo: String,
-    pub base: Option<String>,
-    pub agent: Option<String>,
-    pub task: Option<String>,
-    pub id: Option<String>,
-    pub profile: Option<String>,
-    #[serde(default)]
-    pub reuse_branch: bool,
-    pub runtime: Option<String>,
-    pub image: Option<String>,
-    pub memory: Option<String>,
-    pub cpus: Option<String>,
-    pub pids: Option<u32>,
-    pub network: Option<String>,
-    pub timeout: Option<String>,
-}
-
 fn parse<T: std::str::FromStr<Err = crate::units::UnitError>>(
     value: &Option<String>,
 ) -> ApiResult<Option<T>> {
@@ -243,54 +221,22 @@ fn parse<T: std::str::FromStr<Err = crate::units::UnitError>>(
         .transpose()
 }
 
-impl CreateBody {
-    fn request(&self) -> ApiResult<CreateRequest> {
-        Ok(CreateRequest {
-            repo: self.repo.clone().into(),
-            base: self.base.clone(),
-            agent: self.agent.clone(),
-            task: self.task.clone(),
-            id: self.id.clone(),
-            profile: self.profile.clone(),
-            reuse_branch: self.reuse_branch,
-            overrides: ProfileLayer {
-                image: self.image.clone(),
-                runtime: parse::<RuntimeChoice>(&self.runtime)?,
-                memory: parse::<ByteSize>(&self.memory)?,
-                cpus: parse::<Cpus>(&self.cpus)?,
-                pids: self.pids,
-                network: parse::<NetworkMode>(&self.network)?,
-                timeout: parse::<HumanDuration>(&self.timeout)?,
-                ..ProfileLayer::default()
-            },
-        })
-    }
-}
+/// A JSON body of one of the wire types; a body that does not fit it is a 400 with
+/// `invalid_input`, whatever was wrong (syntax, a field, a value).
+struct ApiJson<T>(T);
 
-/// The body of `POST /v1/jobs/{id}/exec`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecBody {
-    pub cmd: Vec<String>,
-    /// A duration like `30s`.
-    pub timeout: Option<String>,
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    pub workdir: Option<String>,
-}
+impl<T, S> axum::extract::FromRequest<S> for ApiJson<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
 
-impl ExecBody {
-    fn options(&self) -> ApiResult<ExecOptions> {
-        if self.cmd.is_empty() {
-            return Err(ApiError::bad_request("`cmd` must name a program"));
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(request, state).await {
+            Ok(axum::Json(value)) => Ok(ApiJson(value)),
+            Err(rejection) => Err(ApiError::bad_request(rejection.body_text())),
         }
-        Ok(ExecOptions {
-            cmd: self.cmd.clone(),
-            timeout: parse::<HumanDuration>(&self.timeout)?.map(|t| t.0),
-            env: self.env.clone(),
-            workdir: self.workdir.clone(),
-            output_cap: None,
-        })
     }
 }
 
@@ -348,9 +294,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 async fn create_job(
     State(state): State<ApiState>,
-    axum::Json(body): axum::Json<CreateBody>,
+    ApiJson(request): ApiJson<CreateRequest>,
 ) -> ApiResult<Response> {
-    let request = body.request()?;
     let permit = match tokio::time::timeout(
         state.create_wait,
         state.create_slots.clone().acquire_owned(),
@@ -510,12 +455,15 @@ async fn exec_job(
     State(state): State<ApiState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    axum::Json(body): axum::Json<ExecBody>,
+    ApiJson(options): ApiJson<ExecOptions>,
 ) -> ApiResult<Response> {
-    let options = body.options()?;
+    if options.cmd.is_empty() {
+        return Err(ApiError::bad_request("`cmd` must name a program"));
+    }
     let record = state.paddock.load(&id).map_err(ApiError::from)?;
-    let deadline =
-        options.timeout.unwrap_or(record.limits.timeout.0) + record.limits.grace.0 + EXEC_MARGIN;
+    let deadline = options.timeout.map_or(record.limits.timeout.0, |t| t.0)
+        + record.limits.grace.0
+        + EXEC_MARGIN;
     let streaming = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -558,7 +506,7 @@ async fn events(State(state): State<ApiState>) -> impl IntoResponse {
         let event = event.ok()?;
         let data = serde_json::to_string(&event).ok()?;
         Some(Ok::<_, Infallible>(
-            SseEvent::default().event(event.kind).data(data),
+            SseEvent::default().event(event.kind.name()).data(data),
         ))
     });
     Sse::new(stream).keep_alive(KeepAlive::default())

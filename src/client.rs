@@ -1,7 +1,8 @@
-//! The CLI's road to a running daemon: when `paddock serve` answers on this install's socket,
-//! job commands go through its HTTP API (so its events, metrics and create bound see them);
-//! otherwise the CLI calls the library directly. Both roads end in the same `Paddock`
-//! methods, so the results are the same. `PADDOCK_NO_DAEMON=1` forces the direct road.
+//! The daemon client: [`Operations`] over a running `paddock serve`'s HTTP API on this
+//! install's socket. When the daemon answers, the CLI's job commands go through it (so its
+//! events, metrics and create bound see them); otherwise the CLI uses the engine itself.
+//! Both end in the same `Paddock` methods, so the results are the same.
+//! `PADDOCK_NO_DAEMON=1` forces the engine.
 
 use std::path::{Path, PathBuf};
 
@@ -12,9 +13,15 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::engine::Error;
-use crate::runtime::exec::{ExecResult, OutputSink, StreamKind};
+use crate::config::BranchPolicy;
+use crate::error::Error;
+use crate::ops::Operations;
+use crate::output::{OutputSink, StreamKind};
 use crate::store::PaddockHome;
+use crate::wire::{
+    CommitInfo, CreateRequest, ExecOptions, ExecResult, JobDetails, JobView, RemoveOptions,
+    RemoveReport,
+};
 
 /// A connection target: the daemon's Unix socket.
 pub struct DaemonClient {
@@ -100,7 +107,7 @@ impl DaemonClient {
     }
 
     /// An exec with output streamed as it comes (NDJSON), then the result.
-    pub async fn exec(
+    async fn exec_streamed(
         &self,
         path: &str,
         body: &Value,
@@ -165,15 +172,9 @@ fn daemon_error(value: &Value) -> Error {
     }
 }
 
-/// Which way a CLI command goes: into the library, or through the daemon's API.
-pub enum Road<'a> {
-    Direct(&'a crate::engine::Paddock),
-    Daemon(DaemonClient),
-}
-
 /// The profile settings of this process's `PADDOCK_*` variables, which the daemon would not
 /// see: sent as fields, where they rank as they would here (above the repo file).
-fn env_overrides(layer: &mut crate::config::ProfileLayer) {
+fn env_overrides(layer: &mut CreateRequest) {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     macro_rules! fill {
         ($field:ident, $var:literal) => {
@@ -203,202 +204,91 @@ fn encode(segment: &str) -> String {
         .collect()
 }
 
-impl Road<'_> {
-    pub async fn create(
-        &self,
-        request: crate::engine::CreateRequest,
-    ) -> Result<(crate::engine::JobView, Option<String>), Error> {
-        match self {
-            Road::Direct(paddock) => {
-                let created = paddock.create(request).await?;
-                Ok((
-                    crate::engine::JobView::from(&created.record),
-                    created.warning,
-                ))
-            }
-            Road::Daemon(daemon) => {
-                let mut layer = request.overrides.clone();
-                env_overrides(&mut layer);
-                // The daemon has its own working directory: send an absolute path.
-                let repo = std::fs::canonicalize(&request.repo).unwrap_or(request.repo.clone());
-                let text = |v: Option<String>| v.map(Value::String).unwrap_or(Value::Null);
-                let body = serde_json::json!({
-                    "repo": repo,
-                    "base": request.base,
-                    "agent": request.agent,
-                    "task": request.task,
-                    "id": request.id,
-                    "profile": request.profile,
-                    "reuse_branch": request.reuse_branch,
-                    "runtime": text(layer.runtime.map(|v| v.to_string())),
-                    "image": layer.image,
-                    "memory": text(layer.memory.map(|v| v.to_string())),
-                    "cpus": text(layer.cpus.map(|v| v.to_string())),
-                    "pids": layer.pids,
-                    "network": text(layer.network.map(|v| v.to_string())),
-                    "timeout": text(layer.timeout.map(|v| v.to_string())),
-                });
-                let mut value: Value = daemon.call(Method::POST, "/v1/jobs", Some(&body)).await?;
-                let warning = value
-                    .as_object_mut()
-                    .and_then(|o| o.remove("warning"))
-                    .and_then(|w| w.as_str().map(str::to_string));
-                let view = serde_json::from_value(value)
-                    .map_err(|e| failed(format!("unexpected answer from the daemon: {e}")))?;
-                Ok((view, warning))
-            }
-        }
+impl Operations for DaemonClient {
+    async fn create(&self, request: CreateRequest) -> Result<(JobView, Option<String>), Error> {
+        let mut request = request;
+        env_overrides(&mut request);
+        // The daemon has its own working directory: send an absolute path.
+        request.repo = std::fs::canonicalize(&request.repo).unwrap_or(request.repo);
+        let body = serde_json::to_value(&request).expect("a create request serializes");
+        let mut value: Value = self.call(Method::POST, "/v1/jobs", Some(&body)).await?;
+        let warning = value
+            .as_object_mut()
+            .and_then(|o| o.remove("warning"))
+            .and_then(|w| w.as_str().map(str::to_string));
+        let view = serde_json::from_value(value)
+            .map_err(|e| failed(format!("unexpected answer from the daemon: {e}")))?;
+        Ok((view, warning))
     }
 
-    pub async fn list(&self, repo: Option<&Path>) -> Result<Vec<crate::engine::JobView>, Error> {
-        match self {
-            Road::Direct(paddock) => Ok(paddock
-                .list(repo)
-                .await?
-                .iter()
-                .map(crate::engine::JobView::from)
-                .collect()),
-            Road::Daemon(daemon) => {
-                let path = match repo {
-                    Some(repo) => {
-                        let repo = std::fs::canonicalize(repo).unwrap_or(repo.to_path_buf());
-                        format!("/v1/jobs?repo={}", encode(&repo.display().to_string()))
-                    }
-                    None => "/v1/jobs".to_string(),
-                };
-                daemon.call(Method::GET, &path, None).await
+    async fn list(&self, repo: Option<&Path>) -> Result<Vec<JobView>, Error> {
+        let path = match repo {
+            Some(repo) => {
+                let repo = std::fs::canonicalize(repo).unwrap_or(repo.to_path_buf());
+                format!("/v1/jobs?repo={}", encode(&repo.display().to_string()))
             }
-        }
+            None => "/v1/jobs".to_string(),
+        };
+        self.call(Method::GET, &path, None).await
     }
 
-    pub async fn show(&self, id: &str) -> Result<crate::engine::JobDetails, Error> {
-        match self {
-            Road::Direct(paddock) => paddock.show(id).await,
-            Road::Daemon(daemon) => {
-                daemon
-                    .call(Method::GET, &format!("/v1/jobs/{}", encode(id)), None)
-                    .await
-            }
-        }
+    async fn view(&self, id: &str) -> Result<JobView, Error> {
+        Ok(self.show(id).await?.view)
     }
 
-    pub async fn diff(&self, id: &str, stat: bool) -> Result<String, Error> {
-        match self {
-            Road::Direct(paddock) => paddock.diff(id, stat).await,
-            Road::Daemon(daemon) => {
-                let value: Value = daemon
-                    .call(
-                        Method::GET,
-                        &format!("/v1/jobs/{}/diff?stat={stat}", encode(id)),
-                        None,
-                    )
-                    .await?;
-                Ok(value["diff"].as_str().unwrap_or_default().to_string())
-            }
-        }
+    async fn show(&self, id: &str) -> Result<JobDetails, Error> {
+        self.call(Method::GET, &format!("/v1/jobs/{}", encode(id)), None)
+            .await
     }
 
-    pub async fn log(&self, id: &str) -> Result<Vec<crate::git::CommitInfo>, Error> {
-        match self {
-            Road::Direct(paddock) => paddock.log(id).await,
-            Road::Daemon(daemon) => {
-                daemon
-                    .call(Method::GET, &format!("/v1/jobs/{}/log", encode(id)), None)
-                    .await
-            }
-        }
+    async fn diff(&self, id: &str, stat: bool) -> Result<String, Error> {
+        let value: Value = self
+            .call(
+                Method::GET,
+                &format!("/v1/jobs/{}/diff?stat={stat}", encode(id)),
+                None,
+            )
+            .await?;
+        Ok(value["diff"].as_str().unwrap_or_default().to_string())
     }
 
-    pub async fn exec(
+    async fn log(&self, id: &str) -> Result<Vec<CommitInfo>, Error> {
+        self.call(Method::GET, &format!("/v1/jobs/{}/log", encode(id)), None)
+            .await
+    }
+
+    async fn exec(
         &self,
         id: &str,
-        options: crate::engine::ExecOptions,
+        options: ExecOptions,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult, Error> {
-        match self {
-            Road::Direct(paddock) => paddock.exec(id, options, sink).await,
-            Road::Daemon(daemon) => {
-                let body = serde_json::json!({
-                    "cmd": options.cmd,
-                    "timeout": options.timeout.map(|t| crate::units::HumanDuration(t).to_string()),
-                    "env": options.env,
-                    "workdir": options.workdir,
-                });
-                daemon
-                    .exec(&format!("/v1/jobs/{}/exec", encode(id)), &body, sink)
-                    .await
-            }
-        }
+        let body = serde_json::to_value(&options).expect("exec options serialize");
+        self.exec_streamed(&format!("/v1/jobs/{}/exec", encode(id)), &body, sink)
+            .await
     }
 
-    pub async fn remove(
-        &self,
-        id: &str,
-        options: crate::engine::RemoveOptions,
-    ) -> Result<crate::engine::RemoveReport, Error> {
-        match self {
-            Road::Direct(paddock) => paddock.remove(id, options).await,
-            Road::Daemon(daemon) => {
-                use crate::config::BranchPolicy;
-                let policy = match options.branch_policy {
-                    BranchPolicy::Delete => "&delete_branch=true",
-                    BranchPolicy::Keep => "&keep_branch=true",
-                    BranchPolicy::DeleteIfNoCommits => "",
-                };
-                let path = format!("/v1/jobs/{}?force={}{policy}", encode(id), options.force);
-                daemon.call(Method::DELETE, &path, None).await
-            }
-        }
-    }
-
-    pub async fn stop(&self, id: &str, grace: Option<std::time::Duration>) -> Result<bool, Error> {
-        match self {
-            Road::Direct(paddock) => paddock.stop(id, grace).await,
-            Road::Daemon(daemon) => {
-                let body = serde_json::json!({
-                    "grace": grace.map(|g| crate::units::HumanDuration(g).to_string()),
-                });
-                let value: Value = daemon
-                    .call(
-                        Method::POST,
-                        &format!("/v1/jobs/{}/stop", encode(id)),
-                        Some(&body),
-                    )
-                    .await?;
-                Ok(value["stopped"].as_bool().unwrap_or(false))
-            }
-        }
-    }
-
-    /// `run`: create, exec, then remove as `rm` does (or keep), on either road.
-    pub async fn run(
-        &self,
-        create: crate::engine::CreateRequest,
-        exec: crate::engine::ExecOptions,
-        keep: bool,
-        sink: &mut dyn OutputSink,
-    ) -> Result<(crate::engine::RunReport, Option<String>), Error> {
-        if let Road::Direct(paddock) = self {
-            return paddock.run(create, exec, keep, sink).await;
-        }
-        let (job, warning) = self.create(create).await?;
-        let id = job.id.to_string();
-        let result = self.exec(&id, exec, sink).await;
-        let job = self.show(&id).await.map(|d| d.view).unwrap_or(job);
-        let branch_kept = if keep {
-            true
-        } else {
-            self.remove(&id, crate::engine::RemoveOptions::default())
-                .await?
-                .branch_kept
+    async fn remove(&self, id: &str, options: RemoveOptions) -> Result<RemoveReport, Error> {
+        let policy = match options.branch_policy {
+            BranchPolicy::Delete => "&delete_branch=true",
+            BranchPolicy::Keep => "&keep_branch=true",
+            BranchPolicy::DeleteIfNoCommits => "",
         };
-        Ok((
-            crate::engine::RunReport {
-                job,
-                result: result?,
-                branch_kept,
-            },
-            warning,
-        ))
+        let path = format!("/v1/jobs/{}?force={}{policy}", encode(id), options.force);
+        self.call(Method::DELETE, &path, None).await
+    }
+
+    async fn stop(&self, id: &str, grace: Option<std::time::Duration>) -> Result<bool, Error> {
+        let body = serde_json::json!({
+            "grace": grace.map(|g| crate::units::HumanDuration(g).to_string()),
+        });
+        let value: Value = self
+            .call(
+                Method::POST,
+                &format!("/v1/jobs/{}/stop", encode(id)),
+                Some(&body),
+            )
+            .await?;
+        Ok(value["stopped"].as_bool().unwrap_or(false))
     }
 }

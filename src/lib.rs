@@ -17,12 +17,14 @@ pub mod error;
 pub mod git;
 mod ids;
 pub mod job;
+pub mod ops;
 pub mod output;
 pub mod runtime;
 pub mod serve;
 pub mod store;
 pub mod sweep;
 pub mod units;
+pub mod wire;
 
 pub use engine::{CreateRequest, Paddock, RemoveOptions};
 pub use error::{Error, ErrorKind, Result};

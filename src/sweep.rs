@@ -33,6 +33,7 @@ use crate::job::{JobRecord, JobState, RuntimeKind};
 use crate::runtime::docker;
 use crate::store::FileLock;
 use crate::units::format_age;
+use crate::wire::EventKind;
 
 /// How long a second sweep waits for the first to finish.
 const LOCK_WAIT: Duration = Duration::from_secs(600);
@@ -254,7 +255,7 @@ impl Paddock {
         self.prune_git_worktrees(options, &mut report).await;
         self.clear_stale_index_locks(options, &mut report);
         self.emit(
-            "sweep.done",
+            EventKind::SweepDone,
             None,
             None,
             serde_json::json!({

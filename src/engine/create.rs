@@ -13,6 +13,7 @@ use crate::git::{self, GitRepo};
 use crate::job::{JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
 use crate::runtime;
 use crate::store::StoreError;
+use crate::wire::EventKind;
 
 impl Paddock {
     /// Creates a job: branch, worktree, and (with a container runtime) its container.
@@ -23,7 +24,7 @@ impl Paddock {
         let (profile_name, mut profile) =
             config.select_profile(request.profile.as_deref(), &agent, request.task.as_deref())?;
         profile.apply(
-            &request.overrides,
+            &request.overrides(),
             &crate::config::Source::Flag("create".into()),
         );
 
@@ -106,7 +107,7 @@ impl Paddock {
         match self.build(&repo, &mut record, &cache_specs).await {
             Ok(()) => {
                 self.emit(
-                    "job.created",
+                    EventKind::JobCreated,
                     Some(&record.id),
                     Some(record.state),
                     serde_json::json!({

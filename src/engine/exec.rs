@@ -6,13 +6,11 @@ use std::path::PathBuf;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::{
-    CreateRequest, Error, ExecOptions, JobView, Paddock, RemoveOptions, Result, RunReport,
-    SyncScope,
-};
+use super::{Error, ExecOptions, Paddock, Result, SyncScope};
 use crate::job::{JobId, JobState};
 use crate::runtime::exec::{DEFAULT_OUTPUT_CAP, StreamKind};
 use crate::runtime::{self, ExecRequest, ExecResult, OutputSink, RuntimeError};
+use crate::wire::EventKind;
 
 /// One line of `$PADDOCK_HOME/logs/<job>/exec.jsonl`.
 #[derive(Debug, Clone, Serialize)]
@@ -88,7 +86,7 @@ impl Paddock {
             cmd: options.cmd.clone(),
             env: options.env,
             workdir: options.workdir,
-            timeout: options.timeout.unwrap_or(record.limits.timeout.0),
+            timeout: options.timeout.map_or(record.limits.timeout.0, |t| t.0),
             kill_policy: record.limits.kill_policy,
             grace: record.limits.grace.0,
             output_cap: options.output_cap.unwrap_or(DEFAULT_OUTPUT_CAP),
@@ -100,7 +98,7 @@ impl Paddock {
             .update(&record.id, |r| r.transition(JobState::Running, started_at))?;
         moved?;
         self.emit(
-            "job.state",
+            EventKind::JobState,
             Some(&record.id),
             Some(JobState::Running),
             serde_json::Value::Null,
@@ -217,7 +215,7 @@ impl Paddock {
         };
         self.append_audit(&record.id, &entry)?;
         self.emit(
-            "exec.finished",
+            EventKind::ExecFinished,
             Some(&record.id),
             Some(state),
             serde_json::json!({
@@ -250,36 +248,6 @@ impl Paddock {
                 path,
                 source,
             })
-    }
-
-    /// The orchestrator's one-shot: create, exec, then remove exactly as `rm` does (work is
-    /// never lost; the branch stays when it has commits). With `keep`, the job stays.
-    pub async fn run(
-        &self,
-        create: CreateRequest,
-        exec: ExecOptions,
-        keep: bool,
-        sink: &mut dyn OutputSink,
-    ) -> Result<(RunReport, Option<String>)> {
-        let created = self.create(create).await?;
-        let id = created.record.id.to_string();
-        let result = self.exec(&id, exec, sink).await;
-        let record = self.load(&id).unwrap_or(created.record);
-        let branch_kept = if keep {
-            true
-        } else {
-            self.remove(&id, RemoveOptions::default())
-                .await?
-                .branch_kept
-        };
-        Ok((
-            RunReport {
-                job: JobView::from(&record),
-                result: result?,
-                branch_kept,
-            },
-            created.warning,
-        ))
     }
 
     /// Stops what runs in a job (its container) with a bounded grace; true when something was

@@ -7,6 +7,7 @@ use super::{BranchPolicy, Error, Paddock, RemoveOptions, RemoveReport, Result, S
 use crate::git::{GitRepo, JobWorktree};
 use crate::job::{JobRecord, JobState};
 use crate::runtime;
+use crate::wire::EventKind;
 
 impl Paddock {
     /// Removes a job without losing work: snapshot uncommitted work to
@@ -69,7 +70,7 @@ impl Paddock {
         let _ = std::fs::remove_file(self.home.worktree_marker(&record.repo_key, &record.id));
         self.store.remove(&record.id)?;
         self.emit(
-            "job.removed",
+            EventKind::JobRemoved,
             Some(&record.id),
             Some(JobState::Removed),
             serde_json::json!({ "branch_kept": tip.is_some() && !delete, "wip_commit": wip_commit }),

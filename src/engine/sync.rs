@@ -22,6 +22,7 @@ use crate::job::JobRecord;
 use crate::output::{OutputSink, StreamKind};
 use crate::runtime::{self, ExecRequest};
 use crate::store::FileLock;
+use crate::wire::EventKind;
 
 /// How long the sandbox half of a sync may take (a snapshot hashes every changed file).
 const SYNC_TIMEOUT: Duration = Duration::from_secs(600);
@@ -146,14 +147,14 @@ impl Paddock {
         });
         match outcome {
             Ok(synced) if synced.forced => self.emit(
-                "job.branch_rewritten",
+                EventKind::BranchRewritten,
                 Some(&record.id),
                 None,
                 serde_json::json!({ "branch": record.branch, "tip": synced.tip }),
             ),
             Ok(_) => {}
             Err(error) => self.emit(
-                "job.sync_failed",
+                EventKind::SyncFailed,
                 Some(&record.id),
                 None,
                 serde_json::json!({ "error": error.to_string() }),

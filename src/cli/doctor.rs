@@ -1,0 +1,43 @@
+//! `paddock doctor`: machine checks, each with what to do about it.
+
+use clap::Args;
+
+use super::exit;
+use super::render::print_json;
+use crate::Paddock;
+use crate::doctor::Status;
+use crate::error::Result;
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(paddock: &Paddock, args: DoctorArgs) -> Result<i32> {
+    let root = crate::git::GitRepo::open(std::path::Path::new("."), &paddock.home().locks_dir())
+        .await
+        .ok()
+        .map(|r| r.root);
+    let config = paddock.config(root.as_deref())?;
+    let checks = crate::doctor::run(paddock.home(), &config).await;
+    if args.json {
+        print_json(&checks);
+    } else {
+        for check in &checks {
+            let status = match check.status {
+                Status::Ok => "ok  ",
+                Status::Warn => "warn",
+                Status::Fail => "FAIL",
+            };
+            println!("{status}  {:<16} {}", check.name, check.detail);
+            if let Some(fix) = &check.fix {
+                println!("      {:<16} fix: {fix}", "");
+            }
+        }
+    }
+    if checks.iter().any(|c| c.status == Status::Fail) {
+        return Ok(exit::RUNTIME_UNAVAILABLE);
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,83 @@
+//! `paddock exec`: one command in a job, output live, paddock's exit code the command's.
+
+use clap::Args;
+
+use super::exit;
+use super::render::{Terminal, command_exit_code, explain_result, print_json};
+use crate::error::Result;
+use crate::ops::Operations;
+use crate::output::Discard;
+use crate::units::HumanDuration;
+use crate::wire::ExecOptions;
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    job: String,
+    /// Deadline for this command (default: the profile's timeout).
+    #[arg(long)]
+    timeout: Option<HumanDuration>,
+    #[command(flatten)]
+    exec: ExecFlags,
+    /// Print the ExecResult as JSON instead of streaming output.
+    #[arg(long)]
+    json: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    cmd: Vec<String>,
+}
+
+/// Options of one exec, shared with `run`.
+#[derive(Debug, Args, Default, Clone)]
+pub struct ExecFlags {
+    /// Working directory, relative to the workspace.
+    #[arg(long)]
+    pub workdir: Option<String>,
+    /// Extra environment, K=V (repeatable).
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+}
+
+impl ExecFlags {
+    /// The exec's options, or the message for a malformed `--env`.
+    pub fn options(
+        &self,
+        cmd: Vec<String>,
+        timeout: Option<HumanDuration>,
+    ) -> std::result::Result<ExecOptions, String> {
+        let mut env = std::collections::BTreeMap::new();
+        for pair in &self.env {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("invalid --env `{pair}`: expected K=V"))?;
+            env.insert(key.to_string(), value.to_string());
+        }
+        Ok(ExecOptions {
+            cmd,
+            timeout,
+            env,
+            workdir: self.workdir.clone(),
+            output_cap: None,
+        })
+    }
+}
+
+pub async fn run(ops: &impl Operations, args: ExecArgs) -> Result<i32> {
+    let options = match args.exec.options(args.cmd, args.timeout) {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return Ok(exit::USAGE);
+        }
+    };
+    let result = if args.json {
+        ops.exec(&args.job, options, &mut Discard).await?
+    } else {
+        ops.exec(&args.job, options, &mut Terminal).await?
+    };
+    if args.json {
+        print_json(&result);
+    } else {
+        explain_result(&result);
+    }
+    Ok(command_exit_code(&result))
+}

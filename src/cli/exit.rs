@@ -1,0 +1,33 @@
+//! Exit codes: one table over the library's error kinds. The README documents them.
+
+use crate::ErrorKind;
+
+pub const OK: i32 = 0;
+pub const INTERNAL: i32 = 1;
+pub const USAGE: i32 = 2;
+pub const CONFIG: i32 = 3;
+pub const INVALID_INPUT: i32 = 4;
+pub const NOT_FOUND: i32 = 5;
+pub const CONFLICT: i32 = 6;
+pub const GIT: i32 = 7;
+pub const RUNTIME_UNAVAILABLE: i32 = 8;
+pub const REFUSED: i32 = 9;
+/// `exec`/`run`: the command ran out of time.
+pub const TIMED_OUT: i32 = 124;
+/// `exec`/`run`: paddock itself failed (the command's own codes pass through).
+pub const EXEC_FAILED: i32 = 125;
+
+/// The exit code of each kind of library error.
+pub fn of(kind: ErrorKind) -> i32 {
+    match kind {
+        ErrorKind::Usage => USAGE,
+        ErrorKind::Config => CONFIG,
+        ErrorKind::InvalidInput => INVALID_INPUT,
+        ErrorKind::NotFound => NOT_FOUND,
+        ErrorKind::Conflict => CONFLICT,
+        ErrorKind::Refused => REFUSED,
+        ErrorKind::Git => GIT,
+        ErrorKind::RuntimeUnavailable => RUNTIME_UNAVAILABLE,
+        ErrorKind::Internal => INTERNAL,
+    }
+}

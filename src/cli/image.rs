@@ -1,0 +1,45 @@
+//! `paddock image build`: the agent image, from the Dockerfile built into paddock.
+
+use clap::Subcommand;
+
+use super::exit;
+use super::render::print_json;
+use crate::error::{Error, Result};
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Build the agent image (Dockerfile.agent, built into paddock) through the Docker API.
+    Build {
+        /// The image to build from; needs a shell (git is installed when missing).
+        #[arg(long, default_value = "debian:bookworm-slim")]
+        base_image: String,
+        #[arg(long, default_value = crate::config::DEFAULT_IMAGE)]
+        tag: String,
+        /// Print only the image id.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn run(command: ImageCommand) -> Result<i32> {
+    let ImageCommand::Build {
+        base_image,
+        tag,
+        json,
+    } = command;
+    // Build progress on a terminal; quiet under --json.
+    let mut progress = |line: &str| {
+        if !json {
+            eprintln!("{line}");
+        }
+    };
+    let id = crate::runtime::docker::build_image(&base_image, &tag, &mut progress)
+        .await
+        .map_err(Error::Runtime)?;
+    if json {
+        print_json(&serde_json::json!({ "tag": tag, "id": id }));
+    } else {
+        println!("built {tag} from {base_image}");
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,159 @@
+//! The command line: clap definitions and the dispatch, one file per command (its arguments,
+//! its call, its human output), rendering in [`render`], exit codes in [`exit`].
+//!
+//! Commands are thin: parse, call one operation, render. Job commands are written against
+//! [`Operations`]; which implementation serves them (a running daemon, else the engine) is
+//! decided once, in [`run`]. Data goes to stdout (a table or, with `--json`, stable JSON);
+//! warnings and errors go to stderr.
+
+use clap::{Parser, Subcommand};
+
+use crate::Paddock;
+use crate::client::DaemonClient;
+use crate::error::{Error, Result};
+use crate::ops::Operations;
+
+mod cache;
+mod config;
+mod create;
+mod diff;
+mod doctor;
+mod exec;
+pub mod exit;
+mod image;
+mod log;
+mod logs;
+mod ls;
+mod render;
+mod rm;
+mod run;
+mod serve;
+mod shell;
+mod show;
+mod stop;
+mod sweep;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "paddock",
+    version,
+    about = "One git branch, one worktree and one resource-limited container per coding-agent task",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Log what paddock does to stderr (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a job: a branch, a worktree and (with Docker) a container.
+    Create(Box<create::CreateArgs>),
+    /// List jobs.
+    Ls(ls::LsArgs),
+    /// Show a job: branch, base, commits ahead, changed files, state and ages.
+    Show(show::ShowArgs),
+    /// Committed and uncommitted changes of a job against its base.
+    Diff(diff::DiffArgs),
+    /// Commits on the job's branch since its base.
+    Log(log::LogArgs),
+    /// Remove a job; uncommitted work is kept in refs/paddock/wip/<job>.
+    Rm(rm::RmArgs),
+    /// Run a command in a job; output streams live and paddock exits with its exit code.
+    Exec(exec::ExecArgs),
+    /// Create a job, run one command, then remove the job as `rm` does (the branch stays
+    /// when it has commits); exits with the command's exit code.
+    Run(run::RunArgs),
+    /// An interactive shell in the job (its container, or its worktree).
+    Shell(shell::ShellArgs),
+    /// Every exec's command, output and exit code.
+    Logs(logs::LogsArgs),
+    /// Stop what runs in a job (SIGTERM, the grace period, then SIGKILL).
+    Stop(stop::StopArgs),
+    /// Agent image commands.
+    Image {
+        #[command(subcommand)]
+        command: image::ImageCommand,
+    },
+    /// Check git, Docker, the image, runtimes, limits and disk space.
+    Doctor(doctor::DoctorArgs),
+    /// Remove stale jobs and orphans (containers, worktrees, git metadata); never loses work.
+    Sweep(sweep::SweepArgs),
+    /// Run the activity watcher and a sweep every interval, until SIGTERM.
+    Serve(serve::ServeArgs),
+    /// Shared dependency cache commands.
+    Cache {
+        #[command(subcommand)]
+        command: cache::CacheCommand,
+    },
+    /// Configuration commands.
+    Config {
+        #[command(subcommand)]
+        command: config::ConfigCommand,
+    },
+}
+
+/// Runs one parsed command and returns the process exit code.
+pub async fn run(cli: Cli) -> i32 {
+    let exec_like = matches!(cli.command, Command::Exec(_) | Command::Run(_));
+    let paddock = match Paddock::from_env() {
+        Ok(paddock) => paddock,
+        Err(error) => return report(&error, exec_like),
+    };
+    // Job commands go through a running daemon when there is one (see `client`): the one
+    // place that chooses.
+    let outcome = match DaemonClient::connect(paddock.home()).await {
+        Some(daemon) => dispatch(&daemon, &paddock, cli.command).await,
+        None => dispatch(&paddock, &paddock, cli.command).await,
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(error) => report(&error, exec_like),
+    }
+}
+
+/// Hands a command to its file: job operations through `ops`, commands about this machine
+/// and install (shell, logs, images, doctor, caches, sweep, serve, config) to the engine.
+async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) -> Result<i32> {
+    match command {
+        Command::Create(args) => create::run(ops, *args).await,
+        Command::Ls(args) => ls::run(ops, args).await,
+        Command::Show(args) => show::run(ops, args).await,
+        Command::Diff(args) => diff::run(ops, args).await,
+        Command::Log(args) => log::run(ops, args).await,
+        Command::Rm(args) => rm::run(ops, args).await,
+        Command::Exec(args) => exec::run(ops, args).await,
+        Command::Run(args) => run::run(ops, args).await,
+        Command::Stop(args) => stop::run(ops, args).await,
+        Command::Shell(args) => shell::run(paddock, args).await,
+        Command::Logs(args) => logs::run(paddock, args).await,
+        Command::Image { command } => image::run(command).await,
+        Command::Doctor(args) => doctor::run(paddock, args).await,
+        Command::Sweep(args) => sweep::run(paddock, args).await,
+        Command::Serve(args) => serve::run(paddock, args).await,
+        Command::Cache { command } => cache::run(paddock, command).await,
+        Command::Config { command } => config::run(paddock, command).await,
+    }
+}
+
+/// Prints an error with its causes and hint; returns the exit code.
+fn report(error: &Error, exec_like: bool) -> i32 {
+    let (code, hint) = (exit::of(error.kind()), error.hint());
+    let mut message = format!("error: {error}");
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(&format!(": {text}"));
+        }
+        source = cause.source();
+    }
+    eprintln!("{message}");
+    if let Some(hint) = hint {
+        eprintln!("hint: {hint}");
+    }
+    if exec_like { exit::EXEC_FAILED } else { code }
+}

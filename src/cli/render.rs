@@ -1,0 +1,220 @@
+//! Everything the CLI prints, in one place: JSON, aligned tables, a job's details, exec
+//! results and live output. Data goes to stdout; paddock's own words to stderr.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use super::exit;
+use crate::output::{OutputSink, StreamKind};
+use crate::units::format_age;
+use crate::wire::{ExecResult, JobDetails, JobView};
+
+/// Prints a value as pretty JSON (the stable `--json` output).
+pub fn print_json<T: Serialize + ?Sized>(value: &T) {
+    let text = serde_json::to_string_pretty(value).expect("paddock's output types serialize");
+    println!("{text}");
+}
+
+/// Prints rows as aligned columns.
+pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    let line = |cells: Vec<&str>| {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        text
+    };
+    let _ = writeln!(out, "{}", line(headers.to_vec()));
+    for row in rows {
+        let _ = writeln!(out, "{}", line(row.iter().map(String::as_str).collect()));
+    }
+}
+
+pub fn print_job_table(views: &[JobView]) {
+    if views.is_empty() {
+        println!("no jobs");
+        return;
+    }
+    let now = chrono::Utc::now();
+    let rows: Vec<Vec<String>> = views
+        .iter()
+        .map(|v| {
+            vec![
+                v.id.to_string(),
+                v.state.to_string(),
+                v.runtime.clone(),
+                format_age(now - v.created_at),
+                format_age(now - v.last_activity_at),
+                v.branch.clone(),
+            ]
+        })
+        .collect();
+    print_table(&["ID", "STATE", "RUNTIME", "AGE", "IDLE", "BRANCH"], &rows);
+}
+
+pub fn print_details(details: &JobDetails) {
+    let v = &details.view;
+    let now = chrono::Utc::now();
+    println!("job       {}", v.id);
+    println!(
+        "state     {} (created {} ago, last active {} ago)",
+        v.state,
+        format_age(now - v.created_at),
+        format_age(now - v.last_activity_at)
+    );
+    if let Some(code) = v.exit_code {
+        println!(
+            "exit      {code}{}",
+            if v.oom_killed {
+                " (killed: out of memory)"
+            } else {
+                ""
+            }
+        );
+    }
+    println!("repo      {}", v.repo.display());
+    println!(
+        "branch    {} (base {} @ {})",
+        v.branch,
+        v.base,
+        &v.base_commit[..v.base_commit.len().min(10)]
+    );
+    println!("worktree  {}", v.worktree.display());
+    println!("profile   {}", v.profile);
+    println!("runtime   {}", details.isolation);
+    if let Some(id) = &v.container_id {
+        println!("container {}", &id[..id.len().min(12)]);
+    }
+    match (&details.changes, &details.changes_error) {
+        (Some(changes), _) => {
+            println!(
+                "commits   {} ahead of base; {} file(s) committed, {} uncommitted (+{} -{})",
+                changes.commits_ahead,
+                changes.committed.len(),
+                changes.uncommitted.len(),
+                changes.insertions,
+                changes.deletions
+            );
+            for change in &changes.committed {
+                println!("  committed    {:<10} {}", change.status, change.path);
+            }
+            for change in &changes.uncommitted {
+                println!("  uncommitted  {:<10} {}", change.status, change.path);
+            }
+        }
+        (None, Some(error)) => println!("changes   unavailable: {error}"),
+        (None, None) => {}
+    }
+}
+
+/// Live output to the terminal: the command's stdout to ours, its stderr to ours.
+pub struct Terminal;
+
+impl OutputSink for Terminal {
+    fn write(&mut self, stream: StreamKind, bytes: &[u8]) {
+        let _ = match stream {
+            StreamKind::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(bytes).and_then(|()| out.flush())
+            }
+            StreamKind::Stderr => std::io::stderr().lock().write_all(bytes),
+        };
+    }
+}
+
+/// paddock's own word on how a command ended, on stderr, when it was not a plain exit.
+pub fn explain_result(result: &ExecResult) {
+    if result.timed_out {
+        eprintln!(
+            "paddock: the command timed out after {}ms and was killed",
+            result.duration_ms
+        );
+    }
+    if result.oom_killed {
+        eprintln!("paddock: the command was killed for running out of memory");
+    }
+    if result.truncated {
+        eprintln!(
+            "paddock: the output kept in the result was cut in the middle (cap 1 MiB per stream)"
+        );
+    }
+}
+
+/// The exit code of `exec`/`run`: the command's own, or 124 when it timed out.
+pub fn command_exit_code(result: &ExecResult) -> i32 {
+    if result.timed_out {
+        exit::TIMED_OUT
+    } else {
+        i32::try_from(result.exit_code.clamp(0, 255)).unwrap_or(exit::INTERNAL)
+    }
+}
+
+pub fn print_cache_table(entries: &[crate::cache::EntryInfo]) {
+    let now = chrono::Utc::now();
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            vec![
+                e.repo_key.clone(),
+                e.cache.clone(),
+                e.key.clone(),
+                crate::units::format_size(e.size_bytes),
+                e.last_used_at
+                    .map(|t| format!("{} ago", format_age(now - t)))
+                    .unwrap_or_else(|| "-".into()),
+                e.jobs.join(","),
+            ]
+        })
+        .collect();
+    print_table(&["REPO", "CACHE", "KEY", "SIZE", "LAST USE", "JOBS"], &rows);
+}
+
+pub fn print_sweep(report: &crate::sweep::SweepReport) {
+    let verb = if report.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    let mut rows = Vec::new();
+    for (action, items) in [
+        (verb, &report.removed),
+        ("kept", &report.kept),
+        ("ERROR", &report.errors),
+    ] {
+        for item in items {
+            let mut reason = item.reason.clone();
+            if let Some(error) = &item.error {
+                reason.push_str(&format!(": {error}"));
+            }
+            rows.push(vec![
+                action.to_string(),
+                item.kind.to_string(),
+                item.name.clone(),
+                reason,
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        println!("nothing to sweep");
+    } else {
+        print_table(&["ACTION", "KIND", "NAME", "REASON"], &rows);
+    }
+    println!(
+        "{} {verb}, {} kept, {} errors",
+        report.removed.len(),
+        report.kept.len(),
+        report.errors.len()
+    );
+}

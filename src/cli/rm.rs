@@ -1,0 +1,63 @@
+//! `paddock rm`: remove a job; its uncommitted work is kept in `refs/paddock/wip/<job>`.
+
+use clap::Args;
+
+use super::exit;
+use super::render::print_json;
+use crate::config::BranchPolicy;
+use crate::error::Result;
+use crate::ops::Operations;
+use crate::wire::RemoveOptions;
+
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    job: String,
+    /// Remove even if saving uncommitted work fails.
+    #[arg(long)]
+    force: bool,
+    /// Delete the branch even when it has commits.
+    #[arg(long, conflicts_with = "keep_branch")]
+    delete_branch: bool,
+    /// Keep the branch even when it has no commits.
+    #[arg(long)]
+    keep_branch: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(ops: &impl Operations, args: RmArgs) -> Result<i32> {
+    let branch_policy = if args.delete_branch {
+        BranchPolicy::Delete
+    } else if args.keep_branch {
+        BranchPolicy::Keep
+    } else {
+        BranchPolicy::DeleteIfNoCommits
+    };
+    let options = RemoveOptions {
+        branch_policy,
+        force: args.force,
+    };
+    let report = ops.remove(&args.job, options).await?;
+    if args.json {
+        print_json(&report);
+        return Ok(exit::OK);
+    }
+    println!("removed job {}", report.id);
+    if report.branch_kept {
+        println!(
+            "kept branch {} ({} commit{} ahead of its base)",
+            report.branch,
+            report.commits_ahead,
+            if report.commits_ahead == 1 { "" } else { "s" }
+        );
+    } else {
+        println!("deleted branch {}", report.branch);
+    }
+    if let (Some(wip_ref), Some(commit)) = (&report.wip_ref, &report.wip_commit) {
+        println!(
+            "saved uncommitted work in {wip_ref} ({})",
+            &commit[..commit.len().min(10)]
+        );
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,47 @@
+//! `paddock serve`: the daemon (HTTP API, activity watcher, periodic sweep).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::exit;
+use super::sweep::SweepArgs;
+use crate::Paddock;
+use crate::error::Result;
+use crate::units::HumanDuration;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// How often to sweep (default: config `sweep.interval`, 5m).
+    #[arg(long)]
+    sweep_interval: Option<HumanDuration>,
+    /// The Unix socket to listen on (default: $PADDOCK_HOME/paddock.sock, mode 0600).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Also listen on TCP (e.g. 127.0.0.1:7777); requires --token-file.
+    #[arg(long)]
+    listen: Option<String>,
+    /// File holding the bearer token TCP clients must send.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Creates allowed at once; more wait up to 30s, then get 503 with Retry-After.
+    #[arg(long, default_value_t = 8)]
+    max_concurrent_creates: usize,
+    #[command(flatten)]
+    sweep: SweepArgs,
+}
+
+pub async fn run(paddock: &Paddock, args: ServeArgs) -> Result<i32> {
+    let config = paddock.config(None)?;
+    let options = crate::serve::ServeOptions {
+        sweep_interval: args.sweep_interval.unwrap_or(config.sweep.interval.value).0,
+        sweep: args.sweep.options(&config, true),
+        socket: args.socket,
+        listen: args.listen,
+        token_file: args.token_file,
+        max_concurrent_creates: args.max_concurrent_creates,
+        shutdown_grace: std::time::Duration::from_secs(30),
+    };
+    crate::serve::serve(options).await?;
+    Ok(exit::OK)
+}

@@ -1,0 +1,25 @@
+//! `paddock stop`: stop what runs in a job (SIGTERM, the grace period, then SIGKILL).
+
+use clap::Args;
+
+use super::exit;
+use crate::error::Result;
+use crate::ops::Operations;
+use crate::units::HumanDuration;
+
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    job: String,
+    #[arg(long)]
+    grace: Option<HumanDuration>,
+}
+
+pub async fn run(ops: &impl Operations, args: StopArgs) -> Result<i32> {
+    let stopped = ops.stop(&args.job, args.grace.map(|g| g.0)).await?;
+    if stopped {
+        println!("stopped job {}", args.job);
+    } else {
+        println!("job {} had nothing running", args.job);
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,141 @@
+//! The operations a front end asks of paddock, behind one trait: the engine ([`Paddock`])
+//! implements it by doing the work, the daemon client ([`crate::client::DaemonClient`]) by
+//! asking a running `paddock serve`. The CLI picks one of the two once, at start, and every
+//! command is written against the trait, never against either.
+//!
+//! A new operation is a method here, its engine implementation and one HTTP route (which
+//! the client calls); a new front end (the dashboard, MCP) calls this trait too.
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::Paddock;
+use crate::error::Result;
+use crate::output::OutputSink;
+use crate::wire::{
+    CommitInfo, CreateRequest, ExecOptions, ExecResult, JobDetails, JobView, RemoveOptions,
+    RemoveReport, RunReport,
+};
+
+/// paddock's job operations (see the module docs).
+pub trait Operations {
+    /// Creates a job; the warning says when `auto` fell back to the process runtime.
+    fn create(
+        &self,
+        request: CreateRequest,
+    ) -> impl Future<Output = Result<(JobView, Option<String>)>>;
+
+    /// All jobs, or those of one repository.
+    fn list(&self, repo: Option<&Path>) -> impl Future<Output = Result<Vec<JobView>>>;
+
+    /// One job as it is recorded, without reading its git state.
+    fn view(&self, id: &str) -> impl Future<Output = Result<JobView>>;
+
+    /// A job with what it changed (after a sync).
+    fn show(&self, id: &str) -> impl Future<Output = Result<JobDetails>>;
+
+    /// The patch (or diffstat) of the job's changes against its base.
+    fn diff(&self, id: &str, stat: bool) -> impl Future<Output = Result<String>>;
+
+    /// Commits on the job's branch since its base, newest first.
+    fn log(&self, id: &str) -> impl Future<Output = Result<Vec<CommitInfo>>>;
+
+    /// Runs a command in a job, its output to `sink` as it comes.
+    fn exec(
+        &self,
+        id: &str,
+        options: ExecOptions,
+        sink: &mut dyn OutputSink,
+    ) -> impl Future<Output = Result<ExecResult>>;
+
+    /// Removes a job without losing its work.
+    fn remove(
+        &self,
+        id: &str,
+        options: RemoveOptions,
+    ) -> impl Future<Output = Result<RemoveReport>>;
+
+    /// Stops what runs in a job; true when something was running.
+    fn stop(&self, id: &str, grace: Option<Duration>) -> impl Future<Output = Result<bool>>;
+
+    /// The orchestrator's one-shot: create, exec, then remove exactly as `rm` does (work is
+    /// never lost; the branch stays when it has commits). With `keep`, the job stays.
+    fn run(
+        &self,
+        create: CreateRequest,
+        exec: ExecOptions,
+        keep: bool,
+        sink: &mut dyn OutputSink,
+    ) -> impl Future<Output = Result<(RunReport, Option<String>)>> {
+        async move {
+            let (job, warning) = self.create(create).await?;
+            let id = job.id.to_string();
+            let result = self.exec(&id, exec, sink).await;
+            let job = self.view(&id).await.unwrap_or(job);
+            let branch_kept = if keep {
+                true
+            } else {
+                self.remove(&id, RemoveOptions::default())
+                    .await?
+                    .branch_kept
+            };
+            Ok((
+                RunReport {
+                    job,
+                    result: result?,
+                    branch_kept,
+                },
+                warning,
+            ))
+        }
+    }
+}
+
+impl Operations for Paddock {
+    async fn create(&self, request: CreateRequest) -> Result<(JobView, Option<String>)> {
+        let created = Paddock::create(self, request).await?;
+        Ok((JobView::from(&created.record), created.warning))
+    }
+
+    async fn list(&self, repo: Option<&Path>) -> Result<Vec<JobView>> {
+        Ok(Paddock::list(self, repo)
+            .await?
+            .iter()
+            .map(JobView::from)
+            .collect())
+    }
+
+    async fn view(&self, id: &str) -> Result<JobView> {
+        Ok(JobView::from(&self.load(id)?))
+    }
+
+    async fn show(&self, id: &str) -> Result<JobDetails> {
+        Paddock::show(self, id).await
+    }
+
+    async fn diff(&self, id: &str, stat: bool) -> Result<String> {
+        Paddock::diff(self, id, stat).await
+    }
+
+    async fn log(&self, id: &str) -> Result<Vec<CommitInfo>> {
+        Paddock::log(self, id).await
+    }
+
+    async fn exec(
+        &self,
+        id: &str,
+        options: ExecOptions,
+        sink: &mut dyn OutputSink,
+    ) -> Result<ExecResult> {
+        Paddock::exec(self, id, options, sink).await
+    }
+
+    async fn remove(&self, id: &str, options: RemoveOptions) -> Result<RemoveReport> {
+        Paddock::remove(self, id, options).await
+    }
+
+    async fn stop(&self, id: &str, grace: Option<Duration>) -> Result<bool> {
+        Paddock::stop(self, id, grace).await
+    }
+}

@@ -1,0 +1,279 @@
+//! The request and response types of paddock's operations, in one place: what the CLI's
+//! `--json` prints, what the HTTP API takes and returns, what the daemon client sends, what
+//! `docs/openapi.yaml` describes. A field is added here (and used by the engine), and every
+//! front end has it.
+//!
+//! [`CreateRequest`] is at once clap's arguments of `paddock create`, the JSON body of
+//! `POST /v1/jobs` and the engine's input. The JSON shapes are stable: fields are only added.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{BranchPolicy, NetworkMode, ProfileLayer, RuntimeChoice};
+use crate::git::ChangeSummary;
+use crate::job::{JobId, JobRecord, JobState, Limits};
+use crate::units::{ByteSize, Cpus, HumanDuration};
+
+pub use crate::git::{CommitInfo, FileChange};
+pub use crate::runtime::exec::ExecResult;
+
+/// The inputs of `create`: `paddock create` flags, the body of `POST /v1/jobs`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRequest {
+    /// The repository to branch from.
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// The ref to branch from (default: the repo file's `base`, else HEAD).
+    #[arg(long)]
+    #[serde(default)]
+    pub base: Option<String>,
+    /// The agent's name (goes into the branch name and routing).
+    #[arg(long)]
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// The task id (goes into the branch name and routing).
+    #[arg(long)]
+    #[serde(default)]
+    pub task: Option<String>,
+    /// The job id (default: a slug of the task and a random suffix).
+    #[arg(long)]
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The profile to use (default: routing, then `default_profile`).
+    #[arg(long)]
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Check out the branch if it already exists instead of failing.
+    #[arg(long)]
+    #[serde(default)]
+    pub reuse_branch: bool,
+    /// auto | docker | runc | runsc | process.
+    #[arg(long)]
+    #[serde(default, with = "by_text")]
+    pub runtime: Option<RuntimeChoice>,
+    #[arg(long)]
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Memory limit, e.g. 512m or 2g.
+    #[arg(long)]
+    #[serde(default)]
+    pub memory: Option<ByteSize>,
+    /// CPU limit, e.g. 1.5.
+    #[arg(long)]
+    #[serde(default)]
+    pub cpus: Option<Cpus>,
+    /// Process count limit.
+    #[arg(long)]
+    #[serde(default)]
+    pub pids: Option<u32>,
+    /// none | bridge.
+    #[arg(long)]
+    #[serde(default, with = "by_text")]
+    pub network: Option<NetworkMode>,
+    /// The job's per-exec deadline default, e.g. 10m.
+    #[arg(long)]
+    #[serde(default)]
+    pub timeout: Option<HumanDuration>,
+}
+
+impl CreateRequest {
+    /// The profile settings this request gives; they win over every other layer.
+    pub fn overrides(&self) -> ProfileLayer {
+        ProfileLayer {
+            image: self.image.clone(),
+            runtime: self.runtime,
+            memory: self.memory,
+            cpus: self.cpus,
+            pids: self.pids,
+            network: self.network,
+            timeout: self.timeout,
+            ..ProfileLayer::default()
+        }
+    }
+}
+
+/// Enums whose JSON form is their text form (`"runc"` is accepted as `docker`, as on the
+/// command line).
+mod by_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<T: std::fmt::Display, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) => serializer.collect_str(value),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, T, D>(deserializer: D) -> Result<Option<T>, D::Error>
+    where
+        T: std::str::FromStr,
+        T::Err: std::fmt::Display,
+        D: Deserializer<'de>,
+    {
+        Option::<String>::deserialize(deserializer)?
+            .map(|text| text.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+/// The inputs of `exec` beyond the job id: the body of `POST /v1/jobs/{id}/exec`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecOptions {
+    pub cmd: Vec<String>,
+    /// Overrides the profile's timeout for this exec, e.g. `30s`.
+    #[serde(default)]
+    pub timeout: Option<HumanDuration>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// Per-stream cap on the output kept in the result (default 1 MiB); not on the wire.
+    #[serde(skip)]
+    pub output_cap: Option<usize>,
+}
+
+/// The inputs of `rm` beyond the job id.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RemoveOptions {
+    pub branch_policy: BranchPolicy,
+    /// Remove even when the snapshot of uncommitted work fails.
+    pub force: bool,
+}
+
+/// What `remove` did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RemoveReport {
+    pub id: JobId,
+    pub branch: String,
+    pub branch_kept: bool,
+    pub commits_ahead: usize,
+    /// The wip ref holding uncommitted work, when there was any.
+    pub wip_ref: Option<String>,
+    pub wip_commit: Option<String>,
+}
+
+/// The JSON object of a job, printed by `create --json`, `ls --json` and `show --json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: JobId,
+    pub repo: PathBuf,
+    pub branch: String,
+    pub base: String,
+    pub base_commit: String,
+    pub worktree: PathBuf,
+    pub agent: String,
+    pub task: Option<String>,
+    pub profile: String,
+    pub runtime: String,
+    pub container_id: Option<String>,
+    pub state: JobState,
+    pub created_at: DateTime<Utc>,
+    pub last_activity_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub exit_code: Option<i64>,
+    pub oom_killed: bool,
+    pub limits: Limits,
+    pub caches: Vec<crate::cache::JobCache>,
+    /// Why the last sync into the user's repository failed (null when it worked).
+    pub sync_error: Option<String>,
+}
+
+impl From<&JobRecord> for JobView {
+    fn from(record: &JobRecord) -> Self {
+        JobView {
+            id: record.id.clone(),
+            repo: record.repo.clone(),
+            branch: record.branch.clone(),
+            base: record.base.clone(),
+            base_commit: record.base_commit.clone(),
+            worktree: record.worktree.clone(),
+            agent: record.agent.clone(),
+            task: record.task.clone(),
+            profile: record.profile.clone(),
+            runtime: record.runtime.to_string(),
+            container_id: record.container_id.clone(),
+            state: record.state,
+            created_at: record.created_at,
+            last_activity_at: record.last_activity_at,
+            finished_at: record.finished_at,
+            exit_code: record.exit_code,
+            oom_killed: record.oom_killed,
+            limits: record.limits.clone(),
+            caches: record.caches.clone(),
+            sync_error: record.sync_error.clone(),
+        }
+    }
+}
+
+/// `show`: the job plus what it changed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobDetails {
+    #[serde(rename = "job")]
+    pub view: JobView,
+    pub changes: Option<ChangeSummary>,
+    /// Set when the worktree could not be read (for example it was deleted by hand).
+    pub changes_error: Option<String>,
+    pub isolation: String,
+}
+
+/// What `paddock run` did: the job it made, the command's result and the branch's fate.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunReport {
+    pub job: JobView,
+    pub result: ExecResult,
+    pub branch_kept: bool,
+}
+
+/// What an event is about. The JSON names (`job.created`, ...) are stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    #[serde(rename = "job.created")]
+    JobCreated,
+    #[serde(rename = "job.state")]
+    JobState,
+    #[serde(rename = "exec.finished")]
+    ExecFinished,
+    #[serde(rename = "job.removed")]
+    JobRemoved,
+    #[serde(rename = "job.sync_failed")]
+    SyncFailed,
+    #[serde(rename = "job.branch_rewritten")]
+    BranchRewritten,
+    #[serde(rename = "sweep.done")]
+    SweepDone,
+}
+
+impl EventKind {
+    /// The event's stable name (`job.created`, ...), as in its JSON and the SSE `event:` line.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::JobCreated => "job.created",
+            EventKind::JobState => "job.state",
+            EventKind::ExecFinished => "exec.finished",
+            EventKind::JobRemoved => "job.removed",
+            EventKind::SyncFailed => "job.sync_failed",
+            EventKind::BranchRewritten => "job.branch_rewritten",
+            EventKind::SweepDone => "sweep.done",
+        }
+    }
+}
+
+/// Something that happened, for subscribers (`GET /v1/events`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Event {
+    #[serde(rename = "type")]
+    pub kind: EventKind,
+    pub job: Option<String>,
+    pub state: Option<JobState>,
+    pub at: DateTime<Utc>,
+    /// Kind-specific details (the exec's exit code, the sweep's counts).
+    pub detail: serde_json::Value,
+}
