@@ -1,0 +1,337 @@
+//! Running commands in a job's container: the exec with its deadline and kill policy, the
+//! sync's sandbox (the running container or a throwaway one), OOM detection, and the
+//! interactive shell.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
+use bollard::query_parameters::CreateContainerOptionsBuilder;
+use futures_util::StreamExt;
+use tokio::time::sleep_until;
+
+use super::{
+    AFTER_KILL, API_TIMEOUT, LABEL_ROLE, call, connect, container_body, container_name,
+    ensure_running, inspect_ours, remove_labelled_container,
+};
+use crate::config::KillPolicy;
+use crate::job::{JobRecord, random_hex};
+use crate::runtime::RuntimeError;
+use crate::runtime::exec::{CappedOutput, ExecRequest, ExecResult, OutputSink, StreamKind};
+use crate::store::PaddockHome;
+
+/// Runs a short helper command in the container (signals, counters); its output as text.
+async fn helper_exec(docker: &Docker, name: &str, script: &str) -> Result<String, RuntimeError> {
+    let config = ExecConfig {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(vec!["sh".into(), "-c".into(), script.into()]),
+        ..Default::default()
+    };
+    let created = call(
+        "create exec",
+        name,
+        API_TIMEOUT,
+        docker.create_exec(name, config),
+    )
+    .await?;
+    let started = call(
+        "start exec",
+        name,
+        API_TIMEOUT,
+        docker.start_exec(&created.id, None::<StartExecOptions>),
+    )
+    .await?;
+    let mut text = String::new();
+    if let StartExecResults::Attached { mut output, .. } = started {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline, output.next()).await {
+            text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+        }
+    }
+    Ok(text)
+}
+
+/// The container cgroup's OOM-kill counter (cgroup v1 `memory.oom_control`, v2
+/// `memory.events`), read from inside the container.
+async fn oom_kill_count(docker: &Docker, name: &str) -> Option<u64> {
+    let text = helper_exec(
+        docker,
+        name,
+        "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events 2>/dev/null",
+    )
+    .await
+    .ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// Runs one command in the job's container. The command is started through a tiny shell
+/// wrapper that writes its pid (which is also its process group) to /tmp, so a timed-out
+/// command can be signalled as a group from inside the container: Docker has no "kill exec",
+/// and this works the same under runc and gVisor.
+///
+/// Returns the result and the container id (which changes when the container was recreated).
+pub async fn exec(
+    home: &PaddockHome,
+    record: &JobRecord,
+    request: &ExecRequest,
+    sink: &mut dyn OutputSink,
+) -> Result<(ExecResult, String, Option<u64>), RuntimeError> {
+    if request.cmd.is_empty() {
+        return Err(RuntimeError::EmptyCommand);
+    }
+    let container_id = ensure_running(home, record).await?;
+    let (result, oom_count) = exec_in(&container_name(&record.id), record, request, sink).await?;
+    Ok((result, container_id, oom_count))
+}
+
+/// Runs the sync script (or any short paddock command) in the job's sandbox: its container
+/// when that runs, else a throwaway container with the same mounts, user and limits, so a
+/// stopped job is not started again and no agent process runs beside the command.
+pub async fn exec_in_sandbox(
+    home: &PaddockHome,
+    record: &JobRecord,
+    request: &ExecRequest,
+    sink: &mut dyn OutputSink,
+) -> Result<ExecResult, RuntimeError> {
+    let docker = connect()?;
+    if inspect_ours(&docker, home, &record.id)
+        .await?
+        .is_some_and(|status| status.running)
+    {
+        let name = container_name(&record.id);
+        return Ok(exec_in(&name, record, request, sink).await?.0);
+    }
+    let name = format!("{}-sync-{}", container_name(&record.id), random_hex(6));
+    let mut body = container_body(home, record)?;
+    if let Some(labels) = &mut body.labels {
+        labels.insert(LABEL_ROLE.to_string(), "sync".to_string());
+    }
+    let options = CreateContainerOptionsBuilder::new().name(&name).build();
+    call(
+        "create container",
+        &name,
+        API_TIMEOUT,
+        docker.create_container(Some(options), body),
+    )
+    .await?;
+    let result = async {
+        call(
+            "start container",
+            &name,
+            API_TIMEOUT,
+            docker.start_container(&name, None),
+        )
+        .await?;
+        exec_in(&name, record, request, sink).await
+    }
+    .await;
+    if let Err(error) = remove_labelled_container(home, &name, record.id.as_str()).await {
+        tracing::warn!(container = %name, %error, "failed to remove a sync container");
+    }
+    Ok(result?.0)
+}
+
+/// Runs one command in the running container `name` (see [`exec`]).
+async fn exec_in(
+    name: &str,
+    record: &JobRecord,
+    request: &ExecRequest,
+    sink: &mut dyn OutputSink,
+) -> Result<(ExecResult, Option<u64>), RuntimeError> {
+    if request.cmd.is_empty() {
+        return Err(RuntimeError::EmptyCommand);
+    }
+    let docker = connect()?;
+    let name = name.to_string();
+    let pidfile = format!("/tmp/.paddock-exec-{}.pid", random_hex(10));
+    let mut cmd = match &request.after {
+        None => vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            r#"{ echo $$ > "$0"; } 2>/dev/null; exec "$@""#.to_string(),
+            pidfile.clone(),
+        ],
+        // The wrapper stays as the command's parent to run the snippet after it; it is the
+        // process group leader either way, so a timeout still signals the whole group.
+        Some(after) => vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            r#"{ echo $$ > "$0"; } 2>/dev/null; after=$1; shift; "$@"; rc=$?; eval "$after"; exit $rc"#
+                .to_string(),
+            pidfile.clone(),
+            after.clone(),
+        ],
+    };
+    cmd.extend(request.cmd.iter().cloned());
+    let mut env = vec![format!("PADDOCK_JOB_ID={}", record.id)];
+    env.extend(record.limits.env.iter().map(|(k, v)| format!("{k}={v}")));
+    env.extend(request.env.iter().map(|(k, v)| format!("{k}={v}")));
+    let workspace = Path::new(&record.limits.workspace_dir);
+    let workdir = match &request.workdir {
+        Some(dir) => workspace.join(dir),
+        None => workspace.to_path_buf(),
+    };
+    let config = ExecConfig {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(cmd),
+        env: Some(env),
+        working_dir: Some(workdir.display().to_string()),
+        ..Default::default()
+    };
+    let started_at = Instant::now();
+    let created = call(
+        "create exec",
+        &name,
+        API_TIMEOUT,
+        docker.create_exec(&name, config),
+    )
+    .await?;
+    let start = call(
+        "start exec",
+        &name,
+        API_TIMEOUT,
+        docker.start_exec(&created.id, None::<StartExecOptions>),
+    )
+    .await?;
+    let StartExecResults::Attached { mut output, .. } = start else {
+        return Err(RuntimeError::Docker {
+            action: "start exec",
+            target: name,
+            message: "the daemon detached the exec".into(),
+        });
+    };
+
+    let mut stdout = CappedOutput::new(request.output_cap);
+    let mut stderr = CappedOutput::new(request.output_cap);
+    let deadline = tokio::time::Instant::now() + request.timeout;
+    let far = deadline + Duration::from_secs(86_400 * 365);
+    let mut kill_at = far;
+    let mut give_up_at = far;
+    let mut timed_out = false;
+    let signal = |sig: &'static str| {
+        let docker = docker.clone();
+        let name = name.clone();
+        let pidfile = pidfile.clone();
+        async move {
+            let script = format!(
+                "p=$(cat {pidfile} 2>/dev/null) && {{ kill -{sig} -$p 2>/dev/null || kill -{sig} $p 2>/dev/null; }}; true"
+            );
+            if let Err(error) = helper_exec(&docker, &name, &script).await {
+                tracing::warn!(%error, "failed to signal a timed-out exec");
+                if sig == "KILL" {
+                    // No room to even start the helper (a fork bomb at its pids limit): kill
+                    // the container; the next exec starts it again.
+                    let _ = docker
+                        .kill_container(
+                            &name,
+                            None::<bollard::query_parameters::KillContainerOptions>,
+                        )
+                        .await;
+                }
+            }
+        }
+    };
+    loop {
+        tokio::select! {
+            chunk = output.next() => match chunk {
+                Some(Ok(LogOutput::StdOut { message })) => {
+                    sink.write(StreamKind::Stdout, &message);
+                    stdout.push(&message);
+                }
+                Some(Ok(LogOutput::StdErr { message })) => {
+                    sink.write(StreamKind::Stderr, &message);
+                    stderr.push(&message);
+                }
+                Some(Ok(_)) => {}
+                Some(Err(error)) => {
+                    return Err(RuntimeError::DockerUnavailable {
+                        message: format!("exec output of `{name}` broke off: {error}"),
+                    });
+                }
+                None => break,
+            },
+            _ = sleep_until(deadline), if !timed_out => {
+                timed_out = true;
+                match request.kill_policy {
+                    KillPolicy::Hard => {
+                        signal("KILL").await;
+                        give_up_at = tokio::time::Instant::now() + AFTER_KILL;
+                    }
+                    KillPolicy::Graceful => {
+                        signal("TERM").await;
+                        kill_at = tokio::time::Instant::now() + request.grace;
+                    }
+                }
+            },
+            _ = sleep_until(kill_at) => {
+                signal("KILL").await;
+                kill_at = far;
+                give_up_at = tokio::time::Instant::now() + AFTER_KILL;
+            },
+            // The command is dead but something (a background child) holds the stream open.
+            _ = sleep_until(give_up_at) => break,
+        }
+    }
+    let duration_ms = started_at.elapsed().as_millis() as u64;
+    let inspect = call(
+        "inspect exec",
+        &name,
+        API_TIMEOUT,
+        docker.inspect_exec(&created.id),
+    )
+    .await?;
+    let exit_code = match inspect.exit_code {
+        Some(code) if inspect.running != Some(true) => code,
+        _ if timed_out => 137,
+        _ => -1,
+    };
+    // Exit 137 is SIGKILL, not necessarily OOM: ask the cgroup whether it killed something
+    // since the last time we looked.
+    let mut oom_count = None;
+    let mut oom_killed = false;
+    if exit_code == 137 && !timed_out {
+        oom_count = oom_kill_count(&docker, &name).await;
+        if let Some(count) = oom_count {
+            oom_killed = count > record.oom_kills;
+        }
+    }
+    let (stdout, out_cut) = stdout.finish();
+    let (stderr, err_cut) = stderr.finish();
+    Ok((
+        ExecResult {
+            exit_code,
+            stdout,
+            stderr,
+            duration_ms,
+            timed_out,
+            truncated: out_cut || err_cut,
+            oom_killed,
+            sync_error: None,
+        },
+        oom_count,
+    ))
+}
+
+/// An interactive shell in the job's container. A TTY session is the one place paddock uses
+/// the `docker` CLI: it owns the terminal handling (raw mode, resize) that a shell needs.
+pub fn interactive_shell(record: &JobRecord) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new("docker");
+    command.args([
+        "exec",
+        "-it",
+        "-w",
+        &record.limits.workspace_dir,
+        &container_name(&record.id),
+        "sh",
+        "-c",
+        "command -v bash >/dev/null && exec bash || exec sh",
+    ]);
+    command
+}

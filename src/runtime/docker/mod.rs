@@ -1,0 +1,550 @@
+//! The Docker runtime: one long-lived, hardened container per job, through bollard.
+//!
+//! The container is named `paddock-<job>` and carries two labels, `dev.paddock.job` and
+//! `dev.paddock.home`; code that stops or removes a container checks both right before it
+//! acts, so two installs sharing one daemon never touch each other's containers.
+//!
+//! Hardening (always on): a non-root user, `cap_drop: ALL`, `no-new-privileges`, a read-only
+//! root filesystem with tmpfs `/tmp` and HOME, pids/memory/CPU limits with swap equal to
+//! memory, no network unless the profile asks for `bridge`, an init process, Docker's default
+//! seccomp profile, and never the Docker socket.
+//!
+//! Git inside the container works without the user's repository being mounted: the job's
+//! private git dir is mounted read-write at [`CONTAINER_GIT_DIR`] (the worktree's `.git` link
+//! names that path, which exists only inside), and the user's object store, which it borrows
+//! through alternates, is mounted read-only at its own path. The git dir's `config`, `hooks/`,
+//! `info/` and `objects/info/alternates`, and the worktree's `.git` link, are mounted
+//! read-only again over the writable mounts, so git keeps working and the agent cannot
+//! re-point them. Nothing else of the user's repository (refs, config, hooks, other
+//! worktrees) is in the container.
+//!
+//! Every call to the daemon has a deadline: the client's for request/response calls, and our
+//! own for streams (exec output, builds), which the client's timeout does not cover.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    StopContainerOptionsBuilder,
+};
+
+mod exec;
+mod image;
+mod mounts;
+
+pub use exec::{exec, exec_in_sandbox, interactive_shell};
+pub use image::{DOCKERFILE, ENTRYPOINT, build_image};
+use mounts::{grant_agent_access, job_mounts};
+
+use super::RuntimeError;
+use crate::config::NetworkMode;
+use crate::job::{JobId, JobRecord, RuntimeKind};
+use crate::store::{JobStore, PaddockHome};
+
+pub const LABEL_JOB: &str = "dev.paddock.job";
+pub const LABEL_HOME: &str = "dev.paddock.home";
+/// Where HOME is inside job containers (a tmpfs).
+pub const CONTAINER_HOME: &str = "/home/agent";
+/// Where the job's private git dir is inside its container.
+pub const CONTAINER_GIT_DIR: &str = "/paddock/git";
+/// Where the job's outbox is inside its container.
+pub const CONTAINER_OUTBOX: &str = "/paddock/outbox";
+/// Marks the short-lived containers that run a sync of a stopped job.
+pub const LABEL_ROLE: &str = "dev.paddock.role";
+
+/// Deadline for one request/response call to the daemon.
+const API_TIMEOUT: Duration = Duration::from_secs(30);
+/// Deadline for the "is the daemon there" probe.
+const PING_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a timed-out exec's output may still trickle in after the kill.
+const AFTER_KILL: Duration = Duration::from_secs(1);
+/// Deadline of an image build.
+const BUILD_TIMEOUT: Duration = Duration::from_secs(1800);
+
+pub fn container_name(id: &JobId) -> String {
+    format!("paddock-{id}")
+}
+
+/// A client for the local daemon (`DOCKER_HOST` or the default socket).
+pub fn connect() -> Result<Docker, RuntimeError> {
+    Docker::connect_with_local_defaults()
+        .map(|docker| docker.with_timeout(API_TIMEOUT))
+        .map_err(|e| RuntimeError::DockerUnavailable {
+            message: e.to_string(),
+        })
+}
+
+fn is_not_found(error: &bollard::errors::Error) -> bool {
+    matches!(
+        error,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+fn is_unreachable(error: &bollard::errors::Error) -> bool {
+    use bollard::errors::Error as E;
+    matches!(
+        error,
+        E::HyperResponseError { .. }
+            | E::IOError { .. }
+            | E::RequestTimeoutError
+            | E::SocketNotFoundError(_)
+    )
+}
+
+/// Awaits one daemon call with a deadline and turns its failure into a [`RuntimeError`] that
+/// names the action and the target.
+async fn call<T>(
+    action: &'static str,
+    target: &str,
+    deadline: Duration,
+    future: impl Future<Output = Result<T, bollard::errors::Error>>,
+) -> Result<T, RuntimeError> {
+    match tokio::time::timeout(deadline, future).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) if is_unreachable(&error) => Err(RuntimeError::DockerUnavailable {
+            message: format!("{action} `{target}`: {error}"),
+        }),
+        Ok(Err(error)) => Err(RuntimeError::Docker {
+            action,
+            target: target.to_string(),
+            message: error.to_string(),
+        }),
+        Err(_) => Err(RuntimeError::DockerTimeout {
+            action,
+            target: target.to_string(),
+            after: deadline,
+        }),
+    }
+}
+
+/// Checks that the daemon answers, the image exists and (for runsc) the runtime is
+/// registered. Never pulls.
+pub async fn check_ready(kind: RuntimeKind, image: &str) -> Result<(), RuntimeError> {
+    let docker = connect()?;
+    call("ping", "daemon", PING_TIMEOUT, docker.ping())
+        .await
+        .map_err(|e| match e {
+            RuntimeError::DockerTimeout { .. } => RuntimeError::DockerUnavailable {
+                message: "the daemon did not answer within 3s".into(),
+            },
+            other => other,
+        })?;
+    match docker.inspect_image(image).await {
+        Ok(_) => {}
+        Err(e) if is_not_found(&e) => {
+            return Err(RuntimeError::ImageMissing {
+                image: image.to_string(),
+            });
+        }
+        Err(e) => {
+            return Err(RuntimeError::Docker {
+                action: "inspect image",
+                target: image.to_string(),
+                message: e.to_string(),
+            });
+        }
+    }
+    if kind == RuntimeKind::Runsc {
+        let runtimes = registered_runtimes(&docker).await?;
+        if !runtimes.iter().any(|r| r == "runsc") {
+            return Err(RuntimeError::OciRuntimeMissing {
+                runtime: "runsc".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The OCI runtimes the daemon has registered.
+pub async fn registered_runtimes(docker: &Docker) -> Result<Vec<String>, RuntimeError> {
+    let info = call("info", "daemon", API_TIMEOUT, docker.info()).await?;
+    let mut names: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+    names.sort();
+    Ok(names)
+}
+
+/// The uid:gid the agent runs as: the host user's when paddock is not root, else the
+/// profile's unprivileged uid.
+pub fn agent_user(profile_uid: u32) -> (u32, u32) {
+    // SAFETY: geteuid/getegid cannot fail and touch no memory.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if uid == 0 {
+        (profile_uid, profile_uid)
+    } else {
+        (uid, gid)
+    }
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
+    move |source| RuntimeError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The container's configuration, derived from the record alone so a container can be
+/// recreated identically.
+fn container_body(
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<ContainerCreateBody, RuntimeError> {
+    let limits = &record.limits;
+    let (uid, gid) = agent_user(limits.uid);
+    let mut env = vec![
+        format!("HOME={CONTAINER_HOME}"),
+        format!("PADDOCK_JOB_ID={}", record.id),
+        format!("PADDOCK_WORKSPACE={}", limits.workspace_dir),
+    ];
+    // Git's identity and settings are part of the container, so the first exec has them
+    // (no entrypoint script that could race it).
+    env.extend(
+        super::agent_git_env(record)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}")),
+    );
+    env.extend(
+        crate::cache::env_vars(&record.caches)
+            .iter()
+            .map(|(k, v)| format!("{k}={v}")),
+    );
+    env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
+    let tmpfs_opts = |size: &str| format!("rw,nosuid,nodev,size={size},mode=1777");
+    let memory = i64::try_from(limits.memory.0).unwrap_or(i64::MAX);
+    let host_config = HostConfig {
+        mounts: Some(job_mounts(record)?),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        readonly_rootfs: Some(true),
+        tmpfs: Some(HashMap::from([
+            ("/tmp".to_string(), tmpfs_opts("512m")),
+            (CONTAINER_HOME.to_string(), tmpfs_opts("256m")),
+        ])),
+        pids_limit: Some(i64::from(limits.pids)),
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        nano_cpus: Some(limits.cpus.nano_cpus()),
+        network_mode: Some(
+            match limits.network {
+                NetworkMode::None => "none",
+                NetworkMode::Bridge => "bridge",
+            }
+            .into(),
+        ),
+        init: Some(true),
+        runtime: Some(
+            match record.runtime {
+                RuntimeKind::Runsc => "runsc",
+                _ => "runc",
+            }
+            .into(),
+        ),
+        ..Default::default()
+    };
+    Ok(ContainerCreateBody {
+        image: Some(limits.image.clone()),
+        user: Some(format!("{uid}:{gid}")),
+        working_dir: Some(limits.workspace_dir.clone()),
+        env: Some(env),
+        labels: Some(HashMap::from([
+            (LABEL_JOB.to_string(), record.id.to_string()),
+            (LABEL_HOME.to_string(), home.id().to_string()),
+        ])),
+        stop_signal: Some("SIGTERM".into()),
+        host_config: Some(host_config),
+        ..Default::default()
+    })
+}
+
+/// Gives the job's files to the agent's uid (see [`grant_agent_access`]), then creates and
+/// starts the job's first container; returns its id.
+pub async fn create_first_container(
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<String, RuntimeError> {
+    grant_agent_access(record, agent_user(record.limits.uid).0)?;
+    create_job_container(home, record).await
+}
+
+/// Creates and starts the job's container; returns its id.
+async fn create_job_container(
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<String, RuntimeError> {
+    let docker = connect()?;
+    let name = container_name(&record.id);
+    let body = container_body(home, record)?;
+    let options = CreateContainerOptionsBuilder::new().name(&name).build();
+    let created = call(
+        "create container",
+        &name,
+        API_TIMEOUT,
+        docker.create_container(Some(options), body),
+    )
+    .await?;
+    call(
+        "start container",
+        &name,
+        API_TIMEOUT,
+        docker.start_container(&name, None),
+    )
+    .await?;
+    Ok(created.id)
+}
+
+/// What the daemon says about a job's container.
+#[derive(Debug, Clone)]
+pub struct ContainerStatus {
+    pub id: String,
+    pub running: bool,
+    pub exit_code: Option<i64>,
+    pub oom_killed: bool,
+}
+
+/// Inspects `paddock-<job>`; `None` when it does not exist. Refuses a container that does
+/// not carry both of this install's labels.
+async fn inspect_ours(
+    docker: &Docker,
+    home: &PaddockHome,
+    id: &JobId,
+) -> Result<Option<ContainerStatus>, RuntimeError> {
+    inspect_named(docker, home, &container_name(id), id.as_str()).await
+}
+
+/// Inspects the container `name`; `None` when it does not exist. Refuses one that does not
+/// carry both this install's home label and `job` as its job label.
+async fn inspect_named(
+    docker: &Docker,
+    home: &PaddockHome,
+    name: &str,
+    job: &str,
+) -> Result<Option<ContainerStatus>, RuntimeError> {
+    let name = name.to_string();
+    let info = match tokio::time::timeout(API_TIMEOUT, docker.inspect_container(&name, None)).await
+    {
+        Ok(Ok(info)) => info,
+        Ok(Err(e)) if is_not_found(&e) => return Ok(None),
+        Ok(Err(e)) if is_unreachable(&e) => {
+            return Err(RuntimeError::DockerUnavailable {
+                message: e.to_string(),
+            });
+        }
+        Ok(Err(e)) => {
+            return Err(RuntimeError::Docker {
+                action: "inspect container",
+                target: name,
+                message: e.to_string(),
+            });
+        }
+        Err(_) => {
+            return Err(RuntimeError::DockerTimeout {
+                action: "inspect container",
+                target: name,
+                after: API_TIMEOUT,
+            });
+        }
+    };
+    let labels = info
+        .config
+        .as_ref()
+        .and_then(|c| c.labels.clone())
+        .unwrap_or_default();
+    if labels.get(LABEL_JOB).map(String::as_str) != Some(job)
+        || labels.get(LABEL_HOME).map(String::as_str) != Some(home.id())
+    {
+        return Err(RuntimeError::NotOurContainer { name });
+    }
+    let state = info.state.unwrap_or_default();
+    Ok(Some(ContainerStatus {
+        id: info.id.unwrap_or_default(),
+        running: state.running.unwrap_or(false),
+        exit_code: state.exit_code,
+        oom_killed: state.oom_killed.unwrap_or(false),
+    }))
+}
+
+/// Makes sure the job's container runs: starts it when stopped, recreates it (same mounts
+/// and limits) when it is gone. Returns the container id.
+pub async fn ensure_running(
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<String, RuntimeError> {
+    let docker = connect()?;
+    let name = container_name(&record.id);
+    match inspect_ours(&docker, home, &record.id).await? {
+        Some(status) if status.running => Ok(status.id),
+        Some(status) => {
+            let started = call(
+                "start container",
+                &name,
+                API_TIMEOUT,
+                docker.start_container(&name, None),
+            )
+            .await;
+            match started {
+                Ok(()) => Ok(status.id),
+                Err(error) => {
+                    // A container that cannot start (say a mount source moved) is replaced.
+                    tracing::warn!(job = %record.id, %error, "recreating a container that would not start");
+                    remove_job_container(home, &record.id).await?;
+                    create_job_container(home, record).await
+                }
+            }
+        }
+        None => create_job_container(home, record).await,
+    }
+}
+
+/// Records the container's exit code and OOM flag in the job, then stops the container.
+pub async fn stop_job_container(
+    home: &PaddockHome,
+    store: &JobStore,
+    record: JobRecord,
+) -> Result<JobRecord, RuntimeError> {
+    let docker = connect()?;
+    let Some(status) = inspect_ours(&docker, home, &record.id).await? else {
+        return Ok(record);
+    };
+    let mut record = record;
+    if !status.running && (status.oom_killed || record.exit_code.is_none()) {
+        let (exit_code, oom) = (status.exit_code, status.oom_killed);
+        if let Ok((updated, ())) = store.update(&record.id, |r| {
+            r.exit_code = r.exit_code.or(exit_code);
+            r.oom_killed |= oom;
+        }) {
+            record = updated;
+        }
+    }
+    if status.running {
+        stop_container(&docker, &record.id, record.limits.grace.0).await?;
+    }
+    Ok(record)
+}
+
+async fn stop_container(docker: &Docker, id: &JobId, grace: Duration) -> Result<(), RuntimeError> {
+    let name = container_name(id);
+    let secs = i32::try_from(grace.as_secs()).unwrap_or(i32::MAX);
+    let options = StopContainerOptionsBuilder::new().t(secs).build();
+    // The client's timeout does not cover a long grace: give the call its own deadline.
+    call(
+        "stop container",
+        &name,
+        grace + API_TIMEOUT,
+        docker.stop_container(&name, Some(options)),
+    )
+    .await
+}
+
+/// `paddock stop`: stops the job's container (SIGTERM, `grace`, then SIGKILL).
+pub async fn stop_job(
+    home: &PaddockHome,
+    id: &JobId,
+    grace: Duration,
+) -> Result<bool, RuntimeError> {
+    let docker = connect()?;
+    match inspect_ours(&docker, home, id).await? {
+        Some(status) if status.running => {
+            stop_container(&docker, id, grace).await?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// Removes the job's container if it exists and is ours.
+pub async fn remove_job_container(home: &PaddockHome, id: &JobId) -> Result<(), RuntimeError> {
+    remove_labelled_container(home, &container_name(id), id.as_str()).await
+}
+
+/// Removes the container `name` if it exists and carries this install's labels with `job`
+/// as its job (checked right before the removal).
+pub async fn remove_labelled_container(
+    home: &PaddockHome,
+    name: &str,
+    job: &str,
+) -> Result<(), RuntimeError> {
+    let docker = connect()?;
+    if inspect_named(&docker, home, name, job).await?.is_none() {
+        return Ok(());
+    }
+    let name = name.to_string();
+    let options = RemoveContainerOptionsBuilder::new()
+        .force(true)
+        .v(true)
+        .build();
+    match tokio::time::timeout(API_TIMEOUT, docker.remove_container(&name, Some(options))).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) if is_not_found(&e) => Ok(()),
+        Ok(Err(e)) => Err(RuntimeError::Docker {
+            action: "remove container",
+            target: name,
+            message: e.to_string(),
+        }),
+        Err(_) => Err(RuntimeError::DockerTimeout {
+            action: "remove container",
+            target: name,
+            after: API_TIMEOUT,
+        }),
+    }
+}
+
+/// A container that carries this install's labels.
+#[derive(Debug, Clone)]
+pub struct LabelledContainer {
+    pub name: String,
+    pub job: String,
+    pub running: bool,
+    /// A short-lived container running a sync of a stopped job, not the job's own.
+    pub sync: bool,
+    pub created: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Every container labelled with this install's home id.
+pub async fn list_job_containers(
+    home: &PaddockHome,
+) -> Result<Vec<LabelledContainer>, RuntimeError> {
+    let docker = connect()?;
+    let filters = HashMap::from([("label", vec![format!("{LABEL_HOME}={}", home.id())])]);
+    let options = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let containers = call(
+        "list containers",
+        "daemon",
+        API_TIMEOUT,
+        docker.list_containers(Some(options)),
+    )
+    .await?;
+    Ok(containers
+        .into_iter()
+        .filter_map(|c| {
+            let labels = c.labels.unwrap_or_default();
+            if labels.get(LABEL_HOME).map(String::as_str) != Some(home.id()) {
+                return None;
+            }
+            Some(LabelledContainer {
+                name: c
+                    .names
+                    .and_then(|n| n.first().cloned())
+                    .unwrap_or_default()
+                    .trim_start_matches('/')
+                    .to_string(),
+                job: labels.get(LABEL_JOB).cloned()?,
+                running: c.state.map(|s| s.to_string() == "running").unwrap_or(false),
+                sync: labels.get(LABEL_ROLE).map(String::as_str) == Some("sync"),
+                created: c
+                    .created
+                    .and_then(|t| chrono::DateTime::from_timestamp(t, 0)),
+            })
+        })
+        .collect())
+}
