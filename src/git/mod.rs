@@ -16,39 +16,26 @@
 //! - Metadata mutations on one repository hold that lock, so parallel `paddock` processes
 //!   never race on `packed-refs.lock`.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use tokio::process::Command;
 
 use crate::store::FileLock;
 
+mod call;
 pub mod jobdir;
+mod legacy;
+mod reads;
 pub mod sync;
 
-/// How long a metadata command (branch, update-ref, worktree bookkeeping) may take.
-const METADATA_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long a checkout or a snapshot of a large worktree may take.
-const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(1800);
+use call::{CHECKOUT_TIMEOUT, GitCall};
+pub use legacy::JobWorktree;
+use reads::{commits_between, file_changes, render_diff};
+
 /// How long to wait for another paddock process to release a repository's lock.
 const LOCK_WAIT: Duration = Duration::from_secs(300);
-
-/// Config that makes host-side git inert against anything the agent wrote: no hooks, no
-/// fsmonitor daemon, and a parallel checkout sized to the machine.
-const SAFE_CONFIG: &[&str] = &[
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "core.fsmonitor=false",
-    "-c",
-    "checkout.workers=0",
-    "-c",
-    "advice.detachedHead=false",
-];
 
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
@@ -104,16 +91,6 @@ pub struct GitRepo {
     pub lock_path: PathBuf,
 }
 
-/// A job made by paddock before 0.2, whose worktree was a linked worktree of the user's
-/// repository (admin dir in `<common>/worktrees/`). Kept only so such jobs can be removed
-/// without losing work.
-#[derive(Debug, Clone)]
-pub struct JobWorktree {
-    pub path: PathBuf,
-    pub git_dir: PathBuf,
-    pub common_dir: PathBuf,
-}
-
 /// One commit, for `log` and `show`.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct CommitInfo {
@@ -158,174 +135,6 @@ fn read_err(path: &Path) -> impl FnOnce(git2::Error) -> GitError + '_ {
         source,
     }
 }
-
-/// One git CLI invocation with the safe config, an explicit git dir and a deadline.
-struct GitCall<'a> {
-    dir: &'a Path,
-    git_dir: Option<&'a Path>,
-    work_tree: Option<&'a Path>,
-    args: Vec<OsString>,
-    env: Vec<(&'static str, OsString)>,
-    timeout: Duration,
-    /// A file to feed on standard input, from this offset.
-    stdin: Option<(PathBuf, u64)>,
-    /// Run as this uid and gid (paddock as root making files for the agent's uid).
-    user: Option<(u32, u32)>,
-}
-
-impl<'a> GitCall<'a> {
-    fn new(dir: &'a Path, args: &[&str]) -> Self {
-        GitCall {
-            dir,
-            git_dir: None,
-            work_tree: None,
-            args: args.iter().map(OsString::from).collect(),
-            env: Vec::new(),
-            timeout: METADATA_TIMEOUT,
-            stdin: None,
-            user: None,
-        }
-    }
-
-    fn run_as(mut self, user: Option<(u32, u32)>) -> Self {
-        self.user = user;
-        self
-    }
-
-    fn stdin_from(mut self, file: &Path, offset: u64) -> Self {
-        self.stdin = Some((file.to_path_buf(), offset));
-        self
-    }
-
-    fn arg(mut self, arg: impl Into<OsString>) -> Self {
-        self.args.push(arg.into());
-        self
-    }
-
-    fn git_dir(mut self, git_dir: &'a Path) -> Self {
-        self.git_dir = Some(git_dir);
-        self
-    }
-
-    fn work_tree(mut self, work_tree: &'a Path) -> Self {
-        self.work_tree = Some(work_tree);
-        self
-    }
-
-    fn env(mut self, key: &'static str, value: impl Into<OsString>) -> Self {
-        self.env.push((key, value.into()));
-        self
-    }
-
-    fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    async fn run(self) -> Result<String, GitError> {
-        let shown = self
-            .args
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let mut command = Command::new("git");
-        command.args(SAFE_CONFIG);
-        if let Some(git_dir) = self.git_dir {
-            command.arg("--git-dir").arg(git_dir);
-        }
-        if let Some(work_tree) = self.work_tree {
-            command.arg("--work-tree").arg(work_tree);
-        }
-        command
-            .args(&self.args)
-            .current_dir(self.dir)
-            .env("GIT_OPTIONAL_LOCKS", "0")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env_remove("GIT_INDEX_FILE")
-            .env_remove("GIT_DIR")
-            .env_remove("GIT_WORK_TREE")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(match &self.stdin {
-                None => Stdio::null(),
-                Some((path, offset)) => {
-                    use std::io::{Seek, SeekFrom};
-                    let mut file =
-                        std::fs::File::open(path).map_err(|source| GitError::Spawn { source })?;
-                    file.seek(SeekFrom::Start(*offset))
-                        .map_err(|source| GitError::Spawn { source })?;
-                    Stdio::from(file)
-                }
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        // If paddock is killed mid-operation, git dies with it rather than finishing
-        // unsupervised after a sweep has already cleaned up.
-        if self.user.is_some() {
-            // Another uid cannot read root's global config; the checkout needs none.
-            command
-                .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .env("GIT_CONFIG_NOSYSTEM", "1");
-        }
-        let user = self.user;
-        // SAFETY: the closure runs in the forked child before exec and only calls
-        // async-signal-safe functions (prctl, setgroups, setgid, setuid).
-        unsafe {
-            command.pre_exec(move || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                if let Some((uid, gid)) = user
-                    && (libc::setgroups(0, std::ptr::null()) != 0
-                        || libc::setgid(gid) != 0
-                        || libc::setuid(uid) != 0)
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let started = std::time::Instant::now();
-        let child = command
-            .spawn()
-            .map_err(|source| GitError::Spawn { source })?;
-        let output = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
-            Ok(output) => output.map_err(|source| GitError::Spawn { source })?,
-            Err(_) => {
-                return Err(GitError::Timeout {
-                    args: shown,
-                    dir: self.dir.to_path_buf(),
-                    after: self.timeout,
-                });
-            }
-        };
-        tracing::debug!(args = %shown, ms = started.elapsed().as_millis() as u64, "git");
-        if output.status.success() {
-            Ok(String::from_utf8_lossy(&output.stdout)
-                .trim_end()
-                .to_string())
-        } else {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let stderr = stderr.trim();
-            Err(GitError::Command {
-                args: shown,
-                dir: self.dir.to_path_buf(),
-                stderr: if stderr.is_empty() {
-                    format!("exit status {}", output.status)
-                } else {
-                    stderr.lines().last().unwrap_or_default().to_string()
-                },
-            })
-        }
-    }
-}
-
-/// Identity for commits paddock itself writes (snapshots), so they work without a user config.
-const PADDOCK_IDENTITY: [(&str, &str); 4] = [
-    ("GIT_AUTHOR_NAME", "paddock"),
-    ("GIT_AUTHOR_EMAIL", "paddock@localhost"),
-    ("GIT_COMMITTER_NAME", "paddock"),
-    ("GIT_COMMITTER_EMAIL", "paddock@localhost"),
-];
 
 impl GitRepo {
     /// Finds the repository containing `path`; its lock lives in `locks_dir`.
@@ -448,76 +257,6 @@ impl GitRepo {
 
     fn call<'a>(&'a self, args: &[&str]) -> GitCall<'a> {
         GitCall::new(&self.root, args).git_dir(&self.common_dir)
-    }
-
-    /// `git worktree list --porcelain` as `(path, locked)` pairs.
-    async fn worktree_entries(&self) -> Result<Vec<(PathBuf, bool)>, GitError> {
-        let listing = self
-            .call(&["worktree", "list", "--porcelain"])
-            .run()
-            .await?;
-        Ok(listing
-            .split("\n\n")
-            .filter_map(|block| {
-                let path = block.lines().find_map(|l| l.strip_prefix("worktree "))?;
-                let locked = block.lines().any(|l| l.starts_with("locked"));
-                Some((PathBuf::from(path), locked))
-            })
-            .collect())
-    }
-
-    /// Registered worktrees under `root` whose directory is gone.
-    pub async fn missing_worktrees_under(&self, root: &Path) -> Result<Vec<PathBuf>, GitError> {
-        Ok(self
-            .worktree_entries()
-            .await?
-            .into_iter()
-            .filter(|(path, _)| path.starts_with(root) && !path.exists())
-            .map(|(path, _)| path)
-            .collect())
-    }
-
-    /// Unlocks and prunes admin entries whose worktree directory is gone, including entries a
-    /// killed `git worktree add` left locked ("initializing"). Only entries whose directory is
-    /// under `root` are unlocked.
-    pub async fn prune_missing_under(&self, root: &Path) -> Result<Vec<PathBuf>, GitError> {
-        let _lock = self.lock().await?;
-        let mut pruned = Vec::new();
-        for (path, locked) in self.worktree_entries().await? {
-            if !path.starts_with(root) || path.exists() {
-                continue;
-            }
-            if locked {
-                self.call(&["worktree", "unlock"]).arg(&path).run().await?;
-            }
-            pruned.push(path);
-        }
-        if !pruned.is_empty() {
-            self.call(&["worktree", "prune"]).run().await?;
-        }
-        Ok(pruned)
-    }
-
-    /// Removes a worktree and its admin dir. Succeeds when it is already gone.
-    pub async fn remove_worktree(&self, path: &Path) -> Result<(), GitError> {
-        let _lock = self.lock().await?;
-        if path.exists() {
-            // When this fails (not, or no longer, a registered worktree) the caller removes
-            // the directory itself after its ownership check.
-            self.call(&["worktree", "remove", "--force", "--force"])
-                .arg(path)
-                .timeout(CHECKOUT_TIMEOUT)
-                .run()
-                .await?;
-        }
-        self.call(&["worktree", "prune"]).run().await?;
-        Ok(())
-    }
-
-    /// Drops admin entries of worktrees whose directory is gone.
-    pub async fn prune_worktrees(&self) -> Result<(), GitError> {
-        let _lock = self.lock().await?;
-        self.call(&["worktree", "prune"]).run().await.map(drop)
     }
 
     /// Creates `refs/heads/<branch>` at `commit`; fails when the branch exists (git checks
@@ -674,118 +413,6 @@ impl GitRepo {
         })
         .await
     }
-
-    /// Legacy jobs only (see [`JobWorktree`]): commits any uncommitted work (tracked and
-    /// untracked, not ignored) of `worktree` to
-    /// `refname`, as a commit whose parent is the worktree's HEAD. The worktree's index and
-    /// branch are not touched. Returns the snapshot commit, or `None` when nothing was
-    /// uncommitted.
-    pub async fn snapshot(
-        &self,
-        worktree: &JobWorktree,
-        refname: &str,
-        message: &str,
-    ) -> Result<Option<String>, GitError> {
-        let tmp_index = std::env::temp_dir().join(format!(
-            "paddock-snapshot-{}.index",
-            crate::job::random_hex(12)
-        ));
-        // Starting from a copy of the real index reuses its stat cache (fast on big trees);
-        // without one, read HEAD's tree into the temporary index.
-        let seeded = std::fs::copy(worktree.git_dir.join("index"), &tmp_index).is_ok();
-        let result = async {
-            let call = |args: &[&str]| {
-                GitCall::new(&worktree.path, args)
-                    .git_dir(&worktree.git_dir)
-                    .work_tree(&worktree.path)
-                    .env("GIT_INDEX_FILE", &tmp_index)
-                    .timeout(CHECKOUT_TIMEOUT)
-            };
-            if !seeded {
-                call(&["read-tree", "HEAD"]).run().await?;
-            }
-            call(&["add", "-A", "--", "."]).run().await?;
-            let tree = call(&["write-tree"]).run().await?;
-            let head_tree = call(&["rev-parse", "HEAD^{tree}"]).run().await?;
-            if tree == head_tree {
-                return Ok(None);
-            }
-            let mut commit_tree = call(&["commit-tree", &tree, "-p", "HEAD", "-m", message]);
-            for (key, value) in PADDOCK_IDENTITY {
-                commit_tree = commit_tree.env(key, value);
-            }
-            let commit = commit_tree.run().await?;
-            let _lock = self.lock().await?;
-            self.call(&["update-ref", refname, &commit]).run().await?;
-            Ok(Some(commit))
-        }
-        .await;
-        let _ = std::fs::remove_file(&tmp_index);
-        result
-    }
-}
-
-fn commits_between(
-    repo: &git2::Repository,
-    base: &str,
-    tip: &str,
-    path: &Path,
-) -> Result<Vec<git2::Oid>, GitError> {
-    let mut walk = repo.revwalk().map_err(read_err(path))?;
-    walk.push(git2::Oid::from_str(tip).map_err(read_err(path))?)
-        .map_err(read_err(path))?;
-    walk.hide(git2::Oid::from_str(base).map_err(read_err(path))?)
-        .map_err(read_err(path))?;
-    walk.collect::<Result<Vec<_>, _>>().map_err(read_err(path))
-}
-
-fn status_name(delta: git2::Delta) -> &'static str {
-    match delta {
-        git2::Delta::Added => "added",
-        git2::Delta::Deleted => "deleted",
-        git2::Delta::Modified => "modified",
-        git2::Delta::Renamed => "renamed",
-        git2::Delta::Copied => "copied",
-        git2::Delta::Untracked => "untracked",
-        git2::Delta::Typechange => "typechange",
-        git2::Delta::Conflicted => "conflicted",
-        _ => "changed",
-    }
-}
-
-fn file_changes(diff: &git2::Diff<'_>) -> Vec<FileChange> {
-    diff.deltas()
-        .map(|delta| FileChange {
-            path: delta
-                .new_file()
-                .path()
-                .or_else(|| delta.old_file().path())
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            status: status_name(delta.status()).to_string(),
-        })
-        .collect()
-}
-
-/// Renders a diff as a patch, or with `stat` as a diffstat.
-fn render_diff(diff: &git2::Diff<'_>, stat: bool, path: &Path) -> Result<String, GitError> {
-    if stat {
-        let stats = diff.stats().map_err(read_err(path))?;
-        let buf = stats
-            .to_buf(git2::DiffStatsFormat::FULL, 80)
-            .map_err(read_err(path))?;
-        return Ok(String::from_utf8_lossy(&buf).into_owned());
-    }
-    let mut out = Vec::new();
-    diff.print(git2::DiffFormat::Patch, |_, _, line| {
-        if matches!(line.origin(), '+' | '-' | ' ') {
-            out.push(line.origin() as u8);
-        }
-        out.extend_from_slice(line.content());
-        true
-    })
-    .map_err(read_err(path))?;
-    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// The repository's object store and every store it borrows from through

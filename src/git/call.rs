@@ -1,0 +1,191 @@
+//! One git CLI invocation: the safe config that makes host-side git inert against anything
+//! an agent wrote (no hooks, no fsmonitor), an explicit git dir, a deadline, and a child
+//! that dies with paddock.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::Command;
+
+use super::GitError;
+
+/// How long a metadata command (branch, update-ref, worktree bookkeeping) may take.
+pub(super) const METADATA_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long a checkout or a snapshot of a large worktree may take.
+pub(super) const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// Config that makes host-side git inert against anything the agent wrote: no hooks, no
+/// fsmonitor daemon, and a parallel checkout sized to the machine.
+const SAFE_CONFIG: &[&str] = &[
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "checkout.workers=0",
+    "-c",
+    "advice.detachedHead=false",
+];
+
+/// One git CLI invocation with the safe config, an explicit git dir and a deadline.
+pub(super) struct GitCall<'a> {
+    dir: &'a Path,
+    git_dir: Option<&'a Path>,
+    work_tree: Option<&'a Path>,
+    args: Vec<OsString>,
+    env: Vec<(&'static str, OsString)>,
+    timeout: Duration,
+    /// A file to feed on standard input, from this offset.
+    stdin: Option<(PathBuf, u64)>,
+    /// Run as this uid and gid (paddock as root making files for the agent's uid).
+    user: Option<(u32, u32)>,
+}
+
+impl<'a> GitCall<'a> {
+    pub(super) fn new(dir: &'a Path, args: &[&str]) -> Self {
+        GitCall {
+            dir,
+            git_dir: None,
+            work_tree: None,
+            args: args.iter().map(OsString::from).collect(),
+            env: Vec::new(),
+            timeout: METADATA_TIMEOUT,
+            stdin: None,
+            user: None,
+        }
+    }
+
+    pub(super) fn run_as(mut self, user: Option<(u32, u32)>) -> Self {
+        self.user = user;
+        self
+    }
+
+    pub(super) fn stdin_from(mut self, file: &Path, offset: u64) -> Self {
+        self.stdin = Some((file.to_path_buf(), offset));
+        self
+    }
+
+    pub(super) fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    pub(super) fn git_dir(mut self, git_dir: &'a Path) -> Self {
+        self.git_dir = Some(git_dir);
+        self
+    }
+
+    pub(super) fn work_tree(mut self, work_tree: &'a Path) -> Self {
+        self.work_tree = Some(work_tree);
+        self
+    }
+
+    pub(super) fn env(mut self, key: &'static str, value: impl Into<OsString>) -> Self {
+        self.env.push((key, value.into()));
+        self
+    }
+
+    pub(super) fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub(super) async fn run(self) -> Result<String, GitError> {
+        let shown = self
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut command = Command::new("git");
+        command.args(SAFE_CONFIG);
+        if let Some(git_dir) = self.git_dir {
+            command.arg("--git-dir").arg(git_dir);
+        }
+        if let Some(work_tree) = self.work_tree {
+            command.arg("--work-tree").arg(work_tree);
+        }
+        command
+            .args(&self.args)
+            .current_dir(self.dir)
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env_remove("GIT_INDEX_FILE")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(match &self.stdin {
+                None => Stdio::null(),
+                Some((path, offset)) => {
+                    use std::io::{Seek, SeekFrom};
+                    let mut file =
+                        std::fs::File::open(path).map_err(|source| GitError::Spawn { source })?;
+                    file.seek(SeekFrom::Start(*offset))
+                        .map_err(|source| GitError::Spawn { source })?;
+                    Stdio::from(file)
+                }
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // If paddock is killed mid-operation, git dies with it rather than finishing
+        // unsupervised after a sweep has already cleaned up.
+        if self.user.is_some() {
+            // Another uid cannot read root's global config; the checkout needs none.
+            command
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1");
+        }
+        let user = self.user;
+        // SAFETY: the closure runs in the forked child before exec and only calls
+        // async-signal-safe functions (prctl, setgroups, setgid, setuid).
+        unsafe {
+            command.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if let Some((uid, gid)) = user
+                    && (libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(gid) != 0
+                        || libc::setuid(uid) != 0)
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let started = std::time::Instant::now();
+        let child = command
+            .spawn()
+            .map_err(|source| GitError::Spawn { source })?;
+        let output = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
+            Ok(output) => output.map_err(|source| GitError::Spawn { source })?,
+            Err(_) => {
+                return Err(GitError::Timeout {
+                    args: shown,
+                    dir: self.dir.to_path_buf(),
+                    after: self.timeout,
+                });
+            }
+        };
+        tracing::debug!(args = %shown, ms = started.elapsed().as_millis() as u64, "git");
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout)
+                .trim_end()
+                .to_string())
+        } else {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let stderr = stderr.trim();
+            Err(GitError::Command {
+                args: shown,
+                dir: self.dir.to_path_buf(),
+                stderr: if stderr.is_empty() {
+                    format!("exit status {}", output.status)
+                } else {
+                    stderr.lines().last().unwrap_or_default().to_string()
+                },
+            })
+        }
+    }
+}
