@@ -15,8 +15,9 @@ use chrono::Utc;
 use super::{Error, Paddock, Result};
 use crate::config::KillPolicy;
 use crate::git::GitRepo;
+use crate::git::scratch::ScratchRepo;
 use crate::git::sync::{
-    Received, SCRATCH_BRANCH, SCRATCH_STATE, SYNC_SCRIPT, ScratchRepo, SyncCapture, WorkState,
+    Received, SCRATCH_BRANCH, SCRATCH_STATE, SYNC_SCRIPT, SyncCapture, WorkState,
 };
 use crate::job::JobRecord;
 use crate::output::{OutputSink, StreamKind};

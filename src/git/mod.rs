@@ -28,6 +28,7 @@ mod call;
 pub mod jobdir;
 mod legacy;
 mod reads;
+pub mod scratch;
 pub mod sync;
 
 use call::{CHECKOUT_TIMEOUT, GitCall};

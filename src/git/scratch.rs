@@ -1,0 +1,409 @@
+//! The scratch repository: a paddock-owned bare repository per job that receives its syncs.
+//! It borrows the user's objects through `objects/info/alternates`, so it stores only what
+//! the agent made; a bundle is checked against the sync header and indexed with
+//! `index-pack --strict` here before anything reaches the user's repository. Host-side reads
+//! of a job (log, changes, diff) come from here, through git2.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::sync::{Received, SCRATCH_BRANCH, SCRATCH_STATE, WorkState, is_object_id, shown};
+use super::{
+    ChangeSummary, CommitInfo, FileChange, GitCall, GitError, blocking, commits_between,
+    file_changes, read_err,
+};
+
+/// A paddock-owned bare repository per job that receives its syncs. It borrows the user's
+/// objects through `objects/info/alternates`, so it stores only what the agent made.
+#[derive(Debug, Clone)]
+pub struct ScratchRepo {
+    pub path: PathBuf,
+}
+
+impl ScratchRepo {
+    fn call(&self, args: &[&str]) -> GitCall<'_> {
+        GitCall::new(&self.path, args).git_dir(&self.path)
+    }
+
+    /// Creates the repository unless it exists.
+    pub async fn ensure(&self, user_objects: &Path) -> Result<(), GitError> {
+        if self.path.join("objects").is_dir() {
+            return Ok(());
+        }
+        let parent = self.path.parent().unwrap_or(&self.path);
+        GitCall::new(parent, &["init", "--bare", "-q"])
+            .arg(&self.path)
+            .run()
+            .await?;
+        let alternates = self.path.join("objects/info/alternates");
+        std::fs::write(&alternates, format!("{}\n", user_objects.display())).map_err(|e| {
+            GitError::Command {
+                args: "init scratch repository".into(),
+                dir: alternates.clone(),
+                stderr: e.to_string(),
+            }
+        })
+    }
+
+    /// The branch tip and uncommitted-work snapshot of the last sync, if any.
+    pub async fn known(&self) -> Result<(Option<String>, Option<String>), GitError> {
+        let path = self.path.clone();
+        blocking(move || {
+            let Ok(repo) = git2::Repository::open_bare(&path) else {
+                return Ok((None, None));
+            };
+            let target = |name: &str| {
+                repo.find_reference(name)
+                    .ok()
+                    .and_then(|r| r.target())
+                    .map(|oid| oid.to_string())
+            };
+            Ok((target(SCRATCH_BRANCH), target(SCRATCH_STATE)))
+        })
+        .await
+    }
+
+    /// Takes a checked stream in: the bundle must hold exactly the refs the header names, at
+    /// the commits it names, and its objects pass fsck. Refs whose commit the host already
+    /// has are set without a bundle. `refs/sync/state` follows the header's state. Returns the
+    /// pack the bundle became, if one came.
+    pub async fn receive(
+        &self,
+        received: &Received,
+        branch: &str,
+    ) -> Result<Option<PathBuf>, GitError> {
+        let header = &received.header;
+        let branch_ref = format!("refs/heads/{branch}");
+        let state = match &header.state {
+            WorkState::Snapshot(commit) => Some(commit.clone()),
+            _ => None,
+        };
+        let wanted = [
+            (branch_ref.as_str(), header.tip.as_ref(), SCRATCH_BRANCH),
+            ("refs/paddock/state", state.as_ref(), SCRATCH_STATE),
+        ];
+        let mut fetched = BTreeSet::new();
+        let mut pack = None;
+        if let Some(bundle) = &received.bundle {
+            let (heads, pack_offset) = read_bundle_header(bundle)?;
+            for (commit, name) in &heads {
+                let expected = wanted.iter().find(|(source, _, _)| source == name);
+                match expected {
+                    Some((_, Some(want), target)) if *want == commit => {
+                        fetched.insert(*target);
+                    }
+                    _ => {
+                        return Err(bad_bundle(
+                            bundle,
+                            format!("unexpected ref `{}` at `{}`", shown(name), shown(commit)),
+                        ));
+                    }
+                }
+            }
+            // `--strict` checks every object (as fsck does) and that everything they name
+            // exists; `--fix-thin` completes deltas against objects the host already has.
+            let indexed = self
+                .call(&["index-pack", "--stdin", "--fix-thin", "--strict"])
+                .stdin_from(bundle, pack_offset)
+                .timeout(super::CHECKOUT_TIMEOUT)
+                .run()
+                .await?;
+            let hash = indexed
+                .lines()
+                .find_map(|line| line.strip_prefix("pack\t"))
+                .filter(|hash| is_object_id(hash))
+                .ok_or_else(|| {
+                    bad_bundle(bundle, format!("index-pack said `{}`", shown(&indexed)))
+                })?;
+            pack = Some(
+                self.path
+                    .join("objects/pack")
+                    .join(format!("pack-{hash}.pack")),
+            );
+            for (commit, name) in &heads {
+                if let Some((_, _, target)) = wanted.iter().find(|(source, _, _)| source == name) {
+                    self.require_commit(commit).await?;
+                    self.call(&["update-ref", target, commit]).run().await?;
+                }
+            }
+        }
+        for (_, commit, target) in wanted {
+            if fetched.contains(target) {
+                continue;
+            }
+            // A branch the sandbox cannot resolve keeps its last synced tip, as the user's
+            // repository does.
+            if target == SCRATCH_BRANCH && commit.is_none() {
+                continue;
+            }
+            // Only after a snapshot sync does the state ref change; the branch always does.
+            if target == SCRATCH_STATE && header.state == WorkState::Unknown {
+                continue;
+            }
+            match commit {
+                Some(commit) => {
+                    self.require_commit(commit).await?;
+                    self.call(&["update-ref", target, commit]).run().await?;
+                }
+                None => {
+                    self.call(&["update-ref", "-d", target]).run().await?;
+                }
+            }
+        }
+        Ok(pack)
+    }
+
+    /// Points the scratch repository's copy of the job's branch at `commit` (which the user's
+    /// repository has).
+    pub async fn set_branch(&self, commit: &str) -> Result<(), GitError> {
+        self.require_commit(commit).await?;
+        self.call(&["update-ref", SCRATCH_BRANCH, commit])
+            .run()
+            .await
+            .map(drop)
+    }
+
+    /// Fails unless `commit` is a commit the scratch repository (or the user's objects) has.
+    async fn require_commit(&self, commit: &str) -> Result<(), GitError> {
+        let path = self.path.clone();
+        let wanted = commit.to_string();
+        blocking(move || {
+            let repo = git2::Repository::open_bare(&path).map_err(read_err(&path))?;
+            let oid = git2::Oid::from_str(&wanted).map_err(read_err(&path))?;
+            repo.find_commit(oid).map(drop).map_err(read_err(&path))
+        })
+        .await
+    }
+
+    /// Whether `descendant` has `ancestor` in its history (a fast-forward).
+    pub async fn is_fast_forward(
+        &self,
+        ancestor: &str,
+        descendant: &str,
+    ) -> Result<bool, GitError> {
+        let path = self.path.clone();
+        let (ancestor, descendant) = (ancestor.to_string(), descendant.to_string());
+        blocking(move || {
+            let repo = git2::Repository::open_bare(&path).map_err(read_err(&path))?;
+            let oid = |s: &str| git2::Oid::from_str(s).map_err(read_err(&path));
+            let (a, d) = (oid(&ancestor)?, oid(&descendant)?);
+            Ok(a == d || repo.graph_descendant_of(d, a).map_err(read_err(&path))?)
+        })
+        .await
+    }
+
+    fn open(&self) -> Result<git2::Repository, GitError> {
+        git2::Repository::open_bare(&self.path).map_err(read_err(&self.path))
+    }
+
+    /// Commits on the synced branch since `base`, newest first.
+    pub async fn log(&self, base: &str) -> Result<Vec<CommitInfo>, GitError> {
+        let this = self.clone();
+        let base = base.to_string();
+        blocking(move || {
+            let repo = this.open()?;
+            let Some(tip) = ref_oid(&repo, SCRATCH_BRANCH) else {
+                return Ok(Vec::new());
+            };
+            commits_between(&repo, &base, &tip.to_string(), &this.path)?
+                .into_iter()
+                .map(|oid| {
+                    let commit = repo.find_commit(oid).map_err(read_err(&this.path))?;
+                    let author = commit.author();
+                    Ok(CommitInfo {
+                        sha: oid.to_string(),
+                        summary: commit.summary().unwrap_or_default().to_string(),
+                        author: author.name().unwrap_or_default().to_string(),
+                        time: chrono::DateTime::from_timestamp(commit.time().seconds(), 0)
+                            .unwrap_or_default(),
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// Commits ahead of the base and files changed, committed and not, as of the last sync
+    /// that took a snapshot. New files in `untracked` are reported as `untracked`.
+    pub async fn changes(
+        &self,
+        base: &str,
+        untracked: BTreeSet<String>,
+    ) -> Result<ChangeSummary, GitError> {
+        let this = self.clone();
+        let base = base.to_string();
+        blocking(move || {
+            let repo = this.open()?;
+            let path = &this.path;
+            let tree_of = |oid: git2::Oid| {
+                repo.find_commit(oid)
+                    .and_then(|c| c.tree())
+                    .map_err(read_err(path))
+            };
+            let base_oid = git2::Oid::from_str(&base).map_err(read_err(path))?;
+            let base_tree = tree_of(base_oid)?;
+            let tip = ref_oid(&repo, SCRATCH_BRANCH);
+            let (commits_ahead, committed) = match tip {
+                Some(tip) => {
+                    let ahead = commits_between(&repo, &base, &tip.to_string(), path)?.len();
+                    let diff = repo
+                        .diff_tree_to_tree(Some(&base_tree), Some(&tree_of(tip)?), None)
+                        .map_err(read_err(path))?;
+                    (ahead, file_changes(&diff))
+                }
+                None => (0, Vec::new()),
+            };
+            let state = ref_oid(&repo, SCRATCH_STATE);
+            let mut uncommitted = Vec::new();
+            let newest = match state {
+                Some(state) => {
+                    let snapshot = repo.find_commit(state).map_err(read_err(path))?;
+                    let parent_tree = match snapshot.parent(0) {
+                        Ok(parent) => Some(parent.tree().map_err(read_err(path))?),
+                        Err(_) => None,
+                    };
+                    let diff = repo
+                        .diff_tree_to_tree(
+                            parent_tree.as_ref(),
+                            Some(&snapshot.tree().map_err(read_err(path))?),
+                            None,
+                        )
+                        .map_err(read_err(path))?;
+                    uncommitted = file_changes(&diff)
+                        .into_iter()
+                        .map(|change| mark_untracked(change, &untracked))
+                        .collect();
+                    Some(state)
+                }
+                None => tip,
+            };
+            let (insertions, deletions) = match newest {
+                Some(newest) => {
+                    let diff = repo
+                        .diff_tree_to_tree(Some(&base_tree), Some(&tree_of(newest)?), None)
+                        .map_err(read_err(path))?;
+                    let stats = diff.stats().map_err(read_err(path))?;
+                    (stats.insertions(), stats.deletions())
+                }
+                None => (0, 0),
+            };
+            Ok(ChangeSummary {
+                branch_tip: tip.map(|t| t.to_string()),
+                commits_ahead,
+                committed,
+                uncommitted,
+                insertions,
+                deletions,
+            })
+        })
+        .await
+    }
+
+    /// The patch (or, with `stat`, the diffstat) from `base` to the job's newest state: the
+    /// uncommitted-work snapshot when there is one, else the branch tip.
+    pub async fn diff(&self, base: &str, stat: bool) -> Result<String, GitError> {
+        let this = self.clone();
+        let base = base.to_string();
+        blocking(move || {
+            let repo = this.open()?;
+            let path = &this.path;
+            let tree_of = |oid: git2::Oid| {
+                repo.find_commit(oid)
+                    .and_then(|c| c.tree())
+                    .map_err(read_err(path))
+            };
+            let base_tree = tree_of(git2::Oid::from_str(&base).map_err(read_err(path))?)?;
+            let newest = ref_oid(&repo, SCRATCH_STATE).or_else(|| ref_oid(&repo, SCRATCH_BRANCH));
+            let newest_tree = match newest {
+                Some(oid) => tree_of(oid)?,
+                None => base_tree.clone(),
+            };
+            let diff = repo
+                .diff_tree_to_tree(Some(&base_tree), Some(&newest_tree), None)
+                .map_err(read_err(path))?;
+            super::render_diff(&diff, stat, path)
+        })
+        .await
+    }
+}
+
+fn mark_untracked(change: FileChange, untracked: &BTreeSet<String>) -> FileChange {
+    if change.status == "added" && untracked.contains(&change.path) {
+        FileChange {
+            status: "untracked".into(),
+            ..change
+        }
+    } else {
+        change
+    }
+}
+
+fn ref_oid(repo: &git2::Repository, name: &str) -> Option<git2::Oid> {
+    repo.find_reference(name)
+        .ok()
+        .and_then(|r| r.peel_to_commit().ok())
+        .map(|c| c.id())
+}
+
+/// Reads a bundle's header (`# v2 git bundle` or v3 with capabilities, prerequisites, refs,
+/// an empty line) and returns its refs as `(commit, refname)` and where the pack starts.
+fn read_bundle_header(path: &Path) -> Result<(Vec<(String, String)>, u64), GitError> {
+    use std::io::{BufRead, BufReader, Read};
+    let file = std::fs::File::open(path).map_err(|e| bad_bundle(path, e.to_string()))?;
+    let mut reader = BufReader::new(file);
+    let mut offset = 0u64;
+    let mut heads = Vec::new();
+    let mut line = Vec::new();
+    let mut first = true;
+    loop {
+        line.clear();
+        let read = reader
+            .by_ref()
+            .take(4096)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| bad_bundle(path, e.to_string()))?;
+        offset += read as u64;
+        if read == 0 || !line.ends_with(b"\n") || offset > 1 << 20 {
+            return Err(bad_bundle(
+                path,
+                "the bundle header is cut or too long".into(),
+            ));
+        }
+        let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+        if first {
+            if text != "# v2 git bundle" && text != "# v3 git bundle" {
+                return Err(bad_bundle(
+                    path,
+                    format!("not a bundle: `{}`", shown(&text)),
+                ));
+            }
+            first = false;
+            continue;
+        }
+        if text.is_empty() {
+            return Ok((heads, offset));
+        }
+        if text.starts_with('@') || text.starts_with('-') {
+            // Capabilities and prerequisites: index-pack checks the objects themselves.
+            continue;
+        }
+        match text.split_once(' ') {
+            Some((commit, name)) if is_object_id(commit) => {
+                heads.push((commit.to_string(), name.to_string()));
+            }
+            _ => {
+                return Err(bad_bundle(
+                    path,
+                    format!("bad bundle line `{}`", shown(&text)),
+                ));
+            }
+        }
+    }
+}
+
+fn bad_bundle(path: &Path, message: String) -> GitError {
+    GitError::BadSync {
+        path: path.to_path_buf(),
+        message,
+    }
+}
