@@ -5,12 +5,11 @@
 //!
 //! Inside the job's sandbox, `sync.sh` prints a header, the list of untracked paths and,
 //! when the host lacks something, a git bundle. Here, [`SyncCapture`] takes that stream
-//! with size caps, [`ScratchRepo`] (a bare repository under `$PADDOCK_HOME` that borrows the
-//! user's objects through alternates) checks that the bundle holds exactly the refs the
-//! header names and fetches it with `transfer.fsckObjects`, and [`super::GitRepo::publish`]
-//! then fetches from the scratch repository into the user's repository, writing only the
-//! job's branch and paddock's own `refs/paddock/*`. Host-side reads of a job (log, changes,
-//! diff) come from the scratch repository afterwards, through git2.
+//! with size caps; the scratch repository then checks that the bundle holds exactly the refs
+//! the header names and indexes it with `index-pack --strict` (fsck of every object, and every
+//! object it names present); the engine then hands the user's repository that pack and moves
+//! the job's branch (or, for a sync with uncommitted work, fetches only what the branch
+//! needs), writing only the job's branch and paddock's own `refs/paddock/*`.
 //!
 //! Invariants: the agent's bytes reach the host only as this stream; a sync that fails at
 //! any step leaves the user's refs where they were.
