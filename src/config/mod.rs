@@ -11,11 +11,14 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use globset::Glob;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::cache::CacheSpec;
 pub use crate::env::{EnvLookup, ProcessEnv};
+
+mod choices;
 use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
+pub use choices::{BranchPolicy, KillPolicy, NetworkMode, RuntimeChoice};
 
 /// The name of the repo-level config file, at the target repository's root.
 pub const REPO_CONFIG_FILE: &str = ".paddock.yaml";
@@ -79,110 +82,6 @@ impl<T> Sourced<T> {
             value,
             source: Source::Default,
         }
-    }
-}
-
-/// Which execution runtime a job uses. `runc` and `runsc` are Docker with that OCI runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RuntimeChoice {
-    Auto,
-    Docker,
-    Runsc,
-    Process,
-}
-
-impl FromStr for RuntimeChoice {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "docker" | "runc" => Ok(Self::Docker),
-            "runsc" | "gvisor" => Ok(Self::Runsc),
-            "process" => Ok(Self::Process),
-            _ => Err(UnitError {
-                what: "runtime",
-                input: s.to_string(),
-                expected: "one of auto, docker, runc, runsc, process",
-            }),
-        }
-    }
-}
-
-impl fmt::Display for RuntimeChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Auto => "auto",
-            Self::Docker => "docker",
-            Self::Runsc => "runsc",
-            Self::Process => "process",
-        })
-    }
-}
-
-/// Container networking: none unless a profile opts in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NetworkMode {
-    None,
-    Bridge,
-}
-
-impl FromStr for NetworkMode {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "none" => Ok(Self::None),
-            "bridge" => Ok(Self::Bridge),
-            _ => Err(UnitError {
-                what: "network",
-                input: s.to_string(),
-                expected: "none or bridge",
-            }),
-        }
-    }
-}
-
-impl fmt::Display for NetworkMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::None => "none",
-            Self::Bridge => "bridge",
-        })
-    }
-}
-
-/// How a command that ran out of time is stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KillPolicy {
-    /// SIGTERM, a grace period, then SIGKILL.
-    Graceful,
-    /// SIGKILL at once.
-    Hard,
-}
-
-impl FromStr for KillPolicy {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "graceful" => Ok(Self::Graceful),
-            "hard" => Ok(Self::Hard),
-            _ => Err(UnitError {
-                what: "kill policy",
-                input: s.to_string(),
-                expected: "graceful or hard",
-            }),
-        }
-    }
-}
-
-impl fmt::Display for KillPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Graceful => "graceful",
-            Self::Hard => "hard",
-        })
     }
 }
 
@@ -353,45 +252,6 @@ struct RoutingFile {
     agents: BTreeMap<String, String>,
     #[serde(default)]
     tasks: BTreeMap<String, String>,
-}
-
-/// What the sweeper (and `rm`) does with a job's branch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BranchPolicy {
-    /// Keep it.
-    Keep,
-    /// Delete it only when it has no commits beyond the base.
-    #[default]
-    DeleteIfNoCommits,
-    /// Delete it (its uncommitted work stays reachable from the wip ref).
-    Delete,
-}
-
-impl FromStr for BranchPolicy {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "keep" => Ok(Self::Keep),
-            "delete-if-no-commits" => Ok(Self::DeleteIfNoCommits),
-            "delete" => Ok(Self::Delete),
-            _ => Err(UnitError {
-                what: "branch policy",
-                input: s.to_string(),
-                expected: "keep, delete-if-no-commits or delete",
-            }),
-        }
-    }
-}
-
-impl fmt::Display for BranchPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Keep => "keep",
-            Self::DeleteIfNoCommits => "delete-if-no-commits",
-            Self::Delete => "delete",
-        })
-    }
 }
 
 /// The `sweep:` section of a config file.
@@ -1013,112 +873,4 @@ pub fn check_branch_template(template: &str) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    #[test]
-    fn precedence_env_over_repo_over_user_over_default() {
-        let dir = tempfile::tempdir().unwrap();
-        let user = write(
-            dir.path(),
-            "user.yaml",
-            "profiles:\n  default:\n    memory: 1g\n    cpus: 1\n    pids: 100\n",
-        );
-        write(
-            dir.path(),
-            REPO_CONFIG_FILE,
-            "profiles:\n  default:\n    memory: 3g\n    cpus: 0.5\n",
-        );
-        let vars = env(&[
-            ("PADDOCK_CONFIG", user.to_str().unwrap()),
-            ("PADDOCK_CPUS", "4"),
-        ]);
-        let config = Config::load(Some(dir.path()), &vars).unwrap();
-        let (_, profile) = config.select_profile(None, "agent", None).unwrap();
-        assert_eq!(profile.pids.value, 100);
-        assert!(matches!(profile.pids.source, Source::UserFile(_)));
-        assert_eq!(profile.memory.value, ByteSize(3 << 30));
-        assert!(matches!(profile.memory.source, Source::RepoFile(_)));
-        assert_eq!(profile.cpus.value, Cpus(4.0));
-        assert_eq!(profile.cpus.source, Source::Env("PADDOCK_CPUS".into()));
-        assert_eq!(profile.image.source, Source::Default);
-    }
-
-    #[test]
-    fn unknown_key_names_file_and_key() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = write(
-            dir.path(),
-            "c.yaml",
-            "profiles:\n  default:\n    memroy: 1g\n",
-        );
-        let vars = env(&[("PADDOCK_CONFIG", path.to_str().unwrap())]);
-        let err = Config::load(None, &vars).unwrap_err().to_string();
-        assert!(err.contains("c.yaml"), "{err}");
-        assert!(err.contains("memroy"), "{err}");
-        assert!(err.contains("memory"), "lists allowed keys: {err}");
-    }
-
-    #[test]
-    fn bad_value_names_key_and_allowed_values() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = write(dir.path(), "c.yaml", "profiles:\n  big:\n    memory: 12q\n");
-        let vars = env(&[("PADDOCK_CONFIG", path.to_str().unwrap())]);
-        let err = Config::load(None, &vars).unwrap_err().to_string();
-        assert!(err.contains("profiles.big.memory"), "{err}");
-        assert!(err.contains("512m"), "{err}");
-    }
-
-    #[test]
-    fn routing_exact_before_glob_then_default() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = write(
-            dir.path(),
-            "c.yaml",
-            "default_profile: small\nprofiles:\n  small: {}\n  big: {}\n  gpu: {}\n\
-             routing:\n  agents:\n    'claude*': big\n    claude-exact: gpu\n  tasks:\n    'FR-*': gpu\n",
-        );
-        let vars = env(&[("PADDOCK_CONFIG", path.to_str().unwrap())]);
-        let config = Config::load(None, &vars).unwrap();
-        let pick = |agent, task| config.select_profile(None, agent, task).unwrap().0;
-        assert_eq!(pick("claude-exact", None), "gpu");
-        assert_eq!(pick("claude-2", None), "big");
-        assert_eq!(pick("codex", None), "small");
-        assert_eq!(pick("codex", Some("FR-12")), "gpu");
-        assert_eq!(
-            config.select_profile(Some("big"), "codex", None).unwrap().0,
-            "big"
-        );
-        assert!(config.select_profile(Some("nope"), "codex", None).is_err());
-    }
-
-    #[test]
-    fn route_to_missing_profile_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = write(dir.path(), "c.yaml", "routing:\n  agents:\n    x: ghost\n");
-        let vars = env(&[("PADDOCK_CONFIG", path.to_str().unwrap())]);
-        let err = Config::load(None, &vars).unwrap_err().to_string();
-        assert!(err.contains("routing.agents.x"), "{err}");
-        assert!(err.contains("ghost"), "{err}");
-    }
-
-    #[test]
-    fn branch_template_placeholders_are_checked() {
-        assert!(check_branch_template("agent/{agent}/{task}").is_ok());
-        assert!(check_branch_template("x/{user}").is_err());
-        assert!(check_branch_template("x/{agent").is_err());
-    }
-}
+mod tests;
