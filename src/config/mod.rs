@@ -11,14 +11,20 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use globset::Glob;
-use serde::Deserialize;
 
 use crate::cache::CacheSpec;
 pub use crate::env::{EnvLookup, ProcessEnv};
 
 mod choices;
-use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
+mod files;
+mod profile;
+use crate::units::{HumanDuration, UnitError};
 pub use choices::{BranchPolicy, KillPolicy, NetworkMode, RuntimeChoice};
+pub use files::check_branch_template;
+use files::{
+    ConfigFile, cache_names, check_caches, check_profile_name, env_layers, read_file, source_origin,
+};
+pub use profile::{Profile, ProfileLayer};
 
 /// The name of the repo-level config file, at the target repository's root.
 pub const REPO_CONFIG_FILE: &str = ".paddock.yaml";
@@ -85,187 +91,6 @@ impl<T> Sourced<T> {
     }
 }
 
-/// One layer's view of a profile: every field optional, so layers can be stacked.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProfileLayer {
-    pub image: Option<String>,
-    pub runtime: Option<RuntimeChoice>,
-    pub memory: Option<ByteSize>,
-    pub cpus: Option<Cpus>,
-    pub pids: Option<u32>,
-    pub network: Option<NetworkMode>,
-    pub timeout: Option<HumanDuration>,
-    pub kill_policy: Option<KillPolicy>,
-    pub grace: Option<HumanDuration>,
-    pub workspace_dir: Option<String>,
-    pub uid: Option<u32>,
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Caches of jobs with this profile, added to the file's top-level `caches`.
-    pub caches: Option<Vec<CacheSpec>>,
-}
-
-/// The effective settings a job runs with.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Profile {
-    pub image: Sourced<String>,
-    pub runtime: Sourced<RuntimeChoice>,
-    pub memory: Sourced<ByteSize>,
-    pub cpus: Sourced<Cpus>,
-    pub pids: Sourced<u32>,
-    pub network: Sourced<NetworkMode>,
-    pub timeout: Sourced<HumanDuration>,
-    pub kill_policy: Sourced<KillPolicy>,
-    pub grace: Sourced<HumanDuration>,
-    pub workspace_dir: Sourced<String>,
-    /// The unprivileged uid the agent runs as when paddock itself runs as root.
-    pub uid: Sourced<u32>,
-    pub env: BTreeMap<String, Sourced<String>>,
-    pub caches: Sourced<Vec<CacheSpec>>,
-}
-
-impl Default for Profile {
-    fn default() -> Self {
-        Profile {
-            image: Sourced::default_value(DEFAULT_IMAGE.to_string()),
-            runtime: Sourced::default_value(RuntimeChoice::Auto),
-            memory: Sourced::default_value(ByteSize(2 << 30)),
-            cpus: Sourced::default_value(Cpus(2.0)),
-            pids: Sourced::default_value(512),
-            network: Sourced::default_value(NetworkMode::None),
-            timeout: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(600))),
-            kill_policy: Sourced::default_value(KillPolicy::Graceful),
-            grace: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(5))),
-            workspace_dir: Sourced::default_value("/workspace".to_string()),
-            uid: Sourced::default_value(1000),
-            env: BTreeMap::new(),
-            caches: Sourced::default_value(Vec::new()),
-        }
-    }
-}
-
-impl Profile {
-    /// Stacks `layer` on top of this profile; every value it sets is attributed to `source`.
-    pub fn apply(&mut self, layer: &ProfileLayer, source: &Source) {
-        macro_rules! set {
-            ($($field:ident),*) => {$(
-                if let Some(value) = &layer.$field {
-                    self.$field = Sourced { value: value.clone(), source: source.clone() };
-                }
-            )*};
-        }
-        set!(
-            image,
-            runtime,
-            memory,
-            cpus,
-            pids,
-            network,
-            timeout,
-            kill_policy,
-            grace,
-            workspace_dir,
-            uid,
-            caches
-        );
-        for (key, value) in &layer.env {
-            self.env.insert(
-                key.clone(),
-                Sourced {
-                    value: value.clone(),
-                    source: source.clone(),
-                },
-            );
-        }
-    }
-
-    /// The profile's settings as `(key, value, source)` rows, for `config show`.
-    pub fn rows(&self) -> Vec<(String, String, &Source)> {
-        let mut rows = vec![
-            ("image".into(), self.image.value.clone(), &self.image.source),
-            (
-                "runtime".into(),
-                self.runtime.value.to_string(),
-                &self.runtime.source,
-            ),
-            (
-                "memory".into(),
-                self.memory.value.to_string(),
-                &self.memory.source,
-            ),
-            (
-                "cpus".into(),
-                self.cpus.value.to_string(),
-                &self.cpus.source,
-            ),
-            (
-                "pids".into(),
-                self.pids.value.to_string(),
-                &self.pids.source,
-            ),
-            (
-                "network".into(),
-                self.network.value.to_string(),
-                &self.network.source,
-            ),
-            (
-                "timeout".into(),
-                self.timeout.value.to_string(),
-                &self.timeout.source,
-            ),
-            (
-                "kill_policy".into(),
-                self.kill_policy.value.to_string(),
-                &self.kill_policy.source,
-            ),
-            (
-                "grace".into(),
-                self.grace.value.to_string(),
-                &self.grace.source,
-            ),
-            (
-                "workspace_dir".into(),
-                self.workspace_dir.value.clone(),
-                &self.workspace_dir.source,
-            ),
-            ("uid".into(), self.uid.value.to_string(), &self.uid.source),
-        ];
-        for (key, value) in &self.env {
-            rows.push((format!("env.{key}"), value.value.clone(), &value.source));
-        }
-        if !self.caches.value.is_empty() {
-            rows.push((
-                "caches".into(),
-                cache_names(&self.caches.value),
-                &self.caches.source,
-            ));
-        }
-        rows
-    }
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RoutingFile {
-    #[serde(default)]
-    agents: BTreeMap<String, String>,
-    #[serde(default)]
-    tasks: BTreeMap<String, String>,
-}
-
-/// The `sweep:` section of a config file.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SweepFile {
-    idle: Option<HumanDuration>,
-    keep_finished: Option<HumanDuration>,
-    /// `off`, or a duration.
-    max_age: Option<String>,
-    branch_policy: Option<BranchPolicy>,
-    interval: Option<HumanDuration>,
-}
-
 /// When the sweeper considers a job stale, and what it does with its branch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepSettings {
@@ -300,21 +125,6 @@ pub fn parse_optional_duration(text: &str) -> Result<Option<HumanDuration>, Unit
     } else {
         text.parse().map(Some)
     }
-}
-
-/// The on-disk shape of both the user file and the repo file.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConfigFile {
-    default_profile: Option<String>,
-    branch_template: Option<String>,
-    base: Option<String>,
-    #[serde(default)]
-    profiles: BTreeMap<String, ProfileLayer>,
-    routing: Option<RoutingFile>,
-    sweep: Option<SweepFile>,
-    /// Caches of every job in the repository (usually set in `.paddock.yaml`).
-    caches: Option<Vec<CacheSpec>>,
 }
 
 /// One routing rule: a pattern on the agent name or the task id that picks a profile.
@@ -735,141 +545,6 @@ impl Config {
         }
         rows
     }
-}
-
-/// Splits an env layer into one layer per variable so each value names its own variable.
-fn env_layers(layer: &ProfileLayer) -> Vec<(&'static str, ProfileLayer)> {
-    let mut out = Vec::new();
-    macro_rules! one {
-        ($field:ident, $var:literal) => {
-            if layer.$field.is_some() {
-                out.push((
-                    $var,
-                    ProfileLayer {
-                        $field: layer.$field.clone(),
-                        ..ProfileLayer::default()
-                    },
-                ));
-            }
-        };
-    }
-    one!(image, "PADDOCK_IMAGE");
-    one!(runtime, "PADDOCK_RUNTIME");
-    one!(memory, "PADDOCK_MEMORY");
-    one!(cpus, "PADDOCK_CPUS");
-    one!(pids, "PADDOCK_PIDS");
-    one!(network, "PADDOCK_NETWORK");
-    one!(timeout, "PADDOCK_TIMEOUT");
-    one!(kill_policy, "PADDOCK_KILL_POLICY");
-    out
-}
-
-fn check_caches(caches: &[CacheSpec], origin: &str, key: &str) -> Result<(), ConfigError> {
-    for (i, spec) in caches.iter().enumerate() {
-        spec.resolve().map_err(|e| ConfigError::Value {
-            origin: origin.to_string(),
-            key: format!("{key}[{i}]"),
-            message: e.to_string(),
-        })?;
-    }
-    Ok(())
-}
-
-fn cache_names(caches: &[CacheSpec]) -> String {
-    caches
-        .iter()
-        .map(|c| {
-            c.resolve()
-                .map(|(name, s)| format!("{name} ({s})"))
-                .unwrap_or_default()
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn source_origin(source: &Source) -> String {
-    match source {
-        Source::UserFile(path) | Source::RepoFile(path) => path.display().to_string(),
-        other => other.to_string(),
-    }
-}
-
-fn read_file(path: &Path, must_exist: bool) -> Result<Option<ConfigFile>, ConfigError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(None),
-        Err(source) => {
-            return Err(ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-    };
-    if text.trim().is_empty() {
-        return Ok(Some(ConfigFile::default()));
-    }
-    serde_yaml::from_str(&text)
-        .map(Some)
-        .map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: name_the_key(&text, &e),
-        })
-}
-
-/// serde_yaml names the parent mapping (`profiles.big`) when a value inside it is bad; the
-/// key itself sits at the error's location, so add it (`profiles.big.memory`).
-fn name_the_key(text: &str, error: &serde_yaml::Error) -> String {
-    let message = error.to_string();
-    let Some(location) = error.location() else {
-        return message;
-    };
-    let key = text
-        .lines()
-        .nth(location.line().saturating_sub(1))
-        .and_then(|line| line.get(location.column().saturating_sub(1)..))
-        .and_then(|rest| rest.split_once(':'))
-        .map(|(key, _)| key.trim().trim_matches(['\'', '"']).to_string())
-        .filter(|key| !key.is_empty() && !key.contains(' '));
-    match (key, message.split_once(": ")) {
-        (Some(key), Some((path, rest)))
-            if !path.contains(' ') && !path.ends_with(&format!(".{key}")) && path != key =>
-        {
-            format!("{path}.{key}: {rest}")
-        }
-        _ => message,
-    }
-}
-
-fn check_profile_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "invalid profile name `{name}`: use letters, digits, `-`, `_` and `.`"
-        ))
-    }
-}
-
-/// A branch template may use `{agent}`, `{task}` and `{id}` and nothing else in braces.
-pub fn check_branch_template(template: &str) -> Result<(), String> {
-    let mut rest = template;
-    while let Some(open) = rest.find('{') {
-        let close = rest[open..]
-            .find('}')
-            .ok_or_else(|| format!("unclosed `{{` in branch template `{template}`"))?;
-        let name = &rest[open + 1..open + close];
-        if !matches!(name, "agent" | "task" | "id") {
-            return Err(format!(
-                "unknown placeholder `{{{name}}}` in branch template `{template}`: use {{agent}}, {{task}} or {{id}}"
-            ));
-        }
-        rest = &rest[open + close + 1..];
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::units::{ByteSize, Cpus};
 
 fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs

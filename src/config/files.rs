@@ -1,0 +1,186 @@
+//! Reading the configuration files: their YAML shapes, strict parsing that names the file and
+//! the key, and the checks of names, templates and caches.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{BranchPolicy, ConfigError, ProfileLayer, Source};
+use crate::cache::CacheSpec;
+use crate::units::HumanDuration;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RoutingFile {
+    #[serde(default)]
+    pub(super) agents: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(super) tasks: BTreeMap<String, String>,
+}
+
+/// The `sweep:` section of a config file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SweepFile {
+    pub(super) idle: Option<HumanDuration>,
+    pub(super) keep_finished: Option<HumanDuration>,
+    /// `off`, or a duration.
+    pub(super) max_age: Option<String>,
+    pub(super) branch_policy: Option<BranchPolicy>,
+    pub(super) interval: Option<HumanDuration>,
+}
+
+/// The on-disk shape of both the user file and the repo file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ConfigFile {
+    pub(super) default_profile: Option<String>,
+    pub(super) branch_template: Option<String>,
+    pub(super) base: Option<String>,
+    #[serde(default)]
+    pub(super) profiles: BTreeMap<String, ProfileLayer>,
+    pub(super) routing: Option<RoutingFile>,
+    pub(super) sweep: Option<SweepFile>,
+    /// Caches of every job in the repository (usually set in `.paddock.yaml`).
+    pub(super) caches: Option<Vec<CacheSpec>>,
+}
+
+/// Splits an env layer into one layer per variable so each value names its own variable.
+pub(super) fn env_layers(layer: &ProfileLayer) -> Vec<(&'static str, ProfileLayer)> {
+    let mut out = Vec::new();
+    macro_rules! one {
+        ($field:ident, $var:literal) => {
+            if layer.$field.is_some() {
+                out.push((
+                    $var,
+                    ProfileLayer {
+                        $field: layer.$field.clone(),
+                        ..ProfileLayer::default()
+                    },
+                ));
+            }
+        };
+    }
+    one!(image, "PADDOCK_IMAGE");
+    one!(runtime, "PADDOCK_RUNTIME");
+    one!(memory, "PADDOCK_MEMORY");
+    one!(cpus, "PADDOCK_CPUS");
+    one!(pids, "PADDOCK_PIDS");
+    one!(network, "PADDOCK_NETWORK");
+    one!(timeout, "PADDOCK_TIMEOUT");
+    one!(kill_policy, "PADDOCK_KILL_POLICY");
+    out
+}
+
+pub(super) fn check_caches(
+    caches: &[CacheSpec],
+    origin: &str,
+    key: &str,
+) -> Result<(), ConfigError> {
+    for (i, spec) in caches.iter().enumerate() {
+        spec.resolve().map_err(|e| ConfigError::Value {
+            origin: origin.to_string(),
+            key: format!("{key}[{i}]"),
+            message: e.to_string(),
+        })?;
+    }
+    Ok(())
+}
+
+pub(super) fn cache_names(caches: &[CacheSpec]) -> String {
+    caches
+        .iter()
+        .map(|c| {
+            c.resolve()
+                .map(|(name, s)| format!("{name} ({s})"))
+                .unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(super) fn source_origin(source: &Source) -> String {
+    match source {
+        Source::UserFile(path) | Source::RepoFile(path) => path.display().to_string(),
+        other => other.to_string(),
+    }
+}
+
+pub(super) fn read_file(path: &Path, must_exist: bool) -> Result<Option<ConfigFile>, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(None),
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    if text.trim().is_empty() {
+        return Ok(Some(ConfigFile::default()));
+    }
+    serde_yaml::from_str(&text)
+        .map(Some)
+        .map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: name_the_key(&text, &e),
+        })
+}
+
+/// serde_yaml names the parent mapping (`profiles.big`) when a value inside it is bad; the
+/// key itself sits at the error's location, so add it (`profiles.big.memory`).
+pub(super) fn name_the_key(text: &str, error: &serde_yaml::Error) -> String {
+    let message = error.to_string();
+    let Some(location) = error.location() else {
+        return message;
+    };
+    let key = text
+        .lines()
+        .nth(location.line().saturating_sub(1))
+        .and_then(|line| line.get(location.column().saturating_sub(1)..))
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(key, _)| key.trim().trim_matches(['\'', '"']).to_string())
+        .filter(|key| !key.is_empty() && !key.contains(' '));
+    match (key, message.split_once(": ")) {
+        (Some(key), Some((path, rest)))
+            if !path.contains(' ') && !path.ends_with(&format!(".{key}")) && path != key =>
+        {
+            format!("{path}.{key}: {rest}")
+        }
+        _ => message,
+    }
+}
+
+pub(super) fn check_profile_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid profile name `{name}`: use letters, digits, `-`, `_` and `.`"
+        ))
+    }
+}
+
+/// A branch template may use `{agent}`, `{task}` and `{id}` and nothing else in braces.
+pub fn check_branch_template(template: &str) -> Result<(), String> {
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..]
+            .find('}')
+            .ok_or_else(|| format!("unclosed `{{` in branch template `{template}`"))?;
+        let name = &rest[open + 1..open + close];
+        if !matches!(name, "agent" | "task" | "id") {
+            return Err(format!(
+                "unknown placeholder `{{{name}}}` in branch template `{template}`: use {{agent}}, {{task}} or {{id}}"
+            ));
+        }
+        rest = &rest[open + close + 1..];
+    }
+    Ok(())
+}

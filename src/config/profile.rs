@@ -1,0 +1,170 @@
+//! Profiles: one layer's optional settings ([`ProfileLayer`]) and the effective settings a
+//! job runs with ([`Profile`]), each value with where it came from.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::{DEFAULT_IMAGE, KillPolicy, NetworkMode, RuntimeChoice, Source, Sourced, cache_names};
+use crate::cache::CacheSpec;
+use crate::units::{ByteSize, Cpus, HumanDuration};
+
+/// One layer's view of a profile: every field optional, so layers can be stacked.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileLayer {
+    pub image: Option<String>,
+    pub runtime: Option<RuntimeChoice>,
+    pub memory: Option<ByteSize>,
+    pub cpus: Option<Cpus>,
+    pub pids: Option<u32>,
+    pub network: Option<NetworkMode>,
+    pub timeout: Option<HumanDuration>,
+    pub kill_policy: Option<KillPolicy>,
+    pub grace: Option<HumanDuration>,
+    pub workspace_dir: Option<String>,
+    pub uid: Option<u32>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Caches of jobs with this profile, added to the file's top-level `caches`.
+    pub caches: Option<Vec<CacheSpec>>,
+}
+
+/// The effective settings a job runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    pub image: Sourced<String>,
+    pub runtime: Sourced<RuntimeChoice>,
+    pub memory: Sourced<ByteSize>,
+    pub cpus: Sourced<Cpus>,
+    pub pids: Sourced<u32>,
+    pub network: Sourced<NetworkMode>,
+    pub timeout: Sourced<HumanDuration>,
+    pub kill_policy: Sourced<KillPolicy>,
+    pub grace: Sourced<HumanDuration>,
+    pub workspace_dir: Sourced<String>,
+    /// The unprivileged uid the agent runs as when paddock itself runs as root.
+    pub uid: Sourced<u32>,
+    pub env: BTreeMap<String, Sourced<String>>,
+    pub caches: Sourced<Vec<CacheSpec>>,
+}
+
+impl Default for Profile {
+    fn default() -> Self {
+        Profile {
+            image: Sourced::default_value(DEFAULT_IMAGE.to_string()),
+            runtime: Sourced::default_value(RuntimeChoice::Auto),
+            memory: Sourced::default_value(ByteSize(2 << 30)),
+            cpus: Sourced::default_value(Cpus(2.0)),
+            pids: Sourced::default_value(512),
+            network: Sourced::default_value(NetworkMode::None),
+            timeout: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(600))),
+            kill_policy: Sourced::default_value(KillPolicy::Graceful),
+            grace: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(5))),
+            workspace_dir: Sourced::default_value("/workspace".to_string()),
+            uid: Sourced::default_value(1000),
+            env: BTreeMap::new(),
+            caches: Sourced::default_value(Vec::new()),
+        }
+    }
+}
+
+impl Profile {
+    /// Stacks `layer` on top of this profile; every value it sets is attributed to `source`.
+    pub fn apply(&mut self, layer: &ProfileLayer, source: &Source) {
+        macro_rules! set {
+            ($($field:ident),*) => {$(
+                if let Some(value) = &layer.$field {
+                    self.$field = Sourced { value: value.clone(), source: source.clone() };
+                }
+            )*};
+        }
+        set!(
+            image,
+            runtime,
+            memory,
+            cpus,
+            pids,
+            network,
+            timeout,
+            kill_policy,
+            grace,
+            workspace_dir,
+            uid,
+            caches
+        );
+        for (key, value) in &layer.env {
+            self.env.insert(
+                key.clone(),
+                Sourced {
+                    value: value.clone(),
+                    source: source.clone(),
+                },
+            );
+        }
+    }
+
+    /// The profile's settings as `(key, value, source)` rows, for `config show`.
+    pub fn rows(&self) -> Vec<(String, String, &Source)> {
+        let mut rows = vec![
+            ("image".into(), self.image.value.clone(), &self.image.source),
+            (
+                "runtime".into(),
+                self.runtime.value.to_string(),
+                &self.runtime.source,
+            ),
+            (
+                "memory".into(),
+                self.memory.value.to_string(),
+                &self.memory.source,
+            ),
+            (
+                "cpus".into(),
+                self.cpus.value.to_string(),
+                &self.cpus.source,
+            ),
+            (
+                "pids".into(),
+                self.pids.value.to_string(),
+                &self.pids.source,
+            ),
+            (
+                "network".into(),
+                self.network.value.to_string(),
+                &self.network.source,
+            ),
+            (
+                "timeout".into(),
+                self.timeout.value.to_string(),
+                &self.timeout.source,
+            ),
+            (
+                "kill_policy".into(),
+                self.kill_policy.value.to_string(),
+                &self.kill_policy.source,
+            ),
+            (
+                "grace".into(),
+                self.grace.value.to_string(),
+                &self.grace.source,
+            ),
+            (
+                "workspace_dir".into(),
+                self.workspace_dir.value.clone(),
+                &self.workspace_dir.source,
+            ),
+            ("uid".into(), self.uid.value.to_string(), &self.uid.source),
+        ];
+        for (key, value) in &self.env {
+            rows.push((format!("env.{key}"), value.value.clone(), &value.source));
+        }
+        if !self.caches.value.is_empty() {
+            rows.push((
+                "caches".into(),
+                cache_names(&self.caches.value),
+                &self.caches.source,
+            ));
+        }
+        rows
+    }
+}
