@@ -404,6 +404,10 @@ fn process_create(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
 
 /// CPU time (user + system) used so far by waited-for children and their children: far
 /// less noisy than wall time on a shared 2-core machine, so it backs up close ratios.
+#[expect(
+    unsafe_code,
+    reason = "getrusage of the benchmark's children; no safe wrapper"
+)]
 fn children_cpu() -> Duration {
     // SAFETY: getrusage fills the struct we own.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };

@@ -289,16 +289,13 @@ pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 }
 
 fn clone_file(from: &Path, to: &Path) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
     let source = std::fs::File::open(from)?;
     let target = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(to)?;
-    // FICLONE: share the blocks (btrfs, xfs); on other filesystems it fails and we copy.
-    const FICLONE: libc::c_ulong = 0x4004_9409;
-    // SAFETY: both descriptors are open for the duration of the call.
-    let cloned = unsafe { libc::ioctl(target.as_raw_fd(), FICLONE, source.as_raw_fd()) } == 0;
+    // Share the blocks where the filesystem can (btrfs, xfs); elsewhere copy.
+    let cloned = crate::sys::reflink(&source, &target);
     drop(target);
     if !cloned {
         std::fs::remove_file(to)?;

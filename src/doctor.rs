@@ -238,14 +238,9 @@ async fn docker_checks(image: &str) -> Vec<Check> {
 }
 
 fn disk_check(home: &PaddockHome) -> Check {
-    let path = std::ffi::CString::new(home.root().as_os_str().as_encoded_bytes())
-        .expect("paths have no NUL bytes");
-    // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
-    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(path.as_ptr(), &mut stats) } != 0 {
+    let Some(free) = crate::sys::free_space(home.root()) else {
         return check("disk", Status::Warn, "could not read free space", None);
-    }
-    let free = stats.f_bavail as u64 * stats.f_frsize as u64;
+    };
     let detail = format!("{} free under {}", format_size(free), home.root().display());
     if free < 2 << 30 {
         check(

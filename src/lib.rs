@@ -23,6 +23,7 @@ pub mod runtime;
 pub mod serve;
 pub mod store;
 pub mod sweep;
+mod sys;
 pub mod units;
 pub mod wire;
 

@@ -227,8 +227,7 @@ fn attack_from_inside(runtime: &str, test: &str) {
             // New objects and refs from the sync belong to paddock's user.
             assert_eq!(
                 (*uid, *gid),
-                // SAFETY: getuid/getgid cannot fail.
-                unsafe { (libc::getuid(), libc::getgid()) },
+                our_ids(),
                 "{} has a foreign owner",
                 path.display()
             );
@@ -260,6 +259,12 @@ fn attack_from_inside(runtime: &str, test: &str) {
         1,
         "jobs are not worktrees of the user's repo"
     );
+}
+
+/// This test process's uid and gid (the owner of `/proc/self`).
+fn our_ids() -> (u32, u32) {
+    let meta = std::fs::metadata("/proc/self").expect("procfs is mounted");
+    (meta.uid(), meta.gid())
 }
 
 /// Every readable text file under `root` (paddock's logs and records).
@@ -521,8 +526,7 @@ fn git_inside_works_when_paddock_is_not_root() {
     if !docker_available("git_inside_works_when_paddock_is_not_root") {
         return;
     }
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if our_ids().0 != 0 {
         // Already unprivileged: the other tests in this file cover this case.
         return;
     }

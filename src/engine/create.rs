@@ -243,10 +243,7 @@ impl Paddock {
 /// sweep. Costs one environment lookup per point otherwise.
 fn crash_point(name: &str) {
     if std::env::var("PADDOCK_CRASH_AT").as_deref() == Ok(name) {
-        // SAFETY: sending a signal to ourselves has no memory effects.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
+        crate::sys::kill_self();
     }
 }
 

@@ -139,22 +139,12 @@ impl<'a> GitCall<'a> {
                 .env("GIT_CONFIG_GLOBAL", "/dev/null")
                 .env("GIT_CONFIG_NOSYSTEM", "1");
         }
-        let user = self.user;
-        // SAFETY: the closure runs in the forked child before exec and only calls
-        // async-signal-safe functions (prctl, setgroups, setgid, setuid).
-        unsafe {
-            command.pre_exec(move || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                if let Some((uid, gid)) = user
-                    && (libc::setgroups(0, std::ptr::null()) != 0
-                        || libc::setgid(gid) != 0
-                        || libc::setuid(uid) != 0)
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        crate::sys::ChildSetup {
+            die_with_parent: true,
+            user: self.user,
+            ..Default::default()
         }
+        .apply(&mut command);
         let started = std::time::Instant::now();
         let child = command
             .spawn()

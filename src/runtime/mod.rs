@@ -140,8 +140,7 @@ pub fn agent_git_env(record: &JobRecord) -> Vec<(String, String)> {
 /// Who must own the files of a job's checkout when that is not paddock's own user: the
 /// agent's uid in containers when paddock runs as root.
 pub fn files_owner(record: &JobRecord) -> Option<(u32, u32)> {
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = crate::sys::is_root();
     let (uid, gid) = docker::agent_user(record.limits.uid);
     (record.runtime.uses_docker() && root && uid != 0).then_some((uid, gid))
 }

@@ -19,6 +19,7 @@ use super::RuntimeError;
 use super::exec::{CappedOutput, ExecRequest, ExecResult, OutputSink, StreamKind};
 use crate::config::KillPolicy;
 use crate::job::JobRecord;
+use crate::sys::Limit;
 
 /// How long to keep reading after the command exited, for output still in the pipes. A
 /// background child that keeps the pipes open does not hold the exec past this.
@@ -56,19 +57,16 @@ pub async fn exec(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    // SAFETY: the closure runs in the forked child before exec and only calls
-    // async-signal-safe functions (setsid, setrlimit).
-    unsafe {
-        command.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            set_limit(libc::RLIMIT_AS, memory);
-            set_limit(libc::RLIMIT_NPROC, pids);
-            set_limit(libc::RLIMIT_CPU, cpu_secs);
-            Ok(())
-        });
+    crate::sys::ChildSetup {
+        new_session: true,
+        limits: vec![
+            Limit::AddressSpace(memory),
+            Limit::Processes(pids),
+            Limit::CpuSeconds(cpu_secs),
+        ],
+        ..Default::default()
     }
+    .apply(&mut command);
     let started = Instant::now();
     let mut child = command.spawn().map_err(|source| RuntimeError::Spawn {
         program: program.clone(),
@@ -160,23 +158,9 @@ pub async fn exec(
     })
 }
 
-fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
-    let limit = libc::rlimit {
-        rlim_cur: value,
-        rlim_max: value,
-    };
-    // SAFETY: setrlimit reads the struct we pass; failure leaves the old limit in place.
-    unsafe {
-        libc::setrlimit(resource, &limit);
-    }
-}
-
 fn signal_group(pgid: Option<i32>, signal: i32) {
-    if let Some(pgid) = pgid.filter(|p| *p > 0) {
-        // SAFETY: killpg only sends a signal; the group is the one setsid made for the child.
-        unsafe {
-            libc::killpg(pgid, signal);
-        }
+    if let Some(pgid) = pgid {
+        crate::sys::signal_group(pgid, signal);
     }
 }
 

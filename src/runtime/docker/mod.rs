@@ -175,8 +175,7 @@ pub async fn registered_runtimes(docker: &Docker) -> Result<Vec<String>, Runtime
 /// The uid:gid the agent runs as: the host user's when paddock is not root, else the
 /// profile's unprivileged uid.
 pub fn agent_user(profile_uid: u32) -> (u32, u32) {
-    // SAFETY: geteuid/getegid cannot fail and touch no memory.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (uid, gid) = crate::sys::effective_ids();
     if uid == 0 {
         (profile_uid, profile_uid)
     } else {

@@ -70,8 +70,7 @@ fn outbox_of(record: &JobRecord) -> Option<PathBuf> {
 /// bits and ignores ACLs. Runs once, when the job's first container is made and before any
 /// agent has run, so no agent can race the walk; nothing of the user's repository is touched.
 pub(super) fn grant_agent_access(record: &JobRecord, uid: u32) -> Result<(), RuntimeError> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !crate::sys::is_root() {
         return Ok(());
     }
     let git_dir = record.git_dir.as_ref().ok_or_else(|| RuntimeError::Io {

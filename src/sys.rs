@@ -1,0 +1,119 @@
+//! The one place paddock calls the C library: process ids, signals, resource limits, the
+//! setup of a child between fork and exec, reflink copies and free disk space. Every other
+//! module is safe Rust (`unsafe_code` is denied for the crate in Cargo.toml); each call here
+//! says why it is sound.
+#![expect(
+    unsafe_code,
+    reason = "the safe wrappers of the libc calls paddock needs"
+)]
+
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+/// The effective uid and gid of this process.
+pub fn effective_ids() -> (u32, u32) {
+    // SAFETY: geteuid/getegid cannot fail and touch no memory.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
+/// Whether paddock runs as root.
+pub fn is_root() -> bool {
+    effective_ids().0 == 0
+}
+
+/// Kills this process at once (the test-only failpoints of `create`).
+pub fn kill_self() {
+    // SAFETY: sending a signal to ourselves has no memory effects.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+}
+
+/// Sends `signal` to a process group.
+pub fn signal_group(pgid: i32, signal: i32) {
+    if pgid > 0 {
+        // SAFETY: killpg only sends a signal.
+        unsafe {
+            libc::killpg(pgid, signal);
+        }
+    }
+}
+
+/// A resource limit of a child process.
+#[derive(Debug, Clone, Copy)]
+pub enum Limit {
+    AddressSpace(u64),
+    Processes(u64),
+    CpuSeconds(u64),
+}
+
+/// What a child process sets up for itself between fork and exec.
+#[derive(Debug, Clone, Default)]
+pub struct ChildSetup {
+    /// Die when paddock dies (a git child must not finish unsupervised after a sweep).
+    pub die_with_parent: bool,
+    /// Lead a new session and process group (so a timeout can signal all of it).
+    pub new_session: bool,
+    pub limits: Vec<Limit>,
+    /// Drop to this uid and gid (root making files for the agent's uid).
+    pub user: Option<(u32, u32)>,
+}
+
+impl ChildSetup {
+    /// Arranges for `command`'s child to apply this setup before it execs.
+    pub fn apply(self, command: &mut tokio::process::Command) {
+        // SAFETY: the closure runs in the forked child before exec and only calls
+        // async-signal-safe functions (prctl, setsid, setrlimit, setgroups, setgid, setuid)
+        // on data it owns.
+        unsafe {
+            command.pre_exec(move || {
+                if self.die_with_parent {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                }
+                if self.new_session && libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                for limit in &self.limits {
+                    let (resource, value) = match *limit {
+                        Limit::AddressSpace(v) => (libc::RLIMIT_AS, v),
+                        Limit::Processes(v) => (libc::RLIMIT_NPROC, v),
+                        Limit::CpuSeconds(v) => (libc::RLIMIT_CPU, v),
+                    };
+                    let limit = libc::rlimit {
+                        rlim_cur: value,
+                        rlim_max: value,
+                    };
+                    // A failure leaves the old limit in place.
+                    libc::setrlimit(resource, &limit);
+                }
+                if let Some((uid, gid)) = self.user
+                    && (libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(gid) != 0
+                        || libc::setuid(uid) != 0)
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+/// Shares `source`'s blocks with `target` (FICLONE: btrfs, xfs); false where the filesystem
+/// cannot, and the caller copies.
+pub fn reflink(source: &std::fs::File, target: &std::fs::File) -> bool {
+    const FICLONE: libc::c_ulong = 0x4004_9409;
+    // SAFETY: both descriptors are open for the duration of the call.
+    unsafe { libc::ioctl(target.as_raw_fd(), FICLONE, source.as_raw_fd()) == 0 }
+}
+
+/// Bytes free for unprivileged users on the filesystem holding `path`.
+pub fn free_space(path: &Path) -> Option<u64> {
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stats) } != 0 {
+        return None;
+    }
+    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
+}
