@@ -33,7 +33,7 @@ pub async fn run(command: ImageCommand) -> Result<i32> {
             eprintln!("{line}");
         }
     };
-    let id = crate::runtime::docker::build_image(&base_image, &tag, &mut progress)
+    let id = crate::runtime::build_image(&base_image, &tag, &mut progress)
         .await
         .map_err(Error::Runtime)?;
     if json {

@@ -273,18 +273,7 @@ impl Paddock {
     /// process runtime, in its worktree. Returns the shell's exit code.
     pub async fn shell(&self, id: &str) -> Result<i32> {
         let record = self.load(id)?;
-        let mut command = match record.runtime {
-            crate::job::RuntimeKind::Process => {
-                let shell = std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into());
-                let mut command = tokio::process::Command::new(shell);
-                command.current_dir(&record.worktree);
-                command
-            }
-            _ => {
-                runtime::docker::ensure_running(&self.home, &record).await?;
-                runtime::docker::interactive_shell(&record)
-            }
-        };
+        let mut command = runtime::shell_command(&self.home, &record).await?;
         let status = command
             .status()
             .await

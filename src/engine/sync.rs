@@ -322,7 +322,8 @@ impl Paddock {
     /// has no outbox or the plan cannot be made (the exec then syncs on its own).
     pub(crate) async fn piggyback_sync(&self, record: &JobRecord) -> Option<Piggyback> {
         let outbox = self.home().job_outbox(&record.id);
-        if record.is_legacy() || !record.runtime.uses_docker() || !outbox.is_dir() {
+        let inside_outbox = runtime::sandbox_outbox(record)?;
+        if record.is_legacy() || !outbox.is_dir() {
             return None;
         }
         let plan = {
@@ -330,7 +331,7 @@ impl Paddock {
             self.plan_sync(record, SyncScope::Branch).await.ok()?
         };
         let name = crate::ids::random_hex(12);
-        let inside = std::path::Path::new(runtime::docker::CONTAINER_OUTBOX).join(&name);
+        let inside = inside_outbox.join(&name);
         let quote = |text: &str| format!("'{}'", text.replace('\'', "'\\''"));
         let mut snippet = String::from("env");
         for (key, value) in &plan.env {

@@ -158,6 +158,69 @@ pub fn sandbox_git_paths(record: &JobRecord) -> Option<(std::path::PathBuf, std:
     })
 }
 
+/// An interactive shell in the job: in its container (started if needed) or, for the process
+/// runtime, in its worktree.
+pub async fn shell_command(
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<tokio::process::Command, RuntimeError> {
+    match record.runtime {
+        RuntimeKind::Process => {
+            let shell = std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into());
+            let mut command = tokio::process::Command::new(shell);
+            command.current_dir(&record.worktree);
+            Ok(command)
+        }
+        RuntimeKind::Docker | RuntimeKind::Runsc => {
+            docker::ensure_running(home, record).await?;
+            Ok(docker::interactive_shell(record))
+        }
+    }
+}
+
+/// Where a runtime that can run paddock's snippet after an exec (see
+/// [`ExecRequest::after`]) lets it leave files the host reads: the job's outbox as the
+/// sandbox sees it. `None` for runtimes that cannot.
+pub fn sandbox_outbox(record: &JobRecord) -> Option<std::path::PathBuf> {
+    record
+        .runtime
+        .uses_docker()
+        .then(|| docker::CONTAINER_OUTBOX.into())
+}
+
+/// Whether the job's sandbox answers: an exec of `true` within a few seconds.
+pub async fn health_check(home: &PaddockHome, record: &JobRecord) -> Result<(), String> {
+    let request = ExecRequest {
+        cmd: vec!["true".into()],
+        env: Default::default(),
+        workdir: None,
+        timeout: std::time::Duration::from_secs(5),
+        kill_policy: crate::config::KillPolicy::Hard,
+        grace: std::time::Duration::ZERO,
+        output_cap: 4096,
+        after: None,
+    };
+    let outcome = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        exec(home, record, &request, &mut exec::Discard),
+    )
+    .await;
+    match outcome {
+        Ok(Ok(done)) if done.result.exit_code == 0 && !done.result.timed_out => Ok(()),
+        Ok(Ok(done)) => Err(format!(
+            "`true` exited {} (timed out: {})",
+            done.result.exit_code, done.result.timed_out
+        )),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err("no answer within 10s".into()),
+    }
+}
+
+pub use docker::{
+    LabelledContainer as Sandbox, build_image, check_ready, list_job_containers as list_sandboxes,
+    remove_job_container as remove_job_sandbox, remove_labelled_container as remove_sandbox,
+};
+
 /// Runs a short command of paddock's own (the sync script) in the job's sandbox without
 /// starting the job again: in its running container, else in a throwaway container with the
 /// same mounts; for the process runtime, as a child process like any exec.

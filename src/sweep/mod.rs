@@ -29,7 +29,7 @@ use crate::config::BranchPolicy;
 use crate::engine::SyncScope;
 use crate::engine::{Paddock, RemoveOptions, Result};
 use crate::job::{JobRecord, JobState, RuntimeKind};
-use crate::runtime::docker;
+use crate::runtime;
 use crate::store::FileLock;
 use crate::units::format_age;
 
@@ -206,7 +206,7 @@ impl Paddock {
         for error in bad {
             report.error("record", "?", "unreadable job record", error);
         }
-        let containers = match docker::list_job_containers(self.home()).await {
+        let containers = match runtime::list_sandboxes(self.home()).await {
             Ok(containers) => Some(containers),
             Err(error) => {
                 if records.iter().any(|r| r.runtime.uses_docker()) {
@@ -272,7 +272,7 @@ impl Paddock {
         &self,
         record: &JobRecord,
         options: &SweepOptions,
-        containers: Option<&[docker::LabelledContainer]>,
+        containers: Option<&[runtime::Sandbox]>,
         report: &mut SweepReport,
     ) -> Option<String> {
         let name = record.id.to_string();
@@ -304,7 +304,7 @@ impl Paddock {
         }
         if options.health_check
             && container.is_some_and(|c| c.running)
-            && let Err(error) = self.health_check(record).await
+            && let Err(error) = crate::runtime::health_check(self.home(), record).await
         {
             if !options.dry_run {
                 // The kill policy's stop: SIGTERM, the grace period, SIGKILL.
@@ -339,38 +339,5 @@ impl Paddock {
             ),
         );
         None
-    }
-
-    /// An exec of `true` in the job's container within a few seconds.
-    async fn health_check(&self, record: &JobRecord) -> std::result::Result<(), String> {
-        let request = crate::runtime::ExecRequest {
-            cmd: vec!["true".into()],
-            env: Default::default(),
-            workdir: None,
-            timeout: Duration::from_secs(5),
-            kill_policy: crate::config::KillPolicy::Hard,
-            grace: Duration::ZERO,
-            output_cap: 4096,
-            after: None,
-        };
-        let outcome = tokio::time::timeout(
-            Duration::from_secs(10),
-            crate::runtime::docker::exec(
-                self.home(),
-                record,
-                &request,
-                &mut crate::runtime::exec::Discard,
-            ),
-        )
-        .await;
-        match outcome {
-            Ok(Ok((result, _, _))) if result.exit_code == 0 && !result.timed_out => Ok(()),
-            Ok(Ok((result, _, _))) => Err(format!(
-                "`true` exited {} (timed out: {})",
-                result.exit_code, result.timed_out
-            )),
-            Ok(Err(error)) => Err(error.to_string()),
-            Err(_) => Err("no answer within 10s".into()),
-        }
     }
 }

@@ -11,7 +11,7 @@ use super::{SweepOptions, SweepReport, age};
 use crate::engine::{Paddock, Result, SyncScope};
 use crate::git::GitRepo;
 use crate::job::{JobRecord, JobState, RuntimeKind};
-use crate::runtime::docker;
+use crate::runtime;
 
 /// Longer than any sync may take (its own deadline is ten minutes).
 const SYNC_CONTAINER_MAX_AGE: Duration = Duration::from_secs(3600);
@@ -22,7 +22,7 @@ impl Paddock {
         options: &SweepOptions,
         report: &mut SweepReport,
     ) {
-        let Ok(containers) = docker::list_job_containers(self.home()).await else {
+        let Ok(containers) = runtime::list_sandboxes(self.home()).await else {
             return;
         };
         for container in containers {
@@ -46,7 +46,7 @@ impl Paddock {
             if self.store().exists(&id) {
                 continue;
             }
-            match docker::remove_job_container(self.home(), &id).await {
+            match runtime::remove_job_sandbox(self.home(), &id).await {
                 Ok(()) => report.removed("container", container.name, reason),
                 Err(error) => report.error("container", container.name, reason, error),
             }
@@ -58,7 +58,7 @@ impl Paddock {
     pub(super) async fn reap_sync_container(
         &self,
         options: &SweepOptions,
-        container: docker::LabelledContainer,
+        container: runtime::Sandbox,
         report: &mut SweepReport,
     ) {
         let outlived = container
@@ -72,8 +72,7 @@ impl Paddock {
             report.removed("container", container.name, reason);
             return;
         }
-        match docker::remove_labelled_container(self.home(), &container.name, &container.job).await
-        {
+        match runtime::remove_sandbox(self.home(), &container.name, &container.job).await {
             Ok(()) => report.removed("container", container.name, reason),
             Err(error) => report.error("container", container.name, reason, error),
         }
@@ -214,7 +213,7 @@ impl Paddock {
     ) -> Result<JobRecord> {
         let config = self.config(Some(&repo.root))?;
         let (profile_name, profile) = config.select_profile(None, "agent", None)?;
-        crate::runtime::docker::check_ready(RuntimeKind::Docker, &profile.image.value).await?;
+        runtime::check_ready(RuntimeKind::Docker, &profile.image.value).await?;
         let now = Utc::now();
         Ok(JobRecord {
             schema: crate::job::RECORD_SCHEMA,
