@@ -215,10 +215,12 @@ impl Paddock {
                     path: record.worktree.clone(),
                 });
             }
-            std::fs::remove_dir_all(&record.worktree).map_err(|source| Error::RemoveDir {
-                path: record.worktree.clone(),
-                source,
-            })?;
+            remove_tree(&record.worktree)
+                .await
+                .map_err(|source| Error::RemoveDir {
+                    path: record.worktree.clone(),
+                    source,
+                })?;
         }
         if record.is_legacy() {
             repo.prune_worktrees().await?;
@@ -227,13 +229,29 @@ impl Paddock {
         // Everything under the job's own dir in $PADDOCK_HOME is paddock's by construction
         // (remove_dir_all does not follow the symlinks an agent may have left in its git dir).
         let job_dir = self.home.job_dir(&record.id);
-        match std::fs::remove_dir_all(&job_dir) {
+        match remove_tree(&job_dir).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(source) => Err(Error::RemoveDir {
                 path: job_dir,
                 source,
             }),
+        }
+    }
+}
+
+/// Deletes a directory tree (never following symlinks). A create that was killed can leave
+/// git's parallel checkout workers finishing their batch for a moment (they outlive their
+/// killed parent); a removal that races them is retried for a few seconds.
+async fn remove_tree(path: &std::path::Path) -> std::io::Result<()> {
+    let mut tries = 0;
+    loop {
+        match std::fs::remove_dir_all(path) {
+            Err(error) if error.kind() == std::io::ErrorKind::DirectoryNotEmpty && tries < 50 => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            other => return other,
         }
     }
 }
