@@ -1,0 +1,169 @@
+//! The crate's shape, checked: the top-level modules import each other without a cycle, the
+//! HTTP API does not reach into the CLI, no source file outgrows ~600 lines, and `unsafe`
+//! lives in one module. A restructure that breaks one of these fails here, not in review.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const MAX_LINES: usize = 600;
+
+fn source_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The top-level module a file belongs to (`src/git/sync.rs` → `git`).
+fn module_of(path: &Path) -> String {
+    let relative = path
+        .strip_prefix(Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+        .unwrap();
+    let first = relative.components().next().unwrap().as_os_str();
+    first.to_string_lossy().trim_end_matches(".rs").to_string()
+}
+
+/// Code without comments and without the unit tests at the end of a file.
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let text = match text.find("#[cfg(test)]\nmod tests {") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    text.lines()
+        .map(|line| match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Which top-level modules each one names through `crate::`.
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
+    let files = source_files();
+    let modules: BTreeSet<String> = files.iter().map(|f| module_of(f)).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let from = module_of(file);
+        if from == "lib" || from == "main" {
+            continue;
+        }
+        let text = code(file);
+        let deps = graph.entry(from.clone()).or_default();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("crate::") {
+            rest = &rest[at + "crate::".len()..];
+            if rest.starts_with('{') {
+                // `use crate::{a, b::c}`: every first segment in the braces.
+                let group = &rest[1..rest.find('}').unwrap_or(rest.len())];
+                for item in group.split(',') {
+                    let name: String = item
+                        .trim()
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if modules.contains(&name) && name != from {
+                        deps.insert(name);
+                    }
+                }
+                continue;
+            }
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if modules.contains(&name) && name != from {
+                deps.insert(name);
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn top_level_modules_import_each_other_without_a_cycle() {
+    let graph = imports();
+    // Depth-first search with colours; a grey node reached again closes a cycle.
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        colour: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        colour.insert(node.to_string(), 1);
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            match colour.get(next).copied().unwrap_or(0) {
+                1 => {
+                    let start = path.iter().position(|n| n == next).unwrap();
+                    let mut cycle = path[start..].to_vec();
+                    cycle.push(next.clone());
+                    return Some(cycle);
+                }
+                0 => {
+                    if let Some(cycle) = visit(next, graph, colour, path) {
+                        return Some(cycle);
+                    }
+                }
+                _ => {}
+            }
+        }
+        path.pop();
+        colour.insert(node.to_string(), 2);
+        None
+    }
+    let mut colour = BTreeMap::new();
+    for node in graph.keys() {
+        if colour.get(node).copied().unwrap_or(0) == 0
+            && let Some(cycle) = visit(node, &graph, &mut colour, &mut Vec::new())
+        {
+            panic!("import cycle: {}", cycle.join(" -> "));
+        }
+    }
+    assert!(graph.len() > 10, "the scan found the modules: {graph:?}");
+}
+
+#[test]
+fn the_http_api_does_not_depend_on_the_cli() {
+    let graph = imports();
+    for front in ["api", "serve", "client", "engine", "ops", "wire", "error"] {
+        assert!(
+            !graph.get(front).is_some_and(|deps| deps.contains("cli")),
+            "`{front}` imports `cli`: {:?}",
+            graph.get(front)
+        );
+    }
+}
+
+#[test]
+fn no_source_file_outgrows_six_hundred_lines() {
+    let long: Vec<String> = source_files()
+        .into_iter()
+        .filter_map(|file| {
+            let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+            (lines > MAX_LINES).then(|| format!("{} ({lines} lines)", file.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "split these: {long:?}");
+}
+
+#[test]
+fn unsafe_code_lives_in_one_module() {
+    let unsafe_files: Vec<String> = source_files()
+        .into_iter()
+        .filter(|file| code(file).contains("unsafe {") || code(file).contains("unsafe fn"))
+        .map(|file| module_of(&file))
+        .collect();
+    assert_eq!(unsafe_files, vec!["sys".to_string()]);
+}
