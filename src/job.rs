@@ -265,6 +265,9 @@ pub struct JobRecord {
     /// When the job's work last reached the user's repository.
     #[serde(default)]
     pub synced_at: Option<DateTime<Utc>>,
+    /// The labels given at create.
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// A process, identified by pid and start time so a reused pid is not mistaken for it.

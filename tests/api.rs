@@ -212,6 +212,14 @@ fn twenty_concurrent_jobs_with_execs_and_events_then_all_deleted() {
         Some(json!({"repo": "/no/such/repo"})),
     );
     assert_eq!(status, 400, "{error}");
+    let (status, error) = api(
+        &socket,
+        "POST",
+        "/v1/jobs",
+        Some(json!({"repo": "/no/such/repo", "labels": {"bad key": "x"}})),
+    );
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["code"], "invalid_input", "{error}");
     let mut stream = UnixStream::connect(&socket).unwrap();
     stream
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n")

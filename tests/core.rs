@@ -564,3 +564,40 @@ fn jobs_of_the_old_shared_git_layout_are_reported_and_removed_safely() {
         .unwrap();
     assert_eq!(layout["status"], "ok");
 }
+
+/// Labels given at create are kept with the job and shown by `ls` and `show`; a malformed
+/// one is refused before anything is made.
+#[test]
+fn labels_given_at_create_are_kept_and_shown() {
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create(
+        &repo,
+        &[
+            "--task",
+            "labelled",
+            "--runtime",
+            "process",
+            "--label",
+            "ticket=FR-7",
+            "--label",
+            "team=infra",
+        ],
+    );
+    assert_eq!(job["labels"]["ticket"], "FR-7", "{job}");
+    let listed = home.json(&["ls", "--json"]);
+    assert_eq!(listed[0]["labels"]["team"], "infra", "{listed}");
+    let shown = home.json(&["show", &text(&job, "id"), "--json"]);
+    assert_eq!(shown["job"]["labels"]["ticket"], "FR-7");
+    let refused = home.run(&[
+        "create",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--runtime",
+        "process",
+        "--label",
+        "no equals sign",
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(home.job_records(), 1);
+}

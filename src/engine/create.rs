@@ -91,6 +91,11 @@ impl Paddock {
             oom_kills: 0,
             owner: crate::job::ProcessId::current(),
             caches: Vec::new(),
+            labels: request
+                .labels
+                .iter()
+                .map(|l| (l.key.clone(), l.value.clone()))
+                .collect(),
             sync_error: None,
             synced_at: None,
         };

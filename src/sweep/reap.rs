@@ -242,6 +242,7 @@ impl Paddock {
             oom_kills: 0,
             owner: None,
             caches: Vec::new(),
+            labels: Default::default(),
             sync_error: None,
             synced_at: None,
         })
