@@ -122,6 +122,23 @@ echo "attack done"
 exit 0
 "#;
 
+/// A job on `runtime` (docker or runsc) with the test image.
+fn create_on(home: &TestHome, repo: &FixtureRepo, runtime: &str, task: &str) -> Value {
+    let image = fixtures::test_image();
+    home.json(&[
+        "create",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--runtime",
+        runtime,
+        "--image",
+        &image,
+        "--task",
+        task,
+        "--json",
+    ])
+}
+
 /// Runs the attack in a job on `runtime` and checks the promise on the host.
 fn attack_from_inside(runtime: &str, test: &str) {
     if !docker_available(test) {
@@ -136,19 +153,7 @@ fn attack_from_inside(runtime: &str, test: &str) {
     let marker = format!("SECRET-{}", std::process::id());
     std::fs::write(&secret, format!("{marker}\n")).unwrap();
     let home = TestHome::new();
-    let image = fixtures::test_image();
-    let job = home.json(&[
-        "create",
-        "--repo",
-        repo.path().to_str().unwrap(),
-        "--runtime",
-        runtime,
-        "--image",
-        &image,
-        "--task",
-        "hostile",
-        "--json",
-    ]);
+    let job = create_on(&home, &repo, runtime, "hostile");
     let id = text(&job, "id");
     let branch = text(&job, "branch");
     let before = repo_state(&repo, &[&format!("refs/heads/{branch}")]);
@@ -311,19 +316,7 @@ fn git_workflow_inside(runtime: &str, test: &str) {
     let repo = FixtureRepo::new();
     repo.git(&["branch", "feature"]);
     let home = TestHome::new();
-    let image = fixtures::test_image();
-    let job = home.json(&[
-        "create",
-        "--repo",
-        repo.path().to_str().unwrap(),
-        "--runtime",
-        runtime,
-        "--image",
-        &image,
-        "--task",
-        "workflow",
-        "--json",
-    ]);
+    let job = create_on(&home, &repo, runtime, "workflow");
     let id = text(&job, "id");
     let branch = text(&job, "branch");
     let main_before = repo.git(&["rev-parse", "main"]);

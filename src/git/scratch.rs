@@ -235,11 +235,7 @@ impl ScratchRepo {
         blocking(move || {
             let repo = this.open()?;
             let path = &this.path;
-            let tree_of = |oid: git2::Oid| {
-                repo.find_commit(oid)
-                    .and_then(|c| c.tree())
-                    .map_err(read_err(path))
-            };
+            let tree_of = |oid: git2::Oid| commit_tree(&repo, oid, path);
             let base_oid = git2::Oid::from_str(&base).map_err(read_err(path))?;
             let base_tree = tree_of(base_oid)?;
             let tip = ref_oid(&repo, SCRATCH_BRANCH);
@@ -307,11 +303,7 @@ impl ScratchRepo {
         blocking(move || {
             let repo = this.open()?;
             let path = &this.path;
-            let tree_of = |oid: git2::Oid| {
-                repo.find_commit(oid)
-                    .and_then(|c| c.tree())
-                    .map_err(read_err(path))
-            };
+            let tree_of = |oid: git2::Oid| commit_tree(&repo, oid, path);
             let base_tree = tree_of(git2::Oid::from_str(&base).map_err(read_err(path))?)?;
             let newest = ref_oid(&repo, SCRATCH_STATE).or_else(|| ref_oid(&repo, SCRATCH_BRANCH));
             let newest_tree = match newest {
@@ -336,6 +328,16 @@ fn mark_untracked(change: FileChange, untracked: &BTreeSet<String>) -> FileChang
     } else {
         change
     }
+}
+
+fn commit_tree<'r>(
+    repo: &'r git2::Repository,
+    oid: git2::Oid,
+    path: &Path,
+) -> Result<git2::Tree<'r>, GitError> {
+    repo.find_commit(oid)
+        .and_then(|c| c.tree())
+        .map_err(read_err(path))
 }
 
 fn ref_oid(repo: &git2::Repository, name: &str) -> Option<git2::Oid> {
