@@ -1,0 +1,17 @@
+//! paddock's integration tests, one binary: each module drives the real `paddock` binary
+//! against real temporary git repositories (fixtures/) and, where it says so, the real Docker
+//! daemon. Docker tests fail when Docker is absent unless PADDOCK_SKIP_DOCKER_TESTS=1, and
+//! then each says it skipped.
+
+#[path = "../../fixtures/mod.rs"]
+mod fixtures;
+
+mod api;
+mod architecture;
+mod cache;
+mod core_commands;
+mod docker;
+mod hostile;
+mod process;
+mod snapshots;
+mod sweep;
