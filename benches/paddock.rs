@@ -25,6 +25,11 @@ fn median(samples: &[f64]) -> f64 {
 fn percentile(samples: &[f64], p: f64) -> f64 {
     let mut sorted = samples.to_vec();
     sorted.sort_by(|a, b| a.partial_cmp(b).expect("timings are numbers"));
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "p is in 0..=1, so the nearest rank is a small index within the slice"
+    )]
     let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[rank]
 }
@@ -411,8 +416,13 @@ fn process_create(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
 fn children_cpu() -> Duration {
     // SAFETY: getrusage fills the struct we own.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &raw mut usage) };
+    let tv = |t: libc::timeval| {
+        Duration::new(
+            u64::try_from(t.tv_sec).unwrap_or(0),
+            u32::try_from(t.tv_usec).unwrap_or(0) * 1000,
+        )
+    };
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
@@ -647,9 +657,7 @@ fn daemon_memory(rows: &mut Vec<Row>) {
 }
 
 fn machine() -> String {
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let mem = std::fs::read_to_string("/proc/meminfo")
         .unwrap_or_default()
         .lines()
@@ -658,8 +666,7 @@ fn machine() -> String {
         .split_whitespace()
         .nth(1)
         .and_then(|k| k.parse::<u64>().ok())
-        .map(|k| k / 1024 / 1024)
-        .unwrap_or(0);
+        .map_or(0, |k| k / 1024 / 1024);
     let docker = Command::new("docker")
         .args(["version", "--format", "{{.Server.Version}}"])
         .output()

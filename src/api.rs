@@ -6,11 +6,10 @@
 //! service needs: a bound on concurrent creates (wait, then 503 with Retry-After), a body
 //! size limit, per-request deadlines, Server-Sent Events and Prometheus metrics.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use subtle::ConstantTimeEq;
 
 use axum::Router;
 use axum::body::Body;
@@ -39,61 +38,12 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 /// Exec requests get their own timeout plus this.
 const EXEC_MARGIN: Duration = Duration::from_secs(60);
 
-/// Latency buckets (seconds) of the histograms.
-const BUCKETS: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0];
-
-/// A Prometheus histogram with fixed buckets.
-#[derive(Default)]
-struct Histogram {
-    counts: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    sum_micros: AtomicU64,
-}
-
-impl Histogram {
-    fn observe(&self, elapsed: Duration) {
-        let secs = elapsed.as_secs_f64();
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if secs <= *bound {
-                self.counts[i].fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    fn render(&self, name: &str, help: &str, out: &mut String) {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} histogram\n"));
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            out.push_str(&format!(
-                "{name}_bucket{{le=\"{bound}\"}} {}\n",
-                self.counts[i].load(Ordering::Relaxed)
-            ));
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        out.push_str(&format!("{name}_bucket{{le=\"+Inf\"}} {count}\n"));
-        out.push_str(&format!(
-            "{name}_sum {}\n{name}_count {count}\n",
-            self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
-        ));
-    }
-}
-
-#[derive(Default)]
-struct Metrics {
-    create_seconds: Histogram,
-    exec_seconds: Histogram,
-    sweeps: AtomicU64,
-    sweep_removals: AtomicU64,
-}
-
 /// Shared state of the API.
 #[derive(Clone)]
 pub struct ApiState {
     paddock: Arc<Paddock>,
     events: broadcast::Sender<crate::engine::Event>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<crate::metrics::Metrics>,
     create_slots: Arc<Semaphore>,
     create_wait: Duration,
     sweep_defaults: SweepOptions,
@@ -126,10 +76,7 @@ impl ApiState {
 
     /// Counts a sweep the daemon ran on its own, for `/metrics`.
     pub fn record_sweep(&self, removed: usize) {
-        self.metrics.sweeps.fetch_add(1, Ordering::Relaxed);
-        self.metrics
-            .sweep_removals
-            .fetch_add(removed as u64, Ordering::Relaxed);
+        self.metrics.count_sweep(removed as u64);
     }
 }
 
@@ -274,7 +221,8 @@ async fn authorize(token: Option<Arc<String>>, request: Request, next: Next) -> 
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        let ok = presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes()));
+        // Constant time, so the comparison does not leak how much of a guess was right.
+        let ok = presented.is_some_and(|p| bool::from(p.as_bytes().ct_eq(token.as_bytes())));
         if !ok {
             return ApiError {
                 status: StatusCode::UNAUTHORIZED,
@@ -286,10 +234,6 @@ async fn authorize(token: Option<Arc<String>>, request: Request, next: Next) -> 
         }
     }
     next.run(request).await
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn create_job(
@@ -316,7 +260,7 @@ async fn create_job(
     let created = with_deadline(REQUEST_TIMEOUT, state.paddock.create(request)).await;
     drop(permit);
     let created = created?;
-    state.metrics.create_seconds.observe(started.elapsed());
+    state.metrics.observe_create(started.elapsed());
     let mut body = serde_json::to_value(JobView::from(&created.record)).expect("views serialize");
     if let Some(warning) = created.warning {
         body["warning"] = json!(warning);
@@ -477,7 +421,7 @@ async fn exec_job(
                 .exec(&id, options, &mut crate::runtime::exec::Discard),
         )
         .await;
-        state.metrics.exec_seconds.observe(started.elapsed());
+        state.metrics.observe_exec(started.elapsed());
         return Ok(axum::Json(result?).into_response());
     }
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
@@ -487,7 +431,7 @@ async fn exec_job(
         let mut sink = NdjsonSink(tx.clone());
         let result =
             with_deadline(deadline, task_state.paddock.exec(&id, options, &mut sink)).await;
-        task_state.metrics.exec_seconds.observe(started.elapsed());
+        task_state.metrics.observe_exec(started.elapsed());
         let last = match result {
             Ok(result) => json!({"result": result}),
             Err(error) => json!({"error": {"code": error.code, "message": error.message}}),
@@ -514,40 +458,8 @@ async fn events(State(state): State<ApiState>) -> impl IntoResponse {
 
 async fn metrics(State(state): State<ApiState>) -> ApiResult<Response> {
     let records = with_deadline(REQUEST_TIMEOUT, state.paddock.list(None)).await?;
-    let mut by_state: BTreeMap<String, u64> = BTreeMap::new();
-    for state_name in [
-        "creating",
-        "ready",
-        "running",
-        "exited",
-        "failed",
-        "timed-out",
-    ] {
-        by_state.insert(state_name.into(), 0);
-    }
-    for record in &records {
-        *by_state.entry(record.state.to_string()).or_default() += 1;
-    }
-    let mut out = String::from("# HELP paddock_jobs Jobs by state.\n# TYPE paddock_jobs gauge\n");
-    for (name, count) in by_state {
-        out.push_str(&format!("paddock_jobs{{state=\"{name}\"}} {count}\n"));
-    }
-    state.metrics.create_seconds.render(
-        "paddock_create_seconds",
-        "Latency of job creation.",
-        &mut out,
-    );
-    state
+    let text = state
         .metrics
-        .exec_seconds
-        .render("paddock_exec_seconds", "Latency of execs.", &mut out);
-    out.push_str(&format!(
-        "# HELP paddock_sweeps_total Sweeps run.\n# TYPE paddock_sweeps_total counter\npaddock_sweeps_total {}\n",
-        state.metrics.sweeps.load(Ordering::Relaxed)
-    ));
-    out.push_str(&format!(
-        "# HELP paddock_sweep_removals_total Items removed by sweeps.\n# TYPE paddock_sweep_removals_total counter\npaddock_sweep_removals_total {}\n",
-        state.metrics.sweep_removals.load(Ordering::Relaxed)
-    ));
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+        .render(records.iter().map(|record| record.state));
+    Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }

@@ -17,9 +17,7 @@
 //!   pattern, which matches a symlink too, unlike `path/`), never through a tracked file.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Component, Path, PathBuf};
-use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -53,8 +51,15 @@ pub enum CacheError {
 }
 
 /// How a cache reaches the job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::Display, strum::EnumString,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(
+    serialize_all = "lowercase",
+    parse_err_ty = UnitError,
+    parse_err_fn = not_a_strategy
+)]
 pub enum Strategy {
     /// The worktree path is a symlink to the entry (mounted at the same path in containers).
     Symlink,
@@ -67,30 +72,11 @@ pub enum Strategy {
     Env,
 }
 
-impl fmt::Display for Strategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Strategy::Symlink => "symlink",
-            Strategy::Copy => "copy",
-            Strategy::Mount => "mount",
-            Strategy::Env => "env",
-        })
-    }
-}
-
-impl FromStr for Strategy {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "symlink" => Ok(Strategy::Symlink),
-            "copy" => Ok(Strategy::Copy),
-            "mount" => Ok(Strategy::Mount),
-            _ => Err(UnitError {
-                what: "cache strategy",
-                input: s.to_string(),
-                expected: "symlink, copy or mount",
-            }),
-        }
+fn not_a_strategy(input: &str) -> UnitError {
+    UnitError {
+        what: "cache strategy",
+        input: input.to_string(),
+        expected: "symlink, copy, mount or env",
     }
 }
 

@@ -72,7 +72,9 @@ impl DaemonClient {
             .await
             .map_err(|e| failed(e.to_string()))?;
         tokio::spawn(connection);
-        let payload = body.map(|b| b.to_string()).unwrap_or_default();
+        let payload = body
+            .map(std::string::ToString::to_string)
+            .unwrap_or_default();
         let request = Request::builder()
             .method(method)
             .uri(path)

@@ -4,7 +4,8 @@
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::runtime::docker;
+use crate::job::RuntimeKind;
+use crate::runtime::{Runtime, Runtimes};
 use crate::store::PaddockHome;
 use crate::units::format_size;
 
@@ -41,20 +42,22 @@ fn check(
 
 /// Runs every check. Docker checks are skipped (as warnings) when the daemon is unreachable,
 /// since the process runtime still works.
-pub async fn run(home: &PaddockHome, config: &Config) -> Vec<Check> {
+pub async fn run(home: &PaddockHome, runtimes: &Runtimes, config: &Config) -> Vec<Check> {
     let mut checks = vec![git_check().await];
     let image = config
         .profiles
         .get(&config.default_profile.value)
-        .map(|p| p.image.value.clone())
-        .unwrap_or_else(|| crate::config::DEFAULT_IMAGE.to_string());
-    checks.extend(docker_checks(&image).await);
+        .map_or_else(
+            || crate::config::DEFAULT_IMAGE.to_string(),
+            |p| p.image.value.clone(),
+        );
+    checks.extend(docker_checks(runtimes.of(RuntimeKind::Docker), &image).await);
     checks.push(disk_check(home));
     checks.push(legacy_jobs_check(home));
     checks.push(check(
         "process runtime",
         Status::Ok,
-        crate::runtime::isolation_note(crate::job::RuntimeKind::Process),
+        runtimes.of(RuntimeKind::Process).isolation_note(),
         None,
     ));
     checks
@@ -69,7 +72,7 @@ fn legacy_jobs_check(home: &PaddockHome) -> Check {
         .map(|(records, _)| records)
         .unwrap_or_default()
         .into_iter()
-        .filter(|r| r.is_legacy())
+        .filter(super::job::JobRecord::is_legacy)
         .map(|r| r.id.to_string())
         .collect();
     if legacy.is_empty() {
@@ -132,43 +135,28 @@ async fn git_check() -> Check {
     }
 }
 
-async fn docker_checks(image: &str) -> Vec<Check> {
-    let mut checks = Vec::new();
-    let docker = match docker::connect() {
-        Ok(docker) => docker,
-        Err(e) => {
+async fn docker_checks(docker: &dyn Runtime, image: &str) -> Vec<Check> {
+    let facts = match docker.engine_facts().await {
+        Some(Ok(facts)) => facts,
+        Some(Err(e)) => {
             return vec![check(
                 "docker",
                 Status::Warn,
                 e.to_string(),
-                Some("start the Docker daemon, or use --runtime process"),
-            )];
-        }
-    };
-    let version = tokio::time::timeout(std::time::Duration::from_secs(3), docker.version()).await;
-    match version {
-        Ok(Ok(v)) => checks.push(check(
-            "docker",
-            Status::Ok,
-            format!(
-                "engine {} (API {})",
-                v.version.unwrap_or_default(),
-                v.api_version.unwrap_or_default()
-            ),
-            None,
-        )),
-        _ => {
-            return vec![check(
-                "docker",
-                Status::Warn,
-                "the Docker daemon does not answer",
                 Some(
                     "start the Docker daemon (is the socket at /var/run/docker.sock?), or use --runtime process",
                 ),
             )];
         }
-    }
-    match docker::check_ready(crate::job::RuntimeKind::Docker, image).await {
+        None => return Vec::new(),
+    };
+    let mut checks = vec![check(
+        "docker",
+        Status::Ok,
+        format!("engine {} (API {})", facts.version, facts.api_version),
+        None,
+    )];
+    match docker.check_ready(image).await {
         Ok(()) => checks.push(check(
             "image",
             Status::Ok,
@@ -182,58 +170,33 @@ async fn docker_checks(image: &str) -> Vec<Check> {
             Some(&format!("paddock image build --tag {image}")),
         )),
     }
-    match tokio::time::timeout(std::time::Duration::from_secs(10), docker.info()).await {
-        Ok(Ok(info)) => {
-            let mut runtimes: Vec<String> = info
-                .runtimes
-                .clone()
-                .unwrap_or_default()
-                .into_keys()
-                .collect();
-            runtimes.sort();
-            let has_runsc = runtimes.iter().any(|r| r == "runsc");
-            checks.push(check(
-                "runtimes",
-                if has_runsc { Status::Ok } else { Status::Warn },
-                runtimes.join(", "),
-                (!has_runsc).then_some(
-                    "for gVisor: apt-get install runsc, add it to /etc/docker/daemon.json (see the README), reload dockerd",
-                ),
-            ));
-            let enforced = [
-                ("memory", info.memory_limit.unwrap_or(false)),
-                ("swap", info.swap_limit.unwrap_or(false)),
-                ("cpu", info.cpu_cfs_quota.unwrap_or(false)),
-                ("pids", info.pids_limit.unwrap_or(false)),
-            ];
-            let missing: Vec<&str> = enforced
-                .iter()
-                .filter(|(_, on)| !on)
-                .map(|(n, _)| *n)
-                .collect();
-            checks.push(if missing.is_empty() {
-                check(
-                    "limits",
-                    Status::Ok,
-                    "memory, swap, cpu and pids limits are enforced",
-                    None,
-                )
-            } else {
-                check(
-                    "limits",
-                    Status::Warn,
-                    format!("not enforced by this daemon: {}", missing.join(", ")),
-                    Some("enable the cgroup controllers (kernel command line or cgroup v2)"),
-                )
-            });
-        }
-        _ => checks.push(check(
-            "runtimes",
-            Status::Warn,
-            "docker info did not answer",
+    let has_runsc = facts.oci_runtimes.iter().any(|r| r == "runsc");
+    checks.push(check(
+        "runtimes",
+        if has_runsc { Status::Ok } else { Status::Warn },
+        facts.oci_runtimes.join(", "),
+        (!has_runsc).then_some(
+            "for gVisor: apt-get install runsc, add it to /etc/docker/daemon.json (see the README), reload dockerd",
+        ),
+    ));
+    checks.push(if facts.unenforced_limits.is_empty() {
+        check(
+            "limits",
+            Status::Ok,
+            "memory, swap, cpu and pids limits are enforced",
             None,
-        )),
-    }
+        )
+    } else {
+        check(
+            "limits",
+            Status::Warn,
+            format!(
+                "not enforced by this daemon: {}",
+                facts.unenforced_limits.join(", ")
+            ),
+            Some("enable the cgroup controllers (kernel command line or cgroup v2)"),
+        )
+    });
     checks
 }
 

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::CacheError;
 use crate::config::ConfigError;
-use crate::git::GitError;
+pub use crate::git::GitError;
 use crate::job::{JobError, JobId, JobState};
 use crate::runtime::RuntimeError;
 use crate::store::StoreError;
@@ -201,10 +201,9 @@ impl Error {
             Error::Cache(_) => {
                 "check the `caches` in .paddock.yaml against what the repository tracks"
             }
-            Error::Runtime(RuntimeError::DockerUnavailable { .. })
-            | Error::Runtime(RuntimeError::DockerTimeout { .. }) => {
-                "is the Docker daemon running? try `paddock doctor`"
-            }
+            Error::Runtime(
+                RuntimeError::DockerUnavailable { .. } | RuntimeError::DockerTimeout { .. },
+            ) => "is the Docker daemon running? try `paddock doctor`",
             Error::Runtime(RuntimeError::ImageMissing { image }) => {
                 return Some(format!("build it with `paddock image build --tag {image}`"));
             }

@@ -101,8 +101,9 @@ impl fmt::Display for JobId {
 /// creating → ready → running → exited | failed | timed-out → removed
 ///                       ↑______________________|   (another exec)
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, strum::Display)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum JobState {
     Creating,
     Ready,
@@ -139,23 +140,10 @@ impl JobState {
     }
 }
 
-impl fmt::Display for JobState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            JobState::Creating => "creating",
-            JobState::Ready => "ready",
-            JobState::Running => "running",
-            JobState::Exited => "exited",
-            JobState::Failed => "failed",
-            JobState::TimedOut => "timed-out",
-            JobState::Removed => "removed",
-        })
-    }
-}
-
 /// The execution runtime a job was given, after `auto` was resolved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::Display)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum RuntimeKind {
     Docker,
     Runsc,
@@ -165,16 +153,6 @@ pub enum RuntimeKind {
 impl RuntimeKind {
     pub fn uses_docker(self) -> bool {
         matches!(self, RuntimeKind::Docker | RuntimeKind::Runsc)
-    }
-}
-
-impl fmt::Display for RuntimeKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            RuntimeKind::Docker => "docker",
-            RuntimeKind::Runsc => "runsc",
-            RuntimeKind::Process => "process",
-        })
     }
 }
 

@@ -4,23 +4,24 @@
 //! The engine ([`engine::Paddock`]) is the single implementation of every operation; the CLI
 //! (`src/main.rs`, [`cli`]) and the daemon are thin layers over it.
 
-pub mod api;
+pub(crate) mod api;
 mod atomic;
 pub mod cache;
 pub mod cli;
 pub mod client;
 pub mod config;
-pub mod doctor;
+pub(crate) mod doctor;
 pub mod engine;
 pub mod env;
 pub mod error;
-pub mod git;
+pub(crate) mod git;
 mod ids;
 pub mod job;
+mod metrics;
 pub mod ops;
 pub mod output;
 pub mod runtime;
-pub mod serve;
+pub(crate) mod serve;
 pub mod store;
 pub mod sweep;
 mod sys;

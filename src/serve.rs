@@ -57,14 +57,14 @@ pub fn watch_activity(
             }
         }
     })
-    .map_err(|e| watch_error(&root, e))?;
+    .map_err(|e| watch_error(&root, &e))?;
     watcher
         .watch(&root, RecursiveMode::Recursive)
-        .map_err(|e| watch_error(&root, e))?;
+        .map_err(|e| watch_error(&root, &e))?;
     Ok((watcher, rx))
 }
 
-fn watch_error(root: &std::path::Path, error: notify::Error) -> crate::engine::Error {
+fn watch_error(root: &std::path::Path, error: &notify::Error) -> crate::engine::Error {
     crate::store::StoreError::Io {
         path: root.to_path_buf(),
         source: std::io::Error::other(error.to_string()),

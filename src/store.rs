@@ -246,9 +246,7 @@ impl PaddockHome {
         let Ok(id) = JobId::parse(id) else {
             return false;
         };
-        fs::read_to_string(self.worktree_marker(key, &id))
-            .map(|text| text.trim() == self.id)
-            .unwrap_or(false)
+        fs::read_to_string(self.worktree_marker(key, &id)).is_ok_and(|text| text.trim() == self.id)
     }
 
     /// Remembers a repository that has had jobs, so the sweeper can reconcile it even after

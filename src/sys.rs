@@ -84,7 +84,7 @@ impl ChildSetup {
                         rlim_max: value,
                     };
                     // A failure leaves the old limit in place.
-                    libc::setrlimit(resource, &limit);
+                    libc::setrlimit(resource, &raw const limit);
                 }
                 if let Some((uid, gid)) = self.user
                     && (libc::setgroups(0, std::ptr::null()) != 0
@@ -112,7 +112,7 @@ pub fn free_space(path: &Path) -> Option<u64> {
     let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
     // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
     let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(path.as_ptr(), &mut stats) } != 0 {
+    if unsafe { libc::statvfs(path.as_ptr(), &raw mut stats) } != 0 {
         return None;
     }
     Some(stats.f_bavail as u64 * stats.f_frsize as u64)

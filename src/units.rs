@@ -41,35 +41,11 @@ impl FromStr for HumanDuration {
             let secs: u64 = s.parse().map_err(|_| err())?;
             return Ok(HumanDuration(Duration::from_secs(secs)));
         }
-        let mut total_ms: u128 = 0;
-        let mut rest = s;
-        while !rest.is_empty() {
-            let digits = rest
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(rest.len());
-            if digits == 0 {
-                return Err(err());
-            }
-            let number: u128 = rest[..digits].parse().map_err(|_| err())?;
-            rest = &rest[digits..];
-            let unit_len = rest
-                .find(|c: char| c.is_ascii_digit())
-                .unwrap_or(rest.len());
-            let unit_ms: u128 = match &rest[..unit_len] {
-                "ms" => 1,
-                "s" => 1000,
-                "m" => 60_000,
-                "h" => 3_600_000,
-                "d" => 86_400_000,
-                _ => return Err(err()),
-            };
-            rest = &rest[unit_len..];
-            total_ms = total_ms
-                .checked_add(number.checked_mul(unit_ms).ok_or_else(err)?)
-                .ok_or_else(err)?;
-        }
-        let ms = u64::try_from(total_ms).map_err(|_| err())?;
-        Ok(HumanDuration(Duration::from_millis(ms)))
+        // Anything else as humantime reads it (`1h30m`, `1h 30m`, `2days`, `500ms`), with
+        // paddock's own message when it does not.
+        humantime::parse_duration(s)
+            .map(HumanDuration)
+            .map_err(|_| err())
     }
 }
 
@@ -92,6 +68,12 @@ impl fmt::Display for HumanDuration {
         }
         f.write_str(&out)
     }
+}
+
+/// Whole milliseconds of `duration`, for records and logs (saturating: no run lasts 584
+/// million years).
+pub fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A short age for tables: `42s`, `5m`, `3h`, `2d`.
@@ -175,6 +157,10 @@ pub struct Cpus(pub f64);
 
 impl Cpus {
     /// The value in Docker's `nano_cpus` unit.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "parsing keeps CPU counts positive and small; f64 to i64 saturates"
+    )]
     pub fn nano_cpus(self) -> i64 {
         (self.0 * 1e9).round() as i64
     }
@@ -269,7 +255,18 @@ mod tests {
         assert_eq!("500ms".parse::<HumanDuration>().unwrap().0.as_millis(), 500);
         assert_eq!("45".parse::<HumanDuration>().unwrap().0.as_secs(), 45);
         assert_eq!("2d".parse::<HumanDuration>().unwrap().0.as_secs(), 172_800);
-        for bad in ["", "m", "10q", "1.5h", "-3s"] {
+        assert_eq!("1h 30m".parse::<HumanDuration>().unwrap().0.as_secs(), 5400);
+        assert_eq!(
+            "2days".parse::<HumanDuration>().unwrap().0.as_secs(),
+            172_800
+        );
+        let err = "10q".parse::<HumanDuration>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid duration `10q`: expected a duration like 500ms, 30s, 10m, 1h30m or 2d"
+        );
+        assert_eq!("1.5h".parse::<HumanDuration>().unwrap().0.as_secs(), 5400);
+        for bad in ["", "m", "10q", "-3s", "1h30", "ten minutes"] {
             assert!(
                 bad.parse::<HumanDuration>().is_err(),
                 "{bad} should not parse"

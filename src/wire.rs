@@ -13,10 +13,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BranchPolicy, NetworkMode, ProfileLayer, RuntimeChoice};
-use crate::git::ChangeSummary;
+pub use crate::git::ChangeSummary;
 use crate::job::{JobId, JobRecord, JobState, Limits};
 use crate::units::{ByteSize, Cpus, HumanDuration};
 
+pub use crate::git::sync::WorkState;
 pub use crate::git::{CommitInfo, FileChange};
 pub use crate::runtime::exec::ExecResult;
 

@@ -8,7 +8,7 @@ use crate::Paddock;
 use crate::error::Result;
 use crate::units::HumanDuration;
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Copy, Subcommand)]
 pub enum CacheCommand {
     /// List cache entries: size, last use, jobs using them.
     Ls {
@@ -27,7 +27,7 @@ pub enum CacheCommand {
     },
 }
 
-pub async fn run(paddock: &Paddock, command: CacheCommand) -> Result<i32> {
+pub fn run(paddock: &Paddock, command: CacheCommand) -> Result<i32> {
     match command {
         CacheCommand::Ls { json } => {
             let entries = paddock.cache_entries()?;

@@ -20,7 +20,7 @@ pub async fn run(paddock: &Paddock, args: DoctorArgs) -> Result<i32> {
         .ok()
         .map(|r| r.root);
     let config = paddock.config(root.as_deref())?;
-    let checks = crate::doctor::run(paddock.home(), &config).await;
+    let checks = crate::doctor::run(paddock.home(), paddock.runtimes(), &config).await;
     if args.json {
         print_json(&checks);
     } else {

@@ -3,8 +3,10 @@
 use clap::Subcommand;
 
 use super::exit;
-use super::render::print_json;
+use super::render::{Progress, print_json};
+use crate::engine::Paddock;
 use crate::error::{Error, Result};
+use crate::job::RuntimeKind;
 
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
@@ -21,21 +23,29 @@ pub enum ImageCommand {
     },
 }
 
-pub async fn run(command: ImageCommand) -> Result<i32> {
+pub async fn run(paddock: &Paddock, command: ImageCommand) -> Result<i32> {
     let ImageCommand::Build {
         base_image,
         tag,
         json,
     } = command;
-    // Build progress on a terminal; quiet under --json.
+    // A spinner with the current step on a terminal; the build's lines when stderr is a
+    // log; nothing under --json.
+    let spinner = Progress::spinner(json);
     let mut progress = |line: &str| {
-        if !json {
+        if spinner.shown() {
+            spinner.message(line);
+        } else if !json {
             eprintln!("{line}");
         }
     };
-    let id = crate::runtime::build_image(&base_image, &tag, &mut progress)
-        .await
-        .map_err(Error::Runtime)?;
+    let id = paddock
+        .runtimes()
+        .of(RuntimeKind::Docker)
+        .build_image(&base_image, &tag, &mut progress)
+        .await;
+    spinner.finish();
+    let id = id.map_err(Error::Runtime)?;
     if json {
         print_json(&serde_json::json!({ "tag": tag, "id": id }));
     } else {

@@ -45,11 +45,11 @@ pub struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Create a job: a branch, a worktree and (with Docker) a container.
     Create(Box<create::CreateArgs>),
     /// List jobs.
@@ -130,11 +130,11 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Stop(args) => stop::run(ops, args).await,
         Command::Shell(args) => shell::run(paddock, args).await,
         Command::Logs(args) => logs::run(paddock, args).await,
-        Command::Image { command } => image::run(command).await,
+        Command::Image { command } => image::run(paddock, command).await,
         Command::Doctor(args) => doctor::run(paddock, args).await,
         Command::Sweep(args) => sweep::run(paddock, args).await,
         Command::Serve(args) => serve::run(paddock, args).await,
-        Command::Cache { command } => cache::run(paddock, command).await,
+        Command::Cache { command } => cache::run(paddock, command),
         Command::Config { command } => config::run(paddock, command).await,
     }
 }

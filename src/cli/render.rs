@@ -10,36 +10,86 @@ use crate::output::{OutputSink, StreamKind};
 use crate::units::format_age;
 use crate::wire::{ExecResult, JobDetails, JobView};
 
+/// Progress of long work on stderr: drawn only on a terminal and never under `--json`, so
+/// scripts and logs see only the result.
+pub struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Progress {
+    fn draw(json: bool, bar: impl FnOnce() -> indicatif::ProgressBar) -> Progress {
+        use std::io::IsTerminal;
+        let shown = !json && std::io::stderr().is_terminal();
+        Progress {
+            bar: shown.then(bar),
+        }
+    }
+
+    /// A spinner with a changing message (an image build's current step).
+    pub fn spinner(json: bool) -> Progress {
+        Progress::draw(json, || {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+            bar
+        })
+    }
+
+    /// A bar counting items (a sweep's jobs).
+    pub fn bar(json: bool, what: &'static str) -> Progress {
+        Progress::draw(json, || {
+            let style = indicatif::ProgressStyle::with_template(&format!(
+                "{{bar:30}} {{pos}}/{{len}} {what} {{msg}}"
+            ))
+            .expect("the template is valid");
+            indicatif::ProgressBar::new(0).with_style(style)
+        })
+    }
+
+    /// Whether anything is drawn (else the caller may print plain lines instead).
+    pub fn shown(&self) -> bool {
+        self.bar.is_some()
+    }
+
+    pub fn message(&self, message: &str) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(message.to_string());
+        }
+    }
+
+    pub fn position(&self, done: usize, total: usize) {
+        if let Some(bar) = &self.bar {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        }
+    }
+
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
 /// Prints a value as pretty JSON (the stable `--json` output).
 pub fn print_json<T: Serialize + ?Sized>(value: &T) {
     let text = serde_json::to_string_pretty(value).expect("paddock's output types serialize");
     println!("{text}");
 }
 
-/// Prints rows as aligned columns.
+/// Prints rows as aligned columns (two spaces apart, no borders, never wrapped: lines stay
+/// one row each for `grep` and `awk`).
 pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (i, cell) in row.iter().enumerate() {
-            widths[i] = widths[i].max(cell.chars().count());
-        }
+    let mut table = comfy_table::Table::new();
+    table
+        .load_preset(comfy_table::presets::NOTHING)
+        .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
+        .set_header(headers.to_vec())
+        .add_rows(rows.iter().cloned());
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
     }
     let mut out = std::io::stdout().lock();
-    let line = |cells: Vec<&str>| {
-        let mut text = String::new();
-        for (i, cell) in cells.iter().enumerate() {
-            if i + 1 == cells.len() {
-                text.push_str(cell);
-            } else {
-                text.push_str(&format!("{cell:<width$}  ", width = widths[i]));
-            }
-        }
-        text
-    };
-    let _ = writeln!(out, "{}", line(headers.to_vec()));
-    for row in rows {
-        let _ = writeln!(out, "{}", line(row.iter().map(String::as_str).collect()));
-    }
+    let _ = writeln!(out, "{}", table.trim_fmt());
 }
 
 pub fn print_job_table(views: &[JobView]) {
@@ -172,8 +222,7 @@ pub fn print_cache_table(entries: &[crate::cache::EntryInfo]) {
                 e.key.clone(),
                 crate::units::format_size(e.size_bytes),
                 e.last_used_at
-                    .map(|t| format!("{} ago", format_age(now - t)))
-                    .unwrap_or_else(|| "-".into()),
+                    .map_or_else(|| "-".into(), |t| format!("{} ago", format_age(now - t))),
                 e.jobs.join(","),
             ]
         })
@@ -200,7 +249,7 @@ pub fn print_sweep(report: &crate::sweep::SweepReport) {
             }
             rows.push(vec![
                 action.to_string(),
-                item.kind.to_string(),
+                item.kind.clone(),
                 item.name.clone(),
                 reason,
             ]);

@@ -3,7 +3,7 @@
 use clap::Args;
 
 use super::exit;
-use super::render::{print_json, print_sweep};
+use super::render::{Progress, print_json, print_sweep};
 use crate::Paddock;
 use crate::error::Result;
 use crate::units::HumanDuration;
@@ -69,7 +69,15 @@ impl SweepArgs {
 
 pub async fn run(paddock: &Paddock, args: SweepArgs) -> Result<i32> {
     let config = paddock.config(None)?;
-    let report = paddock.sweep(&args.options(&config, false)).await?;
+    let progress = Progress::bar(args.json, "jobs");
+    let report = paddock
+        .sweep_with_progress(&args.options(&config, false), &mut |done, total, job| {
+            progress.position(done, total);
+            progress.message(job);
+        })
+        .await;
+    progress.finish();
+    let report = report?;
     if args.json {
         print_json(&report);
     } else {

@@ -1,87 +1,67 @@
 //! The small enums of the configuration: which runtime, which network, how a timed-out
 //! command is stopped, what happens to a removed job's branch. Each parses from and prints
-//! as the word a user writes.
-
-use std::fmt;
-use std::str::FromStr;
+//! as the word a user writes (strum derives both; serde reads the same words from YAML and
+//! JSON); a word that is not one of them is an error listing the ones that are.
 
 use serde::{Deserialize, Serialize};
+use strum::{Display, EnumString};
 
 use crate::units::UnitError;
 
 /// Which execution runtime a job uses. `runc` and `runsc` are Docker with that OCI runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, Display)]
 #[serde(rename_all = "lowercase")]
+#[strum(
+    serialize_all = "lowercase",
+    parse_err_ty = UnitError,
+    parse_err_fn = not_a_runtime
+)]
 pub enum RuntimeChoice {
     Auto,
+    #[strum(to_string = "docker", serialize = "runc")]
     Docker,
+    #[strum(to_string = "runsc", serialize = "gvisor")]
     Runsc,
     Process,
 }
 
-impl FromStr for RuntimeChoice {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "docker" | "runc" => Ok(Self::Docker),
-            "runsc" | "gvisor" => Ok(Self::Runsc),
-            "process" => Ok(Self::Process),
-            _ => Err(UnitError {
-                what: "runtime",
-                input: s.to_string(),
-                expected: "one of auto, docker, runc, runsc, process",
-            }),
-        }
-    }
-}
-
-impl fmt::Display for RuntimeChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Auto => "auto",
-            Self::Docker => "docker",
-            Self::Runsc => "runsc",
-            Self::Process => "process",
-        })
+fn not_a_runtime(input: &str) -> UnitError {
+    UnitError {
+        what: "runtime",
+        input: input.to_string(),
+        expected: "one of auto, docker, runc, runsc, process",
     }
 }
 
 /// Container networking: none unless a profile opts in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, Display)]
 #[serde(rename_all = "lowercase")]
+#[strum(
+    serialize_all = "lowercase",
+    parse_err_ty = UnitError,
+    parse_err_fn = not_a_network
+)]
 pub enum NetworkMode {
     None,
     Bridge,
 }
 
-impl FromStr for NetworkMode {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "none" => Ok(Self::None),
-            "bridge" => Ok(Self::Bridge),
-            _ => Err(UnitError {
-                what: "network",
-                input: s.to_string(),
-                expected: "none or bridge",
-            }),
-        }
-    }
-}
-
-impl fmt::Display for NetworkMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::None => "none",
-            Self::Bridge => "bridge",
-        })
+fn not_a_network(input: &str) -> UnitError {
+    UnitError {
+        what: "network",
+        input: input.to_string(),
+        expected: "none or bridge",
     }
 }
 
 /// How a command that ran out of time is stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, Display)]
 #[serde(rename_all = "lowercase")]
+#[strum(
+    serialize_all = "lowercase",
+    parse_err_ty = UnitError,
+    parse_err_fn = not_a_kill_policy
+)]
 pub enum KillPolicy {
     /// SIGTERM, a grace period, then SIGKILL.
     Graceful,
@@ -89,33 +69,24 @@ pub enum KillPolicy {
     Hard,
 }
 
-impl FromStr for KillPolicy {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "graceful" => Ok(Self::Graceful),
-            "hard" => Ok(Self::Hard),
-            _ => Err(UnitError {
-                what: "kill policy",
-                input: s.to_string(),
-                expected: "graceful or hard",
-            }),
-        }
-    }
-}
-
-impl fmt::Display for KillPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Graceful => "graceful",
-            Self::Hard => "hard",
-        })
+fn not_a_kill_policy(input: &str) -> UnitError {
+    UnitError {
+        what: "kill policy",
+        input: input.to_string(),
+        expected: "graceful or hard",
     }
 }
 
 /// What the sweeper (and `rm`) does with a job's branch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, EnumString, Display,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(
+    serialize_all = "kebab-case",
+    parse_err_ty = UnitError,
+    parse_err_fn = not_a_branch_policy
+)]
 pub enum BranchPolicy {
     /// Keep it.
     Keep,
@@ -126,28 +97,37 @@ pub enum BranchPolicy {
     Delete,
 }
 
-impl FromStr for BranchPolicy {
-    type Err = UnitError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "keep" => Ok(Self::Keep),
-            "delete-if-no-commits" => Ok(Self::DeleteIfNoCommits),
-            "delete" => Ok(Self::Delete),
-            _ => Err(UnitError {
-                what: "branch policy",
-                input: s.to_string(),
-                expected: "keep, delete-if-no-commits or delete",
-            }),
-        }
+fn not_a_branch_policy(input: &str) -> UnitError {
+    UnitError {
+        what: "branch policy",
+        input: input.to_string(),
+        expected: "keep, delete-if-no-commits or delete",
     }
 }
 
-impl fmt::Display for BranchPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Keep => "keep",
-            Self::DeleteIfNoCommits => "delete-if-no-commits",
-            Self::Delete => "delete",
-        })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choices_read_and_print_the_words_users_write() {
+        assert_eq!("runc".parse::<RuntimeChoice>(), Ok(RuntimeChoice::Docker));
+        assert_eq!("gvisor".parse::<RuntimeChoice>(), Ok(RuntimeChoice::Runsc));
+        assert_eq!(RuntimeChoice::Docker.to_string(), "docker");
+        assert_eq!(
+            BranchPolicy::DeleteIfNoCommits.to_string(),
+            "delete-if-no-commits"
+        );
+        assert_eq!(
+            "delete-if-no-commits".parse::<BranchPolicy>(),
+            Ok(BranchPolicy::DeleteIfNoCommits)
+        );
+        assert_eq!(KillPolicy::Graceful.to_string(), "graceful");
+        let error = "kvm".parse::<RuntimeChoice>().unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "invalid runtime `kvm`: expected one of auto, docker, runc, runsc, process"
+        );
+        assert!("Bridge".parse::<NetworkMode>().is_err(), "words are exact");
     }
 }

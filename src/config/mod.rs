@@ -191,13 +191,13 @@ impl Config {
         if let Some((path, explicit)) = user_config_path(env)
             && let Some(file) = read_file(&path, explicit)?
         {
-            config.apply_file(file, Source::UserFile(path.clone()))?;
+            config.apply_file(file, &Source::UserFile(path.clone()))?;
             config.user_file = Some(path);
         }
         if let Some(root) = repo_root {
             let path = root.join(REPO_CONFIG_FILE);
             if let Some(file) = read_file(&path, false)? {
-                config.apply_file(file, Source::RepoFile(path.clone()))?;
+                config.apply_file(file, &Source::RepoFile(path.clone()))?;
                 config.repo_file = Some(path);
             }
         }
@@ -206,8 +206,8 @@ impl Config {
         Ok(config)
     }
 
-    fn apply_file(&mut self, file: ConfigFile, source: Source) -> Result<(), ConfigError> {
-        let origin = source_origin(&source);
+    fn apply_file(&mut self, file: ConfigFile, source: &Source) -> Result<(), ConfigError> {
+        let origin = source_origin(source);
         if let Some(value) = file.default_profile {
             self.default_profile = Sourced {
                 value,
@@ -241,7 +241,7 @@ impl Config {
             self.profiles
                 .entry(name.clone())
                 .or_default()
-                .apply(layer, &source);
+                .apply(layer, source);
         }
         if let Some(caches) = file.caches {
             check_caches(&caches, &origin, "caches")?;
@@ -455,9 +455,7 @@ impl Config {
             let best = routes
                 .values()
                 .filter(|route| {
-                    Glob::new(&route.pattern)
-                        .map(|g| g.compile_matcher().is_match(value))
-                        .unwrap_or(false)
+                    Glob::new(&route.pattern).is_ok_and(|g| g.compile_matcher().is_match(value))
                 })
                 .max_by_key(|route| route.pattern.len());
             if let Some(route) = best {

@@ -32,10 +32,9 @@ impl Paddock {
         let now = Utc::now();
         let (mut pruned, mut kept) = (Vec::new(), Vec::new());
         for entry in self.cache_entries()? {
-            let idle = entry
-                .last_used_at
-                .map(|t| (now - t).to_std().unwrap_or_default())
-                .unwrap_or(std::time::Duration::MAX);
+            let idle = entry.last_used_at.map_or(std::time::Duration::MAX, |t| {
+                (now - t).to_std().unwrap_or_default()
+            });
             if entry.jobs.is_empty() && idle >= unused_for {
                 if !dry_run {
                     crate::cache::remove_entry(&entry).map_err(|source| Error::RemoveDir {

@@ -11,7 +11,6 @@ use super::{CreateRequest, Created, Error, Paddock, Result};
 use crate::git::jobdir::JobGitDir;
 use crate::git::{self, GitRepo};
 use crate::job::{JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
-use crate::runtime;
 use crate::store::StoreError;
 use crate::wire::EventKind;
 
@@ -61,7 +60,10 @@ impl Paddock {
         if worktree.exists() {
             return Err(Error::WorktreeExists { path: worktree });
         }
-        let runtime = runtime::resolve(profile.runtime.value, &profile.image.value).await?;
+        let runtime = self
+            .runtimes
+            .resolve(profile.runtime.value, &profile.image.value)
+            .await?;
 
         let now = Utc::now();
         let mut record = JobRecord {
@@ -168,10 +170,16 @@ impl Paddock {
             })?;
         }
         crash_point("recorded");
-        let (link_target, _) =
-            runtime::sandbox_git_paths(record).expect("the record names its git dir");
+        let (link_target, _) = self
+            .runtime_of(record)
+            .sandbox_git_paths(record)
+            .expect("the record names its git dir");
         job_git
-            .checkout(&record.worktree, &link_target, runtime::files_owner(record))
+            .checkout(
+                &record.worktree,
+                &link_target,
+                self.runtime_of(record).files_owner(record),
+            )
             .await?;
         crash_point("checked-out");
         if !cache_specs.is_empty() {
@@ -185,7 +193,7 @@ impl Paddock {
             job_git.add_excludes(&crate::cache::exclude_patterns(&record.caches))?;
             self.store.save(record)?;
         }
-        record.container_id = runtime::start(&self.home, record).await?;
+        record.container_id = self.runtime_of(record).start(record).await?;
         crash_point("started");
         record.transition(JobState::Ready, Utc::now())?;
         record.owner = None;
@@ -195,7 +203,7 @@ impl Paddock {
 
     /// Undoes a partial create: container, worktree, branch (if we made it), marker, record.
     async fn rollback(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
-        runtime::destroy(&self.home, record).await?;
+        self.runtime_of(record).destroy(&record.id).await?;
         self.remove_checkout(repo, record).await?;
         if record.branch_created {
             repo.delete_branch(&record.branch).await?;

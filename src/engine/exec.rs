@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::{Error, ExecOptions, Paddock, Result, SyncScope};
 use crate::job::{JobId, JobState};
 use crate::runtime::exec::{DEFAULT_OUTPUT_CAP, StreamKind};
-use crate::runtime::{self, ExecRequest, ExecResult, OutputSink, RuntimeError};
+use crate::runtime::{ExecRequest, ExecResult, OutputSink, RuntimeError};
 use crate::wire::EventKind;
 
 /// One line of `$PADDOCK_HOME/logs/<job>/exec.jsonl`.
@@ -123,7 +123,10 @@ impl Paddock {
                 shell_words(&options.cmd)
             );
         }
-        let mut outcome = runtime::exec(&self.home, &record, &request, &mut tee).await;
+        let mut outcome = self
+            .runtime_of(&record)
+            .exec(&record, &request, &mut tee)
+            .await;
         // The command's commits reach the user's repository before exec returns.
         let mut sync_ms = None;
         if let Ok(done) = &mut outcome {
@@ -145,7 +148,7 @@ impl Paddock {
             if let Err(error) = synced {
                 done.result.sync_error = Some(error.to_string());
             }
-            sync_ms = Some(sync_started.elapsed().as_millis() as u64 + in_sandbox_ms);
+            sync_ms = Some(crate::units::millis(sync_started.elapsed()) + in_sandbox_ms);
         }
         let finished = Utc::now();
         let (state, exit_code, oom_killed) = match &outcome {
@@ -202,14 +205,11 @@ impl Paddock {
         let entry = AuditEntry {
             command: &options.cmd,
             started_at,
-            duration_ms: (finished - started_at).num_milliseconds().max(0) as u64,
+            duration_ms: u64::try_from((finished - started_at).num_milliseconds()).unwrap_or(0),
             exit_code,
             timed_out: state == JobState::TimedOut,
             oom_killed,
-            truncated: outcome
-                .as_ref()
-                .map(|o| o.result.truncated)
-                .unwrap_or(false),
+            truncated: outcome.as_ref().is_ok_and(|o| o.result.truncated),
             error: outcome.as_ref().err().map(ToString::to_string),
             sync_ms,
         };
@@ -255,7 +255,7 @@ impl Paddock {
     pub async fn stop(&self, id: &str, grace: Option<std::time::Duration>) -> Result<bool> {
         let record = self.load(id)?;
         let grace = grace.unwrap_or(record.limits.grace.0);
-        let stopped = runtime::stop(&self.home, &record, grace).await?;
+        let stopped = self.runtime_of(&record).stop(&record, grace).await?;
         if record.state == JobState::Running {
             self.store
                 .update(&record.id, |r| r.transition(JobState::Failed, Utc::now()))?
@@ -273,7 +273,7 @@ impl Paddock {
     /// process runtime, in its worktree. Returns the shell's exit code.
     pub async fn shell(&self, id: &str) -> Result<i32> {
         let record = self.load(id)?;
-        let mut command = runtime::shell_command(&self.home, &record).await?;
+        let mut command = self.runtime_of(&record).shell_command(&record).await?;
         let status = command
             .status()
             .await

@@ -6,7 +6,6 @@ use std::path::Path;
 use super::{Error, JobDetails, JobView, Paddock, Result, SyncScope};
 use crate::git::{ChangeSummary, CommitInfo, GitRepo};
 use crate::job::{JobRecord, JobState};
-use crate::runtime;
 
 impl Paddock {
     /// All jobs, optionally only those of one repository.
@@ -36,7 +35,7 @@ impl Paddock {
             view: JobView::from(&record),
             changes,
             changes_error,
-            isolation: runtime::isolation_note(record.runtime).to_string(),
+            isolation: self.runtime_of(&record).isolation_note().to_string(),
         })
     }
 

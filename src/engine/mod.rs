@@ -17,6 +17,7 @@ use chrono::Utc;
 pub use crate::config::BranchPolicy;
 use crate::config::{Config, EnvLookup, ProcessEnv};
 use crate::job::{JobId, JobRecord, JobState};
+use crate::runtime::{Runtime, Runtimes};
 use crate::store::{JobStore, PaddockHome};
 
 mod caches;
@@ -25,6 +26,8 @@ mod exec;
 mod inspect;
 mod remove;
 mod sync;
+#[cfg(test)]
+mod tests;
 pub use create::{CRASH_POINTS, render_branch};
 pub use sync::{SyncScope, Synced};
 
@@ -48,6 +51,7 @@ pub struct Paddock {
     store: JobStore,
     env: Box<dyn EnvLookup + Send + Sync>,
     events: Option<tokio::sync::broadcast::Sender<Event>>,
+    runtimes: Runtimes,
 }
 
 impl Paddock {
@@ -59,11 +63,13 @@ impl Paddock {
     pub fn with_env(env: Box<dyn EnvLookup + Send + Sync>) -> Result<Paddock> {
         let home = PaddockHome::open(env.as_ref())?;
         let store = home.store();
+        let runtimes = Runtimes::new(&home);
         Ok(Paddock {
             home,
             store,
             env,
             events: None,
+            runtimes,
         })
     }
 
@@ -71,6 +77,22 @@ impl Paddock {
     pub fn with_events(mut self, events: tokio::sync::broadcast::Sender<Event>) -> Paddock {
         self.events = Some(events);
         self
+    }
+
+    /// Runs jobs with `runtimes` instead of the real ones (a test double, say).
+    pub fn with_runtimes(mut self, runtimes: Runtimes) -> Paddock {
+        self.runtimes = runtimes;
+        self
+    }
+
+    /// The runtimes this engine runs jobs with.
+    pub fn runtimes(&self) -> &Runtimes {
+        &self.runtimes
+    }
+
+    /// The runtime of `record`'s job.
+    fn runtime_of(&self, record: &JobRecord) -> &dyn Runtime {
+        self.runtimes.of(record.runtime)
     }
 
     /// Sends an event to subscribers, if anyone listens.
@@ -109,5 +131,3 @@ impl Paddock {
         Ok(self.store.load(id)?)
     }
 }
-
-impl Paddock {}

@@ -6,7 +6,6 @@
 use super::{BranchPolicy, Error, Paddock, RemoveOptions, RemoveReport, Result, SyncScope};
 use crate::git::{GitRepo, JobWorktree};
 use crate::job::{JobRecord, JobState};
-use crate::runtime;
 use crate::wire::EventKind;
 
 impl Paddock {
@@ -20,7 +19,11 @@ impl Paddock {
         let wip_ref = format!("refs/paddock/wip/{}", record.id);
         // Record the container's outcome and stop it first, so nothing writes to the
         // worktree while it is snapshotted.
-        let record = runtime::stop_for_removal(&self.home, &self.store, record).await?;
+        let record = self
+            .runtimes
+            .of(record.runtime)
+            .stop_for_removal(&self.store, record)
+            .await?;
 
         let mut wip_commit = None;
         // A job still `creating` never ran an agent: there is no work to save, and a partial
@@ -45,7 +48,7 @@ impl Paddock {
             wip_commit = repo.ref_target(&wip_ref).await?;
         }
 
-        runtime::destroy(&self.home, &record).await?;
+        self.runtime_of(&record).destroy(&record.id).await?;
         promote_copied_caches(&record);
         self.remove_checkout(&repo, &record).await?;
 
@@ -105,7 +108,6 @@ impl Paddock {
         let worktree = JobWorktree {
             path: record.worktree.clone(),
             git_dir,
-            common_dir: record.git_common_dir.clone(),
         };
         let message = format!(
             "paddock: uncommitted work of job {} on {}",

@@ -21,7 +21,7 @@ use crate::git::sync::{
 };
 use crate::job::JobRecord;
 use crate::output::{OutputSink, StreamKind};
-use crate::runtime::{self, ExecRequest};
+use crate::runtime::ExecRequest;
 use crate::store::FileLock;
 use crate::wire::EventKind;
 
@@ -183,7 +183,9 @@ impl Paddock {
     /// What the sandbox half needs: the scratch repository made, what the host already has,
     /// and the script's arguments and environment.
     async fn plan_sync(&self, record: &JobRecord, scope: SyncScope) -> Result<SyncPlan> {
-        let (git_dir, work_tree) = runtime::sandbox_git_paths(record)
+        let (git_dir, work_tree) = self
+            .runtime_of(record)
+            .sandbox_git_paths(record)
             .ok_or_else(|| Self::sync_failed(record, "the job has no git dir yet".into()))?;
         let scratch = self.scratch_of(record);
         let user_objects = crate::git::object_dirs(&record.git_common_dir)
@@ -253,7 +255,10 @@ impl Paddock {
         };
         let bundle = self.home().job_dir(&record.id).join("incoming.bundle");
         let mut capture = SyncCapture::new(bundle.clone());
-        let ran = runtime::exec_in_sandbox(self.home(), record, &request, &mut capture).await;
+        let ran = self
+            .runtime_of(record)
+            .exec_in_sandbox(record, &request, &mut capture)
+            .await;
         let received = match ran {
             Ok(result) if result.timed_out => Err(format!(
                 "the sync did not finish within {}",
@@ -322,7 +327,7 @@ impl Paddock {
     /// has no outbox or the plan cannot be made (the exec then syncs on its own).
     pub(crate) async fn piggyback_sync(&self, record: &JobRecord) -> Option<Piggyback> {
         let outbox = self.home().job_outbox(&record.id);
-        let inside_outbox = runtime::sandbox_outbox(record)?;
+        let inside_outbox = self.runtime_of(record).sandbox_outbox()?;
         if record.is_legacy() || !outbox.is_dir() {
             return None;
         }
@@ -395,7 +400,7 @@ impl Paddock {
                 tracing::debug!(
                     job = %record.id,
                     sandbox_ms,
-                    host_ms = applying.elapsed().as_millis() as u64,
+                    host_ms = crate::units::millis(applying.elapsed()),
                     "piggybacked sync applied"
                 );
                 let _ = std::fs::remove_file(&bundle);

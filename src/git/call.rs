@@ -159,7 +159,7 @@ impl<'a> GitCall<'a> {
                 });
             }
         };
-        tracing::debug!(args = %shown, ms = started.elapsed().as_millis() as u64, "git");
+        tracing::debug!(args = %shown, ms = crate::units::millis(started.elapsed()), "git");
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout)
                 .trim_end()

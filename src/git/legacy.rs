@@ -13,7 +13,6 @@ use super::{CHECKOUT_TIMEOUT, GitCall, GitError, GitRepo};
 pub struct JobWorktree {
     pub path: PathBuf,
     pub git_dir: PathBuf,
-    pub common_dir: PathBuf,
 }
 
 /// Identity for commits paddock itself writes (snapshots), so they work without a user config.

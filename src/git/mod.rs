@@ -153,8 +153,7 @@ impl GitRepo {
                 // A linked worktree given as --repo: jobs still hang off the main repository.
                 Some(_) if repo.is_worktree() => common_dir
                     .parent()
-                    .map(Path::to_path_buf)
-                    .unwrap_or_else(|| common_dir.clone()),
+                    .map_or_else(|| common_dir.clone(), Path::to_path_buf),
                 Some(workdir) => std::fs::canonicalize(workdir).map_err(|_| not_a_repo())?,
                 None => common_dir.clone(),
             };
@@ -179,8 +178,7 @@ impl GitRepo {
         let name: String = self
             .root
             .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "repo".into())
+            .map_or_else(|| "repo".into(), |n| n.to_string_lossy().into_owned())
             .chars()
             .map(|c| {
                 if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
@@ -374,18 +372,6 @@ impl GitRepo {
             None => self.null_oid().await?,
         };
         self.call(&["update-ref", "-m", "paddock: sync", refname, new, &old])
-            .run()
-            .await
-            .map(drop)
-    }
-
-    /// Deletes a ref of paddock's own (`refs/paddock/...`); succeeds when it does not exist.
-    pub async fn delete_ref(&self, refname: &str) -> Result<(), GitError> {
-        if self.ref_target(refname).await?.is_none() {
-            return Ok(());
-        }
-        let _lock = self.lock().await?;
-        self.call(&["update-ref", "-d", refname])
             .run()
             .await
             .map(drop)

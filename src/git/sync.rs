@@ -173,8 +173,9 @@ impl SyncCapture {
         let Some(Ok(header)) = &self.header else {
             return;
         };
-        let wanted = header.untracked_bytes as usize
-            - self.untracked.len().min(header.untracked_bytes as usize);
+        // Checked against MAX_UNTRACKED_BYTES above, so it fits.
+        let expected = usize::try_from(header.untracked_bytes).unwrap_or(usize::MAX);
+        let wanted = expected - self.untracked.len().min(expected);
         let take = wanted.min(bytes.len());
         self.untracked.extend_from_slice(&bytes[..take]);
         bytes = &bytes[take..];

@@ -1,19 +1,29 @@
 //! Execution runtimes: where a job's commands run.
 //!
-//! Two implementations: [`docker`] (one long-lived, hardened container per job, runc or
-//! gVisor's runsc) and [`process`] (child processes in the worktree with rlimits; isolates
-//! neither files nor network). The engine calls the functions here, which dispatch on the
-//! job's recorded [`RuntimeKind`]; nothing outside this module builds a bollard struct.
+//! The [`Runtime`] trait is the whole contract between the engine (and sweep, doctor, the
+//! CLI's `image build`) and a runtime: start a job's sandbox, run commands in it, stop and
+//! destroy it, list and remove what this install left behind. Two implementations:
+//! [`DockerRuntime`] (one long-lived, hardened container per job, runc or gVisor's
+//! runsc) and [`ProcessRuntime`] (child processes in the worktree with rlimits;
+//! isolates neither files nor network). [`Runtimes`] holds one of each and picks by a job's
+//! recorded [`RuntimeKind`]; a test can hand the engine its own. Nothing outside
+//! `runtime/docker/` builds a bollard struct or talks to the daemon.
 
-pub mod docker;
+pub(crate) mod docker;
 pub mod exec;
-pub mod process;
+pub(crate) mod process;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::RuntimeChoice;
-use crate::job::{JobRecord, RuntimeKind};
+use crate::job::{JobId, JobRecord, RuntimeKind};
 use crate::store::{JobStore, PaddockHome};
 
+pub use docker::DockerRuntime;
 pub use exec::{ExecRequest, ExecResult, OutputSink};
+pub use process::ProcessRuntime;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -46,6 +56,11 @@ pub enum RuntimeError {
     EmptyCommand,
     #[error("refusing to touch container `{name}`: it does not carry this install's labels")]
     NotOurContainer { name: String },
+    #[error("the {runtime} runtime cannot {what}")]
+    Unsupported {
+        runtime: &'static str,
+        what: &'static str,
+    },
     #[error("failed to write `{path}`: {source}")]
     Io {
         path: std::path::PathBuf,
@@ -61,49 +76,239 @@ pub struct Resolved {
     pub warning: Option<String>,
 }
 
-/// Resolves a profile's runtime choice. `auto` takes Docker when the daemon answers and the
-/// image is present, else the process runtime with a warning naming what is missing; an
-/// explicit `docker`/`runsc` never falls back.
-pub async fn resolve(choice: RuntimeChoice, image: &str) -> Result<Resolved, RuntimeError> {
-    match choice {
-        RuntimeChoice::Process => Ok(Resolved {
-            kind: RuntimeKind::Process,
-            warning: None,
-        }),
-        RuntimeChoice::Docker | RuntimeChoice::Runsc => {
-            let kind = if choice == RuntimeChoice::Runsc {
-                RuntimeKind::Runsc
-            } else {
-                RuntimeKind::Docker
-            };
-            docker::check_ready(kind, image).await?;
-            Ok(Resolved {
-                kind,
-                warning: None,
-            })
+/// What one exec produced, plus what the record must learn from it.
+#[derive(Debug, Clone)]
+pub struct ExecOutcome {
+    pub result: ExecResult,
+    /// The container id after the exec (it changes when a lost container was recreated).
+    pub container_id: Option<String>,
+    /// The container's OOM-kill counter, when it was read.
+    pub oom_kills: Option<u64>,
+}
+
+/// A sandbox this install left on the machine (a container carrying its labels), as the
+/// sweeper sees it.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    pub name: String,
+    pub job: String,
+    pub running: bool,
+    /// A short-lived sandbox running a sync of a stopped job, not the job's own.
+    pub sync: bool,
+    pub created: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// What `doctor` reports of a runtime's engine (the Docker daemon).
+#[derive(Debug, Clone)]
+pub struct EngineFacts {
+    pub version: String,
+    pub api_version: String,
+    /// OCI runtimes registered with the engine, sorted.
+    pub oci_runtimes: Vec<String>,
+    /// Resource limits the engine cannot enforce here (`memory`, `swap`, `cpu`, `pids`).
+    pub unenforced_limits: Vec<&'static str>,
+}
+
+/// One way of running a job's commands. Every method that waits on something outside the
+/// process has its own deadline; methods that remove things check ownership right before
+/// they act and succeed when the thing is already gone.
+#[async_trait::async_trait]
+pub trait Runtime: Send + Sync {
+    /// One plain sentence on what this runtime isolates, for `show` and `doctor`.
+    fn isolation_note(&self) -> &'static str;
+
+    /// Who must own the files of a job's checkout when that is not paddock's own user.
+    fn files_owner(&self, record: &JobRecord) -> Option<(u32, u32)>;
+
+    /// The job's git dir and work tree as commands in its sandbox see them.
+    fn sandbox_git_paths(&self, record: &JobRecord) -> Option<(PathBuf, PathBuf)>;
+
+    /// Where the job's outbox is as the sandbox sees it, when this runtime can run paddock's
+    /// snippet after an exec (see [`ExecRequest::after`]); `None` when it cannot.
+    fn sandbox_outbox(&self) -> Option<PathBuf>;
+
+    /// Whether a job could start here with `image`: the engine answers, the image exists, the
+    /// OCI runtime is registered. Never pulls.
+    async fn check_ready(&self, image: &str) -> Result<(), RuntimeError>;
+
+    /// Starts whatever a new job needs to run commands; returns the container id, if any.
+    async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError>;
+
+    /// Runs one command in the job, starting (or recreating) its sandbox when needed.
+    async fn exec(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+    ) -> Result<ExecOutcome, RuntimeError>;
+
+    /// Runs a short command of paddock's own (the sync script) in the job's sandbox without
+    /// starting the job again.
+    async fn exec_in_sandbox(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+    ) -> Result<ExecResult, RuntimeError>;
+
+    /// An interactive shell in the job (its sandbox started if needed).
+    async fn shell_command(
+        &self,
+        record: &JobRecord,
+    ) -> Result<tokio::process::Command, RuntimeError>;
+
+    /// Stops whatever runs for a job (signal, `grace`, kill); true when something was running.
+    async fn stop(&self, record: &JobRecord, grace: Duration) -> Result<bool, RuntimeError>;
+
+    /// Records the sandbox's exit code and OOM flag in the job, then stops it, ahead of
+    /// removing the job.
+    async fn stop_for_removal(
+        &self,
+        store: &JobStore,
+        record: JobRecord,
+    ) -> Result<JobRecord, RuntimeError>;
+
+    /// Removes whatever the runtime holds for a job.
+    async fn destroy(&self, id: &JobId) -> Result<(), RuntimeError>;
+
+    /// Every sandbox this install has on the machine, including ones no record names.
+    async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {
+        Ok(Vec::new())
+    }
+
+    /// Removes one listed sandbox, after checking again that it is this install's.
+    async fn remove_sandbox(&self, sandbox: &Sandbox) -> Result<(), RuntimeError> {
+        let _ = sandbox;
+        Ok(())
+    }
+
+    /// The engine's version and capabilities, for `doctor`; `None` for runtimes without one.
+    async fn engine_facts(&self) -> Option<Result<EngineFacts, RuntimeError>> {
+        None
+    }
+
+    /// Builds the agent image `tag` from `base_image`; returns the image id.
+    async fn build_image(
+        &self,
+        base_image: &str,
+        tag: &str,
+        progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
+    ) -> Result<String, RuntimeError> {
+        let _ = (base_image, tag, progress);
+        Err(RuntimeError::Unsupported {
+            runtime: "this",
+            what: "build images",
+        })
+    }
+
+    /// Whether the job's sandbox answers: an exec of `true` within a few seconds.
+    async fn health_check(&self, record: &JobRecord) -> Result<(), String> {
+        let request = ExecRequest {
+            cmd: vec!["true".into()],
+            env: Default::default(),
+            workdir: None,
+            timeout: Duration::from_secs(5),
+            kill_policy: crate::config::KillPolicy::Hard,
+            grace: Duration::ZERO,
+            output_cap: 4096,
+            after: None,
+        };
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.exec(record, &request, &mut exec::Discard),
+        )
+        .await;
+        match outcome {
+            Ok(Ok(done)) if done.result.exit_code == 0 && !done.result.timed_out => Ok(()),
+            Ok(Ok(done)) => Err(format!(
+                "`true` exited {} (timed out: {})",
+                done.result.exit_code, done.result.timed_out
+            )),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => Err("no answer within 10s".into()),
         }
-        RuntimeChoice::Auto => match docker::check_ready(RuntimeKind::Docker, image).await {
-            Ok(()) => Ok(Resolved {
-                kind: RuntimeKind::Docker,
-                warning: None,
-            }),
-            Err(missing) => Ok(Resolved {
-                kind: RuntimeKind::Process,
-                warning: Some(format!(
-                    "using the process runtime (no file or network isolation): {missing}"
-                )),
-            }),
-        },
     }
 }
 
-/// Starts whatever a new job needs to run commands; returns the container id, if any.
-pub async fn start(home: &PaddockHome, record: &JobRecord) -> Result<Option<String>, RuntimeError> {
-    match record.runtime {
-        RuntimeKind::Process => Ok(None),
-        RuntimeKind::Docker | RuntimeKind::Runsc => {
-            docker::create_first_container(home, record).await.map(Some)
+/// One runtime of each kind, for an install. The engine holds one; tests may build their own
+/// with [`Runtimes::with`].
+#[derive(Clone)]
+pub struct Runtimes {
+    docker: Arc<dyn Runtime>,
+    runsc: Arc<dyn Runtime>,
+    process: Arc<dyn Runtime>,
+}
+
+impl Runtimes {
+    /// The real runtimes for the install at `home`.
+    pub fn new(home: &PaddockHome) -> Runtimes {
+        Runtimes {
+            docker: Arc::new(docker::DockerRuntime::new(home, RuntimeKind::Docker)),
+            runsc: Arc::new(docker::DockerRuntime::new(home, RuntimeKind::Runsc)),
+            process: Arc::new(process::ProcessRuntime),
         }
+    }
+
+    /// Runtimes of the caller's choosing (a test double, say) for each kind.
+    pub fn with(
+        docker: Arc<dyn Runtime>,
+        runsc: Arc<dyn Runtime>,
+        process: Arc<dyn Runtime>,
+    ) -> Runtimes {
+        Runtimes {
+            docker,
+            runsc,
+            process,
+        }
+    }
+
+    /// The runtime of a job of `kind`.
+    pub fn of(&self, kind: RuntimeKind) -> &dyn Runtime {
+        match kind {
+            RuntimeKind::Docker => self.docker.as_ref(),
+            RuntimeKind::Runsc => self.runsc.as_ref(),
+            RuntimeKind::Process => self.process.as_ref(),
+        }
+    }
+
+    /// The runtime that keeps sandboxes on the machine (containers), for listing and reaping
+    /// them: runc and runsc jobs share one daemon and one set of labels.
+    pub fn with_sandboxes(&self) -> &dyn Runtime {
+        self.docker.as_ref()
+    }
+
+    /// Resolves a profile's runtime choice. `auto` takes Docker when the daemon answers and
+    /// the image is present, else the process runtime with a warning naming what is missing;
+    /// an explicit `docker`/`runsc` never falls back.
+    pub async fn resolve(
+        &self,
+        choice: RuntimeChoice,
+        image: &str,
+    ) -> Result<Resolved, RuntimeError> {
+        let kind = match choice {
+            RuntimeChoice::Process => RuntimeKind::Process,
+            RuntimeChoice::Docker => RuntimeKind::Docker,
+            RuntimeChoice::Runsc => RuntimeKind::Runsc,
+            RuntimeChoice::Auto => {
+                return Ok(match self.docker.check_ready(image).await {
+                    Ok(()) => Resolved {
+                        kind: RuntimeKind::Docker,
+                        warning: None,
+                    },
+                    Err(missing) => Resolved {
+                        kind: RuntimeKind::Process,
+                        warning: Some(format!(
+                            "using the process runtime (no file or network isolation): {missing}"
+                        )),
+                    },
+                });
+            }
+        };
+        self.of(kind).check_ready(image).await?;
+        Ok(Resolved {
+            kind,
+            warning: None,
+        })
     }
 }
 
@@ -135,191 +340,4 @@ pub fn agent_git_env(record: &JobRecord) -> Vec<(String, String)> {
         }
     }
     env
-}
-
-/// Who must own the files of a job's checkout when that is not paddock's own user: the
-/// agent's uid in containers when paddock runs as root.
-pub fn files_owner(record: &JobRecord) -> Option<(u32, u32)> {
-    let root = crate::sys::is_root();
-    let (uid, gid) = docker::agent_user(record.limits.uid);
-    (record.runtime.uses_docker() && root && uid != 0).then_some((uid, gid))
-}
-
-/// The job's git dir and work tree as commands in its sandbox see them (inside a container,
-/// the git dir is at a path that exists only there).
-pub fn sandbox_git_paths(record: &JobRecord) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
-    let git_dir = record.git_dir.clone()?;
-    Some(match record.runtime {
-        RuntimeKind::Process => (git_dir, record.worktree.clone()),
-        RuntimeKind::Docker | RuntimeKind::Runsc => (
-            docker::CONTAINER_GIT_DIR.into(),
-            record.limits.workspace_dir.clone().into(),
-        ),
-    })
-}
-
-/// An interactive shell in the job: in its container (started if needed) or, for the process
-/// runtime, in its worktree.
-pub async fn shell_command(
-    home: &PaddockHome,
-    record: &JobRecord,
-) -> Result<tokio::process::Command, RuntimeError> {
-    match record.runtime {
-        RuntimeKind::Process => {
-            let shell = std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into());
-            let mut command = tokio::process::Command::new(shell);
-            command.current_dir(&record.worktree);
-            Ok(command)
-        }
-        RuntimeKind::Docker | RuntimeKind::Runsc => {
-            docker::ensure_running(home, record).await?;
-            Ok(docker::interactive_shell(record))
-        }
-    }
-}
-
-/// Where a runtime that can run paddock's snippet after an exec (see
-/// [`ExecRequest::after`]) lets it leave files the host reads: the job's outbox as the
-/// sandbox sees it. `None` for runtimes that cannot.
-pub fn sandbox_outbox(record: &JobRecord) -> Option<std::path::PathBuf> {
-    record
-        .runtime
-        .uses_docker()
-        .then(|| docker::CONTAINER_OUTBOX.into())
-}
-
-/// Whether the job's sandbox answers: an exec of `true` within a few seconds.
-pub async fn health_check(home: &PaddockHome, record: &JobRecord) -> Result<(), String> {
-    let request = ExecRequest {
-        cmd: vec!["true".into()],
-        env: Default::default(),
-        workdir: None,
-        timeout: std::time::Duration::from_secs(5),
-        kill_policy: crate::config::KillPolicy::Hard,
-        grace: std::time::Duration::ZERO,
-        output_cap: 4096,
-        after: None,
-    };
-    let outcome = tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        exec(home, record, &request, &mut exec::Discard),
-    )
-    .await;
-    match outcome {
-        Ok(Ok(done)) if done.result.exit_code == 0 && !done.result.timed_out => Ok(()),
-        Ok(Ok(done)) => Err(format!(
-            "`true` exited {} (timed out: {})",
-            done.result.exit_code, done.result.timed_out
-        )),
-        Ok(Err(error)) => Err(error.to_string()),
-        Err(_) => Err("no answer within 10s".into()),
-    }
-}
-
-pub use docker::{
-    LabelledContainer as Sandbox, build_image, check_ready, list_job_containers as list_sandboxes,
-    remove_job_container as remove_job_sandbox, remove_labelled_container as remove_sandbox,
-};
-
-/// Runs a short command of paddock's own (the sync script) in the job's sandbox without
-/// starting the job again: in its running container, else in a throwaway container with the
-/// same mounts; for the process runtime, as a child process like any exec.
-pub async fn exec_in_sandbox(
-    home: &PaddockHome,
-    record: &JobRecord,
-    request: &ExecRequest,
-    sink: &mut dyn OutputSink,
-) -> Result<ExecResult, RuntimeError> {
-    match record.runtime {
-        RuntimeKind::Process => process::exec(record, request, sink).await,
-        RuntimeKind::Docker | RuntimeKind::Runsc => {
-            docker::exec_in_sandbox(home, record, request, sink).await
-        }
-    }
-}
-
-/// Records the container's exit code and OOM flag, then stops it, ahead of removing a job.
-pub async fn stop_for_removal(
-    home: &PaddockHome,
-    store: &JobStore,
-    record: JobRecord,
-) -> Result<JobRecord, RuntimeError> {
-    match record.runtime {
-        RuntimeKind::Process => Ok(record),
-        RuntimeKind::Docker | RuntimeKind::Runsc => {
-            docker::stop_job_container(home, store, record).await
-        }
-    }
-}
-
-/// Removes whatever the runtime holds for a job; succeeds when it is already gone.
-pub async fn destroy(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
-    match record.runtime {
-        RuntimeKind::Process => Ok(()),
-        RuntimeKind::Docker | RuntimeKind::Runsc => {
-            docker::remove_job_container(home, &record.id).await
-        }
-    }
-}
-
-/// What one exec produced, plus what the record must learn from it.
-#[derive(Debug, Clone)]
-pub struct ExecOutcome {
-    pub result: ExecResult,
-    /// The container id after the exec (it changes when a lost container was recreated).
-    pub container_id: Option<String>,
-    /// The container's OOM-kill counter, when it was read.
-    pub oom_kills: Option<u64>,
-}
-
-/// Runs one command in a job, with its runtime.
-pub async fn exec(
-    home: &PaddockHome,
-    record: &JobRecord,
-    request: &ExecRequest,
-    sink: &mut dyn OutputSink,
-) -> Result<ExecOutcome, RuntimeError> {
-    match record.runtime {
-        RuntimeKind::Process => Ok(ExecOutcome {
-            result: process::exec(record, request, sink).await?,
-            container_id: None,
-            oom_kills: None,
-        }),
-        RuntimeKind::Docker | RuntimeKind::Runsc => {
-            let (result, container_id, oom_kills) =
-                docker::exec(home, record, request, sink).await?;
-            Ok(ExecOutcome {
-                result,
-                container_id: Some(container_id),
-                oom_kills,
-            })
-        }
-    }
-}
-
-/// Stops whatever runs for a job; true when something was running.
-pub async fn stop(
-    home: &PaddockHome,
-    record: &JobRecord,
-    grace: std::time::Duration,
-) -> Result<bool, RuntimeError> {
-    match record.runtime {
-        RuntimeKind::Process => Ok(false),
-        RuntimeKind::Docker | RuntimeKind::Runsc => docker::stop_job(home, &record.id, grace).await,
-    }
-}
-
-/// One plain sentence on what a runtime isolates, for `show` and `doctor`.
-pub fn isolation_note(kind: RuntimeKind) -> &'static str {
-    match kind {
-        RuntimeKind::Docker => {
-            "container (runc): own filesystem and network, resource limits, non-root"
-        }
-        RuntimeKind::Runsc => {
-            "container (gVisor runsc): user-space kernel, own filesystem and network, resource limits, non-root"
-        }
-        RuntimeKind::Process => {
-            "process: rlimits only; it isolates neither files nor network (the agent can read and write anything your user can)"
-        }
-    }
 }

@@ -25,7 +25,7 @@ use crate::sys::Limit;
 /// background child that keeps the pipes open does not hold the exec past this.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 
-pub async fn exec(
+pub(super) async fn exec(
     record: &JobRecord,
     request: &ExecRequest,
     sink: &mut dyn OutputSink,
@@ -73,7 +73,7 @@ pub async fn exec(
         dir: dir.clone(),
         source,
     })?;
-    let pgid = child.id().map(|pid| pid as i32);
+    let pgid = child.id().and_then(|pid| i32::try_from(pid).ok());
 
     let (tx, mut rx) = mpsc::channel::<(StreamKind, Vec<u8>)>(64);
     if let Some(stdout) = child.stdout.take() {
@@ -150,7 +150,7 @@ pub async fn exec(
         exit_code,
         stdout,
         stderr,
-        duration_ms: started.elapsed().as_millis() as u64,
+        duration_ms: crate::units::millis(started.elapsed()),
         timed_out,
         truncated: out_cut || err_cut,
         oom_killed: false,
@@ -179,5 +179,85 @@ async fn pump(
                 }
             }
         }
+    }
+}
+
+/// Jobs as child processes of paddock in their worktree (see the module's doc).
+pub struct ProcessRuntime;
+
+#[async_trait::async_trait]
+impl super::Runtime for ProcessRuntime {
+    fn isolation_note(&self) -> &'static str {
+        "process: rlimits only; it isolates neither files nor network (the agent can read and write anything your user can)"
+    }
+
+    fn files_owner(&self, _record: &JobRecord) -> Option<(u32, u32)> {
+        None
+    }
+
+    fn sandbox_git_paths(
+        &self,
+        record: &JobRecord,
+    ) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+        Some((record.git_dir.clone()?, record.worktree.clone()))
+    }
+
+    fn sandbox_outbox(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+
+    async fn check_ready(&self, _image: &str) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    async fn start(&self, _record: &JobRecord) -> Result<Option<String>, RuntimeError> {
+        Ok(None)
+    }
+
+    async fn exec(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+    ) -> Result<super::ExecOutcome, RuntimeError> {
+        Ok(super::ExecOutcome {
+            result: exec(record, request, sink).await?,
+            container_id: None,
+            oom_kills: None,
+        })
+    }
+
+    async fn exec_in_sandbox(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+    ) -> Result<ExecResult, RuntimeError> {
+        exec(record, request, sink).await
+    }
+
+    async fn shell_command(&self, record: &JobRecord) -> Result<Command, RuntimeError> {
+        let shell = std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into());
+        let mut command = Command::new(shell);
+        command.current_dir(&record.worktree);
+        Ok(command)
+    }
+
+    async fn stop(&self, _record: &JobRecord, _grace: Duration) -> Result<bool, RuntimeError> {
+        // Each exec's process group ends with the exec (its deadline kills it); nothing
+        // outlives one to stop.
+        Ok(false)
+    }
+
+    async fn stop_for_removal(
+        &self,
+        _store: &crate::store::JobStore,
+        record: JobRecord,
+    ) -> Result<JobRecord, RuntimeError> {
+        Ok(record)
+    }
+
+    async fn destroy(&self, _id: &crate::job::JobId) -> Result<(), RuntimeError> {
+        Ok(())
     }
 }

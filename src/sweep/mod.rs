@@ -101,13 +101,13 @@ impl SweepReport {
         kind: &'static str,
         name: impl Into<String>,
         reason: impl Into<String>,
-        error: impl ToString,
+        error: impl std::fmt::Display,
     ) {
         self.errors.push(SweepItem {
             kind: kind.into(),
             name: name.into(),
             reason: reason.into(),
-            error: Some(error.to_string()),
+            error: Some(format!("{error}")),
         });
     }
 }
@@ -191,6 +191,16 @@ fn staleness(record: &JobRecord, options: &SweepOptions) -> Option<String> {
 impl Paddock {
     /// Reconciles and cleans up (see the module docs). Holds the install's sweep lock.
     pub async fn sweep(&self, options: &SweepOptions) -> Result<SweepReport> {
+        self.sweep_with_progress(options, &mut |_, _, _| {}).await
+    }
+
+    /// [`Paddock::sweep`], telling `progress` `(jobs done, jobs in all, job)` before each
+    /// recorded job is looked at (the CLI draws a bar from it).
+    pub async fn sweep_with_progress(
+        &self,
+        options: &SweepOptions,
+        progress: &mut (dyn for<'job> FnMut(usize, usize, &'job str) + Send),
+    ) -> Result<SweepReport> {
         let lock_path = self.home().root().join("sweep.lock");
         let _lock = tokio::task::spawn_blocking(move || FileLock::acquire(&lock_path, LOCK_WAIT))
             .await
@@ -206,7 +216,7 @@ impl Paddock {
         for error in bad {
             report.error("record", "?", "unreadable job record", error);
         }
-        let containers = match runtime::list_sandboxes(self.home()).await {
+        let containers = match self.runtimes().with_sandboxes().list_sandboxes().await {
             Ok(containers) => Some(containers),
             Err(error) => {
                 if records.iter().any(|r| r.runtime.uses_docker()) {
@@ -216,8 +226,9 @@ impl Paddock {
             }
         };
 
-        for record in &records {
+        for (done, record) in records.iter().enumerate() {
             let name = record.id.to_string();
+            progress(done, records.len(), &name);
             let reason = self
                 .job_verdict(record, options, containers.as_deref(), &mut report)
                 .await;
@@ -304,7 +315,11 @@ impl Paddock {
         }
         if options.health_check
             && container.is_some_and(|c| c.running)
-            && let Err(error) = crate::runtime::health_check(self.home(), record).await
+            && let Err(error) = self
+                .runtimes()
+                .of(record.runtime)
+                .health_check(record)
+                .await
         {
             if !options.dry_run {
                 // The kill policy's stop: SIGTERM, the grace period, SIGKILL.

@@ -22,7 +22,7 @@ impl Paddock {
         options: &SweepOptions,
         report: &mut SweepReport,
     ) {
-        let Ok(containers) = runtime::list_sandboxes(self.home()).await else {
+        let Ok(containers) = self.runtimes().with_sandboxes().list_sandboxes().await else {
             return;
         };
         for container in containers {
@@ -46,7 +46,7 @@ impl Paddock {
             if self.store().exists(&id) {
                 continue;
             }
-            match runtime::remove_job_sandbox(self.home(), &id).await {
+            match self.runtimes().with_sandboxes().destroy(&id).await {
                 Ok(()) => report.removed("container", container.name, reason),
                 Err(error) => report.error("container", container.name, reason, error),
             }
@@ -72,7 +72,12 @@ impl Paddock {
             report.removed("container", container.name, reason);
             return;
         }
-        match runtime::remove_sandbox(self.home(), &container.name, &container.job).await {
+        match self
+            .runtimes()
+            .with_sandboxes()
+            .remove_sandbox(&container)
+            .await
+        {
             Ok(()) => report.removed("container", container.name, reason),
             Err(error) => report.error("container", container.name, reason, error),
         }
@@ -213,7 +218,10 @@ impl Paddock {
     ) -> Result<JobRecord> {
         let config = self.config(Some(&repo.root))?;
         let (profile_name, profile) = config.select_profile(None, "agent", None)?;
-        runtime::check_ready(RuntimeKind::Docker, &profile.image.value).await?;
+        self.runtimes()
+            .of(RuntimeKind::Docker)
+            .check_ready(&profile.image.value)
+            .await?;
         let now = Utc::now();
         Ok(JobRecord {
             schema: crate::job::RECORD_SCHEMA,

@@ -65,7 +65,9 @@ fn http(
     body: Option<&Value>,
     headers: &[(&str, &str)],
 ) -> (u16, Value) {
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let body = body
+        .map(std::string::ToString::to_string)
+        .unwrap_or_default();
     let mut request = format!(
         "{method} {path} HTTP/1.1\r\nHost: paddock\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
         body.len()
@@ -104,9 +106,9 @@ fn dechunk(mut text: &str) -> String {
     out
 }
 
-fn api(socket: &Path, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+fn api(socket: &Path, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
     let mut stream = UnixStream::connect(socket).unwrap();
-    http(&mut stream, method, path, body.as_ref(), &[])
+    http(&mut stream, method, path, body, &[])
 }
 
 #[test]
@@ -157,7 +159,7 @@ fn twenty_concurrent_jobs_with_execs_and_events_then_all_deleted() {
                     &socket,
                     "POST",
                     "/v1/jobs",
-                    Some(json!({"repo": path, "task": format!("api-{i}")})),
+                    Some(&json!({"repo": path, "task": format!("api-{i}")})),
                 );
                 assert_eq!(status, 201, "{job}");
                 let id = job["id"].as_str().unwrap().to_string();
@@ -165,7 +167,7 @@ fn twenty_concurrent_jobs_with_execs_and_events_then_all_deleted() {
                     &socket,
                     "POST",
                     &format!("/v1/jobs/{id}/exec"),
-                    Some(json!({"cmd": ["sh", "-c", format!("echo job {i}")], "timeout": "1m"})),
+                    Some(&json!({"cmd": ["sh", "-c", format!("echo job {i}")], "timeout": "1m"})),
                 );
                 assert_eq!(status, 200, "{result}");
                 assert_eq!(result["stdout"], format!("job {i}\n"));
@@ -206,14 +208,14 @@ fn twenty_concurrent_jobs_with_execs_and_events_then_all_deleted() {
         &socket,
         "POST",
         "/v1/jobs",
-        Some(json!({"repo": "/no/such/repo"})),
+        Some(&json!({"repo": "/no/such/repo"})),
     );
     assert_eq!(status, 400, "{error}");
     let (status, error) = api(
         &socket,
         "POST",
         "/v1/jobs",
-        Some(json!({"repo": "/no/such/repo", "labels": {"bad key": "x"}})),
+        Some(&json!({"repo": "/no/such/repo", "labels": {"bad key": "x"}})),
     );
     assert_eq!(status, 400, "{error}");
     assert_eq!(error["error"]["code"], "invalid_input", "{error}");
@@ -288,7 +290,7 @@ fn a_restarted_daemon_loses_no_job_and_cli_and_api_agree() {
             &daemon.socket,
             "POST",
             "/v1/jobs",
-            Some(json!({"repo": path, "task": format!("keep-{i}")})),
+            Some(&json!({"repo": path, "task": format!("keep-{i}")})),
         );
         assert_eq!(status, 201, "{job}");
         ids.push(job["id"].as_str().unwrap().to_string());

@@ -33,8 +33,11 @@ fn module_of(path: &Path) -> String {
     first.to_string_lossy().trim_end_matches(".rs").to_string()
 }
 
-/// Code without comments and without the unit tests at the end of a file.
+/// Code without comments and without unit tests (at the end of a file, or a `tests.rs`).
 fn code(path: &Path) -> String {
+    if path.file_name().is_some_and(|name| name == "tests.rs") {
+        return String::new();
+    }
     let text = std::fs::read_to_string(path).unwrap();
     let text = match text.find("#[cfg(test)]\nmod tests {") {
         Some(at) => &text[..at],

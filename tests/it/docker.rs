@@ -40,8 +40,7 @@ fn container_exists(name: &str) -> bool {
     Command::new("docker")
         .args(["container", "inspect", name])
         .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+        .is_ok_and(|o| o.status.success())
 }
 
 #[test]
@@ -182,7 +181,14 @@ fn the_container_is_isolated_and_limited() {
         "the bomb never hit the limit: {result}"
     );
     let answered = (0..15).any(|_| {
-        let (result, _) = exec(&home, &id, &["--timeout", "5s"], &["echo", "alive"]);
+        // Needs forks, as the CPU check below does: the bomb's last processes may still be
+        // dying and holding the pids.
+        let (result, _) = exec(
+            &home,
+            &id,
+            &["--timeout", "5s"],
+            &["sh", "-c", "a=$(echo al)$(echo ive); echo $a"],
+        );
         let ok = result["stdout"].as_str().unwrap_or_default().trim() == "alive";
         if !ok {
             std::thread::sleep(std::time::Duration::from_secs(1));
@@ -205,6 +211,7 @@ fn the_container_is_isolated_and_limited() {
         .split_whitespace()
         .map(|n| n.parse().unwrap())
         .collect();
+    assert_eq!(numbers.len(), 2, "cpu time and wall time: {result}");
     let share = numbers[0] / numbers[1];
     assert!(
         (0.35..=0.65).contains(&share),
@@ -229,7 +236,7 @@ fn timeouts_end_commands_under_both_kill_policies() {
         for cmd in ["sleep 1000", "trap '' TERM; sleep 1000"] {
             let started = std::time::Instant::now();
             let (result, code) = exec(&home, &id, &["--timeout", "2s"], &["sh", "-c", cmd]);
-            let elapsed = started.elapsed().as_millis() as u64;
+            let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap();
             assert_eq!(result["timed_out"], true, "{policy} {cmd}: {result}");
             assert_eq!(code, 124, "paddock exits 124 on a timeout");
             assert!(
@@ -434,8 +441,10 @@ fn doctor_reports_docker_the_image_and_runsc() {
             .unwrap()
             .iter()
             .find(|c| c["name"] == name)
-            .map(|c| c["status"].as_str().unwrap().to_string())
-            .unwrap_or_else(|| panic!("no {name} check in {checks}"))
+            .map_or_else(
+                || panic!("no {name} check in {checks}"),
+                |c| c["status"].as_str().unwrap().to_string(),
+            )
     };
     for name in ["git", "docker", "image", "runtimes", "limits", "disk"] {
         assert_eq!(status(name), "ok", "{checks}");

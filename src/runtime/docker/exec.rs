@@ -279,7 +279,7 @@ async fn exec_in(
             _ = sleep_until(give_up_at) => break,
         }
     }
-    let duration_ms = started_at.elapsed().as_millis() as u64;
+    let duration_ms = crate::units::millis(started_at.elapsed());
     let inspect = call(
         "inspect exec",
         &name,

@@ -12,16 +12,16 @@ use crate::runtime::RuntimeError;
 
 /// The Dockerfile and entrypoint built into the binary, so `paddock image build` works from
 /// anywhere.
-pub const DOCKERFILE: &str = include_str!("../../../Dockerfile.agent");
+const DOCKERFILE: &str = include_str!("../../../Dockerfile.agent");
 
-pub const ENTRYPOINT: &str = include_str!("../../../entrypoint.sh");
+const ENTRYPOINT: &str = include_str!("../../../entrypoint.sh");
 
 /// Builds the agent image from the Dockerfile built into paddock. `progress` receives each
 /// line of build output. Returns the image id.
 pub async fn build_image(
     base_image: &str,
     tag: &str,
-    progress: &mut dyn FnMut(&str),
+    progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
     let context = build_context().map_err(|source| RuntimeError::Io {

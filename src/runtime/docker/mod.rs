@@ -34,14 +34,15 @@ use bollard::query_parameters::{
 };
 
 mod exec;
+mod facts;
 mod image;
 mod mounts;
+mod sandbox;
 
-pub use exec::{exec, exec_in_sandbox, interactive_shell};
-pub use image::{DOCKERFILE, ENTRYPOINT, build_image};
 use mounts::{grant_agent_access, job_mounts};
+pub use sandbox::DockerRuntime;
 
-use super::RuntimeError;
+use super::{RuntimeError, Sandbox};
 use crate::config::NetworkMode;
 use crate::job::{JobId, JobRecord, RuntimeKind};
 use crate::store::{JobStore, PaddockHome};
@@ -495,21 +496,8 @@ pub async fn remove_labelled_container(
     }
 }
 
-/// A container that carries this install's labels.
-#[derive(Debug, Clone)]
-pub struct LabelledContainer {
-    pub name: String,
-    pub job: String,
-    pub running: bool,
-    /// A short-lived container running a sync of a stopped job, not the job's own.
-    pub sync: bool,
-    pub created: Option<chrono::DateTime<chrono::Utc>>,
-}
-
 /// Every container labelled with this install's home id.
-pub async fn list_job_containers(
-    home: &PaddockHome,
-) -> Result<Vec<LabelledContainer>, RuntimeError> {
+pub async fn list_job_containers(home: &PaddockHome) -> Result<Vec<Sandbox>, RuntimeError> {
     let docker = connect()?;
     let filters = HashMap::from([("label", vec![format!("{LABEL_HOME}={}", home.id())])]);
     let options = ListContainersOptionsBuilder::new()
@@ -530,7 +518,7 @@ pub async fn list_job_containers(
             if labels.get(LABEL_HOME).map(String::as_str) != Some(home.id()) {
                 return None;
             }
-            Some(LabelledContainer {
+            Some(Sandbox {
                 name: c
                     .names
                     .and_then(|n| n.first().cloned())
@@ -538,7 +526,7 @@ pub async fn list_job_containers(
                     .trim_start_matches('/')
                     .to_string(),
                 job: labels.get(LABEL_JOB).cloned()?,
-                running: c.state.map(|s| s.to_string() == "running").unwrap_or(false),
+                running: c.state.is_some_and(|s| s.to_string() == "running"),
                 sync: labels.get(LABEL_ROLE).map(String::as_str) == Some("sync"),
                 created: c
                     .created

@@ -1,0 +1,138 @@
+//! [`DockerRuntime`]: the [`Runtime`] contract over the container functions of this module.
+//! One value per OCI runtime (runc, runsc); both share the daemon, the labels and the
+//! container naming, so either lists and reaps every container of the install.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{
+    CONTAINER_GIT_DIR, CONTAINER_OUTBOX, agent_user, check_ready, create_first_container,
+    ensure_running, list_job_containers, remove_job_container, remove_labelled_container, stop_job,
+    stop_job_container,
+};
+use crate::job::{JobId, JobRecord, RuntimeKind};
+use crate::runtime::{
+    EngineFacts, ExecOutcome, ExecRequest, ExecResult, OutputSink, Runtime, RuntimeError, Sandbox,
+};
+use crate::store::{JobStore, PaddockHome};
+
+/// Jobs in containers of one OCI runtime (`Docker` = runc, `Runsc` = gVisor).
+pub struct DockerRuntime {
+    home: PaddockHome,
+    kind: RuntimeKind,
+}
+
+impl DockerRuntime {
+    pub fn new(home: &PaddockHome, kind: RuntimeKind) -> DockerRuntime {
+        DockerRuntime {
+            home: home.clone(),
+            kind,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Runtime for DockerRuntime {
+    fn isolation_note(&self) -> &'static str {
+        if self.kind == RuntimeKind::Runsc {
+            "container (gVisor runsc): user-space kernel, own filesystem and network, resource limits, non-root"
+        } else {
+            "container (runc): own filesystem and network, resource limits, non-root"
+        }
+    }
+
+    fn files_owner(&self, record: &JobRecord) -> Option<(u32, u32)> {
+        // Only as root: the agent's uid in the container then differs from paddock's own.
+        let (uid, gid) = agent_user(record.limits.uid);
+        (crate::sys::is_root() && uid != 0).then_some((uid, gid))
+    }
+
+    fn sandbox_git_paths(&self, record: &JobRecord) -> Option<(PathBuf, PathBuf)> {
+        record.git_dir.as_ref()?;
+        Some((
+            CONTAINER_GIT_DIR.into(),
+            record.limits.workspace_dir.clone().into(),
+        ))
+    }
+
+    fn sandbox_outbox(&self) -> Option<PathBuf> {
+        Some(CONTAINER_OUTBOX.into())
+    }
+
+    async fn check_ready(&self, image: &str) -> Result<(), RuntimeError> {
+        check_ready(self.kind, image).await
+    }
+
+    async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError> {
+        create_first_container(&self.home, record).await.map(Some)
+    }
+
+    async fn exec(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+    ) -> Result<ExecOutcome, RuntimeError> {
+        let (result, container_id, oom_kills) =
+            super::exec::exec(&self.home, record, request, sink).await?;
+        Ok(ExecOutcome {
+            result,
+            container_id: Some(container_id),
+            oom_kills,
+        })
+    }
+
+    async fn exec_in_sandbox(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+    ) -> Result<ExecResult, RuntimeError> {
+        super::exec::exec_in_sandbox(&self.home, record, request, sink).await
+    }
+
+    async fn shell_command(
+        &self,
+        record: &JobRecord,
+    ) -> Result<tokio::process::Command, RuntimeError> {
+        ensure_running(&self.home, record).await?;
+        Ok(super::exec::interactive_shell(record))
+    }
+
+    async fn stop(&self, record: &JobRecord, grace: Duration) -> Result<bool, RuntimeError> {
+        stop_job(&self.home, &record.id, grace).await
+    }
+
+    async fn stop_for_removal(
+        &self,
+        store: &JobStore,
+        record: JobRecord,
+    ) -> Result<JobRecord, RuntimeError> {
+        stop_job_container(&self.home, store, record).await
+    }
+
+    async fn destroy(&self, id: &JobId) -> Result<(), RuntimeError> {
+        remove_job_container(&self.home, id).await
+    }
+
+    async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {
+        list_job_containers(&self.home).await
+    }
+
+    async fn remove_sandbox(&self, sandbox: &Sandbox) -> Result<(), RuntimeError> {
+        remove_labelled_container(&self.home, &sandbox.name, &sandbox.job).await
+    }
+
+    async fn engine_facts(&self) -> Option<Result<EngineFacts, RuntimeError>> {
+        Some(super::facts::engine_facts().await)
+    }
+
+    async fn build_image(
+        &self,
+        base_image: &str,
+        tag: &str,
+        progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
+    ) -> Result<String, RuntimeError> {
+        super::image::build_image(base_image, tag, progress).await
+    }
+}
