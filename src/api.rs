@@ -25,7 +25,9 @@ use tokio::sync::{Semaphore, broadcast};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 
-use crate::engine::{BranchPolicy, CreateRequest, ExecOptions, JobView, Paddock, RemoveOptions};
+use crate::engine::{
+    BranchPolicy, CreateRequest, ExecOptions, JobView, NetworkChange, Paddock, RemoveOptions,
+};
 use crate::error::{Error, ErrorKind};
 use crate::runtime::exec::{OutputSink, StreamKind};
 use crate::sweep::SweepOptions;
@@ -72,6 +74,11 @@ impl ApiState {
     /// Makes every request need `Authorization: Bearer <token>` (the TCP listener).
     pub fn require_token(&mut self, token: Option<String>) {
         self.token = token.map(Arc::new);
+    }
+
+    /// Counts refusals of the jobs' egress proxies, for `/metrics`.
+    pub fn record_egress_denials(&self, denied: u64) {
+        self.metrics.count_egress_denials(denied);
     }
 
     /// Counts a sweep the daemon ran on its own, for `/metrics`.
@@ -203,6 +210,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/log", get(log_job))
         .route("/v1/jobs/{id}/logs", get(logs_job))
         .route("/v1/jobs/{id}/stop", post(stop_job))
+        .route("/v1/jobs/{id}/network", post(set_network))
         .route("/v1/sweep", post(sweep))
         .route("/v1/events", get(events))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -317,6 +325,15 @@ async fn logs_job(State(state): State<ApiState>, Path(id): Path<String>) -> ApiR
 #[derive(Deserialize)]
 struct StopBody {
     grace: Option<String>,
+}
+
+async fn set_network(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    ApiJson(change): ApiJson<NetworkChange>,
+) -> ApiResult<Response> {
+    let view = with_deadline(REQUEST_TIMEOUT, state.paddock.set_network(&id, change)).await?;
+    Ok(axum::Json(view).into_response())
 }
 
 async fn stop_job(

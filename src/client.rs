@@ -19,8 +19,8 @@ use crate::ops::Operations;
 use crate::output::{OutputSink, StreamKind};
 use crate::store::PaddockHome;
 use crate::wire::{
-    CommitInfo, CreateRequest, ExecOptions, ExecResult, JobDetails, JobView, RemoveOptions,
-    RemoveReport,
+    CommitInfo, CreateRequest, ExecOptions, ExecResult, JobDetails, JobView, NetworkChange,
+    RemoveOptions, RemoveReport,
 };
 
 /// A connection target: the daemon's Unix socket.
@@ -278,6 +278,16 @@ impl Operations for DaemonClient {
         };
         let path = format!("/v1/jobs/{}?force={}{policy}", encode(id), options.force);
         self.call(Method::DELETE, &path, None).await
+    }
+
+    async fn set_network(&self, id: &str, change: NetworkChange) -> Result<JobView, Error> {
+        let body = serde_json::to_value(&change).expect("a network change serializes");
+        self.call(
+            Method::POST,
+            &format!("/v1/jobs/{}/network", encode(id)),
+            Some(&body),
+        )
+        .await
     }
 
     async fn stop(&self, id: &str, grace: Option<std::time::Duration>) -> Result<bool, Error> {

@@ -179,6 +179,16 @@ async fn docker_checks(docker: &dyn Runtime, image: &str) -> Vec<Check> {
             "for gVisor: apt-get install runsc, add it to /etc/docker/daemon.json (see the README), reload dockerd",
         ),
     ));
+    for (runtime, problem) in &facts.misconfigured {
+        checks.push(check(
+            "runtime args",
+            Status::Fail,
+            problem.clone(),
+            Some(&format!(
+                "edit the runtimeArgs of `{runtime}` in /etc/docker/daemon.json (see the README's gVisor section), then pkill -HUP dockerd"
+            )),
+        ));
+    }
     checks.push(if facts.unenforced_limits.is_empty() {
         check(
             "limits",

@@ -119,6 +119,11 @@ pub enum Error {
         "job `{id}` was made by an older paddock (its worktree shares the repository's git metadata)"
     )]
     Legacy { id: JobId },
+    #[error("cannot give the job network `{network}`: {reason}")]
+    Network {
+        network: crate::config::NetworkMode,
+        reason: String,
+    },
     #[error("failed to remove `{path}`")]
     RemoveDir {
         path: PathBuf,
@@ -156,6 +161,7 @@ impl Error {
                 K::Refused
             }
             Error::RemoveDir { .. } | Error::Log { .. } => K::Internal,
+            Error::Network { .. } => K::InvalidInput,
             Error::Daemon { kind, .. } => *kind,
             Error::Cache(CacheError::Io { .. }) => K::Internal,
             Error::Cache(_) => K::Refused,
@@ -163,9 +169,11 @@ impl Error {
                 RuntimeError::DockerUnavailable { .. }
                 | RuntimeError::DockerTimeout { .. }
                 | RuntimeError::ImageMissing { .. }
-                | RuntimeError::OciRuntimeMissing { .. },
+                | RuntimeError::OciRuntimeMissing { .. }
+                | RuntimeError::OciRuntimeMisconfigured { .. },
             ) => K::RuntimeUnavailable,
             Error::Runtime(RuntimeError::EmptyCommand) => K::Usage,
+            Error::Runtime(RuntimeError::Unsupported { .. }) => K::InvalidInput,
             Error::Runtime(RuntimeError::NotOurContainer { .. }) => K::Refused,
             Error::Runtime(_) => K::Internal,
         }
@@ -209,6 +217,11 @@ impl Error {
             }
             Error::Runtime(RuntimeError::OciRuntimeMissing { .. }) => {
                 "register it in /etc/docker/daemon.json (see the README) and reload dockerd"
+            }
+            Error::Runtime(RuntimeError::OciRuntimeMisconfigured { runtime, flag, .. }) => {
+                return Some(format!(
+                    "remove `{flag}` from the runtimeArgs of `{runtime}` in /etc/docker/daemon.json (the README's gVisor section has a working entry), then reload dockerd (pkill -HUP dockerd)"
+                ));
             }
             _ => return None,
         };

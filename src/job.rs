@@ -165,6 +165,9 @@ pub struct Limits {
     pub cpus: Cpus,
     pub pids: u32,
     pub network: NetworkMode,
+    /// With `network: allowlist`: what the job may reach (see `egress::policy`).
+    #[serde(default)]
+    pub allow: Vec<crate::egress::AllowEntry>,
     pub timeout: HumanDuration,
     pub kill_policy: KillPolicy,
     pub grace: HumanDuration,
@@ -181,6 +184,7 @@ impl From<&crate::config::Profile> for Limits {
             cpus: profile.cpus.value,
             pids: profile.pids.value,
             network: profile.network.value,
+            allow: profile.allow.value.clone(),
             timeout: profile.timeout.value,
             kill_policy: profile.kill_policy.value,
             grace: profile.grace.value,

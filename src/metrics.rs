@@ -2,7 +2,7 @@
 //! text): jobs by state (read from the records at each scrape), create and exec latency
 //! histograms, sweeps and sweep removals. Names are part of the API's contract
 //! (`paddock_jobs`, `paddock_create_seconds`, `paddock_exec_seconds`, `paddock_sweeps_total`,
-//! `paddock_sweep_removals_total`).
+//! `paddock_sweep_removals_total`, `paddock_egress_denied_total`).
 
 use std::time::Duration;
 
@@ -43,6 +43,7 @@ pub struct Metrics {
     exec_seconds: Histogram,
     sweeps: Counter,
     sweep_removals: Counter,
+    egress_denied: Counter,
 }
 
 impl Default for Metrics {
@@ -52,6 +53,7 @@ impl Default for Metrics {
         let exec_seconds = Histogram::new(BUCKETS);
         let sweeps = Counter::default();
         let sweep_removals = Counter::default();
+        let egress_denied = Counter::default();
         let mut registry = Registry::default();
         registry.register("paddock_jobs", "Jobs by state", jobs.clone());
         registry.register(
@@ -71,6 +73,11 @@ impl Default for Metrics {
             "Items removed by sweeps",
             sweep_removals.clone(),
         );
+        registry.register(
+            "paddock_egress_denied",
+            "Connections refused by the jobs' egress proxies",
+            egress_denied.clone(),
+        );
         Metrics {
             registry,
             jobs,
@@ -78,6 +85,7 @@ impl Default for Metrics {
             exec_seconds,
             sweeps,
             sweep_removals,
+            egress_denied,
         }
     }
 }
@@ -89,6 +97,10 @@ impl Metrics {
 
     pub fn observe_exec(&self, elapsed: Duration) {
         self.exec_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    pub fn count_egress_denials(&self, denied: u64) {
+        self.egress_denied.inc_by(denied);
     }
 
     pub fn count_sweep(&self, removals: u64) {

@@ -14,8 +14,8 @@ use crate::Paddock;
 use crate::error::Result;
 use crate::output::OutputSink;
 use crate::wire::{
-    CommitInfo, CreateRequest, ExecOptions, ExecResult, JobDetails, JobView, RemoveOptions,
-    RemoveReport, RunReport,
+    CommitInfo, CreateRequest, ExecOptions, ExecResult, JobDetails, JobView, NetworkChange,
+    RemoveOptions, RemoveReport, RunReport,
 };
 
 /// paddock's job operations (see the module docs).
@@ -58,6 +58,10 @@ pub trait Operations {
 
     /// Stops what runs in a job; true when something was running.
     fn stop(&self, id: &str, grace: Option<Duration>) -> impl Future<Output = Result<bool>>;
+
+    /// Changes what a live `allowlist` job may reach, from its next connection on.
+    fn set_network(&self, id: &str, change: NetworkChange)
+    -> impl Future<Output = Result<JobView>>;
 
     /// The orchestrator's one-shot: create, exec, then remove exactly as `rm` does (work is
     /// never lost; the branch stays when it has commits). With `keep`, the job stays.
@@ -137,5 +141,9 @@ impl Operations for Paddock {
 
     async fn stop(&self, id: &str, grace: Option<Duration>) -> Result<bool> {
         Paddock::stop(self, id, grace).await
+    }
+
+    async fn set_network(&self, id: &str, change: NetworkChange) -> Result<JobView> {
+        Paddock::set_network(self, id, change).await
     }
 }

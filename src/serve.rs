@@ -183,6 +183,7 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
 
     let (_watcher, mut activity) = watch_activity(&paddock)?;
     let mut touched: BTreeSet<JobId> = BTreeSet::new();
+    let mut egress_read = std::collections::BTreeMap::new();
     let mut flush = tokio::time::interval(ACTIVITY_FLUSH);
     let mut sweep = tokio::time::interval(options.sweep_interval);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -202,6 +203,8 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
                         });
                     }
                 }
+                let denied = paddock.relay_egress_denials(&mut egress_read).await;
+                state.record_egress_denials(denied);
             }
             _ = sweep.tick() => {
                 let mut sweep_options = options.sweep.clone();

@@ -117,3 +117,42 @@ pub fn free_space(path: &Path) -> Option<u64> {
     }
     Some(stats.f_bavail as u64 * stats.f_frsize as u64)
 }
+
+/// Every address of this machine's interfaces (the egress proxy refuses them as
+/// destinations unless an allow entry names them). Empty when they cannot be read.
+pub fn host_addresses() -> Vec<std::net::IpAddr> {
+    let mut first: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head into `first`, freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&raw mut first) } != 0 {
+        return Vec::new();
+    }
+    let mut addresses = Vec::new();
+    let mut node = first;
+    while !node.is_null() {
+        // SAFETY: `node` is an element of the list getifaddrs returned, not yet freed.
+        let entry = unsafe { &*node };
+        if !entry.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points to a sockaddr whose family says which struct it is.
+            let family = i32::from(unsafe { (*entry.ifa_addr).sa_family });
+            if family == libc::AF_INET {
+                // SAFETY: an AF_INET address is a sockaddr_in.
+                let v4 = unsafe { &*entry.ifa_addr.cast::<libc::sockaddr_in>() };
+                addresses.push(std::net::IpAddr::V4(std::net::Ipv4Addr::from(
+                    u32::from_be(v4.sin_addr.s_addr),
+                )));
+            } else if family == libc::AF_INET6 {
+                // SAFETY: an AF_INET6 address is a sockaddr_in6.
+                let v6 = unsafe { &*entry.ifa_addr.cast::<libc::sockaddr_in6>() };
+                addresses.push(std::net::IpAddr::V6(std::net::Ipv6Addr::from(
+                    v6.sin6_addr.s6_addr,
+                )));
+            }
+        }
+        node = entry.ifa_next;
+    }
+    // SAFETY: `first` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(first) };
+    addresses.sort();
+    addresses.dedup();
+    addresses
+}

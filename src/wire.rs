@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BranchPolicy, NetworkMode, ProfileLayer, RuntimeChoice};
+use crate::egress::AllowEntry;
 pub use crate::git::ChangeSummary;
 use crate::job::{JobId, JobRecord, JobState, Limits};
 use crate::units::{ByteSize, Cpus, HumanDuration};
@@ -71,10 +72,15 @@ pub struct CreateRequest {
     #[arg(long)]
     #[serde(default)]
     pub pids: Option<u32>,
-    /// none | bridge.
+    /// none | allowlist | open (`bridge` is accepted for open).
     #[arg(long)]
     #[serde(default, with = "by_text")]
     pub network: Option<NetworkMode>,
+    /// With `--network allowlist`: a destination the job may reach, HOST[:PORT], *.DOMAIN,
+    /// IP or CIDR (repeatable; ports 80 and 443 when none is given). Implies allowlist.
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    #[serde(default)]
+    pub allow: Vec<AllowEntry>,
     /// The job's per-exec deadline default, e.g. 10m.
     #[arg(long)]
     #[serde(default)]
@@ -162,7 +168,11 @@ impl CreateRequest {
             memory: self.memory,
             cpus: self.cpus,
             pids: self.pids,
-            network: self.network,
+            // `--allow` alone means allowlist.
+            network: self
+                .network
+                .or((!self.allow.is_empty()).then_some(NetworkMode::Allowlist)),
+            allow: (!self.allow.is_empty()).then(|| self.allow.clone()),
             timeout: self.timeout,
             ..ProfileLayer::default()
         }
@@ -194,6 +204,26 @@ mod by_text {
             .map(|text| text.parse().map_err(serde::de::Error::custom))
             .transpose()
     }
+}
+
+/// A change to a live `allowlist` job's network: the body of `POST /v1/jobs/{id}/network`
+/// and the flags of `paddock net`. Entries are removed (`deny`, matching entry and port;
+/// without a port every port of it), then added (`allow`); `network: none` first removes
+/// every entry (the job keeps its proxy and reaches nothing).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, clap::Args)]
+pub struct NetworkChange {
+    /// Add an allow-list entry, HOST[:PORT], *.DOMAIN, IP or CIDR (repeatable).
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    #[serde(default)]
+    pub allow: Vec<AllowEntry>,
+    /// Remove an entry (repeatable).
+    #[arg(long = "deny", value_name = "HOST[:PORT]")]
+    #[serde(default)]
+    pub deny: Vec<AllowEntry>,
+    /// `none` removes every entry first.
+    #[arg(long)]
+    #[serde(default, with = "by_text")]
+    pub network: Option<NetworkMode>,
 }
 
 /// The inputs of `exec` beyond the job id: the body of `POST /v1/jobs/{id}/exec`.
@@ -325,6 +355,9 @@ pub enum EventKind {
     BranchRewritten,
     #[serde(rename = "sweep.done")]
     SweepDone,
+    /// The egress proxy of an `allowlist` job refused a connection (host, port, reason).
+    #[serde(rename = "egress.denied")]
+    EgressDenied,
 }
 
 impl EventKind {
@@ -338,6 +371,7 @@ impl EventKind {
             EventKind::SyncFailed => "job.sync_failed",
             EventKind::BranchRewritten => "job.branch_rewritten",
             EventKind::SweepDone => "sweep.done",
+            EventKind::EgressDenied => "egress.denied",
         }
     }
 }

@@ -18,12 +18,14 @@ mod config;
 mod create;
 mod diff;
 mod doctor;
+mod egress_proxy;
 mod exec;
 pub mod exit;
 mod image;
 mod log;
 mod logs;
 mod ls;
+mod net;
 mod render;
 mod rm;
 mod run;
@@ -73,6 +75,8 @@ pub(crate) enum Command {
     Logs(logs::LogsArgs),
     /// Stop what runs in a job (SIGTERM, the grace period, then SIGKILL).
     Stop(stop::StopArgs),
+    /// Change what a running allowlist job may reach (from its next connection).
+    Net(net::NetArgs),
     /// Agent image commands.
     Image {
         #[command(subcommand)]
@@ -84,6 +88,9 @@ pub(crate) enum Command {
     Sweep(sweep::SweepArgs),
     /// Run the activity watcher and a sweep every interval, until SIGTERM.
     Serve(serve::ServeArgs),
+    /// The egress proxy of an allowlist job (run by its sidecar container).
+    #[command(hide = true)]
+    EgressProxy(egress_proxy::EgressProxyArgs),
     /// Shared dependency cache commands.
     Cache {
         #[command(subcommand)]
@@ -99,6 +106,13 @@ pub(crate) enum Command {
 /// Runs one parsed command and returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
     let exec_like = matches!(cli.command, Command::Exec(_) | Command::Run(_));
+    // The sidecar's proxy has no paddock install to open.
+    if let Command::EgressProxy(args) = cli.command {
+        return match egress_proxy::run(args).await {
+            Ok(code) => code,
+            Err(error) => report(&error, false),
+        };
+    }
     let paddock = match Paddock::from_env() {
         Ok(paddock) => paddock,
         Err(error) => return report(&error, exec_like),
@@ -128,12 +142,14 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Exec(args) => exec::run(ops, args).await,
         Command::Run(args) => run::run(ops, args).await,
         Command::Stop(args) => stop::run(ops, args).await,
+        Command::Net(args) => net::run(ops, args).await,
         Command::Shell(args) => shell::run(paddock, args).await,
         Command::Logs(args) => logs::run(paddock, args).await,
         Command::Image { command } => image::run(paddock, command).await,
         Command::Doctor(args) => doctor::run(paddock, args).await,
         Command::Sweep(args) => sweep::run(paddock, args).await,
         Command::Serve(args) => serve::run(paddock, args).await,
+        Command::EgressProxy(args) => egress_proxy::run(args).await,
         Command::Cache { command } => cache::run(paddock, command),
         Command::Config { command } => config::run(paddock, command).await,
     }

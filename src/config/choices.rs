@@ -33,7 +33,9 @@ fn not_a_runtime(input: &str) -> UnitError {
     }
 }
 
-/// Container networking: none unless a profile opts in.
+/// Container networking: none unless a profile opts in. `allowlist` reaches only the
+/// profile's `allow` entries, through paddock's egress proxy; `open` (formerly `bridge`,
+/// still accepted) reaches everything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumString, Display)]
 #[serde(rename_all = "lowercase")]
 #[strum(
@@ -43,14 +45,17 @@ fn not_a_runtime(input: &str) -> UnitError {
 )]
 pub enum NetworkMode {
     None,
-    Bridge,
+    Allowlist,
+    #[serde(alias = "bridge")]
+    #[strum(to_string = "open", serialize = "bridge")]
+    Open,
 }
 
 fn not_a_network(input: &str) -> UnitError {
     UnitError {
         what: "network",
         input: input.to_string(),
-        expected: "none or bridge",
+        expected: "none, allowlist or open (bridge)",
     }
 }
 
@@ -129,5 +134,13 @@ mod tests {
             "invalid runtime `kvm`: expected one of auto, docker, runc, runsc, process"
         );
         assert!("Bridge".parse::<NetworkMode>().is_err(), "words are exact");
+        assert_eq!("bridge".parse::<NetworkMode>(), Ok(NetworkMode::Open));
+        assert_eq!(NetworkMode::Open.to_string(), "open");
+        let old: NetworkMode = serde_json::from_str("\"bridge\"").unwrap();
+        assert_eq!(
+            old,
+            NetworkMode::Open,
+            "records written before 0.3 read back"
+        );
     }
 }

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::{DEFAULT_IMAGE, KillPolicy, NetworkMode, RuntimeChoice, Source, Sourced, cache_names};
 use crate::cache::CacheSpec;
+use crate::egress::AllowEntry;
 use crate::units::{ByteSize, Cpus, HumanDuration};
 
 /// One layer's view of a profile: every field optional, so layers can be stacked.
@@ -19,6 +20,8 @@ pub struct ProfileLayer {
     pub cpus: Option<Cpus>,
     pub pids: Option<u32>,
     pub network: Option<NetworkMode>,
+    /// Allow-list entries for `network: allowlist`.
+    pub allow: Option<Vec<AllowEntry>>,
     pub timeout: Option<HumanDuration>,
     pub kill_policy: Option<KillPolicy>,
     pub grace: Option<HumanDuration>,
@@ -39,6 +42,7 @@ pub struct Profile {
     pub cpus: Sourced<Cpus>,
     pub pids: Sourced<u32>,
     pub network: Sourced<NetworkMode>,
+    pub allow: Sourced<Vec<AllowEntry>>,
     pub timeout: Sourced<HumanDuration>,
     pub kill_policy: Sourced<KillPolicy>,
     pub grace: Sourced<HumanDuration>,
@@ -58,6 +62,7 @@ impl Default for Profile {
             cpus: Sourced::default_value(Cpus(2.0)),
             pids: Sourced::default_value(512),
             network: Sourced::default_value(NetworkMode::None),
+            allow: Sourced::default_value(Vec::new()),
             timeout: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(600))),
             kill_policy: Sourced::default_value(KillPolicy::Graceful),
             grace: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(5))),
@@ -86,6 +91,7 @@ impl Profile {
             cpus,
             pids,
             network,
+            allow,
             timeout,
             kill_policy,
             grace,
@@ -132,6 +138,16 @@ impl Profile {
                 "network".into(),
                 self.network.value.to_string(),
                 &self.network.source,
+            ),
+            (
+                "allow".into(),
+                self.allow
+                    .value
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                &self.allow.source,
             ),
             (
                 "timeout".into(),

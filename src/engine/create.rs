@@ -8,11 +8,24 @@ use std::collections::BTreeMap;
 use chrono::Utc;
 
 use super::{CreateRequest, Created, Error, Paddock, Result};
+use crate::config::NetworkMode;
 use crate::git::jobdir::JobGitDir;
 use crate::git::{self, GitRepo};
 use crate::job::{JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
 use crate::store::StoreError;
 use crate::wire::EventKind;
+
+/// Refuses `--allow` together with an explicit network other than `allowlist` (the
+/// runtime then says whether it can give the network at all).
+fn check_network(request: &CreateRequest, network: NetworkMode) -> Result<()> {
+    if !request.allow.is_empty() && network != NetworkMode::Allowlist {
+        return Err(Error::Network {
+            network,
+            reason: "`--allow` needs `--network allowlist` (or no `--network`)".into(),
+        });
+    }
+    Ok(())
+}
 
 impl Paddock {
     /// Creates a job: branch, worktree, and (with a container runtime) its container.
@@ -63,6 +76,11 @@ impl Paddock {
         let runtime = self
             .runtimes
             .resolve(profile.runtime.value, &profile.image.value)
+            .await?;
+        check_network(&request, profile.network.value)?;
+        self.runtimes
+            .of(runtime.kind)
+            .check_network(profile.network.value)
             .await?;
 
         let now = Utc::now();

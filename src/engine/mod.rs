@@ -24,6 +24,7 @@ mod caches;
 mod create;
 mod exec;
 mod inspect;
+mod network;
 mod remove;
 mod sync;
 #[cfg(test)]
@@ -34,8 +35,8 @@ pub use sync::{SyncScope, Synced};
 pub use crate::error::{Error, Result};
 
 pub use crate::wire::{
-    CreateRequest, Event, EventKind, ExecOptions, JobDetails, JobView, RemoveOptions, RemoveReport,
-    RunReport,
+    CreateRequest, Event, EventKind, ExecOptions, JobDetails, JobView, NetworkChange,
+    RemoveOptions, RemoveReport, RunReport,
 };
 
 /// A new job, and the warning to show when `auto` fell back to the process runtime.

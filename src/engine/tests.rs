@@ -208,7 +208,7 @@ async fn sweep_removes_sandboxes_no_record_names_and_keeps_the_others() {
             name: format!("paddock-{job}"),
             job: job.to_string(),
             running: true,
-            sync: false,
+            role: crate::runtime::SandboxRole::Job,
             created: None,
         });
     }

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::RuntimeChoice;
+use crate::config::{NetworkMode, RuntimeChoice};
 use crate::job::{JobId, JobRecord, RuntimeKind};
 use crate::store::{JobStore, PaddockHome};
 
@@ -33,6 +33,12 @@ pub enum RuntimeError {
     ImageMissing { image: String },
     #[error("Docker runtime `{runtime}` is not registered with the daemon")]
     OciRuntimeMissing { runtime: String },
+    #[error("Docker runtime `{runtime}` is registered with `{flag}`: {consequence}")]
+    OciRuntimeMisconfigured {
+        runtime: String,
+        flag: String,
+        consequence: String,
+    },
     #[error("docker {action} failed for `{target}`: {message}")]
     Docker {
         action: &'static str,
@@ -93,9 +99,19 @@ pub struct Sandbox {
     pub name: String,
     pub job: String,
     pub running: bool,
-    /// A short-lived sandbox running a sync of a stopped job, not the job's own.
-    pub sync: bool,
+    pub role: SandboxRole,
     pub created: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// What a listed sandbox is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxRole {
+    /// The job's own container.
+    Job,
+    /// A short-lived container running a sync of a stopped job.
+    Sync,
+    /// The egress proxy of an `allowlist` job.
+    Egress,
 }
 
 /// What `doctor` reports of a runtime's engine (the Docker daemon).
@@ -107,6 +123,9 @@ pub struct EngineFacts {
     pub oci_runtimes: Vec<String>,
     /// Resource limits the engine cannot enforce here (`memory`, `swap`, `cpu`, `pids`).
     pub unenforced_limits: Vec<&'static str>,
+    /// OCI runtimes registered in a way that breaks paddock's promises (limits, networks),
+    /// each with what is wrong.
+    pub misconfigured: Vec<(String, String)>,
 }
 
 /// One way of running a job's commands. Every method that waits on something outside the
@@ -130,6 +149,14 @@ pub trait Runtime: Send + Sync {
     /// Whether a job could start here with `image`: the engine answers, the image exists, the
     /// OCI runtime is registered. Never pulls.
     async fn check_ready(&self, image: &str) -> Result<(), RuntimeError>;
+
+    /// Whether a job of this runtime can have `network` as the profile says (the process
+    /// runtime cannot hold an allow-list; a runtime registered without network cannot give
+    /// one).
+    async fn check_network(&self, network: NetworkMode) -> Result<(), RuntimeError> {
+        let _ = network;
+        Ok(())
+    }
 
     /// Starts whatever a new job needs to run commands; returns the container id, if any.
     async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError>;
@@ -170,6 +197,13 @@ pub trait Runtime: Send + Sync {
 
     /// Removes whatever the runtime holds for a job.
     async fn destroy(&self, id: &JobId) -> Result<(), RuntimeError>;
+
+    /// Makes the job's sandbox follow its record's network policy from the next connection
+    /// on (the allow-list of an `allowlist` job). Nothing for runtimes without one.
+    async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        let _ = record;
+        Ok(())
+    }
 
     /// Every sandbox this install has on the machine, including ones no record names.
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {

@@ -210,6 +210,16 @@ impl super::Runtime for ProcessRuntime {
         Ok(())
     }
 
+    async fn check_network(&self, network: crate::config::NetworkMode) -> Result<(), RuntimeError> {
+        if network == crate::config::NetworkMode::Allowlist {
+            return Err(RuntimeError::Unsupported {
+                runtime: "process",
+                what: "enforce an allow-list (it shares the host's network); use --runtime docker",
+            });
+        }
+        Ok(())
+    }
+
     async fn start(&self, _record: &JobRecord) -> Result<Option<String>, RuntimeError> {
         Ok(None)
     }

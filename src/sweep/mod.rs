@@ -304,7 +304,10 @@ impl Paddock {
         if let Some(reason) = staleness(record, options) {
             return Some(reason);
         }
-        let container = containers.and_then(|all| all.iter().find(|c| c.job == record.id.as_str()));
+        let container = containers.and_then(|all| {
+            all.iter()
+                .find(|c| c.job == record.id.as_str() && c.role == runtime::SandboxRole::Job)
+        });
         if record.runtime.uses_docker() && containers.is_some() && container.is_none() {
             report.kept(
                 "job",

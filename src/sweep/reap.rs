@@ -11,7 +11,7 @@ use super::{SweepOptions, SweepReport, age};
 use crate::engine::{Paddock, Result, SyncScope};
 use crate::git::GitRepo;
 use crate::job::{JobRecord, JobState, RuntimeKind};
-use crate::runtime;
+use crate::runtime::{self, SandboxRole};
 
 /// Longer than any sync may take (its own deadline is ten minutes).
 const SYNC_CONTAINER_MAX_AGE: Duration = Duration::from_secs(3600);
@@ -26,8 +26,8 @@ impl Paddock {
             return;
         };
         for container in containers {
-            if container.sync {
-                self.reap_sync_container(options, container, report).await;
+            if container.role != SandboxRole::Job {
+                self.reap_helper_container(options, container, report).await;
                 continue;
             }
             if self.store().exists_str(&container.job) {
@@ -54,20 +54,26 @@ impl Paddock {
     }
 
     /// A throwaway sync container is removed once its job is gone or it has outlived any
-    /// sync (a paddock killed mid-sync leaves one behind).
-    pub(super) async fn reap_sync_container(
+    /// sync (a paddock killed mid-sync leaves one behind); an egress sidecar (and its
+    /// network) once its job is gone.
+    pub(super) async fn reap_helper_container(
         &self,
         options: &SweepOptions,
         container: runtime::Sandbox,
         report: &mut SweepReport,
     ) {
-        let outlived = container
-            .created
-            .is_some_and(|created| age(options.now, created) > SYNC_CONTAINER_MAX_AGE);
+        let outlived = container.role == SandboxRole::Sync
+            && container
+                .created
+                .is_some_and(|created| age(options.now, created) > SYNC_CONTAINER_MAX_AGE);
         if self.store().exists_str(&container.job) && !outlived {
             return;
         }
-        let reason = "sync container of a job that is gone, or older than any sync";
+        let reason = if container.role == SandboxRole::Sync {
+            "sync container of a job that is gone, or older than any sync"
+        } else {
+            "egress proxy of a job that is gone"
+        };
         if options.dry_run {
             report.removed("container", container.name, reason);
             return;

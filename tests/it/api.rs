@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use crate::fixtures::{FixtureRepo, TestHome, docker_available};
 use serde_json::{Value, json};
 
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
-    socket: PathBuf,
+    pub(crate) socket: PathBuf,
 }
 
 impl Daemon {
-    fn start(home: &TestHome, extra: &[&str]) -> Daemon {
+    pub(crate) fn start(home: &TestHome, extra: &[&str]) -> Daemon {
         Self::start_with_runtime(home, extra, "process")
     }
 
@@ -41,7 +41,7 @@ impl Daemon {
         Daemon { child, socket }
     }
 
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();

@@ -11,6 +11,7 @@ mod architecture;
 mod cache;
 mod core_commands;
 mod docker;
+mod egress;
 mod hostile;
 mod process;
 mod snapshots;

@@ -24,6 +24,7 @@ const COMMANDS: &[&str] = &[
     "shell",
     "logs",
     "stop",
+    "net",
     "image",
     "image build",
     "doctor",

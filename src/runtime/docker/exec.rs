@@ -238,8 +238,17 @@ async fn exec_in(
             }
         }
     };
+    // The daemon does not always end an exec's stream when the sandbox dies under it (a
+    // gVisor sandbox killed for memory): look at the container now and then.
+    let mut alive_check = tokio::time::interval(SANDBOX_CHECK);
+    alive_check.tick().await;
     loop {
         tokio::select! {
+            _ = alive_check.tick() => {
+                if stopped_container(&docker, &name).await.is_some() {
+                    break;
+                }
+            },
             chunk = output.next() => match chunk {
                 Some(Ok(LogOutput::StdOut { message })) => {
                     sink.write(StreamKind::Stdout, &message);
@@ -286,21 +295,52 @@ async fn exec_in(
         API_TIMEOUT,
         docker.inspect_exec(&created.id),
     )
-    .await?;
-    let exit_code = match inspect.exit_code {
-        Some(code) if inspect.running != Some(true) => code,
-        _ if timed_out => 137,
-        _ => -1,
+    .await;
+    // The whole sandbox may have died under the command: under gVisor a memory overrun
+    // kills the sandbox's kernel with it, and the daemon forgets the exec. That is the
+    // command killed (137), out of memory when the daemon says the container was.
+    let (exit_code, sandbox) = match inspect {
+        Ok(inspect) => {
+            let code = match inspect.exit_code {
+                Some(code) if inspect.running != Some(true) => code,
+                _ if timed_out => 137,
+                _ => -1,
+            };
+            // A failed command in a sandbox that is gone died with it (runsc reports 128).
+            match code {
+                0 => (0, None),
+                _ if timed_out => (code, None),
+                _ => match stopped_container(&docker, &name).await {
+                    Some(oom) => (137, Some(oom)),
+                    None => (code, None),
+                },
+            }
+        }
+        Err(error) => match stopped_container(&docker, &name).await {
+            Some(oom) => (137, Some(oom)),
+            None => return Err(error),
+        },
     };
     // Exit 137 is SIGKILL, not necessarily OOM: ask the cgroup whether it killed something
     // since the last time we looked.
     let mut oom_count = None;
-    let mut oom_killed = false;
-    if exit_code == 137 && !timed_out {
+    let mut oom_killed = sandbox.unwrap_or(false);
+    if exit_code == 137 && !timed_out && sandbox.is_none() {
         oom_count = oom_kill_count(&docker, &name).await;
-        if let Some(count) = oom_count {
-            oom_killed = count > record.oom_kills;
+        match oom_count {
+            Some(count) => oom_killed = count > record.oom_kills,
+            // No counter to read (the container stopped): the daemon's word.
+            None => oom_killed = stopped_container(&docker, &name).await.unwrap_or(false),
         }
+    }
+    if sandbox.is_some() {
+        let note = if oom_killed {
+            "[paddock: the sandbox was killed for memory during the command]\n"
+        } else {
+            "[paddock: the sandbox stopped during the command]\n"
+        };
+        sink.write(StreamKind::Stderr, note.as_bytes());
+        stderr.push(note.as_bytes());
     }
     let (stdout, out_cut) = stdout.finish();
     let (stderr, err_cut) = stderr.finish();
@@ -317,6 +357,20 @@ async fn exec_in(
         },
         oom_count,
     ))
+}
+
+/// How often a running exec checks that its sandbox is still there.
+const SANDBOX_CHECK: Duration = Duration::from_secs(2);
+
+/// When the container `name` is not running: whether the daemon says it was killed for
+/// memory. `None` while it runs (or cannot be inspected).
+async fn stopped_container(docker: &Docker, name: &str) -> Option<bool> {
+    let info = tokio::time::timeout(API_TIMEOUT, docker.inspect_container(name, None))
+        .await
+        .ok()?
+        .ok()?;
+    let state = info.state?;
+    (state.running != Some(true)).then(|| state.oom_killed.unwrap_or(false))
 }
 
 /// An interactive shell in the job's container. A TTY session is the one place paddock uses

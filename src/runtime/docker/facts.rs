@@ -1,9 +1,11 @@
 //! What `doctor` needs to know of the daemon: its version, its OCI runtimes and which
-//! resource limits it can enforce, read with deadlines.
+//! resource limits it can enforce, read with deadlines; and whether a registered OCI
+//! runtime is set up so that jobs keep their limits and networks.
 
 use std::time::Duration;
 
 use super::{PING_TIMEOUT, call, connect};
+use crate::config::NetworkMode;
 use crate::runtime::{EngineFacts, RuntimeError};
 
 pub(super) async fn engine_facts() -> Result<EngineFacts, RuntimeError> {
@@ -14,8 +16,18 @@ pub(super) async fn engine_facts() -> Result<EngineFacts, RuntimeError> {
             message: "the daemon does not answer".into(),
         })?;
     let info = call("info", "daemon", Duration::from_secs(10), docker.info()).await?;
-    let mut oci_runtimes: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+    let runtimes = info.runtimes.unwrap_or_default();
+    let mut oci_runtimes: Vec<String> = runtimes.keys().cloned().collect();
     oci_runtimes.sort();
+    let mut misconfigured: Vec<(String, String)> = runtimes
+        .iter()
+        .filter_map(|(name, runtime)| {
+            let args = runtime.runtime_args.clone().unwrap_or_default();
+            misconfiguration(name, &args, Some(NetworkMode::Allowlist))
+                .map(|problem| (name.clone(), problem.to_string()))
+        })
+        .collect();
+    misconfigured.sort();
     let enforced = [
         ("memory", info.memory_limit),
         ("swap", info.swap_limit),
@@ -31,5 +43,37 @@ pub(super) async fn engine_facts() -> Result<EngineFacts, RuntimeError> {
             .filter(|(_, on)| !on.unwrap_or(false))
             .map(|(name, _)| name)
             .collect(),
+        misconfigured,
     })
+}
+
+/// Why a registered OCI runtime cannot give jobs what paddock promises, if it cannot: the
+/// flag at fault and what it breaks. `network` is the job's network (`None`: any job).
+pub fn misconfiguration(
+    runtime: &str,
+    args: &[String],
+    network: Option<NetworkMode>,
+) -> Option<RuntimeError> {
+    let flag = |flag: &str, consequence: String| RuntimeError::OciRuntimeMisconfigured {
+        runtime: runtime.to_string(),
+        flag: flag.to_string(),
+        consequence,
+    };
+    if args.iter().any(|a| a == "--ignore-cgroups") {
+        return Some(flag(
+            "--ignore-cgroups",
+            "the job's memory, CPU and pids limits would not be enforced".into(),
+        ));
+    }
+    match network {
+        Some(network @ (NetworkMode::Allowlist | NetworkMode::Open))
+            if args.iter().any(|a| a == "--network=none") =>
+        {
+            Some(flag(
+                "--network=none",
+                format!("a job with network `{network}` would have no network at all"),
+            ))
+        }
+        _ => None,
+    }
 }

@@ -33,8 +33,10 @@ use bollard::query_parameters::{
     StopContainerOptionsBuilder,
 };
 
+mod egress;
 mod exec;
 mod facts;
+pub use facts::misconfiguration;
 mod image;
 mod mounts;
 mod sandbox;
@@ -42,7 +44,7 @@ mod sandbox;
 use mounts::{grant_agent_access, job_mounts};
 pub use sandbox::DockerRuntime;
 
-use super::{RuntimeError, Sandbox};
+use super::{RuntimeError, Sandbox, SandboxRole};
 use crate::config::NetworkMode;
 use crate::job::{JobId, JobRecord, RuntimeKind};
 use crate::store::{JobStore, PaddockHome};
@@ -127,6 +129,20 @@ async fn call<T>(
     }
 }
 
+/// Host tasks a sandbox needs beyond the job's own processes. Under gVisor the host's pids
+/// cgroup counts the threads of gVisor's kernel and file proxy (dozens, more with each
+/// mount), not the job's processes, which gVisor runs itself; without headroom the sandbox
+/// cannot start under a small limit.
+const GVISOR_PIDS_HEADROOM: i64 = 256;
+
+fn pids_headroom(runtime: RuntimeKind) -> i64 {
+    if runtime == RuntimeKind::Runsc {
+        GVISOR_PIDS_HEADROOM
+    } else {
+        0
+    }
+}
+
 /// Checks that the daemon answers, the image exists and (for runsc) the runtime is
 /// registered. Never pulls.
 pub async fn check_ready(kind: RuntimeKind, image: &str) -> Result<(), RuntimeError> {
@@ -156,21 +172,29 @@ pub async fn check_ready(kind: RuntimeKind, image: &str) -> Result<(), RuntimeEr
     }
     if kind == RuntimeKind::Runsc {
         let runtimes = registered_runtimes(&docker).await?;
-        if !runtimes.iter().any(|r| r == "runsc") {
+        let Some(args) = runtimes.get("runsc") else {
             return Err(RuntimeError::OciRuntimeMissing {
                 runtime: "runsc".into(),
             });
+        };
+        if let Some(error) = misconfiguration("runsc", args, None) {
+            return Err(error);
         }
     }
     Ok(())
 }
 
-/// The OCI runtimes the daemon has registered.
-pub async fn registered_runtimes(docker: &Docker) -> Result<Vec<String>, RuntimeError> {
+/// The OCI runtimes the daemon has registered, with their arguments.
+pub async fn registered_runtimes(
+    docker: &Docker,
+) -> Result<std::collections::BTreeMap<String, Vec<String>>, RuntimeError> {
     let info = call("info", "daemon", API_TIMEOUT, docker.info()).await?;
-    let mut names: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
-    names.sort();
-    Ok(names)
+    Ok(info
+        .runtimes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, runtime)| (name, runtime.runtime_args.unwrap_or_default()))
+        .collect())
 }
 
 /// The uid:gid the agent runs as: the host user's when paddock is not root, else the
@@ -216,6 +240,9 @@ fn container_body(
             .iter()
             .map(|(k, v)| format!("{k}={v}")),
     );
+    if limits.network == NetworkMode::Allowlist {
+        env.extend(egress::proxy_env(&record.id));
+    }
     env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
     let tmpfs_opts = |size: &str| format!("rw,nosuid,nodev,size={size},mode=1777");
     let memory = i64::try_from(limits.memory.0).unwrap_or(i64::MAX);
@@ -228,17 +255,19 @@ fn container_body(
             ("/tmp".to_string(), tmpfs_opts("512m")),
             (CONTAINER_HOME.to_string(), tmpfs_opts("256m")),
         ])),
-        pids_limit: Some(i64::from(limits.pids)),
+        pids_limit: Some(i64::from(limits.pids) + pids_headroom(record.runtime)),
         memory: Some(memory),
         memory_swap: Some(memory),
         nano_cpus: Some(limits.cpus.nano_cpus()),
-        network_mode: Some(
-            match limits.network {
-                NetworkMode::None => "none",
-                NetworkMode::Bridge => "bridge",
-            }
-            .into(),
-        ),
+        network_mode: Some(match limits.network {
+            NetworkMode::None => "none".into(),
+            NetworkMode::Open => "bridge".into(),
+            NetworkMode::Allowlist => egress::network_name(&record.id),
+        }),
+        // On the allow-list's internal network Docker's resolver answers the proxy's name;
+        // its upstream is the job's own loopback, where nothing answers, so no other name
+        // resolves and no query leaves the job.
+        dns: (limits.network == NetworkMode::Allowlist).then(|| vec!["127.0.0.1".into()]),
         init: Some(true),
         runtime: Some(
             match record.runtime {
@@ -280,6 +309,7 @@ async fn create_job_container(
     record: &JobRecord,
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
+    egress::ensure(&docker, home, record).await?;
     let name = container_name(&record.id);
     let body = container_body(home, record)?;
     let options = CreateContainerOptionsBuilder::new().name(&name).build();
@@ -461,7 +491,13 @@ pub async fn stop_job(
 
 /// Removes the job's container if it exists and is ours.
 pub async fn remove_job_container(home: &PaddockHome, id: &JobId) -> Result<(), RuntimeError> {
-    remove_labelled_container(home, &container_name(id), id.as_str()).await
+    remove_labelled_container(home, &container_name(id), id.as_str()).await?;
+    egress::remove(&connect()?, home, id).await
+}
+
+/// Removes an `allowlist` job's egress sidecar and network, if they exist and are ours.
+pub async fn remove_egress(home: &PaddockHome, id: &JobId) -> Result<(), RuntimeError> {
+    egress::remove(&connect()?, home, id).await
 }
 
 /// Removes the container `name` if it exists and carries this install's labels with `job`
@@ -527,7 +563,11 @@ pub async fn list_job_containers(home: &PaddockHome) -> Result<Vec<Sandbox>, Run
                     .to_string(),
                 job: labels.get(LABEL_JOB).cloned()?,
                 running: c.state.is_some_and(|s| s.to_string() == "running"),
-                sync: labels.get(LABEL_ROLE).map(String::as_str) == Some("sync"),
+                role: match labels.get(LABEL_ROLE).map(String::as_str) {
+                    Some("sync") => SandboxRole::Sync,
+                    Some("egress") => SandboxRole::Egress,
+                    _ => SandboxRole::Job,
+                },
                 created: c
                     .created
                     .and_then(|t| chrono::DateTime::from_timestamp(t, 0)),

@@ -10,9 +10,11 @@ use super::{
     ensure_running, list_job_containers, remove_job_container, remove_labelled_container, stop_job,
     stop_job_container,
 };
+use crate::config::NetworkMode;
 use crate::job::{JobId, JobRecord, RuntimeKind};
 use crate::runtime::{
     EngineFacts, ExecOutcome, ExecRequest, ExecResult, OutputSink, Runtime, RuntimeError, Sandbox,
+    SandboxRole,
 };
 use crate::store::{JobStore, PaddockHome};
 
@@ -61,6 +63,18 @@ impl Runtime for DockerRuntime {
 
     async fn check_ready(&self, image: &str) -> Result<(), RuntimeError> {
         check_ready(self.kind, image).await
+    }
+
+    async fn check_network(&self, network: NetworkMode) -> Result<(), RuntimeError> {
+        if self.kind != RuntimeKind::Runsc || network == NetworkMode::None {
+            return Ok(());
+        }
+        let runtimes = super::registered_runtimes(&super::connect()?).await?;
+        let args = runtimes.get("runsc").cloned().unwrap_or_default();
+        match super::misconfiguration("runsc", &args, Some(network)) {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
     }
 
     async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError> {
@@ -115,12 +129,20 @@ impl Runtime for DockerRuntime {
         remove_job_container(&self.home, id).await
     }
 
+    async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        super::egress::write_policy(&self.home, record)
+    }
+
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {
         list_job_containers(&self.home).await
     }
 
     async fn remove_sandbox(&self, sandbox: &Sandbox) -> Result<(), RuntimeError> {
-        remove_labelled_container(&self.home, &sandbox.name, &sandbox.job).await
+        match (sandbox.role, JobId::parse(&sandbox.job)) {
+            // An egress sidecar goes with its network.
+            (SandboxRole::Egress, Ok(id)) => super::remove_egress(&self.home, &id).await,
+            _ => remove_labelled_container(&self.home, &sandbox.name, &sandbox.job).await,
+        }
     }
 
     async fn engine_facts(&self) -> Option<Result<EngineFacts, RuntimeError>> {

@@ -1,0 +1,10 @@
+//! Egress policy for jobs on the `allowlist` network: the allow-list ([`policy`]) and the
+//! proxy that enforces it ([`proxy`], run as `paddock egress-proxy` in a sidecar container
+//! on the job's internal network). The Docker wiring (networks, sidecar, environment) is in
+//! `runtime/docker/egress.rs`.
+
+pub mod policy;
+pub mod proxy;
+pub mod tls;
+
+pub use policy::{AllowEntry, EgressPolicy};

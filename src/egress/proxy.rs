@@ -1,0 +1,588 @@
+//! The egress proxy: an HTTP proxy that lets a job reach only what its policy allows.
+//!
+//! It runs as `paddock egress-proxy` in a sidecar container, the only other member of the
+//! job's internal network (which has no route out), so everything the job sends off its
+//! network passes here. Per connection it reads one request head (deadline, size cap), then:
+//!
+//! - `CONNECT host:port`: the name check, then resolution here (the job has no resolver),
+//!   the address check on every address, a connect with a deadline, `200`; the first bytes
+//!   the client sends are read before anything goes upstream, and a TLS ClientHello whose
+//!   SNI names another host than the CONNECT target is refused (domain fronting).
+//! - `GET http://host/...` (absolute form): the same checks, and the `Host` header must name
+//!   the same host; the request goes upstream in origin form with `Connection: close`, so a
+//!   second request with another `Host` cannot follow on that connection.
+//! - anything else: `400`.
+//!
+//! The ClientHello is read by [`super::tls`].
+//!
+//! Every decision is one JSON line in the log (`egress.jsonl`): time, client, method, host,
+//! port, allowed, reason, and bytes each way once a tunnel ends. The policy file is read
+//! again for each connection, so `paddock net` changes apply to the next connection.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::policy::{EgressPolicy, Verdict, normalize_name};
+use super::tls::check_sni;
+#[cfg(test)]
+use super::tls::client_hello;
+
+/// Longest request head accepted.
+const MAX_HEAD: usize = 16 * 1024;
+/// Deadline for the client's request head, and for its first bytes after `200`.
+const CLIENT_DEADLINE: Duration = Duration::from_secs(10);
+/// Deadline for resolving a name and for connecting upstream.
+const UPSTREAM_DEADLINE: Duration = Duration::from_secs(10);
+/// Longest life of one tunnel.
+const TUNNEL_DEADLINE: Duration = Duration::from_secs(6 * 3600);
+
+/// Where the proxy reads its policy and writes its decisions.
+#[derive(Debug, Clone)]
+pub struct ProxyFiles {
+    pub policy: PathBuf,
+    pub log: PathBuf,
+}
+
+/// One line of `egress.jsonl`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Decision {
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub client: String,
+    pub method: String,
+    pub host: String,
+    pub port: u16,
+    pub allowed: bool,
+    pub reason: String,
+    #[serde(default)]
+    pub bytes_up: u64,
+    #[serde(default)]
+    pub bytes_down: u64,
+}
+
+/// Accepts connections until the listener fails; each is handled on its own task.
+pub async fn serve(listener: TcpListener, files: ProxyFiles) -> std::io::Result<()> {
+    let files = Arc::new(files);
+    loop {
+        let (client, peer) = listener.accept().await?;
+        let files = files.clone();
+        tokio::spawn(async move {
+            let _ = client.set_nodelay(true);
+            handle(client, peer, &files).await;
+        });
+    }
+}
+
+struct Request {
+    method: String,
+    host: String,
+    port: u16,
+    /// For plain HTTP: the head to send upstream (origin form, `Connection: close`).
+    upstream_head: Option<Vec<u8>>,
+    /// Bytes the client sent after the head.
+    rest: Vec<u8>,
+}
+
+async fn handle(mut client: TcpStream, peer: SocketAddr, files: &ProxyFiles) {
+    let decision = |method: &str, host: &str, port: u16, verdict: &Verdict| Decision {
+        at: chrono::Utc::now(),
+        client: peer.ip().to_string(),
+        method: method.to_string(),
+        host: host.to_string(),
+        port,
+        allowed: verdict.allowed,
+        reason: verdict.reason.clone(),
+        bytes_up: 0,
+        bytes_down: 0,
+    };
+    let request = match tokio::time::timeout(CLIENT_DEADLINE, read_request(&mut client)).await {
+        Ok(Ok(request)) => request,
+        Ok(Err(refused)) => {
+            let verdict = deny(refused.reason);
+            respond(&mut client, 400, &verdict.reason).await;
+            let (method, host, port) = refused.asked.unwrap_or(("?".into(), "?".into(), 0));
+            log(files, &decision(&method, &host, port, &verdict)).await;
+            return;
+        }
+        Err(_) => return,
+    };
+    let policy = load_policy(files).await;
+    let mut verdict = match &policy {
+        Ok(policy) => policy.check_request(&request.host, request.port),
+        Err(reason) => deny(reason.clone()),
+    };
+    let upstream = if verdict.allowed {
+        let policy = policy.as_ref().expect("checked above");
+        match connect(policy, &request.host, request.port).await {
+            Ok(stream) => Some(stream),
+            Err(refusal) => {
+                verdict = refusal;
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let Some(mut upstream) = upstream else {
+        let status = if verdict.reason.starts_with("cannot") {
+            502
+        } else {
+            403
+        };
+        respond(&mut client, status, &verdict.reason).await;
+        log(
+            files,
+            &decision(&request.method, &request.host, request.port, &verdict),
+        )
+        .await;
+        return;
+    };
+
+    let mut first = request.rest;
+    if let Some(head) = &request.upstream_head {
+        if upstream.write_all(head).await.is_err() {
+            return;
+        }
+    } else {
+        if client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return;
+        }
+        match tokio::time::timeout(CLIENT_DEADLINE, first_bytes(&mut client, &mut first)).await {
+            Ok(Ok(())) => {}
+            _ => return,
+        }
+        if let Err(reason) = check_sni(&first, &request.host) {
+            let verdict = deny(reason);
+            log(
+                files,
+                &decision(&request.method, &request.host, request.port, &verdict),
+            )
+            .await;
+            return;
+        }
+    }
+    let mut bytes_up = first.len() as u64;
+    if !first.is_empty() && upstream.write_all(&first).await.is_err() {
+        return;
+    }
+    let piped = tokio::time::timeout(
+        TUNNEL_DEADLINE,
+        tokio::io::copy_bidirectional(&mut client, &mut upstream),
+    )
+    .await;
+    let mut bytes_down = 0;
+    if let Ok(Ok((up, down))) = piped {
+        bytes_up += up;
+        bytes_down = down;
+    }
+    let mut done = decision(&request.method, &request.host, request.port, &verdict);
+    done.bytes_up = bytes_up;
+    done.bytes_down = bytes_down;
+    log(files, &done).await;
+}
+
+fn deny(reason: impl Into<String>) -> Verdict {
+    Verdict {
+        allowed: false,
+        reason: reason.into(),
+    }
+}
+
+async fn load_policy(files: &ProxyFiles) -> Result<EgressPolicy, String> {
+    let text = tokio::fs::read(&files.policy)
+        .await
+        .map_err(|e| format!("the policy cannot be read: {e}"))?;
+    serde_json::from_slice(&text).map_err(|e| format!("the policy cannot be read: {e}"))
+}
+
+/// Resolves `host` here, checks every address, connects to the first allowed one.
+async fn connect(policy: &EgressPolicy, host: &str, port: u16) -> Result<TcpStream, Verdict> {
+    let literal = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>();
+    let addresses: Vec<SocketAddr> = match literal {
+        Ok(addr) => vec![SocketAddr::new(addr, port)],
+        Err(_) => {
+            match tokio::time::timeout(UPSTREAM_DEADLINE, tokio::net::lookup_host((host, port)))
+                .await
+            {
+                Ok(Ok(found)) => found.collect(),
+                Ok(Err(e)) => return Err(deny(format!("cannot resolve {host}: {e}"))),
+                Err(_) => return Err(deny(format!("cannot resolve {host}: no answer in time"))),
+            }
+        }
+    };
+    let mut refusal = deny(format!("cannot resolve {host}: no addresses"));
+    for address in addresses {
+        let verdict = policy.check_address(address.ip(), port);
+        if !verdict.allowed {
+            refusal = verdict;
+            continue;
+        }
+        match tokio::time::timeout(UPSTREAM_DEADLINE, TcpStream::connect(address)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Ok(Err(e)) => refusal = deny(format!("cannot connect to {address}: {e}")),
+            Err(_) => refusal = deny(format!("cannot connect to {address}: no answer in time")),
+        }
+    }
+    Err(refusal)
+}
+
+/// A request refused before any policy check, with what it asked for when that is known.
+struct Malformed {
+    reason: String,
+    asked: Option<(String, String, u16)>,
+}
+
+impl From<String> for Malformed {
+    fn from(reason: String) -> Malformed {
+        Malformed {
+            reason,
+            asked: None,
+        }
+    }
+}
+
+impl From<&str> for Malformed {
+    fn from(reason: &str) -> Malformed {
+        reason.to_string().into()
+    }
+}
+
+/// Reads and parses one request head.
+async fn read_request(client: &mut TcpStream) -> Result<Request, Malformed> {
+    let mut buffer = Vec::with_capacity(1024);
+    let end = loop {
+        if let Some(at) = find(&buffer, b"\r\n\r\n") {
+            break at + 4;
+        }
+        if buffer.len() > MAX_HEAD {
+            return Err(format!("request head over {MAX_HEAD} bytes").into());
+        }
+        let mut chunk = [0u8; 4096];
+        let read = client
+            .read(&mut chunk)
+            .await
+            .map_err(|e| format!("reading the request: {e}"))?;
+        if read == 0 {
+            return Err("the client closed before a request".into());
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    };
+    let rest = buffer.split_off(end);
+    let head = String::from_utf8(buffer).map_err(|_| "the request head is not text".to_string())?;
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next().unwrap_or_default();
+    let mut parts = request_line.split(' ');
+    let (method, target, version) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(m), Some(t), Some(v)) if v.starts_with("HTTP/1.") => (m, t, v),
+        _ => return Err("not an HTTP/1 request".into()),
+    };
+    let headers: Vec<(&str, &str)> = lines
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim(), v.trim()))
+        .collect();
+    if method == "CONNECT" {
+        let (host, port) = split_host_port(target, None)
+            .ok_or_else(|| format!("CONNECT target `{target}` is not host:port"))?;
+        return Ok(Request {
+            method: method.into(),
+            host,
+            port,
+            upstream_head: None,
+            rest,
+        });
+    }
+    let Some(after_scheme) = target.strip_prefix("http://") else {
+        return Err(format!(
+            "`{method} {target}`: only CONNECT and absolute http:// requests go through this proxy"
+        )
+        .into());
+    };
+    let (authority, path) = match after_scheme.find('/') {
+        Some(at) => (&after_scheme[..at], &after_scheme[at..]),
+        None => (after_scheme, "/"),
+    };
+    let (host, port) = split_host_port(authority, Some(80))
+        .ok_or_else(|| format!("request target `{target}` has no valid host"))?;
+    let host_header = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("host"))
+        .map(|(_, v)| *v);
+    if let Some(value) = host_header {
+        let named = split_host_port(value, Some(80));
+        if named.as_ref().map(|(h, p)| (normalize_name(h), *p))
+            != Some((normalize_name(&host), port))
+        {
+            return Err(Malformed {
+                reason: format!(
+                    "the Host header `{value}` differs from the request's host `{authority}`"
+                ),
+                asked: Some((method.to_string(), host, port)),
+            });
+        }
+    }
+    let mut upstream = format!("{method} {path} {version}\r\n");
+    for (key, value) in &headers {
+        let lower = key.to_ascii_lowercase();
+        if matches!(
+            lower.as_str(),
+            "connection" | "proxy-connection" | "proxy-authorization" | "keep-alive"
+        ) {
+            continue;
+        }
+        upstream.push_str(key);
+        upstream.push_str(": ");
+        upstream.push_str(value);
+        upstream.push_str("\r\n");
+    }
+    if host_header.is_none() {
+        upstream.push_str(&format!("Host: {authority}\r\n"));
+    }
+    upstream.push_str("Connection: close\r\n\r\n");
+    Ok(Request {
+        method: method.into(),
+        host,
+        port,
+        upstream_head: Some(upstream.into_bytes()),
+        rest,
+    })
+}
+
+/// `host:port`, `[v6]:port`, or `host` with `default` port.
+fn split_host_port(text: &str, default: Option<u16>) -> Option<(String, u16)> {
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (addr, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(port) => port.parse().ok()?,
+            None if after.is_empty() => default?,
+            None => return None,
+        };
+        (addr.to_string(), port)
+    } else {
+        match text.rsplit_once(':') {
+            Some((host, port)) if !host.contains(':') => (host.to_string(), port.parse().ok()?),
+            Some(_) => return None,
+            None => (text.to_string(), default?),
+        }
+    };
+    (!host.is_empty() && port != 0).then_some((host, port))
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// After `200`: the client's first bytes, and for TLS the whole first record (the
+/// ClientHello), so its SNI can be checked before anything goes upstream.
+async fn first_bytes(client: &mut TcpStream, first: &mut Vec<u8>) -> std::io::Result<()> {
+    loop {
+        let wanted = match first.first() {
+            None => 1,
+            Some(0x16) if first.len() < 5 => 5,
+            Some(0x16) => 5 + usize::from(u16::from_be_bytes([first[3], first[4]])),
+            Some(_) => return Ok(()),
+        };
+        if first.len() >= wanted {
+            return Ok(());
+        }
+        let mut chunk = vec![0u8; wanted - first.len()];
+        let read = client.read(&mut chunk).await?;
+        if read == 0 {
+            return Ok(());
+        }
+        first.extend_from_slice(&chunk[..read]);
+    }
+}
+
+async fn respond(client: &mut TcpStream, status: u16, reason: &str) {
+    let text = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        _ => "Bad Gateway",
+    };
+    let body = format!("paddock egress: {reason}\n");
+    let response = format!(
+        "HTTP/1.1 {status} {text}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = client.write_all(response.as_bytes()).await;
+    let _ = client.shutdown().await;
+}
+
+async fn log(files: &ProxyFiles, decision: &Decision) {
+    let mut line = serde_json::to_string(decision).expect("decisions serialize");
+    line.push('\n');
+    // One write per line on an O_APPEND file: lines from concurrent connections do not mix.
+    let written = async {
+        let mut file = tokio::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&files.log)
+            .await?;
+        file.write_all(line.as_bytes()).await
+    }
+    .await;
+    if let Err(error) = written {
+        tracing::warn!(%error, "cannot write the egress log");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loopback echo server; returns its port.
+    async fn echo_server() -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut read, mut write) = stream.split();
+                    let _ = tokio::io::copy(&mut read, &mut write).await;
+                });
+            }
+        });
+        port
+    }
+
+    /// Sends `head` to the proxy; returns the stream and the status line it answered.
+    async fn ask(proxy: u16, head: &str) -> (TcpStream, String) {
+        let mut stream = TcpStream::connect(("127.0.0.1", proxy)).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let mut byte = [0u8; 1];
+        while !answer.ends_with(b"\r\n\r\n") {
+            if stream.read(&mut byte).await.unwrap() == 0 {
+                break;
+            }
+            answer.push(byte[0]);
+        }
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        (stream, text.lines().next().unwrap_or_default().to_string())
+    }
+
+    fn write_policy(path: &std::path::Path, allow: &[String]) {
+        let policy = EgressPolicy {
+            allow: allow.iter().map(|a| a.parse().unwrap()).collect(),
+            host_addresses: vec![],
+        };
+        std::fs::write(path, serde_json::to_vec(&policy).unwrap()).unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_proxy_tunnels_what_is_allowed_and_logs_every_refusal() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = ProxyFiles {
+            policy: dir.path().join("policy.json"),
+            log: dir.path().join("egress.jsonl"),
+        };
+        let echo = echo_server().await;
+        write_policy(
+            &files.policy,
+            &[format!("127.0.0.1:{echo}"), format!("localhost:{echo}")],
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = listener.local_addr().unwrap().port();
+        tokio::spawn(serve(listener, files.clone()));
+
+        // Allowed, by address and by name: 200 and data both ways.
+        for host in ["127.0.0.1", "localhost"] {
+            let (mut tunnel, status) =
+                ask(proxy, &format!("CONNECT {host}:{echo} HTTP/1.1\r\n\r\n")).await;
+            assert!(status.contains(" 200 "), "{host}: {status}");
+            tunnel.write_all(b"ping").await.unwrap();
+            let mut back = [0u8; 4];
+            tunnel.read_exact(&mut back).await.unwrap();
+            assert_eq!(&back, b"ping");
+        }
+        // Another port of an allowed host, and a host not listed: 403.
+        let (_, status) = ask(proxy, "CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n").await;
+        assert!(status.contains(" 403 "), "{status}");
+        let (_, status) = ask(proxy, "CONNECT unlisted.invalid:443 HTTP/1.1\r\n\r\n").await;
+        assert!(status.contains(" 403 "), "{status}");
+        // Domain fronting: TLS for another name inside an allowed CONNECT is cut.
+        let (mut tunnel, status) =
+            ask(proxy, &format!("CONNECT localhost:{echo} HTTP/1.1\r\n\r\n")).await;
+        assert!(status.contains(" 200 "), "{status}");
+        tunnel
+            .write_all(&client_hello("evil.example"))
+            .await
+            .unwrap();
+        let mut back = Vec::new();
+        let _ = tunnel.read_to_end(&mut back).await;
+        assert!(back.is_empty(), "nothing came back from upstream");
+        // A plain request whose Host names another host: 400.
+        let (_, status) = ask(
+            proxy,
+            &format!("GET http://127.0.0.1:{echo}/ HTTP/1.1\r\nHost: other.example\r\n\r\n"),
+        )
+        .await;
+        assert!(status.contains(" 400 "), "{status}");
+        // Tightened policy, next connection: the name alone no longer admits loopback.
+        write_policy(&files.policy, &[format!("localhost:{echo}")]);
+        let (_, status) = ask(proxy, &format!("CONNECT localhost:{echo} HTTP/1.1\r\n\r\n")).await;
+        assert!(status.contains(" 403 "), "{status}");
+
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let log = std::fs::read_to_string(&files.log).unwrap();
+        let decisions: Vec<Decision> = log
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        let denied: Vec<&str> = decisions
+            .iter()
+            .filter(|d| !d.allowed)
+            .map(|d| d.reason.as_str())
+            .collect();
+        assert_eq!(denied.len(), 5, "{log}");
+        for expected in [
+            "port 1 is not allowed",
+            "unlisted.invalid is not in the allow-list",
+            "differs from the CONNECT host",
+            "Host header",
+            "not listed by IP",
+        ] {
+            assert!(
+                denied.iter().any(|r| r.contains(expected)),
+                "no refusal says `{expected}`: {log}"
+            );
+        }
+        assert!(
+            decisions
+                .iter()
+                .any(|d| d.allowed && d.bytes_up == 4 && d.bytes_down == 4),
+            "tunnels log their bytes: {log}"
+        );
+    }
+
+    #[test]
+    fn hosts_and_ports_split() {
+        assert_eq!(
+            split_host_port("a.org:443", None),
+            Some(("a.org".into(), 443))
+        );
+        assert_eq!(split_host_port("[::1]:80", None), Some(("::1".into(), 80)));
+        assert_eq!(
+            split_host_port("a.org", Some(80)),
+            Some(("a.org".into(), 80))
+        );
+        assert_eq!(split_host_port("a.org", None), None);
+        assert_eq!(split_host_port("a.org:0", None), None);
+        assert_eq!(split_host_port("::1:80", None), None);
+    }
+}

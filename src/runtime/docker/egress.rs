@@ -1,0 +1,341 @@
+//! The Docker side of an `allowlist` job: its internal network and its egress sidecar.
+//!
+//! The job's container is attached only to `paddock-<job>-net`, an internal network (no
+//! route out, no gateway). The sidecar `paddock-<job>-egress` sits on that network and on
+//! Docker's default bridge; it runs this very binary (`paddock egress-proxy`, mounted
+//! read-only from the host, so no image has to be pulled or built) as an unprivileged user
+//! with every capability dropped, a read-only root and small limits. The job's DNS goes to
+//! Docker's embedded resolver, which answers the sidecar's name and forwards nothing else
+//! (its upstream is set to the job's own loopback, where nothing listens), so names can
+//! neither be resolved nor carry data out; the proxy resolves allowed names itself.
+//!
+//! Files: `jobs/<job>/egress/policy.json` (written by paddock atomically, read by the proxy
+//! at each connection; mounted read-only as a directory so a rename is seen) and
+//! `logs/<job>/egress.jsonl` (the proxy's decisions; the only file it can write).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bollard::Docker;
+use bollard::models::{
+    ContainerCreateBody, HostConfig, Mount, MountTypeEnum, NetworkConnectRequest,
+    NetworkCreateRequest,
+};
+use bollard::query_parameters::CreateContainerOptionsBuilder;
+
+use super::{
+    API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, call, inspect_named, is_not_found,
+    remove_labelled_container,
+};
+use crate::config::NetworkMode;
+use crate::egress::EgressPolicy;
+use crate::job::{JobId, JobRecord};
+use crate::runtime::RuntimeError;
+use crate::store::PaddockHome;
+
+/// The port the proxy listens on inside the job's network.
+pub const PROXY_PORT: u16 = 3128;
+/// The bridge driver's option that leaves the host without an address on the network.
+const INHIBIT_HOST_ADDRESS: &str = "com.docker.network.bridge.inhibit_ipv4";
+const SIDECAR_BINARY: &str = "/paddock/bin/paddock";
+const SIDECAR_POLICY_DIR: &str = "/paddock/egress";
+const SIDECAR_LOG: &str = "/paddock/log/egress.jsonl";
+
+pub fn network_name(id: &JobId) -> String {
+    format!("paddock-{id}-net")
+}
+
+pub fn sidecar_name(id: &JobId) -> String {
+    format!("paddock-{id}-egress")
+}
+
+/// The proxy's URL as the job sees it.
+pub fn proxy_url(id: &JobId) -> String {
+    format!("http://{}:{PROXY_PORT}", sidecar_name(id))
+}
+
+/// The environment that sends git, curl, cargo, pip and npm through the proxy.
+pub fn proxy_env(id: &JobId) -> Vec<String> {
+    let url = proxy_url(id);
+    let mut env: Vec<String> = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
+        .iter()
+        .map(|key| format!("{key}={url}"))
+        .collect();
+    env.push("NO_PROXY=localhost,127.0.0.1,::1".into());
+    env.push("no_proxy=localhost,127.0.0.1,::1".into());
+    env
+}
+
+/// Where the job's policy file lives on the host.
+pub fn policy_dir(home: &PaddockHome, id: &JobId) -> PathBuf {
+    home.job_dir(id).join("egress")
+}
+
+/// Where the proxy's decisions go on the host.
+pub fn log_path(home: &PaddockHome, id: &JobId) -> PathBuf {
+    home.logs_dir(id).join("egress.jsonl")
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
+    move |source| RuntimeError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Writes the job's policy where its proxy reads it (atomically: the proxy never sees half
+/// a file). The next connection through the proxy follows it.
+pub fn write_policy(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
+    let dir = policy_dir(home, &record.id);
+    std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
+    let policy = EgressPolicy {
+        allow: record.limits.allow.clone(),
+        host_addresses: crate::sys::host_addresses(),
+    };
+    let path = dir.join("policy.json");
+    let text = serde_json::to_vec_pretty(&policy).expect("a policy serializes");
+    crate::atomic::write_atomic(&path, &text, false).map_err(io_error(&path))
+}
+
+/// Makes sure an `allowlist` job's network and running sidecar exist (creating, starting
+/// or recreating them), with the current policy written. Nothing for other jobs.
+pub async fn ensure(
+    docker: &Docker,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<(), RuntimeError> {
+    if record.limits.network != NetworkMode::Allowlist {
+        return Ok(());
+    }
+    write_policy(home, record)?;
+    let network = network_name(&record.id);
+    ensure_network(docker, home, &record.id, &network).await?;
+    let name = sidecar_name(&record.id);
+    match inspect_named(docker, home, &name, record.id.as_str()).await? {
+        Some(status) if status.running => return Ok(()),
+        Some(_) => {
+            let started = call(
+                "start container",
+                &name,
+                API_TIMEOUT,
+                docker.start_container(&name, None),
+            )
+            .await;
+            if started.is_ok() {
+                return Ok(());
+            }
+            remove_labelled_container(home, &name, record.id.as_str()).await?;
+        }
+        None => {}
+    }
+    let body = sidecar_body(home, record)?;
+    let options = CreateContainerOptionsBuilder::new().name(&name).build();
+    call(
+        "create container",
+        &name,
+        API_TIMEOUT,
+        docker.create_container(Some(options), body),
+    )
+    .await?;
+    call(
+        "connect network",
+        &network,
+        API_TIMEOUT,
+        docker.connect_network(
+            &network,
+            NetworkConnectRequest {
+                container: name.clone(),
+                endpoint_config: None,
+            },
+        ),
+    )
+    .await?;
+    call(
+        "start container",
+        &name,
+        API_TIMEOUT,
+        docker.start_container(&name, None),
+    )
+    .await
+}
+
+async fn ensure_network(
+    docker: &Docker,
+    home: &PaddockHome,
+    id: &JobId,
+    network: &str,
+) -> Result<(), RuntimeError> {
+    match tokio::time::timeout(API_TIMEOUT, docker.inspect_network(network, None)).await {
+        Ok(Ok(found)) => {
+            let labels = found.labels.unwrap_or_default();
+            let options = found.options.unwrap_or_default();
+            if labels.get(LABEL_HOME).map(String::as_str) != Some(home.id())
+                || labels.get(LABEL_JOB).map(String::as_str) != Some(id.as_str())
+                || found.internal != Some(true)
+                || options.get(INHIBIT_HOST_ADDRESS).map(String::as_str) != Some("true")
+            {
+                return Err(RuntimeError::NotOurContainer {
+                    name: network.to_string(),
+                });
+            }
+            return Ok(());
+        }
+        Ok(Err(e)) if is_not_found(&e) => {}
+        Ok(Err(e)) => {
+            return Err(RuntimeError::Docker {
+                action: "inspect network",
+                target: network.to_string(),
+                message: e.to_string(),
+            });
+        }
+        Err(_) => {
+            return Err(RuntimeError::DockerTimeout {
+                action: "inspect network",
+                target: network.to_string(),
+                after: API_TIMEOUT,
+            });
+        }
+    }
+    let request = NetworkCreateRequest {
+        name: network.to_string(),
+        driver: Some("bridge".into()),
+        internal: Some(true),
+        // No address for the host on this bridge: an internal network still gives its
+        // members a default route to the host's bridge address, and through it every
+        // service listening on any of the host's addresses. Without one, the job reaches
+        // its sidecar (same link) and nothing else.
+        options: Some(HashMap::from([(
+            INHIBIT_HOST_ADDRESS.to_string(),
+            "true".to_string(),
+        )])),
+        labels: Some(labels(home, id)),
+        ..Default::default()
+    };
+    call(
+        "create network",
+        network,
+        API_TIMEOUT,
+        docker.create_network(request),
+    )
+    .await
+    .map(drop)
+}
+
+fn labels(home: &PaddockHome, id: &JobId) -> HashMap<String, String> {
+    HashMap::from([
+        (LABEL_JOB.to_string(), id.to_string()),
+        (LABEL_HOME.to_string(), home.id().to_string()),
+        (LABEL_ROLE.to_string(), "egress".to_string()),
+    ])
+}
+
+fn bind(source: &Path, target: &str, read_only: bool) -> Mount {
+    Mount {
+        target: Some(target.to_string()),
+        source: Some(source.display().to_string()),
+        typ: Some(MountTypeEnum::BIND),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+fn sidecar_body(
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<ContainerCreateBody, RuntimeError> {
+    let exe = std::env::current_exe().map_err(io_error(Path::new("/proc/self/exe")))?;
+    let log = log_path(home, &record.id);
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(io_error(&log))?;
+    let (uid, gid) = agent_user(record.limits.uid);
+    if crate::sys::is_root() {
+        std::os::unix::fs::chown(&log, Some(uid), Some(gid)).map_err(io_error(&log))?;
+    }
+    let host_config = HostConfig {
+        mounts: Some(vec![
+            bind(&exe, SIDECAR_BINARY, true),
+            bind(&policy_dir(home, &record.id), SIDECAR_POLICY_DIR, true),
+            bind(&log, SIDECAR_LOG, false),
+        ]),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        readonly_rootfs: Some(true),
+        pids_limit: Some(256),
+        memory: Some(256 << 20),
+        memory_swap: Some(256 << 20),
+        nano_cpus: Some(1_000_000_000),
+        network_mode: Some("bridge".into()),
+        init: Some(true),
+        ..Default::default()
+    };
+    Ok(ContainerCreateBody {
+        image: Some(record.limits.image.clone()),
+        user: Some(format!("{uid}:{gid}")),
+        entrypoint: Some(vec![SIDECAR_BINARY.to_string()]),
+        cmd: Some(vec![
+            "egress-proxy".into(),
+            "--listen".into(),
+            format!("0.0.0.0:{PROXY_PORT}"),
+            "--policy".into(),
+            format!("{SIDECAR_POLICY_DIR}/policy.json"),
+            "--log".into(),
+            SIDECAR_LOG.into(),
+        ]),
+        env: Some(vec!["RUST_LOG=warn".into()]),
+        labels: Some(labels(home, &record.id)),
+        stop_signal: Some("SIGTERM".into()),
+        host_config: Some(host_config),
+        ..Default::default()
+    })
+}
+
+/// Removes the job's sidecar and network, if they exist and are ours.
+pub async fn remove(docker: &Docker, home: &PaddockHome, id: &JobId) -> Result<(), RuntimeError> {
+    remove_labelled_container(home, &sidecar_name(id), id.as_str()).await?;
+    let network = network_name(id);
+    match tokio::time::timeout(API_TIMEOUT, docker.inspect_network(&network, None)).await {
+        Ok(Ok(found)) => {
+            let labels = found.labels.unwrap_or_default();
+            if labels.get(LABEL_HOME).map(String::as_str) != Some(home.id())
+                || labels.get(LABEL_JOB).map(String::as_str) != Some(id.as_str())
+            {
+                return Err(RuntimeError::NotOurContainer { name: network });
+            }
+        }
+        Ok(Err(e)) if is_not_found(&e) => return Ok(()),
+        Ok(Err(e)) => {
+            return Err(RuntimeError::Docker {
+                action: "inspect network",
+                target: network,
+                message: e.to_string(),
+            });
+        }
+        Err(_) => {
+            return Err(RuntimeError::DockerTimeout {
+                action: "inspect network",
+                target: network,
+                after: API_TIMEOUT,
+            });
+        }
+    }
+    match tokio::time::timeout(API_TIMEOUT, docker.remove_network(&network)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) if is_not_found(&e) => Ok(()),
+        Ok(Err(e)) => Err(RuntimeError::Docker {
+            action: "remove network",
+            target: network,
+            message: e.to_string(),
+        }),
+        Err(_) => Err(RuntimeError::DockerTimeout {
+            action: "remove network",
+            target: network,
+            after: API_TIMEOUT,
+        }),
+    }
+}
