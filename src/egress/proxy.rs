@@ -38,6 +38,9 @@ const MAX_HEAD: usize = 16 * 1024;
 const CLIENT_DEADLINE: Duration = Duration::from_secs(10);
 /// Deadline for resolving a name and for connecting upstream.
 const UPSTREAM_DEADLINE: Duration = Duration::from_secs(10);
+/// Buffer per direction of a tunnel: large enough that a bulk download costs few wakeups
+/// (tokio's default of 8 KiB made a 10 MiB fetch 2.5× slower than direct).
+const TUNNEL_BUFFER: usize = 256 * 1024;
 /// Longest life of one tunnel.
 const TUNNEL_DEADLINE: Duration = Duration::from_secs(6 * 3600);
 
@@ -175,7 +178,12 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, files: &ProxyFiles) {
     }
     let piped = tokio::time::timeout(
         TUNNEL_DEADLINE,
-        tokio::io::copy_bidirectional(&mut client, &mut upstream),
+        tokio::io::copy_bidirectional_with_sizes(
+            &mut client,
+            &mut upstream,
+            TUNNEL_BUFFER,
+            TUNNEL_BUFFER,
+        ),
     )
     .await;
     let mut bytes_down = 0;

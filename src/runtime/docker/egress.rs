@@ -19,12 +19,12 @@ use std::path::{Path, PathBuf};
 use bollard::Docker;
 use bollard::models::{
     ContainerCreateBody, HostConfig, Mount, MountTypeEnum, NetworkConnectRequest,
-    NetworkCreateRequest,
+    NetworkCreateRequest, NetworkInspect,
 };
-use bollard::query_parameters::CreateContainerOptionsBuilder;
 
 use super::{
-    API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, call, inspect_named, is_not_found,
+    API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, call, create_named, inspect_named,
+    optional, start_named,
     remove_labelled_container,
 };
 use crate::config::NetworkMode;
@@ -114,29 +114,14 @@ pub async fn ensure(
     match inspect_named(docker, home, &name, record.id.as_str()).await? {
         Some(status) if status.running => return Ok(()),
         Some(_) => {
-            let started = call(
-                "start container",
-                &name,
-                API_TIMEOUT,
-                docker.start_container(&name, None),
-            )
-            .await;
-            if started.is_ok() {
+            if start_named(docker, &name).await.is_ok() {
                 return Ok(());
             }
             remove_labelled_container(home, &name, record.id.as_str()).await?;
         }
         None => {}
     }
-    let body = sidecar_body(home, record)?;
-    let options = CreateContainerOptionsBuilder::new().name(&name).build();
-    call(
-        "create container",
-        &name,
-        API_TIMEOUT,
-        docker.create_container(Some(options), body),
-    )
-    .await?;
+    create_named(docker, &name, sidecar_body(home, record)?).await?;
     call(
         "connect network",
         &network,
@@ -150,13 +135,34 @@ pub async fn ensure(
         ),
     )
     .await?;
-    call(
-        "start container",
+    start_named(docker, &name).await
+}
+
+/// The job's network, if it exists; refused when it does not carry this install's labels
+/// with the job as its job.
+async fn our_network(
+    docker: &Docker,
+    home: &PaddockHome,
+    id: &JobId,
+) -> Result<Option<NetworkInspect>, RuntimeError> {
+    let name = network_name(id);
+    let Some(found) = optional(
+        "inspect network",
         &name,
         API_TIMEOUT,
-        docker.start_container(&name, None),
+        docker.inspect_network(&name, None),
     )
-    .await
+    .await?
+    else {
+        return Ok(None);
+    };
+    let labels = found.labels.clone().unwrap_or_default();
+    if labels.get(LABEL_HOME).map(String::as_str) != Some(home.id())
+        || labels.get(LABEL_JOB).map(String::as_str) != Some(id.as_str())
+    {
+        return Err(RuntimeError::NotOurContainer { name });
+    }
+    Ok(Some(found))
 }
 
 async fn ensure_network(
@@ -165,36 +171,18 @@ async fn ensure_network(
     id: &JobId,
     network: &str,
 ) -> Result<(), RuntimeError> {
-    match tokio::time::timeout(API_TIMEOUT, docker.inspect_network(network, None)).await {
-        Ok(Ok(found)) => {
-            let labels = found.labels.unwrap_or_default();
-            let options = found.options.unwrap_or_default();
-            if labels.get(LABEL_HOME).map(String::as_str) != Some(home.id())
-                || labels.get(LABEL_JOB).map(String::as_str) != Some(id.as_str())
-                || found.internal != Some(true)
-                || options.get(INHIBIT_HOST_ADDRESS).map(String::as_str) != Some("true")
-            {
-                return Err(RuntimeError::NotOurContainer {
-                    name: network.to_string(),
-                });
-            }
-            return Ok(());
-        }
-        Ok(Err(e)) if is_not_found(&e) => {}
-        Ok(Err(e)) => {
-            return Err(RuntimeError::Docker {
-                action: "inspect network",
-                target: network.to_string(),
-                message: e.to_string(),
-            });
-        }
-        Err(_) => {
-            return Err(RuntimeError::DockerTimeout {
-                action: "inspect network",
-                target: network.to_string(),
-                after: API_TIMEOUT,
-            });
-        }
+    if let Some(found) = our_network(docker, home, id).await? {
+        let options = found.options.unwrap_or_default();
+        let sealed = found.internal == Some(true)
+            && options.get(INHIBIT_HOST_ADDRESS).map(String::as_str) == Some("true");
+        return if sealed {
+            Ok(())
+        } else {
+            // Not the network paddock makes: refuse rather than run the job on it.
+            Err(RuntimeError::NotOurContainer {
+                name: network.to_string(),
+            })
+        };
     }
     let request = NetworkCreateRequest {
         name: network.to_string(),
@@ -298,44 +286,16 @@ fn sidecar_body(
 /// Removes the job's sidecar and network, if they exist and are ours.
 pub async fn remove(docker: &Docker, home: &PaddockHome, id: &JobId) -> Result<(), RuntimeError> {
     remove_labelled_container(home, &sidecar_name(id), id.as_str()).await?;
+    if our_network(docker, home, id).await?.is_none() {
+        return Ok(());
+    }
     let network = network_name(id);
-    match tokio::time::timeout(API_TIMEOUT, docker.inspect_network(&network, None)).await {
-        Ok(Ok(found)) => {
-            let labels = found.labels.unwrap_or_default();
-            if labels.get(LABEL_HOME).map(String::as_str) != Some(home.id())
-                || labels.get(LABEL_JOB).map(String::as_str) != Some(id.as_str())
-            {
-                return Err(RuntimeError::NotOurContainer { name: network });
-            }
-        }
-        Ok(Err(e)) if is_not_found(&e) => return Ok(()),
-        Ok(Err(e)) => {
-            return Err(RuntimeError::Docker {
-                action: "inspect network",
-                target: network,
-                message: e.to_string(),
-            });
-        }
-        Err(_) => {
-            return Err(RuntimeError::DockerTimeout {
-                action: "inspect network",
-                target: network,
-                after: API_TIMEOUT,
-            });
-        }
-    }
-    match tokio::time::timeout(API_TIMEOUT, docker.remove_network(&network)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) if is_not_found(&e) => Ok(()),
-        Ok(Err(e)) => Err(RuntimeError::Docker {
-            action: "remove network",
-            target: network,
-            message: e.to_string(),
-        }),
-        Err(_) => Err(RuntimeError::DockerTimeout {
-            action: "remove network",
-            target: network,
-            after: API_TIMEOUT,
-        }),
-    }
+    optional(
+        "remove network",
+        &network,
+        API_TIMEOUT,
+        docker.remove_network(&network),
+    )
+    .await
+    .map(drop)
 }

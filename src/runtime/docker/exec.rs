@@ -9,13 +9,12 @@ use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::exec::{StartExecOptions, StartExecResults};
 use bollard::models::ExecConfig;
-use bollard::query_parameters::CreateContainerOptionsBuilder;
 use futures_util::StreamExt;
 use tokio::time::sleep_until;
 
 use super::{
     AFTER_KILL, API_TIMEOUT, LABEL_ROLE, call, connect, container_body, container_name,
-    ensure_running, inspect_ours, remove_labelled_container,
+    create_named, ensure_running, inspect_ours, remove_labelled_container, start_named,
 };
 use crate::config::KillPolicy;
 use crate::job::{JobRecord, random_hex};
@@ -112,22 +111,9 @@ pub async fn exec_in_sandbox(
     if let Some(labels) = &mut body.labels {
         labels.insert(LABEL_ROLE.to_string(), "sync".to_string());
     }
-    let options = CreateContainerOptionsBuilder::new().name(&name).build();
-    call(
-        "create container",
-        &name,
-        API_TIMEOUT,
-        docker.create_container(Some(options), body),
-    )
-    .await?;
+    create_named(&docker, &name, body).await?;
     let result = async {
-        call(
-            "start container",
-            &name,
-            API_TIMEOUT,
-            docker.start_container(&name, None),
-        )
-        .await?;
+        start_named(&docker, &name).await?;
         exec_in(&name, record, request, sink).await
     }
     .await;

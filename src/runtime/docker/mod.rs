@@ -129,6 +129,54 @@ async fn call<T>(
     }
 }
 
+/// [`call`] for lookups and removals: a thing the daemon does not know is `None`.
+async fn optional<T>(
+    action: &'static str,
+    target: &str,
+    deadline: Duration,
+    future: impl Future<Output = Result<T, bollard::errors::Error>>,
+) -> Result<Option<T>, RuntimeError> {
+    match tokio::time::timeout(deadline, future).await {
+        Ok(Err(error)) if is_not_found(&error) => Ok(None),
+        Ok(result) => call(action, target, deadline, std::future::ready(result))
+            .await
+            .map(Some),
+        Err(_) => Err(RuntimeError::DockerTimeout {
+            action,
+            target: target.to_string(),
+            after: deadline,
+        }),
+    }
+}
+
+/// Creates the container `name` from `body`; returns its id.
+async fn create_named(
+    docker: &Docker,
+    name: &str,
+    body: ContainerCreateBody,
+) -> Result<String, RuntimeError> {
+    let options = CreateContainerOptionsBuilder::new().name(name).build();
+    call(
+        "create container",
+        name,
+        API_TIMEOUT,
+        docker.create_container(Some(options), body),
+    )
+    .await
+    .map(|created| created.id)
+}
+
+/// Starts the container `name`.
+async fn start_named(docker: &Docker, name: &str) -> Result<(), RuntimeError> {
+    call(
+        "start container",
+        name,
+        API_TIMEOUT,
+        docker.start_container(name, None),
+    )
+    .await
+}
+
 /// Host tasks a sandbox needs beyond the job's own processes. Under gVisor the host's pids
 /// cgroup counts the threads of gVisor's kernel and file proxy (dozens, more with each
 /// mount), not the job's processes, which gVisor runs itself; without headroom the sandbox
@@ -311,23 +359,9 @@ async fn create_job_container(
     let docker = connect()?;
     egress::ensure(&docker, home, record).await?;
     let name = container_name(&record.id);
-    let body = container_body(home, record)?;
-    let options = CreateContainerOptionsBuilder::new().name(&name).build();
-    let created = call(
-        "create container",
-        &name,
-        API_TIMEOUT,
-        docker.create_container(Some(options), body),
-    )
-    .await?;
-    call(
-        "start container",
-        &name,
-        API_TIMEOUT,
-        docker.start_container(&name, None),
-    )
-    .await?;
-    Ok(created.id)
+    let id = create_named(&docker, &name, container_body(home, record)?).await?;
+    start_named(&docker, &name).await?;
+    Ok(id)
 }
 
 /// What the daemon says about a job's container.
@@ -412,14 +446,7 @@ pub async fn ensure_running(
     match inspect_ours(&docker, home, &record.id).await? {
         Some(status) if status.running => Ok(status.id),
         Some(status) => {
-            let started = call(
-                "start container",
-                &name,
-                API_TIMEOUT,
-                docker.start_container(&name, None),
-            )
-            .await;
-            match started {
+            match start_named(&docker, &name).await {
                 Ok(()) => Ok(status.id),
                 Err(error) => {
                     // A container that cannot start (say a mount source moved) is replaced.
