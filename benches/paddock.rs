@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fixtures::{FixtureRepo, TestHome, git, test_image};
+use fixtures::{FixtureRepo, TestHome, bridge_gateway, git, test_image};
 use serde_json::{Value, json};
 
 const RUNS: usize = 7;
@@ -592,18 +592,6 @@ fn rss_kib(pid: u32) -> f64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0.0)
-}
-
-/// This machine's address on Docker's default bridge (`docker0`), where containers on it
-/// and the egress sidecars reach a server the benchmark starts.
-fn bridge_gateway() -> String {
-    let text = run(Command::new("ip").args(["-4", "-o", "addr", "show", "docker0"]));
-    text.split_whitespace()
-        .skip_while(|word| *word != "inet")
-        .nth(1)
-        .and_then(|cidr| cidr.split('/').next())
-        .expect("docker0 has an address")
-        .to_string()
 }
 
 /// An HTTP server on `address` for the egress rows: `GET /10m` sends 10 MiB, `GET /hold`

@@ -8,26 +8,8 @@ use std::net::TcpListener;
 use std::process::Command;
 
 use crate::api::Daemon;
-use crate::fixtures::{FixtureRepo, TestHome, docker_available, text};
+use crate::fixtures::{FixtureRepo, TestHome, bridge_gateway, docker_available, text};
 use serde_json::Value;
-
-/// This machine's address on Docker's default bridge (`docker0`).
-fn bridge_gateway() -> String {
-    let out = Command::new("ip")
-        .args(["-4", "-o", "addr", "show", "docker0"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
-    let gateway = text
-        .split_whitespace()
-        .skip_while(|word| *word != "inet")
-        .nth(1)
-        .and_then(|cidr| cidr.split('/').next())
-        .unwrap_or_default()
-        .to_string();
-    assert!(!gateway.is_empty(), "docker0 has an address: {text}");
-    gateway
-}
 
 /// An echo server on `address`; returns its port. It runs until the test process ends.
 fn echo_server(address: &str) -> u16 {
@@ -301,43 +283,37 @@ fn collect_denials(daemon: &Daemon, count: usize) -> std::thread::JoinHandle<Vec
 fn allow_lists_are_refused_where_they_cannot_hold() {
     let repo = FixtureRepo::new();
     let home = TestHome::new();
-    let out = home.run(&[
-        "create",
-        "--repo",
-        &repo.path().display().to_string(),
-        "--runtime",
-        "process",
-        "--allow",
-        "example.org",
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(4), "invalid input: {stderr}");
-    assert!(
-        stderr.contains("process runtime cannot enforce an allow-list"),
-        "{stderr}"
-    );
-    let out = home.run(&[
-        "create",
-        "--repo",
-        &repo.path().display().to_string(),
-        "--runtime",
-        "process",
-        "--network",
-        "open",
-        "--allow",
-        "example.org",
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(4), "invalid input: {stderr}");
-    assert!(stderr.contains("needs `--network allowlist`"), "{stderr}");
-    let out = home.run(&[
-        "create",
-        "--repo",
-        &repo.path().display().to_string(),
-        "--allow",
-        "bad host",
-    ]);
-    assert_eq!(out.status.code(), Some(2), "clap refuses the entry");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid allow entry `bad host`"));
+    let path = repo.path().display().to_string();
+    for (extra, code, says) in [
+        (
+            &["--runtime", "process", "--allow", "example.org"][..],
+            4,
+            "process runtime cannot enforce an allow-list",
+        ),
+        (
+            &[
+                "--runtime",
+                "process",
+                "--network",
+                "open",
+                "--allow",
+                "example.org",
+            ][..],
+            4,
+            "needs `--network allowlist`",
+        ),
+        (
+            &["--allow", "bad host"][..],
+            2,
+            "invalid allow entry `bad host`",
+        ),
+    ] {
+        let mut args = vec!["create", "--repo", path.as_str()];
+        args.extend_from_slice(extra);
+        let out = home.run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{extra:?}: {stderr}");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+    }
     assert_eq!(home.job_records(), 0, "nothing was created");
 }

@@ -24,8 +24,7 @@ use bollard::models::{
 
 use super::{
     API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, call, create_named, inspect_named,
-    optional, start_named,
-    remove_labelled_container,
+    optional, remove_labelled_container, start_named,
 };
 use crate::config::NetworkMode;
 use crate::egress::EgressPolicy;
