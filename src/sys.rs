@@ -156,3 +156,52 @@ pub fn host_addresses() -> Vec<std::net::IpAddr> {
     addresses.dedup();
     addresses
 }
+
+/// A pipe for [`splice`], both ends closed on drop.
+pub fn pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`, which has room for them.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just opened by pipe2 and are owned by nobody else.
+    Ok(unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    })
+}
+
+/// Moves up to `len` bytes from `from` to `to` inside the kernel (one side must be a pipe),
+/// without blocking: `WouldBlock` when nothing can move now, `Ok(0)` at end of input.
+pub fn splice(
+    from: std::os::fd::BorrowedFd<'_>,
+    to: std::os::fd::BorrowedFd<'_>,
+    len: usize,
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: splice reads and writes only the kernel buffers behind the two descriptors,
+    // which the borrows keep open for the call; null offsets mean "the current position".
+    let moved = unsafe {
+        libc::splice(
+            from.as_raw_fd(),
+            std::ptr::null_mut(),
+            to.as_raw_fd(),
+            std::ptr::null_mut(),
+            len,
+            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    usize::try_from(moved).map_err(|_| std::io::Error::last_os_error())
+}
+
+/// Ends the sending side of a socket (the peer reads end of input).
+pub fn shutdown_write(socket: std::os::fd::BorrowedFd<'_>) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: shutdown only changes the state of the socket behind the borrowed descriptor.
+    unsafe {
+        libc::shutdown(socket.as_raw_fd(), libc::SHUT_WR);
+    }
+}

@@ -6,5 +6,6 @@
 pub mod policy;
 pub mod proxy;
 pub mod tls;
+mod tunnel;
 
 pub use policy::{AllowEntry, EgressPolicy};

@@ -292,14 +292,24 @@ async fn exec_in(
                 _ if timed_out => 137,
                 _ => -1,
             };
-            // A failed command in a sandbox that is gone died with it (runsc reports 128).
-            match code {
-                0 => (0, None),
-                _ if timed_out => (code, None),
-                _ => match stopped_container(&docker, &name).await {
-                    Some(oom) => (137, Some(oom)),
-                    None => (code, None),
-                },
+            // A failed command in a sandbox that is gone died with it (runsc reports 128,
+            // sometimes before the daemon has seen the container stop: give it a moment).
+            let patience = if code == 128 { 15 } else { 1 };
+            let mut stopped = None;
+            if code != 0 && !timed_out {
+                for attempt in 0..patience {
+                    if attempt > 0 {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    stopped = stopped_container(&docker, &name).await;
+                    if stopped.is_some() {
+                        break;
+                    }
+                }
+            }
+            match stopped {
+                Some(oom) => (137, Some(oom)),
+                None => (code, None),
             }
         }
         Err(error) => match stopped_container(&docker, &name).await {

@@ -22,17 +22,16 @@
 //! own for streams (exec output, builds), which the client's timeout does not cover.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
-    StopContainerOptionsBuilder,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
 
+mod calls;
 mod egress;
 mod exec;
 mod facts;
@@ -48,6 +47,7 @@ use super::{RuntimeError, Sandbox, SandboxRole};
 use crate::config::NetworkMode;
 use crate::job::{JobId, JobRecord, RuntimeKind};
 use crate::store::{JobStore, PaddockHome};
+use calls::{call, create_named, is_not_found, is_unreachable, optional, start_named};
 
 pub const LABEL_JOB: &str = "dev.paddock.job";
 pub const LABEL_HOME: &str = "dev.paddock.home";
@@ -80,101 +80,6 @@ pub fn connect() -> Result<Docker, RuntimeError> {
         .map_err(|e| RuntimeError::DockerUnavailable {
             message: e.to_string(),
         })
-}
-
-fn is_not_found(error: &bollard::errors::Error) -> bool {
-    matches!(
-        error,
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
-    )
-}
-
-fn is_unreachable(error: &bollard::errors::Error) -> bool {
-    use bollard::errors::Error as E;
-    matches!(
-        error,
-        E::HyperResponseError { .. }
-            | E::IOError { .. }
-            | E::RequestTimeoutError
-            | E::SocketNotFoundError(_)
-    )
-}
-
-/// Awaits one daemon call with a deadline and turns its failure into a [`RuntimeError`] that
-/// names the action and the target.
-async fn call<T>(
-    action: &'static str,
-    target: &str,
-    deadline: Duration,
-    future: impl Future<Output = Result<T, bollard::errors::Error>>,
-) -> Result<T, RuntimeError> {
-    match tokio::time::timeout(deadline, future).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) if is_unreachable(&error) => Err(RuntimeError::DockerUnavailable {
-            message: format!("{action} `{target}`: {error}"),
-        }),
-        Ok(Err(error)) => Err(RuntimeError::Docker {
-            action,
-            target: target.to_string(),
-            message: error.to_string(),
-        }),
-        Err(_) => Err(RuntimeError::DockerTimeout {
-            action,
-            target: target.to_string(),
-            after: deadline,
-        }),
-    }
-}
-
-/// [`call`] for lookups and removals: a thing the daemon does not know is `None`.
-async fn optional<T>(
-    action: &'static str,
-    target: &str,
-    deadline: Duration,
-    future: impl Future<Output = Result<T, bollard::errors::Error>>,
-) -> Result<Option<T>, RuntimeError> {
-    match tokio::time::timeout(deadline, future).await {
-        Ok(Err(error)) if is_not_found(&error) => Ok(None),
-        Ok(result) => call(action, target, deadline, std::future::ready(result))
-            .await
-            .map(Some),
-        Err(_) => Err(RuntimeError::DockerTimeout {
-            action,
-            target: target.to_string(),
-            after: deadline,
-        }),
-    }
-}
-
-/// Creates the container `name` from `body`; returns its id.
-async fn create_named(
-    docker: &Docker,
-    name: &str,
-    body: ContainerCreateBody,
-) -> Result<String, RuntimeError> {
-    let options = CreateContainerOptionsBuilder::new().name(name).build();
-    call(
-        "create container",
-        name,
-        API_TIMEOUT,
-        docker.create_container(Some(options), body),
-    )
-    .await
-    .map(|created| created.id)
-}
-
-/// Starts the container `name`.
-async fn start_named(docker: &Docker, name: &str) -> Result<(), RuntimeError> {
-    call(
-        "start container",
-        name,
-        API_TIMEOUT,
-        docker.start_container(name, None),
-    )
-    .await
 }
 
 /// Host tasks a sandbox needs beyond the job's own processes. Under gVisor the host's pids

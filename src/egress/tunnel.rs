@@ -1,0 +1,42 @@
+//! The bytes of an admitted tunnel: moved between the client's and the upstream's sockets
+//! inside the kernel (`splice` through a pipe), so the proxy copies nothing through its own
+//! memory and a bulk download costs a few system calls per 256 KiB.
+
+use tokio::net::TcpStream;
+
+/// Buffer per direction of a tunnel: large enough that a bulk download costs few wakeups
+/// (tokio's default of 8 KiB made a 10 MiB fetch 2.5× slower than direct).
+const TUNNEL_BUFFER: usize = 256 * 1024;
+/// Moves bytes from `from` to `to` until `from` ends, inside the kernel (`splice` through a
+/// pipe: no copy into the proxy), then ends `to`'s sending side. Returns the bytes moved.
+pub async fn pipe_one_way(from: &TcpStream, to: &TcpStream) -> std::io::Result<u64> {
+    use std::os::fd::AsFd;
+    use tokio::io::Interest;
+    let (pipe_out, pipe_in) = crate::sys::pipe()?;
+    let mut moved = 0u64;
+    loop {
+        from.readable().await?;
+        let taken = match from.try_io(Interest::READABLE, || {
+            crate::sys::splice(from.as_fd(), pipe_in.as_fd(), TUNNEL_BUFFER)
+        }) {
+            Ok(0) => break,
+            Ok(taken) => taken,
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(error) => return Err(error),
+        };
+        let mut left = taken;
+        while left > 0 {
+            to.writable().await?;
+            match to.try_io(Interest::WRITABLE, || {
+                crate::sys::splice(pipe_out.as_fd(), to.as_fd(), left)
+            }) {
+                Ok(put) => left -= put,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(error) => return Err(error),
+            }
+        }
+        moved += taken as u64;
+    }
+    crate::sys::shutdown_write(to.as_fd());
+    Ok(moved)
+}
