@@ -233,6 +233,18 @@ fn allowlist_holds(runtime: &str) {
         "the job's container was not restarted"
     );
 
+    // After the job and its proxy stopped (as a daemon restart leaves them), the next exec
+    // brings both back: the proxy answers again (with a refusal: the list is empty).
+    let sidecar = format!("paddock-{id}-egress");
+    let stopped = Command::new("docker")
+        .args(["stop", &sidecar])
+        .output()
+        .unwrap();
+    assert!(stopped.status.success(), "{stopped:?}");
+    home.ok(&["stop", &id]);
+    let out = bash(&home, &id, &format!("connect {allow}"));
+    assert!(out.starts_with("HTTP/1.1 403"), "the proxy is back: {out}");
+
     // The daemon relayed the refusals as `egress.denied` events.
     let events = denials.join().unwrap();
     assert!(events.len() >= 4, "{events:?}");

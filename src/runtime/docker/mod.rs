@@ -351,6 +351,8 @@ pub async fn ensure_running(
     match inspect_ours(&docker, home, &record.id).await? {
         Some(status) if status.running => Ok(status.id),
         Some(status) => {
+            // A stopped job (a stop, a daemon restart) has a stopped proxy too.
+            egress::ensure(&docker, home, record).await?;
             match start_named(&docker, &name).await {
                 Ok(()) => Ok(status.id),
                 Err(error) => {
