@@ -144,6 +144,18 @@ pub fn print_details(details: &JobDetails) {
     println!("worktree  {}", v.worktree.display());
     println!("profile   {}", v.profile);
     println!("runtime   {}", details.isolation);
+    let limits = &v.limits;
+    if limits.network == crate::config::NetworkMode::Allowlist {
+        let allow: Vec<String> = limits.allow.iter().map(ToString::to_string).collect();
+        let allow = if allow.is_empty() {
+            "nothing".to_string()
+        } else {
+            allow.join(", ")
+        };
+        println!("network   allowlist: {allow}");
+    } else {
+        println!("network   {}", limits.network);
+    }
     if let Some(id) = &v.container_id {
         println!("container {}", &id[..id.len().min(12)]);
     }
