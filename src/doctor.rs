@@ -156,7 +156,10 @@ async fn docker_checks(docker: &dyn Runtime, image: &str) -> Vec<Check> {
         format!("engine {} (API {})", facts.version, facts.api_version),
         None,
     )];
-    match docker.check_ready(image).await {
+    match docker
+        .check_ready(image, crate::config::NetworkMode::None)
+        .await
+    {
         Ok(()) => checks.push(check(
             "image",
             Status::Ok,

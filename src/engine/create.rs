@@ -16,7 +16,7 @@ use crate::store::StoreError;
 use crate::wire::EventKind;
 
 /// Refuses `--allow` together with an explicit network other than `allowlist` (the
-/// runtime then says whether it can give the network at all).
+/// runtime's readiness check then says whether it can give the network at all).
 fn check_network(request: &CreateRequest, network: NetworkMode) -> Result<()> {
     if !request.allow.is_empty() && network != NetworkMode::Allowlist {
         return Err(Error::Network {
@@ -73,14 +73,14 @@ impl Paddock {
         if worktree.exists() {
             return Err(Error::WorktreeExists { path: worktree });
         }
+        check_network(&request, profile.network.value)?;
         let runtime = self
             .runtimes
-            .resolve(profile.runtime.value, &profile.image.value)
-            .await?;
-        check_network(&request, profile.network.value)?;
-        self.runtimes
-            .of(runtime.kind)
-            .check_network(profile.network.value)
+            .resolve(
+                profile.runtime.value,
+                &profile.image.value,
+                profile.network.value,
+            )
             .await?;
 
         let now = Utc::now();

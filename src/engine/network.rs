@@ -53,30 +53,47 @@ impl Paddock {
         Ok(JobView::from(&record))
     }
 
-    /// Emits `egress.denied` for each refusal logged by the proxies of `allowlist` jobs since
-    /// the last call (`read` remembers how far each log was read). Returns how many.
+    /// Emits `egress.denied` for each refusal logged by the proxies of live jobs since the
+    /// last call (`read` remembers how far each log was read). Returns how many. Cheap when
+    /// nothing happened: one directory listing and a `stat` per log, and only new bytes read.
     pub async fn relay_egress_denials(&self, read: &mut BTreeMap<String, u64>) -> u64 {
-        let Ok((records, _)) = self.store.list() else {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        let Ok(mut dirs) = tokio::fs::read_dir(self.home.root().join("logs")).await else {
             return 0;
         };
         let mut denied = 0;
-        for record in records
-            .iter()
-            .filter(|r| r.limits.network == NetworkMode::Allowlist)
-        {
-            let path = self.home.logs_dir(&record.id).join("egress.jsonl");
-            let Ok(text) = tokio::fs::read(&path).await else {
+        let mut seen = std::collections::BTreeSet::new();
+        while let Ok(Some(dir)) = dirs.next_entry().await {
+            let id = dir.file_name().to_string_lossy().into_owned();
+            let Ok(job) = crate::job::JobId::parse(&id) else {
                 continue;
             };
-            let offset = read.entry(record.id.to_string()).or_insert(0);
-            let start = usize::try_from(*offset)
-                .unwrap_or(usize::MAX)
-                .min(text.len());
+            let path = dir.path().join("egress.jsonl");
+            let Ok(meta) = tokio::fs::metadata(&path).await else {
+                continue;
+            };
+            if !self.store.exists(&job) {
+                continue;
+            }
+            seen.insert(id.clone());
+            let offset = read.entry(id).or_insert(0);
+            if meta.len() <= *offset {
+                continue;
+            }
+            let mut fresh = Vec::new();
+            let Ok(mut file) = tokio::fs::File::open(&path).await else {
+                continue;
+            };
+            if file.seek(std::io::SeekFrom::Start(*offset)).await.is_err()
+                || file.read_to_end(&mut fresh).await.is_err()
+            {
+                continue;
+            }
             // Only whole lines; a line being written is read next time.
-            let Some(end) = text[start..].iter().rposition(|b| *b == b'\n') else {
+            let Some(end) = fresh.iter().rposition(|b| *b == b'\n') else {
                 continue;
             };
-            for line in text[start..=start + end].split(|b| *b == b'\n') {
+            for line in fresh[..end].split(|b| *b == b'\n') {
                 let Ok(decision) = serde_json::from_slice::<Decision>(line) else {
                     continue;
                 };
@@ -84,7 +101,7 @@ impl Paddock {
                     denied += 1;
                     self.emit(
                         EventKind::EgressDenied,
-                        Some(&record.id),
+                        Some(&job),
                         None,
                         serde_json::json!({
                             "host": decision.host,
@@ -95,9 +112,9 @@ impl Paddock {
                     );
                 }
             }
-            *offset = u64::try_from(start + end + 1).unwrap_or(u64::MAX);
+            *offset += u64::try_from(end + 1).unwrap_or(u64::MAX);
         }
-        read.retain(|id, _| records.iter().any(|r| r.id.as_str() == id));
+        read.retain(|id, _| seen.contains(id));
         denied
     }
 }

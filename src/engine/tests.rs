@@ -39,7 +39,11 @@ impl Runtime for FakeRuntime {
     fn sandbox_outbox(&self) -> Option<PathBuf> {
         None
     }
-    async fn check_ready(&self, _image: &str) -> Result<(), RuntimeError> {
+    async fn check_ready(
+        &self,
+        _image: &str,
+        _network: crate::config::NetworkMode,
+    ) -> Result<(), RuntimeError> {
         Ok(())
     }
     async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError> {
@@ -91,6 +95,14 @@ impl Runtime for FakeRuntime {
             .unwrap()
             .retain(|s| s.job != id.as_str());
         Ok(())
+    }
+    async fn build_image(
+        &self,
+        _base_image: &str,
+        _tag: &str,
+        _progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
+    ) -> Result<String, RuntimeError> {
+        Err(RuntimeError::EmptyCommand)
     }
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {
         Ok(self.sandboxes.lock().unwrap().clone())

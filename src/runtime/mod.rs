@@ -146,17 +146,10 @@ pub trait Runtime: Send + Sync {
     /// snippet after an exec (see [`ExecRequest::after`]); `None` when it cannot.
     fn sandbox_outbox(&self) -> Option<PathBuf>;
 
-    /// Whether a job could start here with `image`: the engine answers, the image exists, the
-    /// OCI runtime is registered. Never pulls.
-    async fn check_ready(&self, image: &str) -> Result<(), RuntimeError>;
-
-    /// Whether a job of this runtime can have `network` as the profile says (the process
-    /// runtime cannot hold an allow-list; a runtime registered without network cannot give
-    /// one).
-    async fn check_network(&self, network: NetworkMode) -> Result<(), RuntimeError> {
-        let _ = network;
-        Ok(())
-    }
+    /// Whether a job could start here with `image` and `network`: the engine answers, the
+    /// image exists, the OCI runtime is registered so that the job keeps its limits and can
+    /// have that network (the process runtime cannot hold an allow-list). Never pulls.
+    async fn check_ready(&self, image: &str, network: NetworkMode) -> Result<(), RuntimeError>;
 
     /// Starts whatever a new job needs to run commands; returns the container id, if any.
     async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError>;
@@ -227,13 +220,7 @@ pub trait Runtime: Send + Sync {
         base_image: &str,
         tag: &str,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
-    ) -> Result<String, RuntimeError> {
-        let _ = (base_image, tag, progress);
-        Err(RuntimeError::Unsupported {
-            runtime: "this",
-            what: "build images",
-        })
-    }
+    ) -> Result<String, RuntimeError>;
 
     /// Whether the job's sandbox answers: an exec of `true` within a few seconds.
     async fn health_check(&self, record: &JobRecord) -> Result<(), String> {
@@ -311,34 +298,39 @@ impl Runtimes {
         self.docker.as_ref()
     }
 
-    /// Resolves a profile's runtime choice. `auto` takes Docker when the daemon answers and
-    /// the image is present, else the process runtime with a warning naming what is missing;
-    /// an explicit `docker`/`runsc` never falls back.
+    /// Resolves a profile's runtime choice for a job with `network`. `auto` takes Docker when
+    /// the daemon answers and the image is present, else the process runtime with a warning
+    /// naming what is missing; an explicit `docker`/`runsc` never falls back. A runtime that
+    /// cannot give the job its limits or its network is an error.
     pub async fn resolve(
         &self,
         choice: RuntimeChoice,
         image: &str,
+        network: NetworkMode,
     ) -> Result<Resolved, RuntimeError> {
         let kind = match choice {
             RuntimeChoice::Process => RuntimeKind::Process,
             RuntimeChoice::Docker => RuntimeKind::Docker,
             RuntimeChoice::Runsc => RuntimeKind::Runsc,
             RuntimeChoice::Auto => {
-                return Ok(match self.docker.check_ready(image).await {
-                    Ok(()) => Resolved {
+                return match self.docker.check_ready(image, network).await {
+                    Ok(()) => Ok(Resolved {
                         kind: RuntimeKind::Docker,
                         warning: None,
-                    },
-                    Err(missing) => Resolved {
-                        kind: RuntimeKind::Process,
-                        warning: Some(format!(
-                            "using the process runtime (no file or network isolation): {missing}"
-                        )),
-                    },
-                });
+                    }),
+                    Err(missing) => {
+                        self.process.check_ready(image, network).await?;
+                        Ok(Resolved {
+                            kind: RuntimeKind::Process,
+                            warning: Some(format!(
+                                "using the process runtime (no file or network isolation): {missing}"
+                            )),
+                        })
+                    }
+                };
             }
         };
-        self.of(kind).check_ready(image).await?;
+        self.of(kind).check_ready(image, network).await?;
         Ok(Resolved {
             kind,
             warning: None,

@@ -206,11 +206,11 @@ impl super::Runtime for ProcessRuntime {
         None
     }
 
-    async fn check_ready(&self, _image: &str) -> Result<(), RuntimeError> {
-        Ok(())
-    }
-
-    async fn check_network(&self, network: crate::config::NetworkMode) -> Result<(), RuntimeError> {
+    async fn check_ready(
+        &self,
+        _image: &str,
+        network: crate::config::NetworkMode,
+    ) -> Result<(), RuntimeError> {
         if network == crate::config::NetworkMode::Allowlist {
             return Err(RuntimeError::Unsupported {
                 runtime: "process",
@@ -269,5 +269,17 @@ impl super::Runtime for ProcessRuntime {
 
     async fn destroy(&self, _id: &crate::job::JobId) -> Result<(), RuntimeError> {
         Ok(())
+    }
+
+    async fn build_image(
+        &self,
+        _base_image: &str,
+        _tag: &str,
+        _progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
+    ) -> Result<String, RuntimeError> {
+        Err(RuntimeError::Unsupported {
+            runtime: "process",
+            what: "build images (it runs no containers)",
+        })
     }
 }

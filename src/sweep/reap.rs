@@ -226,7 +226,7 @@ impl Paddock {
         let (profile_name, profile) = config.select_profile(None, "agent", None)?;
         self.runtimes()
             .of(RuntimeKind::Docker)
-            .check_ready(&profile.image.value)
+            .check_ready(&profile.image.value, profile.network.value)
             .await?;
         let now = Utc::now();
         Ok(JobRecord {

@@ -18,13 +18,13 @@ use std::path::{Path, PathBuf};
 
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, HostConfig, Mount, MountTypeEnum, NetworkConnectRequest,
-    NetworkCreateRequest, NetworkInspect,
+    ContainerCreateBody, HostConfig, NetworkConnectRequest, NetworkCreateRequest, NetworkInspect,
 };
 
+use super::mounts::bind;
 use super::{
     API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, call, create_named, inspect_named,
-    optional, remove_labelled_container, start_named,
+    io_error, optional, remove_labelled_container, start_named,
 };
 use crate::config::NetworkMode;
 use crate::egress::EgressPolicy;
@@ -73,13 +73,6 @@ pub fn policy_dir(home: &PaddockHome, id: &JobId) -> PathBuf {
 /// Where the proxy's decisions go on the host.
 pub fn log_path(home: &PaddockHome, id: &JobId) -> PathBuf {
     home.logs_dir(id).join("egress.jsonl")
-}
-
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
-    move |source| RuntimeError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
 }
 
 /// Writes the job's policy where its proxy reads it (atomically: the proxy never sees half
@@ -216,16 +209,6 @@ fn labels(home: &PaddockHome, id: &JobId) -> HashMap<String, String> {
     ])
 }
 
-fn bind(source: &Path, target: &str, read_only: bool) -> Mount {
-    Mount {
-        target: Some(target.to_string()),
-        source: Some(source.display().to_string()),
-        typ: Some(MountTypeEnum::BIND),
-        read_only: Some(read_only),
-        ..Default::default()
-    }
-}
-
 fn sidecar_body(
     home: &PaddockHome,
     record: &JobRecord,
@@ -246,9 +229,13 @@ fn sidecar_body(
     }
     let host_config = HostConfig {
         mounts: Some(vec![
-            bind(&exe, SIDECAR_BINARY, true),
-            bind(&policy_dir(home, &record.id), SIDECAR_POLICY_DIR, true),
-            bind(&log, SIDECAR_LOG, false),
+            bind(&exe, Path::new(SIDECAR_BINARY), true),
+            bind(
+                &policy_dir(home, &record.id),
+                Path::new(SIDECAR_POLICY_DIR),
+                true,
+            ),
+            bind(&log, Path::new(SIDECAR_LOG), false),
         ]),
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec!["no-new-privileges".into()]),

@@ -97,8 +97,12 @@ fn pids_headroom(runtime: RuntimeKind) -> i64 {
 }
 
 /// Checks that the daemon answers, the image exists and (for runsc) the runtime is
-/// registered. Never pulls.
-pub async fn check_ready(kind: RuntimeKind, image: &str) -> Result<(), RuntimeError> {
+/// registered so that jobs keep their limits and `network`. Never pulls.
+pub async fn check_ready(
+    kind: RuntimeKind,
+    image: &str,
+    network: NetworkMode,
+) -> Result<(), RuntimeError> {
     let docker = connect()?;
     call("ping", "daemon", PING_TIMEOUT, docker.ping())
         .await
@@ -130,7 +134,7 @@ pub async fn check_ready(kind: RuntimeKind, image: &str) -> Result<(), RuntimeEr
                 runtime: "runsc".into(),
             });
         };
-        if let Some(error) = misconfiguration("runsc", args, None) {
+        if let Some(error) = misconfiguration("runsc", args, Some(network)) {
             return Err(error);
         }
     }

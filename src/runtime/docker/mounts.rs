@@ -10,7 +10,7 @@ use crate::cache::Strategy;
 use crate::job::JobRecord;
 use crate::runtime::RuntimeError;
 
-fn bind(source: &Path, target: &Path, read_only: bool) -> Mount {
+pub(super) fn bind(source: &Path, target: &Path, read_only: bool) -> Mount {
     Mount {
         target: Some(target.display().to_string()),
         source: Some(source.display().to_string()),

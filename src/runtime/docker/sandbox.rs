@@ -61,20 +61,8 @@ impl Runtime for DockerRuntime {
         Some(CONTAINER_OUTBOX.into())
     }
 
-    async fn check_ready(&self, image: &str) -> Result<(), RuntimeError> {
-        check_ready(self.kind, image).await
-    }
-
-    async fn check_network(&self, network: NetworkMode) -> Result<(), RuntimeError> {
-        if self.kind != RuntimeKind::Runsc || network == NetworkMode::None {
-            return Ok(());
-        }
-        let runtimes = super::registered_runtimes(&super::connect()?).await?;
-        let args = runtimes.get("runsc").cloned().unwrap_or_default();
-        match super::misconfiguration("runsc", &args, Some(network)) {
-            Some(error) => Err(error),
-            None => Ok(()),
-        }
+    async fn check_ready(&self, image: &str, network: NetworkMode) -> Result<(), RuntimeError> {
+        check_ready(self.kind, image, network).await
     }
 
     async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError> {
