@@ -128,8 +128,6 @@ fn isolated_and_limited(runtime: &str) {
     let repo = FixtureRepo::new();
     let home = TestHome::new();
     let image = crate::fixtures::test_image();
-    // gVisor's own kernel counts against the limit: it needs more than 64 MiB to start.
-    let memory = if runtime == "runsc" { "128m" } else { "64m" };
     let job = home.create(
         &repo,
         &[
@@ -140,7 +138,7 @@ fn isolated_and_limited(runtime: &str) {
             "--task",
             "iso",
             "--memory",
-            memory,
+            "64m",
             "--pids",
             "64",
             "--cpus",
