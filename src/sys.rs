@@ -174,6 +174,21 @@ pub fn pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     })
 }
 
+/// Asks the kernel for a pipe buffer of `bytes` (rounded up to pages; unprivileged processes
+/// get up to `/proc/sys/fs/pipe-max-size`, 1 MiB by default). Returns the capacity granted,
+/// or the error when the kernel refused, in which case the pipe keeps its 64 KiB.
+pub fn set_pipe_capacity(
+    pipe: std::os::fd::BorrowedFd<'_>,
+    bytes: usize,
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let wanted = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: F_SETPIPE_SZ only resizes the kernel buffer of the pipe behind the borrowed
+    // descriptor; it reads no memory of ours.
+    let granted = unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, wanted) };
+    usize::try_from(granted).map_err(|_| std::io::Error::last_os_error())
+}
+
 /// Moves up to `len` bytes from `from` to `to` inside the kernel (one side must be a pipe),
 /// without blocking: `WouldBlock` when nothing can move now, `Ok(0)` at end of input.
 pub fn splice(

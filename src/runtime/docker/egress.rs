@@ -1,7 +1,11 @@
 //! The Docker side of an `allowlist` job: its internal network and its egress sidecar.
 //!
 //! The job's container is attached only to `paddock-<job>-net`, an internal network (no
-//! route out, no gateway). The sidecar `paddock-<job>-egress` sits on that network and on
+//! route out, no gateway) on a /28 of 198.18.0.0/15 (the range RFC 2544 sets aside for
+//! benchmarks, so it rarely meets a real destination; Docker's own pools hold only about 30
+//! networks, too few for a network per job). The sidecar has a fixed address in it (the
+//! subnet's third), outside the range Docker hands out to the job, so the job's proxy
+//! settings name an address that survives restarts and cost no name lookup per connection. The sidecar `paddock-<job>-egress` sits on that network and on
 //! Docker's default bridge; it runs this very binary (`paddock egress-proxy`, mounted
 //! read-only from the host, so no image has to be pulled or built) as an unprivileged user
 //! with every capability dropped, a read-only root and small limits. The job's DNS goes to
@@ -14,11 +18,13 @@
 //! `logs/<job>/egress.jsonl` (the proxy's decisions; the only file it can write).
 
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, HostConfig, NetworkConnectRequest, NetworkCreateRequest, NetworkInspect,
+    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, Ipam, IpamConfig,
+    NetworkConnectRequest, NetworkCreateRequest, NetworkInspect,
 };
 
 use super::mounts::bind;
@@ -48,14 +54,89 @@ pub fn sidecar_name(id: &JobId) -> String {
     format!("paddock-{id}-egress")
 }
 
-/// The proxy's URL as the job sees it.
-pub fn proxy_url(id: &JobId) -> String {
-    format!("http://{}:{PROXY_PORT}", sidecar_name(id))
+/// First address of the range the job networks' subnets come from (198.18.0.0/15).
+const SUBNET_RANGE_START: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
+/// The /28s in that /15.
+const SUBNET_COUNT: u32 = 1 << 13;
+/// Subnets tried, from the job's own, before giving up (each taken one is an overlap error).
+const SUBNET_TRIES: u32 = 64;
+
+/// A job network's /28: the gateway Docker reserves (first host address), the sidecar's
+/// fixed address (the next), and the upper half for the addresses Docker hands out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct JobSubnet(Ipv4Addr);
+
+impl JobSubnet {
+    fn nth(index: u32) -> JobSubnet {
+        JobSubnet(Ipv4Addr::from(
+            u32::from(SUBNET_RANGE_START) + (index % SUBNET_COUNT) * 16,
+        ))
+    }
+
+    /// The subnets to try for a job, starting from one its id picks (so two jobs rarely
+    /// try the same first).
+    fn candidates(home: &PaddockHome, id: &JobId) -> impl Iterator<Item = JobSubnet> {
+        let start = fnv1a(home.id().bytes().chain([0]).chain(id.as_str().bytes()));
+        (0..SUBNET_TRIES).map(move |i| JobSubnet::nth(start.wrapping_add(i)))
+    }
+
+    fn offset(self, by: u32) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.0) + by)
+    }
+
+    fn cidr(self) -> String {
+        format!("{}/28", self.0)
+    }
+
+    fn proxy(self) -> Ipv4Addr {
+        self.offset(2)
+    }
+
+    fn ipam(self) -> Ipam {
+        Ipam {
+            config: Some(vec![IpamConfig {
+                subnet: Some(self.cidr()),
+                gateway: Some(self.offset(1).to_string()),
+                ip_range: Some(format!("{}/29", self.offset(8))),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
+    /// The subnet of a network paddock made (one IPAM config, a /28 in the range).
+    fn of(network: &NetworkInspect) -> Option<JobSubnet> {
+        let configs = network.ipam.as_ref()?.config.as_ref()?;
+        let [config] = configs.as_slice() else {
+            return None;
+        };
+        let (address, bits) = config.subnet.as_deref()?.split_once('/')?;
+        let address: Ipv4Addr = address.parse().ok()?;
+        let offset = u32::from(address).checked_sub(u32::from(SUBNET_RANGE_START))?;
+        (bits == "28" && offset % 16 == 0 && offset / 16 < SUBNET_COUNT)
+            .then_some(JobSubnet(address))
+    }
 }
 
-/// The environment that sends git, curl, cargo, pip and npm through the proxy.
-pub fn proxy_env(id: &JobId) -> Vec<String> {
-    let url = proxy_url(id);
+fn fnv1a(bytes: impl Iterator<Item = u8>) -> u32 {
+    bytes.fold(0x811c_9dc5, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// The proxy's URL as the job sees it: its fixed address, or its name on a network made
+/// before addresses were fixed.
+fn proxy_url(id: &JobId, address: Option<Ipv4Addr>) -> String {
+    match address {
+        Some(address) => format!("http://{address}:{PROXY_PORT}"),
+        None => format!("http://{}:{PROXY_PORT}", sidecar_name(id)),
+    }
+}
+
+/// The environment that sends git, curl, cargo, pip and npm through the proxy at
+/// `address` (see [`ensure`]).
+pub fn proxy_env(id: &JobId, address: Option<Ipv4Addr>) -> Vec<String> {
+    let url = proxy_url(id, address);
     let mut env: Vec<String> = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
         .iter()
         .map(|key| format!("{key}={url}"))
@@ -90,24 +171,27 @@ pub fn write_policy(home: &PaddockHome, record: &JobRecord) -> Result<(), Runtim
 }
 
 /// Makes sure an `allowlist` job's network and running sidecar exist (creating, starting
-/// or recreating them), with the current policy written. Nothing for other jobs.
+/// or recreating them), with the current policy written. Returns the proxy's fixed address
+/// (`None` on a network made before addresses were fixed: the job then names the sidecar).
+/// Nothing for other jobs.
 pub async fn ensure(
     docker: &Docker,
     home: &PaddockHome,
     record: &JobRecord,
-) -> Result<(), RuntimeError> {
+) -> Result<Option<Ipv4Addr>, RuntimeError> {
     if record.limits.network != NetworkMode::Allowlist {
-        return Ok(());
+        return Ok(None);
     }
     write_policy(home, record)?;
     let network = network_name(&record.id);
-    ensure_network(docker, home, &record.id, &network).await?;
+    let subnet = ensure_network(docker, home, &record.id, &network).await?;
+    let address = subnet.map(JobSubnet::proxy);
     let name = sidecar_name(&record.id);
     match inspect_named(docker, home, &name, record.id.as_str()).await? {
-        Some(status) if status.running => return Ok(()),
+        Some(status) if status.running => return Ok(address),
         Some(_) => {
             if start_named(docker, &name).await.is_ok() {
-                return Ok(());
+                return Ok(address);
             }
             remove_labelled_container(home, &name, record.id.as_str()).await?;
         }
@@ -122,12 +206,19 @@ pub async fn ensure(
             &network,
             NetworkConnectRequest {
                 container: name.clone(),
-                endpoint_config: None,
+                endpoint_config: address.map(|address| EndpointSettings {
+                    ipam_config: Some(EndpointIpamConfig {
+                        ipv4_address: Some(address.to_string()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
             },
         ),
     )
     .await?;
-    start_named(docker, &name).await
+    start_named(docker, &name).await?;
+    Ok(address)
 }
 
 /// The job's network, if it exists; refused when it does not carry this install's labels
@@ -157,18 +248,21 @@ async fn our_network(
     Ok(Some(found))
 }
 
+/// Makes sure the job's sealed network exists; returns its subnet (`None` for a network
+/// made before subnets were paddock's).
 async fn ensure_network(
     docker: &Docker,
     home: &PaddockHome,
     id: &JobId,
     network: &str,
-) -> Result<(), RuntimeError> {
+) -> Result<Option<JobSubnet>, RuntimeError> {
     if let Some(found) = our_network(docker, home, id).await? {
+        let subnet = JobSubnet::of(&found);
         let options = found.options.unwrap_or_default();
         let sealed = found.internal == Some(true)
             && options.get(INHIBIT_HOST_ADDRESS).map(String::as_str) == Some("true");
         return if sealed {
-            Ok(())
+            Ok(subnet)
         } else {
             // Not the network paddock makes: refuse rather than run the job on it.
             Err(RuntimeError::NotOurContainer {
@@ -176,8 +270,37 @@ async fn ensure_network(
             })
         };
     }
+    let mut last_error = None;
+    for subnet in JobSubnet::candidates(home, id) {
+        match create_network(docker, home, id, network, subnet).await {
+            Ok(()) => return Ok(Some(subnet)),
+            // Another network (a job's, the user's) has that subnet: try the next.
+            Err(RuntimeError::Docker { message, .. }) if message.contains("overlap") => {
+                last_error = Some(message);
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    Err(RuntimeError::Docker {
+        action: "create network",
+        target: network.to_string(),
+        message: format!(
+            "no free /28 in 198.18.0.0/15 among {SUBNET_TRIES} tried: {}",
+            last_error.unwrap_or_default()
+        ),
+    })
+}
+
+async fn create_network(
+    docker: &Docker,
+    home: &PaddockHome,
+    id: &JobId,
+    network: &str,
+    subnet: JobSubnet,
+) -> Result<(), RuntimeError> {
     let request = NetworkCreateRequest {
         name: network.to_string(),
+        ipam: Some(subnet.ipam()),
         driver: Some("bridge".into()),
         internal: Some(true),
         // No address for the host on this bridge: an internal network still gives its
@@ -284,4 +407,64 @@ pub async fn remove(docker: &Docker, home: &PaddockHome, id: &JobId) -> Result<(
     )
     .await
     .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_subnets_stay_in_the_range_and_keep_the_proxy_out_of_docker_s_share() {
+        let last = JobSubnet::nth(SUBNET_COUNT - 1);
+        assert_eq!(last.cidr(), "198.19.255.240/28");
+        assert_eq!(
+            JobSubnet::nth(SUBNET_COUNT),
+            JobSubnet::nth(0),
+            "wraps around"
+        );
+        let subnet = JobSubnet::nth(5);
+        assert_eq!(subnet.cidr(), "198.18.0.80/28");
+        assert_eq!(subnet.proxy(), Ipv4Addr::new(198, 18, 0, 82));
+        let ipam = subnet.ipam();
+        let config = &ipam.config.as_ref().unwrap()[0];
+        // Docker hands out .88-.94 only, so no job ever holds the proxy's .82.
+        assert_eq!(config.ip_range.as_deref(), Some("198.18.0.88/29"));
+        assert_eq!(config.gateway.as_deref(), Some("198.18.0.81"));
+        let inspected = NetworkInspect {
+            ipam: Some(ipam),
+            ..Default::default()
+        };
+        assert_eq!(JobSubnet::of(&inspected), Some(subnet));
+        let foreign = NetworkInspect {
+            ipam: Some(Ipam {
+                config: Some(vec![IpamConfig {
+                    subnet: Some("172.21.0.0/16".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            JobSubnet::of(&foreign),
+            None,
+            "a network made before: by name"
+        );
+    }
+
+    #[test]
+    fn two_jobs_start_from_different_subnets() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = PaddockHome::open_at(dir.path()).unwrap();
+        let first = |id: &str| {
+            JobSubnet::candidates(&home, &JobId::parse(id).unwrap())
+                .next()
+                .unwrap()
+        };
+        assert_ne!(first("a-1"), first("a-2"));
+        assert_eq!(
+            JobSubnet::candidates(&home, &JobId::parse("a-1").unwrap()).count(),
+            SUBNET_TRIES as usize
+        );
+    }
 }

@@ -107,7 +107,8 @@ pub async fn exec_in_sandbox(
         return Ok(exec_in(&name, record, request, sink).await?.0);
     }
     let name = format!("{}-sync-{}", container_name(&record.id), random_hex(6));
-    let mut body = container_body(home, record)?;
+    // A sync runs git on local files only: it needs no proxy.
+    let mut body = container_body(home, record, None)?;
     if let Some(labels) = &mut body.labels {
         labels.insert(LABEL_ROLE.to_string(), "sync".to_string());
     }

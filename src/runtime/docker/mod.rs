@@ -172,11 +172,12 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
     }
 }
 
-/// The container's configuration, derived from the record alone so a container can be
-/// recreated identically.
+/// The container's configuration, derived from the record alone (and, for an `allowlist`
+/// job, its proxy's fixed address) so a container can be recreated identically.
 fn container_body(
     home: &PaddockHome,
     record: &JobRecord,
+    proxy: Option<std::net::Ipv4Addr>,
 ) -> Result<ContainerCreateBody, RuntimeError> {
     let limits = &record.limits;
     let (uid, gid) = agent_user(limits.uid);
@@ -198,7 +199,7 @@ fn container_body(
             .map(|(k, v)| format!("{k}={v}")),
     );
     if limits.network == NetworkMode::Allowlist {
-        env.extend(egress::proxy_env(&record.id));
+        env.extend(egress::proxy_env(&record.id, proxy));
     }
     env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
     let tmpfs_opts = |size: &str| format!("rw,nosuid,nodev,size={size},mode=1777");
@@ -221,9 +222,9 @@ fn container_body(
             NetworkMode::Open => "bridge".into(),
             NetworkMode::Allowlist => egress::network_name(&record.id),
         }),
-        // On the allow-list's internal network Docker's resolver answers the proxy's name;
-        // its upstream is the job's own loopback, where nothing answers, so no other name
-        // resolves and no query leaves the job.
+        // On the allow-list's internal network Docker's resolver answers only container
+        // names there (the proxy's); its upstream is the job's own loopback, where nothing
+        // answers, so no other name resolves and no query leaves the job.
         dns: (limits.network == NetworkMode::Allowlist).then(|| vec!["127.0.0.1".into()]),
         init: Some(true),
         runtime: Some(
@@ -266,9 +267,9 @@ async fn create_job_container(
     record: &JobRecord,
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
-    egress::ensure(&docker, home, record).await?;
+    let proxy = egress::ensure(&docker, home, record).await?;
     let name = container_name(&record.id);
-    let id = create_named(&docker, &name, container_body(home, record)?).await?;
+    let id = create_named(&docker, &name, container_body(home, record, proxy)?).await?;
     start_named(&docker, &name).await?;
     Ok(id)
 }
