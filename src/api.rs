@@ -3,8 +3,8 @@
 //!
 //! Every handler calls the same [`Paddock`] method the CLI calls; this module only maps JSON
 //! to requests, errors to statuses (`{"error": {"code", "message"}}`), and adds what a
-//! service needs: a bound on concurrent creates (wait, then 503 with Retry-After), a body
-//! size limit, per-request deadlines, Server-Sent Events and Prometheus metrics.
+//! service needs: 429 with Retry-After when a `no_wait` create finds no room, a body size
+//! limit, per-request deadlines, Server-Sent Events and Prometheus metrics.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::{Semaphore, broadcast};
+use tokio::sync::broadcast;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 
@@ -46,8 +46,6 @@ pub struct ApiState {
     paddock: Arc<Paddock>,
     events: broadcast::Sender<crate::engine::Event>,
     metrics: Arc<crate::metrics::Metrics>,
-    create_slots: Arc<Semaphore>,
-    create_wait: Duration,
     sweep_defaults: SweepOptions,
     token: Option<Arc<String>>,
 }
@@ -56,7 +54,6 @@ impl ApiState {
     pub fn new(
         paddock: Arc<Paddock>,
         events: broadcast::Sender<crate::engine::Event>,
-        max_concurrent_creates: usize,
         sweep_defaults: SweepOptions,
         token: Option<String>,
     ) -> ApiState {
@@ -64,8 +61,6 @@ impl ApiState {
             paddock,
             events,
             metrics: Arc::default(),
-            create_slots: Arc::new(Semaphore::new(max_concurrent_creates.max(1))),
-            create_wait: Duration::from_secs(30),
             sweep_defaults,
             token: token.map(Arc::new),
         }
@@ -113,6 +108,7 @@ fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Conflict | ErrorKind::Refused => StatusCode::CONFLICT,
         ErrorKind::RuntimeUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::QueueFull => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::Git | ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -128,7 +124,8 @@ impl From<Error> for ApiError {
             status: status_of(kind),
             code: kind.code(),
             message,
-            retry_after: None,
+            // The queue moves as jobs end; a few seconds is a fair first retry.
+            retry_after: (kind == ErrorKind::QueueFull).then_some(5),
         }
     }
 }
@@ -248,26 +245,10 @@ async fn create_job(
     State(state): State<ApiState>,
     ApiJson(request): ApiJson<CreateRequest>,
 ) -> ApiResult<Response> {
-    let permit = match tokio::time::timeout(
-        state.create_wait,
-        state.create_slots.clone().acquire_owned(),
-    )
-    .await
-    {
-        Ok(Ok(permit)) => permit,
-        _ => {
-            return Err(ApiError {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                code: "busy",
-                message: "too many creates in flight; retry later".into(),
-                retry_after: Some(5),
-            });
-        }
-    };
     let started = Instant::now();
-    let created = with_deadline(REQUEST_TIMEOUT, state.paddock.create(request)).await;
-    drop(permit);
-    let created = created?;
+    // No deadline: a create may wait in the admission queue for as long as jobs hold the
+    // budget; a client that gives up drops the request, and with it its place.
+    let created = state.paddock.create(request).await?;
     state.metrics.observe_create(started.elapsed());
     let mut body = serde_json::to_value(JobView::from(&created.record)).expect("views serialize");
     if let Some(warning) = created.warning {
@@ -287,7 +268,7 @@ async fn list_jobs(
 ) -> ApiResult<Response> {
     let repo = query.repo.map(std::path::PathBuf::from);
     let records = with_deadline(REQUEST_TIMEOUT, state.paddock.list(repo.as_deref())).await?;
-    let views: Vec<JobView> = records.iter().map(JobView::from).collect();
+    let views: Vec<JobView> = state.paddock.views(&records);
     Ok(axum::Json(views).into_response())
 }
 

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::admission::AdmissionError;
 use crate::cache::CacheError;
 use crate::config::ConfigError;
 pub use crate::git::GitError;
@@ -38,6 +39,8 @@ pub enum ErrorKind {
     Git,
     /// The Docker daemon, the image or an OCI runtime is missing or does not answer.
     RuntimeUnavailable,
+    /// The host budget has no room now and the request asked not to wait (`--no-wait`).
+    QueueFull,
     /// Anything else: a bug, an I/O error, a daemon failure without a kind.
     Internal,
 }
@@ -52,6 +55,7 @@ impl ErrorKind {
             ErrorKind::Refused => "refused",
             ErrorKind::Git => "git_failed",
             ErrorKind::RuntimeUnavailable => "runtime_unavailable",
+            ErrorKind::QueueFull => "queue_full",
             ErrorKind::Internal => "internal",
         }
     }
@@ -65,6 +69,7 @@ impl ErrorKind {
             "refused" => ErrorKind::Refused,
             "git_failed" => ErrorKind::Git,
             "runtime_unavailable" => ErrorKind::RuntimeUnavailable,
+            "queue_full" => ErrorKind::QueueFull,
             _ => ErrorKind::Internal,
         }
     }
@@ -85,6 +90,10 @@ pub enum Error {
     Runtime(#[from] RuntimeError),
     #[error(transparent)]
     Cache(#[from] CacheError),
+    #[error(transparent)]
+    Admission(#[from] AdmissionError),
+    #[error("job `{id}` was cancelled while it waited in the queue")]
+    Cancelled { id: JobId },
     #[error("invalid branch name `{branch}` (from template `{template}`)")]
     InvalidBranch { branch: String, template: String },
     #[error("branch `{branch}` already exists in `{repo}`")]
@@ -163,6 +172,10 @@ impl Error {
             Error::RemoveDir { .. } | Error::Log { .. } => K::Internal,
             Error::Network { .. } => K::InvalidInput,
             Error::Daemon { kind, .. } => *kind,
+            Error::Admission(AdmissionError::NoRoom { .. }) => K::QueueFull,
+            Error::Admission(AdmissionError::TooBig { .. }) => K::InvalidInput,
+            Error::Admission(AdmissionError::Store(_)) => K::Internal,
+            Error::Cancelled { .. } => K::Conflict,
             Error::Cache(CacheError::Io { .. }) => K::Internal,
             Error::Cache(_) => K::Refused,
             Error::Runtime(
@@ -205,6 +218,12 @@ impl Error {
                 "fix the worktree, or pass --force to remove it without saving"
             }
             Error::Legacy { .. } => "`paddock doctor` says how to move it to this version",
+            Error::Admission(AdmissionError::NoRoom { .. }) => {
+                "retry later, or wait in the queue (without --no-wait); `admission:` in the user config sets the budget"
+            }
+            Error::Admission(AdmissionError::TooBig { .. }) => {
+                "ask for less memory or fewer CPUs, or raise `admission:` in the user config"
+            }
             Error::Cache(CacheError::Io { .. }) => return None,
             Error::Cache(_) => {
                 "check the `caches` in .paddock.yaml against what the repository tracks"
@@ -242,6 +261,7 @@ mod tests {
             ErrorKind::Refused,
             ErrorKind::Git,
             ErrorKind::RuntimeUnavailable,
+            ErrorKind::QueueFull,
             ErrorKind::Internal,
         ] {
             assert_eq!(ErrorKind::from_code(kind.code()), kind);

@@ -98,13 +98,17 @@ impl fmt::Display for JobId {
 /// Where a job is in its life.
 ///
 /// ```text
-/// creating → ready → running → exited | failed | timed-out → removed
-///                       ↑______________________|   (another exec)
+/// queued → creating → ready → running → exited | failed | timed-out → removed
+///                                ↑______________________|   (another exec)
 /// ```
+///
+/// `queued`: waiting for room in the host budget (see `admission`); nothing but the record
+/// exists yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, strum::Display)]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum JobState {
+    Queued,
     Creating,
     Ready,
     Running,
@@ -123,6 +127,7 @@ impl JobState {
             return true;
         }
         match self {
+            Queued => matches!(to, Creating | Removed),
             Creating => matches!(to, Ready | Failed | Removed),
             Ready => matches!(to, Running | Failed | Removed),
             Running => matches!(to, Exited | Failed | TimedOut),
@@ -237,6 +242,9 @@ pub struct JobRecord {
     /// one that was killed.
     #[serde(default)]
     pub owner: Option<ProcessId>,
+    /// While `queued`: the job's ticket number in the admission queue.
+    #[serde(default)]
+    pub queue_seq: Option<u64>,
     /// The job's dependency caches and their entries.
     #[serde(default)]
     pub caches: Vec<crate::cache::JobCache>,

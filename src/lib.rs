@@ -4,6 +4,7 @@
 //! The engine ([`engine::Paddock`]) is the single implementation of every operation; the CLI
 //! (`src/main.rs`, [`cli`]) and the daemon are thin layers over it.
 
+pub mod admission;
 pub(crate) mod api;
 mod atomic;
 pub mod cache;

@@ -22,7 +22,8 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 const BUCKETS: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0];
 
 /// The states a live job can be in, each reported even at zero.
-const STATES: [JobState; 6] = [
+const STATES: [JobState; 7] = [
+    JobState::Queued,
     JobState::Creating,
     JobState::Ready,
     JobState::Running,

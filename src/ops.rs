@@ -103,11 +103,7 @@ impl Operations for Paddock {
     }
 
     async fn list(&self, repo: Option<&Path>) -> Result<Vec<JobView>> {
-        Ok(Paddock::list(self, repo)
-            .await?
-            .iter()
-            .map(JobView::from)
-            .collect())
+        Ok(self.views(&Paddock::list(self, repo).await?))
     }
 
     async fn view(&self, id: &str) -> Result<JobView> {

@@ -32,7 +32,7 @@ pub struct ServeOptions {
     /// A TCP address, only together with `token_file`.
     pub listen: Option<String>,
     pub token_file: Option<PathBuf>,
-    /// Creates running at once; more wait, then get 503.
+    /// Admitted creates built at once; more wait their turn.
     pub max_concurrent_creates: usize,
     /// How long in-flight requests may finish after SIGTERM.
     pub shutdown_grace: Duration,
@@ -138,7 +138,18 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         (None, None) => None,
     };
     let (events, _) = tokio::sync::broadcast::channel(4096);
-    let paddock = Arc::new(Paddock::from_env()?.with_events(events.clone()));
+    let paddock = Arc::new(
+        Paddock::from_env()?
+            .with_events(events.clone())
+            .with_build_limit(options.max_concurrent_creates)
+            .as_daemon(),
+    );
+    // Before the first sweep: the queued creates of a daemon that died keep their places.
+    match paddock.adopt_queued() {
+        Ok(0) => {}
+        Ok(adopted) => eprintln!("paddock serve: resumed {adopted} queued create(s)"),
+        Err(error) => tracing::warn!(%error, "could not adopt queued creates"),
+    }
     let socket = options
         .socket
         .clone()
@@ -152,13 +163,7 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         ),
         None => None,
     };
-    let state = crate::api::ApiState::new(
-        paddock.clone(),
-        events,
-        options.max_concurrent_creates,
-        options.sweep.clone(),
-        None,
-    );
+    let state = crate::api::ApiState::new(paddock.clone(), events, options.sweep.clone(), None);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let shutdown = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;

@@ -90,6 +90,11 @@ pub struct CreateRequest {
     #[arg(long = "label", value_name = "KEY=VALUE")]
     #[serde(default, with = "label_map")]
     pub labels: Vec<Label>,
+    /// Fail at once (exit 10; HTTP 429) instead of waiting in the queue when the host budget
+    /// has no room for the job.
+    #[arg(long)]
+    #[serde(default)]
+    pub no_wait: bool,
 }
 
 /// One `KEY=VALUE` label of a job. Keys are short words (letters, digits, `.`, `_`, `-`).
@@ -238,6 +243,9 @@ pub struct ExecOptions {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub workdir: Option<String>,
+    /// Fail at once instead of waiting when `admission.max_running_execs` execs run.
+    #[serde(default)]
+    pub no_wait: bool,
     /// Per-stream cap on the output kept in the result (default 1 MiB); not on the wire.
     #[serde(skip)]
     pub output_cap: Option<usize>,
@@ -289,6 +297,9 @@ pub struct JobView {
     pub sync_error: Option<String>,
     /// The labels given at create.
     pub labels: BTreeMap<String, String>,
+    /// While `queued`: the job's place in the admission queue (1 = next).
+    #[serde(default)]
+    pub queue_position: Option<usize>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -315,6 +326,7 @@ impl From<&JobRecord> for JobView {
             caches: record.caches.clone(),
             sync_error: record.sync_error.clone(),
             labels: record.labels.clone(),
+            queue_position: None,
         }
     }
 }

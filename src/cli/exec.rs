@@ -21,6 +21,9 @@ pub struct ExecArgs {
     /// Print the ExecResult as JSON instead of streaming output.
     #[arg(long)]
     json: bool,
+    /// Fail at once (exit 10) instead of waiting when the budget's running execs are taken.
+    #[arg(long)]
+    no_wait: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     cmd: Vec<String>,
@@ -56,6 +59,7 @@ impl ExecFlags {
             timeout,
             env,
             workdir: self.workdir.clone(),
+            no_wait: false,
             output_cap: None,
         })
     }
@@ -63,7 +67,10 @@ impl ExecFlags {
 
 pub async fn run(ops: &impl Operations, args: ExecArgs) -> Result<i32> {
     let options = match args.exec.options(args.cmd, args.timeout) {
-        Ok(options) => options,
+        Ok(options) => ExecOptions {
+            no_wait: args.no_wait,
+            ..options
+        },
         Err(message) => {
             eprintln!("error: {message}");
             return Ok(exit::USAGE);

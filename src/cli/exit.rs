@@ -12,6 +12,8 @@ pub const CONFLICT: i32 = 6;
 pub const GIT: i32 = 7;
 pub const RUNTIME_UNAVAILABLE: i32 = 8;
 pub const REFUSED: i32 = 9;
+/// `--no-wait`: the host budget had no room.
+pub const QUEUE_FULL: i32 = 10;
 /// `exec`/`run`: the command ran out of time.
 pub const TIMED_OUT: i32 = 124;
 /// `exec`/`run`: paddock itself failed (the command's own codes pass through).
@@ -28,6 +30,7 @@ pub fn of(kind: ErrorKind) -> i32 {
         ErrorKind::Refused => REFUSED,
         ErrorKind::Git => GIT,
         ErrorKind::RuntimeUnavailable => RUNTIME_UNAVAILABLE,
+        ErrorKind::QueueFull => QUEUE_FULL,
         ErrorKind::Internal => INTERNAL,
     }
 }

@@ -103,7 +103,10 @@ pub fn print_job_table(views: &[JobView]) {
         .map(|v| {
             vec![
                 v.id.to_string(),
-                v.state.to_string(),
+                match v.queue_position {
+                    Some(place) => format!("{} #{place}", v.state),
+                    None => v.state.to_string(),
+                },
                 v.runtime.clone(),
                 format_age(now - v.created_at),
                 format_age(now - v.last_activity_at),
@@ -124,6 +127,9 @@ pub fn print_details(details: &JobDetails) {
         format_age(now - v.created_at),
         format_age(now - v.last_activity_at)
     );
+    if let Some(place) = v.queue_position {
+        println!("queue     #{place}: waits for room in the host budget");
+    }
     if let Some(code) = v.exit_code {
         println!(
             "exit      {code}{}",

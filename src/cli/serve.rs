@@ -24,7 +24,8 @@ pub struct ServeArgs {
     /// File holding the bearer token TCP clients must send.
     #[arg(long)]
     token_file: Option<PathBuf>,
-    /// Creates allowed at once; more wait up to 30s, then get 503 with Retry-After.
+    /// Admitted creates built at once (checkouts are CPU and disk bound); more wait their
+    /// turn.
     #[arg(long, default_value_t = 8)]
     max_concurrent_creates: usize,
     #[command(flatten)]

@@ -44,6 +44,8 @@ pub(super) struct ConfigFile {
     pub(super) sweep: Option<SweepFile>,
     /// Caches of every job in the repository (usually set in `.paddock.yaml`).
     pub(super) caches: Option<Vec<CacheSpec>>,
+    /// The host budget (user file only: it is the host's, not a repository's).
+    pub(super) admission: Option<super::AdmissionSettings>,
 }
 
 /// Splits an env layer into one layer per variable so each value names its own variable.

@@ -18,7 +18,7 @@ pub use crate::env::{EnvLookup, ProcessEnv};
 mod choices;
 mod files;
 mod profile;
-use crate::units::{HumanDuration, UnitError};
+use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
 pub use choices::{BranchPolicy, KillPolicy, NetworkMode, RuntimeChoice};
 pub use files::check_branch_template;
 use files::{
@@ -91,6 +91,20 @@ impl<T> Sourced<T> {
     }
 }
 
+/// What the user config's `admission:` section sets; unset fields take the defaults.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionSettings {
+    /// The memory the running jobs' limits may add up to (default: 80% of the host's).
+    pub memory: Option<ByteSize>,
+    /// The CPUs the running jobs' limits may add up to (default: twice the host's cores).
+    pub cpus: Option<Cpus>,
+    /// At most this many jobs at once (default: no limit beyond memory and CPUs).
+    pub max_jobs: Option<usize>,
+    /// At most this many execs running at once, over all jobs (default: no limit).
+    pub max_running_execs: Option<usize>,
+}
+
 /// When the sweeper considers a job stale, and what it does with its branch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepSettings {
@@ -155,6 +169,8 @@ pub struct Config {
     /// A profile forced by `PADDOCK_PROFILE`.
     pub forced_profile: Option<Sourced<String>>,
     pub sweep: SweepSettings,
+    /// The host budget of the admission queue (`admission:` in the user file).
+    pub admission: AdmissionSettings,
     /// Top-level caches; a later layer replaces an earlier one's list.
     pub caches: Sourced<Vec<CacheSpec>>,
 }
@@ -186,6 +202,7 @@ impl Config {
             routing: Routing::default(),
             forced_profile: None,
             sweep: SweepSettings::default(),
+            admission: AdmissionSettings::default(),
             caches: Sourced::default_value(Vec::new()),
         };
         if let Some((path, explicit)) = user_config_path(env)
@@ -254,6 +271,17 @@ impl Config {
             if let Some(caches) = &layer.caches {
                 check_caches(caches, &origin, &format!("profiles.{name}.caches"))?;
             }
+        }
+        if let Some(admission) = file.admission {
+            if matches!(source, Source::RepoFile(_)) {
+                return Err(ConfigError::Value {
+                    origin: origin.clone(),
+                    key: "admission".into(),
+                    message: "the host budget belongs in the user config file, not a repository's"
+                        .into(),
+                });
+            }
+            self.admission = admission;
         }
         if let Some(sweep) = file.sweep {
             let sourced = |value| Sourced {

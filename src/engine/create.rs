@@ -84,7 +84,7 @@ impl Paddock {
             .await?;
 
         let now = Utc::now();
-        let mut record = JobRecord {
+        let record = JobRecord {
             schema: RECORD_SCHEMA,
             id: id.clone(),
             repo: repo.root.clone(),
@@ -118,17 +118,44 @@ impl Paddock {
                 .collect(),
             sync_error: None,
             synced_at: None,
+            queue_seq: None,
         };
+        let record = self.admit_create(record, &request).await?;
+        self.finish_create(record, runtime.warning).await
+    }
+
+    /// The steps of `create` once the job is admitted (its record `creating`): build it, or
+    /// roll back everything a failed step made.
+    pub(super) async fn finish_create(
+        &self,
+        mut record: JobRecord,
+        warning: Option<String>,
+    ) -> Result<Created> {
+        let _slot = match &self.build_slots {
+            Some(slots) => Some(
+                slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("the build semaphore is never closed"),
+            ),
+            None => None,
+        };
+        let repo = GitRepo::open(&record.repo, &self.home.locks_dir()).await?;
+        let config = self.config(Some(&repo.root))?;
         let cache_specs: Vec<crate::cache::CacheSpec> = config
             .caches
             .value
             .iter()
-            .chain(profile.caches.value.iter())
+            .chain(
+                config
+                    .profiles
+                    .get(&record.profile)
+                    .map(|p| p.caches.value.as_slice())
+                    .unwrap_or_default(),
+            )
             .cloned()
             .collect();
-        // The exclusive write reserves the id: of two creators of one id, one fails here
-        // before touching git.
-        self.store.create(&record)?;
         match self.build(&repo, &mut record, &cache_specs).await {
             Ok(()) => {
                 self.emit(
@@ -140,10 +167,7 @@ impl Paddock {
                         "runtime": record.runtime.to_string(),
                     }),
                 );
-                Ok(Created {
-                    record,
-                    warning: runtime.warning,
-                })
+                Ok(Created { record, warning })
             }
             Err(error) => {
                 if let Err(cleanup) = self.rollback(&repo, &record).await {

@@ -74,12 +74,17 @@ impl Paddock {
         if record.is_legacy() {
             return Err(Error::Legacy { id: record.id });
         }
-        if matches!(record.state, JobState::Creating | JobState::Removed) {
+        if matches!(
+            record.state,
+            JobState::Queued | JobState::Creating | JobState::Removed
+        ) {
             return Err(Error::NotRunnable {
                 id: record.id,
                 state: record.state,
             });
         }
+        // Held until the exec ends (the guard frees it on every path).
+        let _slot = self.admit_exec(&record.id, options.no_wait).await?;
         // The branch sync rides along in the exec's own sandbox session when it can.
         let piggyback = self.piggyback_sync(&record).await;
         let request = ExecRequest {

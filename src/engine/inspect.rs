@@ -21,6 +21,26 @@ impl Paddock {
         Ok(records)
     }
 
+    /// The views of `records`, with the queue positions of queued ones.
+    pub fn views(&self, records: &[JobRecord]) -> Vec<JobView> {
+        let positions = if records.iter().any(|r| r.state == JobState::Queued) {
+            self.queue_positions()
+        } else {
+            Vec::new()
+        };
+        records
+            .iter()
+            .map(|record| {
+                let mut view = JobView::from(record);
+                view.queue_position = positions
+                    .iter()
+                    .find(|(id, _)| *id == record.id)
+                    .map(|(_, place)| *place);
+                view
+            })
+            .collect()
+    }
+
     /// A job with its commits ahead and changed files, as of a sync made for this call. When
     /// the sync fails, the changes are those of the last good sync and `changes_error` says
     /// why they may be stale.
@@ -31,8 +51,12 @@ impl Paddock {
             Err(e) => (None, Some(e.to_string())),
         };
         let record = self.load(id).unwrap_or(record);
+        let view = self
+            .views(std::slice::from_ref(&record))
+            .pop()
+            .expect("one view per record");
         Ok(JobDetails {
-            view: JobView::from(&record),
+            view,
             changes,
             changes_error,
             isolation: self.runtime_of(&record).isolation_note().to_string(),
@@ -40,7 +64,7 @@ impl Paddock {
     }
 
     async fn fresh_changes(&self, record: &JobRecord) -> Result<(ChangeSummary, Option<String>)> {
-        if record.state == JobState::Creating {
+        if matches!(record.state, JobState::Queued | JobState::Creating) {
             return Err(Error::NotRunnable {
                 id: record.id.clone(),
                 state: record.state,

@@ -20,6 +20,7 @@ use crate::job::{JobId, JobRecord, JobState};
 use crate::runtime::{Runtime, Runtimes};
 use crate::store::{JobStore, PaddockHome};
 
+mod admit;
 mod caches;
 mod create;
 mod exec;
@@ -53,6 +54,11 @@ pub struct Paddock {
     env: Box<dyn EnvLookup + Send + Sync>,
     events: Option<tokio::sync::broadcast::Sender<Event>>,
     runtimes: Runtimes,
+    /// A daemon: its queued creates outlive it (a restarted daemon adopts them).
+    adopts_queue: bool,
+    /// Bounds the creates built at once (checkouts are CPU and disk bound); admitted
+    /// creates beyond it wait here, after the admission queue.
+    build_slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 impl Paddock {
@@ -71,12 +77,30 @@ impl Paddock {
             env,
             events: None,
             runtimes,
+            adopts_queue: false,
+            build_slots: None,
         })
     }
 
     /// Publishes events of every operation to `events` (the daemon's event stream).
     pub fn with_events(mut self, events: tokio::sync::broadcast::Sender<Event>) -> Paddock {
         self.events = Some(events);
+        self
+    }
+
+    /// Makes this engine a daemon's: its queued creates are kept for the next daemon when it
+    /// dies, instead of being dropped with it (see [`Paddock::adopt_queued`]).
+    pub fn as_daemon(mut self) -> Paddock {
+        self.adopts_queue = true;
+        self
+    }
+
+    /// Builds at most `slots` admitted creates at once (the daemon's
+    /// `--max-concurrent-creates`).
+    pub fn with_build_limit(mut self, slots: usize) -> Paddock {
+        self.build_slots = Some(std::sync::Arc::new(tokio::sync::Semaphore::new(
+            slots.max(1),
+        )));
         self
     }
 

@@ -15,6 +15,18 @@ impl Paddock {
     /// Every step tolerates having been done already, so a crashed `rm` can be repeated.
     pub async fn remove(&self, id: &str, options: RemoveOptions) -> Result<RemoveReport> {
         let record = self.load(id)?;
+        if record.state == JobState::Queued {
+            // Nothing but the record and its ticket exists yet.
+            self.cancel_queued(&record)?;
+            return Ok(RemoveReport {
+                id: record.id.clone(),
+                branch: record.branch.clone(),
+                branch_kept: false,
+                commits_ahead: 0,
+                wip_ref: None,
+                wip_commit: None,
+            });
+        }
         let repo = self.repo_of(&record);
         let wip_ref = format!("refs/paddock/wip/{}", record.id);
         // Record the container's outcome and stop it first, so nothing writes to the

@@ -287,6 +287,12 @@ impl Paddock {
         report: &mut SweepReport,
     ) -> Option<String> {
         let name = record.id.to_string();
+        if record.state == JobState::Queued {
+            // Waiting for room: its waiter (or the admission queue, when the waiter is gone)
+            // decides; a sweep never removes it, as it has nothing but its record.
+            report.kept("job", name, "queued");
+            return None;
+        }
         if record.state == JobState::Creating {
             let owner_alive = record.owner.is_some_and(|o| o.is_alive());
             if !owner_alive {

@@ -259,6 +259,7 @@ impl Paddock {
             labels: Default::default(),
             sync_error: None,
             synced_at: None,
+            queue_seq: None,
         })
     }
 

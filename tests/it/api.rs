@@ -58,7 +58,7 @@ impl Drop for Daemon {
 }
 
 /// One HTTP/1.1 request over a stream; returns the status and the parsed JSON body.
-fn http(
+pub(crate) fn http(
     stream: &mut (impl Read + Write),
     method: &str,
     path: &str,
@@ -106,7 +106,7 @@ fn dechunk(mut text: &str) -> String {
     out
 }
 
-fn api(socket: &Path, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+pub(crate) fn api(socket: &Path, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
     let mut stream = UnixStream::connect(socket).unwrap();
     http(&mut stream, method, path, body, &[])
 }

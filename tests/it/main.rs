@@ -6,6 +6,7 @@
 #[path = "../../fixtures/mod.rs"]
 mod fixtures;
 
+mod admission;
 mod api;
 mod architecture;
 mod cache;

@@ -68,6 +68,9 @@ impl Scrubber {
             (canonical(repo.path()), "[repo]".to_string()),
             (home.root().display().to_string(), "[home]".to_string()),
             (repo.path().display().to_string(), "[repo]".to_string()),
+            // The test's user config lives beside its home.
+            (canonical(home.dir.path()), "[test-dir]".to_string()),
+            (home.dir.path().display().to_string(), "[test-dir]".to_string()),
         ];
         if let Ok(id) = std::fs::read_to_string(home.root().join("home-id")) {
             pairs.push((id.trim().to_string(), "[home-id]".to_string()));

@@ -1,0 +1,603 @@
+//! Admission: a host-aware budget and one FIFO queue that every paddock process of an install
+//! shares (the CLI without a daemon, the daemon, library users), so none of them can start
+//! more jobs than the host holds and none double-books what another admitted.
+//!
+//! A job holds its share of the budget (its memory limit and CPUs) from the moment it is
+//! admitted until it is removed; a running exec holds an exec slot while it runs. What is held
+//! is read from the records themselves (every state but `queued` and `removed`) and from the
+//! exec slot files, never from a counter that a crash could leave wrong.
+//!
+//! A request that does not fit, or that finds others waiting for the same kind of resource,
+//! gets a ticket: a file `queue/<seq>.json` whose number orders the queue, written under
+//! `locks/admission.lock` together with the job's `queued` record. Every decision (grant,
+//! enqueue, drop) is made under that lock, so two processes never admit against the same free
+//! room. A ticket whose owner process is gone no longer holds its place: the next process that
+//! looks drops it (and its queued record), unless it is adoptable (made by a daemon), in which
+//! case a restarted daemon takes it over with its number, so the order survives the restart.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+pub use crate::config::AdmissionSettings;
+use crate::job::{JobId, JobRecord, JobState, Limits, ProcessId};
+use crate::store::{FileLock, PaddockHome, StoreError};
+use crate::units::{ByteSize, Cpus};
+
+/// The ticket layout this build writes and reads.
+const TICKET_SCHEMA: u32 = 1;
+/// How long one decision may wait for the admission lock.
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+/// How often a waiting request looks at the queue again (other processes free room without
+/// telling this one).
+const POLL: Duration = Duration::from_millis(150);
+/// The share of the host's memory the running jobs' limits may add up to by default.
+const DEFAULT_MEMORY_SHARE: f64 = 0.8;
+/// How many CPUs per host core the running jobs' limits may add up to by default.
+const DEFAULT_CPUS_PER_CORE: f64 = 2.0;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdmissionError {
+    #[error(
+        "the host budget has no room for job `{job}` now ({needs}; {held} held of {budget}; {waiting} waiting)"
+    )]
+    NoRoom {
+        job: JobId,
+        needs: String,
+        held: String,
+        budget: String,
+        waiting: usize,
+    },
+    #[error("job `{job}` can never fit the host budget: it needs {needs}, the budget is {budget}")]
+    TooBig {
+        job: JobId,
+        needs: String,
+        budget: String,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What the host has.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostCapacity {
+    pub cores: usize,
+    pub memory: u64,
+}
+
+impl HostCapacity {
+    /// Reads the host's cores and memory (`/proc/meminfo`).
+    pub fn read() -> HostCapacity {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|text| {
+                let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+                let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+                Some(kib * 1024)
+            })
+            .unwrap_or(u64::MAX);
+        HostCapacity { cores, memory }
+    }
+}
+
+/// What all admitted jobs and execs together may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    pub memory: u64,
+    pub cpus: f64,
+    pub max_jobs: Option<usize>,
+    pub max_running_execs: Option<usize>,
+}
+
+impl Budget {
+    pub fn new(settings: &AdmissionSettings, host: HostCapacity) -> Budget {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss,
+            reason = "a share of a memory size in bytes: far inside f64's exact range"
+        )]
+        let memory = settings
+            .memory
+            .map_or((host.memory as f64 * DEFAULT_MEMORY_SHARE) as u64, |m| m.0);
+        #[expect(clippy::cast_precision_loss, reason = "a count of cores is small")]
+        let cpus = settings
+            .cpus
+            .map_or(host.cores as f64 * DEFAULT_CPUS_PER_CORE, |c| c.0);
+        Budget {
+            memory,
+            cpus,
+            max_jobs: settings.max_jobs,
+            max_running_execs: settings.max_running_execs,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let jobs = self
+            .max_jobs
+            .map_or(String::new(), |n| format!(", {n} jobs"));
+        format!("{}, {} CPUs{jobs}", ByteSize(self.memory), Cpus(self.cpus))
+    }
+}
+
+/// What a request asks for: a job's share (create) or an exec slot (exec).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Demand {
+    Job { memory: u64, cpus: f64 },
+    Exec,
+}
+
+impl Demand {
+    pub fn of_job(limits: &Limits) -> Demand {
+        Demand::Job {
+            memory: limits.memory.0,
+            cpus: limits.cpus.0,
+        }
+    }
+
+    fn same_kind(&self, other: &Demand) -> bool {
+        matches!(
+            (self, other),
+            (Demand::Job { .. }, Demand::Job { .. }) | (Demand::Exec, Demand::Exec)
+        )
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Demand::Job { memory, cpus } => format!("{}, {} CPUs", ByteSize(*memory), Cpus(*cpus)),
+            Demand::Exec => "an exec slot".into(),
+        }
+    }
+}
+
+/// What admitted jobs and running execs hold now.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Held {
+    pub memory: u64,
+    pub cpus: f64,
+    pub jobs: usize,
+    pub execs: usize,
+}
+
+impl Held {
+    /// Adds up the records that hold a share: every state but `queued` and `removed`.
+    pub fn of(records: &[JobRecord], execs: usize) -> Held {
+        let mut held = Held {
+            execs,
+            ..Held::default()
+        };
+        for record in records.iter().filter(|r| holds_share(r.state)) {
+            held.memory = held.memory.saturating_add(record.limits.memory.0);
+            held.cpus += record.limits.cpus.0;
+            held.jobs += 1;
+        }
+        held
+    }
+
+    fn fits(&self, demand: &Demand, budget: &Budget) -> bool {
+        match demand {
+            Demand::Job { memory, cpus } => {
+                self.memory.saturating_add(*memory) <= budget.memory
+                    && self.cpus + cpus <= budget.cpus + 1e-9
+                    && budget.max_jobs.is_none_or(|max| self.jobs < max)
+            }
+            Demand::Exec => budget.max_running_execs.is_none_or(|max| self.execs < max),
+        }
+    }
+
+    fn describe(&self, demand: &Demand) -> String {
+        match demand {
+            Demand::Job { .. } => format!(
+                "{}, {} CPUs, {} jobs",
+                ByteSize(self.memory),
+                Cpus(self.cpus),
+                self.jobs
+            ),
+            Demand::Exec => format!("{} execs", self.execs),
+        }
+    }
+}
+
+/// Whether a job in `state` holds its share of the budget.
+pub fn holds_share(state: JobState) -> bool {
+    !matches!(state, JobState::Queued | JobState::Removed)
+}
+
+/// A place in the queue, persisted as `queue/<seq>.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Ticket {
+    pub schema: u32,
+    pub seq: u64,
+    pub job: JobId,
+    pub demand: Demand,
+    pub owner: Option<ProcessId>,
+    /// Made by a daemon: a restarted daemon takes it over instead of dropping it.
+    pub adoptable: bool,
+    pub queued_at: DateTime<Utc>,
+}
+
+impl Ticket {
+    fn is_live(&self) -> bool {
+        self.owner.is_some_and(|owner| owner.is_alive())
+    }
+}
+
+/// How a request entered: admitted at once, or queued with a ticket number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    Admitted,
+    Queued { seq: u64, position: usize },
+}
+
+/// The install's queue and budget.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    dir: PathBuf,
+    execs_dir: PathBuf,
+    lock_path: PathBuf,
+    budget: Budget,
+}
+
+/// What a decision under the lock sees.
+pub struct Ledger<'a> {
+    admission: &'a Admission,
+    tickets: Vec<Ticket>,
+    held: Held,
+}
+
+impl Admission {
+    pub fn open(home: &PaddockHome, budget: Budget) -> Result<Admission, StoreError> {
+        let dir = home.root().join("queue");
+        let execs_dir = home.root().join("execs-running");
+        for d in [&dir, &execs_dir] {
+            std::fs::create_dir_all(d).map_err(|source| StoreError::Io {
+                path: d.clone(),
+                source,
+            })?;
+        }
+        Ok(Admission {
+            dir,
+            execs_dir,
+            lock_path: home.locks_dir().join("admission.lock"),
+            budget,
+        })
+    }
+
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// Runs `decide` under the admission lock with the queue and what is held now.
+    /// `records` lists the install's job records (read under the lock, so a grant another
+    /// process just made is counted).
+    pub fn with_ledger<T>(
+        &self,
+        records: impl FnOnce() -> Result<Vec<JobRecord>, StoreError>,
+        decide: impl FnOnce(&mut Ledger<'_>) -> T,
+    ) -> Result<T, StoreError> {
+        let _lock = FileLock::acquire(&self.lock_path, LOCK_WAIT)?;
+        let tickets = self.tickets();
+        let records = records()?;
+        let held = Held::of(&records, self.running_execs());
+        let mut ledger = Ledger {
+            admission: self,
+            tickets,
+            held,
+        };
+        Ok(decide(&mut ledger))
+    }
+
+    /// The tickets on disk, in queue order.
+    pub fn tickets(&self) -> Vec<Ticket> {
+        let mut tickets: Vec<Ticket> = read_json_dir(&self.dir);
+        tickets.sort_by_key(|t| t.seq);
+        tickets
+    }
+
+    fn ticket_path(&self, seq: u64) -> PathBuf {
+        self.dir.join(format!("{seq:016}.json"))
+    }
+
+    /// Whether a ticket numbered below `seq` exists (file names only: the cheap look).
+    pub fn any_before(&self, seq: u64) -> bool {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return false;
+        };
+        entries.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".json"))
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n < seq)
+        })
+    }
+
+    /// Drops ticket `seq` (granted, cancelled, or its owner gone).
+    pub fn remove_ticket(&self, seq: u64) {
+        let _ = std::fs::remove_file(self.ticket_path(seq));
+    }
+
+    fn next_seq(&self) -> Result<u64, StoreError> {
+        let path = self.dir.join("next-seq");
+        let last: u64 = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        let next = last + 1;
+        crate::atomic::write_atomic(&path, next.to_string().as_bytes(), false).map_err(
+            |source| StoreError::Io {
+                path: path.clone(),
+                source,
+            },
+        )?;
+        Ok(next)
+    }
+
+    fn running_execs(&self) -> usize {
+        read_json_dir::<ExecSlotFile>(&self.execs_dir)
+            .iter()
+            .filter(|slot| slot.owner.is_alive())
+            .count()
+    }
+
+    /// Takes an exec slot (call only with a grant); released when the guard drops.
+    pub fn take_exec_slot(&self, job: &JobId) -> Result<ExecSlot, StoreError> {
+        let owner = ProcessId::current().ok_or_else(|| StoreError::Io {
+            path: PathBuf::from("/proc/self/stat"),
+            source: std::io::Error::other("cannot read this process's start time"),
+        })?;
+        let path = self
+            .execs_dir
+            .join(format!("{job}.{}.json", crate::ids::random_hex(8)));
+        let file = ExecSlotFile {
+            job: job.clone(),
+            owner,
+        };
+        let text = serde_json::to_vec(&file).expect("a slot serializes");
+        crate::atomic::write_atomic(&path, &text, true).map_err(|source| StoreError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(ExecSlot { path })
+    }
+}
+
+impl Ledger<'_> {
+    pub fn held(&self) -> Held {
+        self.held
+    }
+
+    pub fn admission(&self) -> &Admission {
+        self.admission
+    }
+
+    /// An exec: whether a slot is free now; with `no_wait`, a refusal when not.
+    pub fn exec_fits(&self, job: &JobId, no_wait: bool) -> Result<bool, AdmissionError> {
+        let fits = self.held.fits(&Demand::Exec, &self.admission.budget);
+        if !fits && no_wait {
+            return Err(self.no_room(job, &Demand::Exec, 0));
+        }
+        Ok(fits)
+    }
+
+    fn no_room(&self, job: &JobId, demand: &Demand, waiting: usize) -> AdmissionError {
+        AdmissionError::NoRoom {
+            job: job.clone(),
+            needs: demand.describe(),
+            held: self.held.describe(demand),
+            budget: self.admission.budget.describe(),
+            waiting,
+        }
+    }
+
+    /// Live tickets of `demand`'s kind ahead of `seq` (all of them for a new request).
+    fn ahead(&self, demand: &Demand, seq: Option<u64>) -> usize {
+        self.tickets
+            .iter()
+            .filter(|t| t.demand.same_kind(demand) && t.is_live())
+            .filter(|t| seq.is_none_or(|seq| t.seq < seq))
+            .count()
+    }
+
+    /// Tickets whose owner is gone and that no daemon will adopt: the caller drops them and
+    /// their queued records.
+    pub fn abandoned(&self) -> Vec<Ticket> {
+        self.tickets
+            .iter()
+            .filter(|t| !t.is_live() && !t.adoptable)
+            .cloned()
+            .collect()
+    }
+
+    /// Tickets a restarted daemon takes over: adoptable ones whose owner is gone.
+    pub fn orphaned_adoptable(&self) -> Vec<Ticket> {
+        self.tickets
+            .iter()
+            .filter(|t| !t.is_live() && t.adoptable)
+            .cloned()
+            .collect()
+    }
+
+    /// Rewrites `ticket` with this process as its owner (same number, same place).
+    pub fn adopt(&mut self, ticket: &Ticket) -> Result<Ticket, StoreError> {
+        let mut adopted = ticket.clone();
+        adopted.owner = ProcessId::current();
+        self.write_ticket(&adopted)?;
+        Ok(adopted)
+    }
+
+    fn write_ticket(&self, ticket: &Ticket) -> Result<(), StoreError> {
+        let path = self.admission.ticket_path(ticket.seq);
+        let text = serde_json::to_vec_pretty(ticket).expect("a ticket serializes");
+        crate::atomic::write_atomic(&path, &text, false)
+            .map_err(|source| StoreError::Io { path, source })
+    }
+
+    /// A new request: admitted when nobody of its kind waits and it fits, else (unless
+    /// `no_wait`) queued with a new ticket. Refused when it could never fit.
+    pub fn enter(
+        &mut self,
+        job: &JobId,
+        demand: Demand,
+        no_wait: bool,
+        adoptable: bool,
+    ) -> Result<Entry, AdmissionError> {
+        let budget = self.admission.budget;
+        if !Held::default().fits(&demand, &budget) {
+            return Err(AdmissionError::TooBig {
+                job: job.clone(),
+                needs: demand.describe(),
+                budget: budget.describe(),
+            });
+        }
+        let waiting = self.ahead(&demand, None);
+        if waiting == 0 && self.held.fits(&demand, &budget) {
+            return Ok(Entry::Admitted);
+        }
+        if no_wait {
+            return Err(self.no_room(job, &demand, waiting));
+        }
+        let ticket = Ticket {
+            schema: TICKET_SCHEMA,
+            seq: self.admission.next_seq()?,
+            job: job.clone(),
+            demand,
+            owner: ProcessId::current(),
+            adoptable,
+            queued_at: Utc::now(),
+        };
+        self.write_ticket(&ticket)?;
+        Ok(Entry::Queued {
+            seq: ticket.seq,
+            position: waiting + 1,
+        })
+    }
+
+    /// Whether ticket `seq` may go now: first of its kind among live tickets, and it fits.
+    /// `None` when the ticket is gone (cancelled by someone else).
+    pub fn may_go(&self, seq: u64) -> Option<bool> {
+        let ticket = self.tickets.iter().find(|t| t.seq == seq)?;
+        Some(
+            self.ahead(&ticket.demand, Some(seq)) == 0
+                && self.held.fits(&ticket.demand, &self.admission.budget),
+        )
+    }
+
+    /// 1-based places of the live tickets, by job (for `ls` and `show`).
+    pub fn positions(&self) -> Vec<(JobId, usize)> {
+        let mut jobs = 0;
+        let mut execs = 0;
+        self.tickets
+            .iter()
+            .filter(|t| t.is_live() || t.adoptable)
+            .map(|t| {
+                let place = match t.demand {
+                    Demand::Job { .. } => &mut jobs,
+                    Demand::Exec => &mut execs,
+                };
+                *place += 1;
+                (t.job.clone(), *place)
+            })
+            .collect()
+    }
+}
+
+/// An exec slot file: which job's exec holds it and which process runs it.
+#[derive(Debug, Serialize, Deserialize)]
+struct ExecSlotFile {
+    job: JobId,
+    owner: ProcessId,
+}
+
+/// A held exec slot; dropping it frees the slot.
+#[derive(Debug)]
+pub struct ExecSlot {
+    path: PathBuf,
+}
+
+impl Drop for ExecSlot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Every `*.json` file of `dir` that parses as `T` (a file being replaced or removed is
+/// skipped: the next look sees it).
+fn read_json_dir<T: serde::de::DeserializeOwned>(dir: &Path) -> Vec<T> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|bytes| serde_json::from_slice(&bytes).ok())
+        .collect()
+}
+
+/// The pause between two looks at the queue.
+pub fn poll_interval() -> Duration {
+    POLL
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(memory_gib: u64, cpus: f64) -> Budget {
+        Budget {
+            memory: memory_gib << 30,
+            cpus,
+            max_jobs: None,
+            max_running_execs: Some(1),
+        }
+    }
+
+    #[test]
+    fn a_job_fits_while_memory_and_cpus_last() {
+        let job = Demand::Job {
+            memory: 2 << 30,
+            cpus: 1.0,
+        };
+        let b = budget(6, 8.0);
+        let mut held = Held::default();
+        for _ in 0..3 {
+            assert!(held.fits(&job, &b));
+            held.memory += 2 << 30;
+            held.cpus += 1.0;
+        }
+        assert!(!held.fits(&job, &b), "a fourth 2 GiB job exceeds 6 GiB");
+        assert!(held.fits(&Demand::Exec, &b));
+        held.execs = 1;
+        assert!(!held.fits(&Demand::Exec, &b));
+        let cpu_bound = budget(100, 2.5);
+        let two = Held {
+            cpus: 2.0,
+            ..Held::default()
+        };
+        assert!(!two.fits(&job, &cpu_bound));
+    }
+
+    #[test]
+    fn the_default_budget_is_80_percent_of_memory_and_twice_the_cores() {
+        let host = HostCapacity {
+            cores: 2,
+            memory: 10 << 30,
+        };
+        let b = Budget::new(&AdmissionSettings::default(), host);
+        assert_eq!(b.memory, 8 << 30);
+        assert!((b.cpus - 4.0).abs() < 1e-9);
+        let set = AdmissionSettings {
+            memory: Some(ByteSize(1 << 30)),
+            cpus: Some(Cpus(16.0)),
+            max_jobs: Some(3),
+            max_running_execs: None,
+        };
+        let b = Budget::new(&set, host);
+        assert_eq!((b.memory, b.max_jobs), (1 << 30, Some(3)));
+    }
+}
