@@ -102,6 +102,7 @@ impl Paddock {
             runtime: runtime.kind,
             limits: Limits::from(&profile),
             container_id: None,
+            container_name: self.runtimes.of(runtime.kind).sandbox_name(&id),
             state: JobState::Creating,
             created_at: now,
             last_activity_at: now,
@@ -221,7 +222,7 @@ impl Paddock {
 
     /// Undoes a partial create: container, worktree, branch (if we made it), marker, record.
     async fn rollback(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
-        self.runtime_of(record).destroy(&record.id).await?;
+        self.runtime_of(record).destroy(record).await?;
         self.remove_checkout(repo, record).await?;
         if record.branch_created {
             repo.delete_branch(&record.branch).await?;

@@ -21,7 +21,7 @@ use crate::config::{NetworkMode, RuntimeChoice};
 use crate::job::{JobId, JobRecord, RuntimeKind};
 use crate::store::{JobStore, PaddockHome};
 
-pub use docker::DockerRuntime;
+pub use docker::{DockerRuntime, container_name};
 pub use exec::{ExecRequest, ExecResult, OutputSink};
 pub use process::ProcessRuntime;
 
@@ -151,6 +151,13 @@ pub trait Runtime: Send + Sync {
     /// have that network (the process runtime cannot hold an allow-list). Never pulls.
     async fn check_ready(&self, image: &str, network: NetworkMode) -> Result<(), RuntimeError>;
 
+    /// The name a new job's sandbox will have on the machine (its container's), recorded so
+    /// the job finds it again; `None` for runtimes without named sandboxes.
+    fn sandbox_name(&self, id: &JobId) -> Option<String> {
+        let _ = id;
+        None
+    }
+
     /// Starts whatever a new job needs to run commands; returns the container id, if any.
     async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError>;
 
@@ -188,8 +195,9 @@ pub trait Runtime: Send + Sync {
         record: JobRecord,
     ) -> Result<JobRecord, RuntimeError>;
 
-    /// Removes whatever the runtime holds for a job.
-    async fn destroy(&self, id: &JobId) -> Result<(), RuntimeError>;
+    /// Removes whatever the runtime holds for a job (each part tried even when another
+    /// fails; the first error is returned).
+    async fn destroy(&self, record: &JobRecord) -> Result<(), RuntimeError>;
 
     /// Makes the job's sandbox follow its record's network policy from the next connection
     /// on (the allow-list of an `allowlist` job). Nothing for runtimes without one.

@@ -267,7 +267,7 @@ impl super::Runtime for ProcessRuntime {
         Ok(record)
     }
 
-    async fn destroy(&self, _id: &crate::job::JobId) -> Result<(), RuntimeError> {
+    async fn destroy(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
         Ok(())
     }
 

@@ -8,7 +8,10 @@ use std::net::TcpListener;
 use std::process::Command;
 
 use crate::api::Daemon;
-use crate::fixtures::{FixtureRepo, TestHome, bridge_gateway, docker_available, text};
+use crate::fixtures::{
+    FixtureRepo, TestHome, bridge_gateway, container_of, container_with_role, docker_available,
+    text,
+};
 use serde_json::Value;
 
 /// An echo server on `address`; returns its port. It runs until the test process ends.
@@ -171,7 +174,7 @@ fn allowlist_holds(runtime: &str) {
             "inspect",
             "--format",
             "{{json .HostConfig.Dns}}",
-            &format!("paddock-{id}"),
+            &container_of(&job),
         ])
         .output()
         .unwrap();
@@ -204,7 +207,7 @@ fn allowlist_holds(runtime: &str) {
 
     // Tightened on the running job: the next connection is refused; loosened again: let
     // through. No restart in between.
-    let container = format!("paddock-{id}");
+    let container = container_of(&job);
     let started_at = || {
         let out = Command::new("docker")
             .args(["inspect", "--format", "{{.State.StartedAt}}", &container])
@@ -235,7 +238,7 @@ fn allowlist_holds(runtime: &str) {
 
     // After the job and its proxy stopped (as a daemon restart leaves them), the next exec
     // brings both back: the proxy answers again (with a refusal: the list is empty).
-    let sidecar = format!("paddock-{id}-egress");
+    let sidecar = container_with_role(&home, &id, "egress");
     let stopped = Command::new("docker")
         .args(["stop", &sidecar])
         .output()

@@ -13,6 +13,7 @@ mod core_commands;
 mod docker;
 mod egress;
 mod hostile;
+mod installs;
 mod process;
 mod snapshots;
 mod sweep;

@@ -1,7 +1,8 @@
 //! The Docker side of an `allowlist` job: its internal network and its egress sidecar.
 //!
-//! The job's container is attached only to `paddock-<job>-net`, an internal network (no
-//! route out, no gateway). The sidecar `paddock-<job>-egress` sits on that network and on
+//! Names follow the job's container `<name>` (`paddock-<install>-<job>`). The job's
+//! container is attached only to `<name>-net`, an internal network (no route out, no
+//! gateway). The sidecar `<name>-egress` sits on that network and on
 //! Docker's default bridge; it runs this very binary (`paddock egress-proxy`, mounted
 //! read-only from the host, so no image has to be pulled or built) as an unprivileged user
 //! with every capability dropped, a read-only root and small limits. The job's DNS goes to
@@ -23,8 +24,8 @@ use bollard::models::{
 
 use super::mounts::bind;
 use super::{
-    API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, call, create_named, inspect_named,
-    io_error, optional, remove_labelled_container, start_named,
+    API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, call, create_named, first_error,
+    inspect_named, io_error, job_container, optional, remove_labelled_container, start_named,
 };
 use crate::config::NetworkMode;
 use crate::egress::EgressPolicy;
@@ -40,22 +41,24 @@ const SIDECAR_BINARY: &str = "/paddock/bin/paddock";
 const SIDECAR_POLICY_DIR: &str = "/paddock/egress";
 const SIDECAR_LOG: &str = "/paddock/log/egress.jsonl";
 
-pub fn network_name(id: &JobId) -> String {
-    format!("paddock-{id}-net")
+/// The job's internal network, named after its container `base`.
+pub fn network_name(base: &str) -> String {
+    format!("{base}-net")
 }
 
-pub fn sidecar_name(id: &JobId) -> String {
-    format!("paddock-{id}-egress")
+/// The job's egress sidecar, named after its container `base`.
+pub fn sidecar_name(base: &str) -> String {
+    format!("{base}-egress")
 }
 
-/// The proxy's URL as the job sees it.
-pub fn proxy_url(id: &JobId) -> String {
-    format!("http://{}:{PROXY_PORT}", sidecar_name(id))
+/// The proxy's URL as the job (container `base`) sees it.
+pub fn proxy_url(base: &str) -> String {
+    format!("http://{}:{PROXY_PORT}", sidecar_name(base))
 }
 
 /// The environment that sends git, curl, cargo, pip and npm through the proxy.
-pub fn proxy_env(id: &JobId) -> Vec<String> {
-    let url = proxy_url(id);
+pub fn proxy_env(base: &str) -> Vec<String> {
+    let url = proxy_url(base);
     let mut env: Vec<String> = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
         .iter()
         .map(|key| format!("{key}={url}"))
@@ -100,9 +103,10 @@ pub async fn ensure(
         return Ok(());
     }
     write_policy(home, record)?;
-    let network = network_name(&record.id);
+    let base = job_container(record);
+    let network = network_name(&base);
     ensure_network(docker, home, &record.id, &network).await?;
-    let name = sidecar_name(&record.id);
+    let name = sidecar_name(&base);
     match inspect_named(docker, home, &name, record.id.as_str()).await? {
         Some(status) if status.running => return Ok(()),
         Some(_) => {
@@ -130,19 +134,19 @@ pub async fn ensure(
     start_named(docker, &name).await
 }
 
-/// The job's network, if it exists; refused when it does not carry this install's labels
-/// with the job as its job.
+/// The network `name`, if it exists; refused when it does not carry this install's labels
+/// with `job` as its job.
 async fn our_network(
     docker: &Docker,
     home: &PaddockHome,
-    id: &JobId,
+    name: &str,
+    job: &str,
 ) -> Result<Option<NetworkInspect>, RuntimeError> {
-    let name = network_name(id);
     let Some(found) = optional(
         "inspect network",
-        &name,
+        name,
         API_TIMEOUT,
-        docker.inspect_network(&name, None),
+        docker.inspect_network(name, None),
     )
     .await?
     else {
@@ -150,9 +154,11 @@ async fn our_network(
     };
     let labels = found.labels.clone().unwrap_or_default();
     if labels.get(LABEL_HOME).map(String::as_str) != Some(home.id())
-        || labels.get(LABEL_JOB).map(String::as_str) != Some(id.as_str())
+        || labels.get(LABEL_JOB).map(String::as_str) != Some(job)
     {
-        return Err(RuntimeError::NotOurContainer { name });
+        return Err(RuntimeError::NotOurContainer {
+            name: name.to_string(),
+        });
     }
     Ok(Some(found))
 }
@@ -163,7 +169,7 @@ async fn ensure_network(
     id: &JobId,
     network: &str,
 ) -> Result<(), RuntimeError> {
-    if let Some(found) = our_network(docker, home, id).await? {
+    if let Some(found) = our_network(docker, home, network, id.as_str()).await? {
         let options = found.options.unwrap_or_default();
         let sealed = found.internal == Some(true)
             && options.get(INHIBIT_HOST_ADDRESS).map(String::as_str) == Some("true");
@@ -269,19 +275,29 @@ fn sidecar_body(
     })
 }
 
-/// Removes the job's sidecar and network, if they exist and are ours.
-pub async fn remove(docker: &Docker, home: &PaddockHome, id: &JobId) -> Result<(), RuntimeError> {
-    remove_labelled_container(home, &sidecar_name(id), id.as_str()).await?;
-    if our_network(docker, home, id).await?.is_none() {
-        return Ok(());
+/// Removes the sidecar and the network named after the job container `base`, if they exist
+/// and are `job`'s of this install (the network is tried even when the sidecar fails).
+pub async fn remove(
+    docker: &Docker,
+    home: &PaddockHome,
+    base: &str,
+    job: &str,
+) -> Result<(), RuntimeError> {
+    let sidecar = remove_labelled_container(home, &sidecar_name(base), job).await;
+    let network = network_name(base);
+    let network = async {
+        if our_network(docker, home, &network, job).await?.is_none() {
+            return Ok(());
+        }
+        optional(
+            "remove network",
+            &network,
+            API_TIMEOUT,
+            docker.remove_network(&network),
+        )
+        .await
+        .map(drop)
     }
-    let network = network_name(id);
-    optional(
-        "remove network",
-        &network,
-        API_TIMEOUT,
-        docker.remove_network(&network),
-    )
-    .await
-    .map(drop)
+    .await;
+    first_error([sidecar, network])
 }

@@ -13,8 +13,8 @@ use futures_util::StreamExt;
 use tokio::time::sleep_until;
 
 use super::{
-    AFTER_KILL, API_TIMEOUT, LABEL_ROLE, call, connect, container_body, container_name,
-    create_named, ensure_running, inspect_ours, remove_labelled_container, start_named,
+    AFTER_KILL, API_TIMEOUT, LABEL_ROLE, call, connect, container_body, create_named,
+    ensure_running, inspect_ours, job_container, remove_labelled_container, start_named,
 };
 use crate::config::KillPolicy;
 use crate::job::{JobRecord, random_hex};
@@ -85,7 +85,7 @@ pub async fn exec(
         return Err(RuntimeError::EmptyCommand);
     }
     let container_id = ensure_running(home, record).await?;
-    let (result, oom_count) = exec_in(&container_name(&record.id), record, request, sink).await?;
+    let (result, oom_count) = exec_in(&job_container(record), record, request, sink).await?;
     Ok((result, container_id, oom_count))
 }
 
@@ -99,14 +99,14 @@ pub async fn exec_in_sandbox(
     sink: &mut dyn OutputSink,
 ) -> Result<ExecResult, RuntimeError> {
     let docker = connect()?;
-    if inspect_ours(&docker, home, &record.id)
+    if inspect_ours(&docker, home, record)
         .await?
         .is_some_and(|status| status.running)
     {
-        let name = container_name(&record.id);
+        let name = job_container(record);
         return Ok(exec_in(&name, record, request, sink).await?.0);
     }
-    let name = format!("{}-sync-{}", container_name(&record.id), random_hex(6));
+    let name = format!("{}-sync-{}", job_container(record), random_hex(6));
     let mut body = container_body(home, record)?;
     if let Some(labels) = &mut body.labels {
         labels.insert(LABEL_ROLE.to_string(), "sync".to_string());
@@ -378,7 +378,7 @@ pub fn interactive_shell(record: &JobRecord) -> tokio::process::Command {
         "-it",
         "-w",
         &record.limits.workspace_dir,
-        &container_name(&record.id),
+        &job_container(record),
         "sh",
         "-c",
         "command -v bash >/dev/null && exec bash || exec sh",
