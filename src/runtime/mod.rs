@@ -62,6 +62,10 @@ pub enum RuntimeError {
     EmptyCommand,
     #[error("refusing to touch container `{name}`: it does not carry this install's labels")]
     NotOurContainer { name: String },
+    #[error("the container name `{name}` is already in use by a container that is not this job's")]
+    NameInUse { name: String },
+    #[error("failure injected at `{point}` (PADDOCK_FAIL_AT)")]
+    Injected { point: &'static str },
     #[error("the {runtime} runtime cannot {what}")]
     Unsupported {
         runtime: &'static str,
@@ -344,6 +348,15 @@ impl Runtimes {
             warning: None,
         })
     }
+}
+
+/// A test-only failpoint: fails with [`RuntimeError::Injected`] when `PADDOCK_FAIL_AT`
+/// names `point` (see `engine::FAIL_POINTS`).
+pub(crate) fn failpoint(point: &'static str) -> Result<(), RuntimeError> {
+    if crate::env::fail_at(point) {
+        return Err(RuntimeError::Injected { point });
+    }
+    Ok(())
 }
 
 /// Git's identity and settings for the agent's commands, the same in every runtime: commits

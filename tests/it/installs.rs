@@ -1,9 +1,12 @@
-//! Orchestrator-grade control: two installs on one Docker daemon — through the real binary,
-//! real repositories and the real Docker daemon.
+//! Orchestrator-grade control: two installs on one Docker daemon, and a `create` that fails at
+//! any step leaving nothing behind — through the real binary, real repositories and (where
+//! marked) the real Docker daemon.
 
 use std::process::{Command, Stdio};
 
-use crate::fixtures::{FixtureRepo, TestHome, container_of, docker_available};
+use crate::fixtures::{FixtureRepo, TestHome, container_of, docker_available, test_image, text};
+
+use paddock::engine::FAIL_POINTS;
 
 fn docker_ok(args: &[&str]) -> bool {
     Command::new("docker")
@@ -50,6 +53,49 @@ fn labelled(home: &TestHome) -> Vec<String> {
     names
 }
 
+/// Ownership markers (`.<id>.paddock`) left under the worktree root.
+fn markers(home: &TestHome) -> Vec<String> {
+    let Ok(keys) = std::fs::read_dir(home.root().join("worktrees")) else {
+        return Vec::new();
+    };
+    keys.flatten()
+        .flat_map(|key| std::fs::read_dir(key.path()).into_iter().flatten())
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".paddock"))
+        .collect()
+}
+
+/// Nothing of a failed create is left: branch, checkout, job dir, record, marker, and (for
+/// Docker) container, sidecar or network.
+fn assert_nothing_left(home: &TestHome, repo: &FixtureRepo, context: &str) {
+    assert_eq!(
+        repo.branches(),
+        vec!["main".to_string()],
+        "{context}: branch left"
+    );
+    assert_eq!(home.worktree_dirs(), 0, "{context}: checkout left");
+    assert_eq!(home.job_dirs(), 0, "{context}: job dir left");
+    assert_eq!(home.job_records(), 0, "{context}: record left");
+    assert_eq!(
+        markers(home),
+        Vec::<String>::new(),
+        "{context}: marker left"
+    );
+    assert_eq!(
+        repo.worktree_count(),
+        1,
+        "{context}: git worktree entry left"
+    );
+    if docker_ok(&["version"]) {
+        assert_eq!(
+            labelled(home),
+            Vec::<String>::new(),
+            "{context}: Docker objects left"
+        );
+    }
+}
+
 #[test]
 fn two_installs_on_one_daemon_each_run_and_remove_their_own_job_of_the_same_id() {
     if !docker_available("two_installs_on_one_daemon") {
@@ -90,4 +136,115 @@ fn two_installs_on_one_daemon_each_run_and_remove_their_own_job_of_the_same_id()
         "B's container is gone"
     );
     assert!(labelled(&home_a).is_empty() && labelled(&home_b).is_empty());
+}
+
+/// A repository whose config gives every job a cache, so cache placement is a real step.
+fn repo_with_cache() -> FixtureRepo {
+    let repo = FixtureRepo::new();
+    repo.write(
+        ".paddock.yaml",
+        "caches:\n  - path: node_modules\n    strategy: symlink\n",
+    );
+    repo.commit_all("a cache");
+    repo
+}
+
+fn fail_at_every_point(runtime: &[&str], docker: bool) {
+    let repo = repo_with_cache();
+    let home = TestHome::new();
+    let path = repo.path().display().to_string();
+    for point in FAIL_POINTS {
+        if !docker && point.starts_with("container-") {
+            continue;
+        }
+        let mut args = vec!["create", "--repo", &path, "--task", point];
+        args.extend_from_slice(runtime);
+        let output = home
+            .cmd(&args)
+            .env("PADDOCK_FAIL_AT", point)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "create failing at {point}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("failure injected at `{point}`")),
+            "{point}: {stderr}"
+        );
+        assert_nothing_left(&home, &repo, &format!("{runtime:?} failed at {point}"));
+    }
+    // The same create without a failpoint works and is removed whole.
+    let mut args = vec!["--task", "whole"];
+    args.extend_from_slice(runtime);
+    let job = home.create(&repo, &args);
+    let id = text(&job, "id");
+    home.ok(&["rm", &id, "--force"]);
+    assert_nothing_left(&home, &repo, &format!("{runtime:?} after rm"));
+}
+
+#[test]
+fn a_create_failing_at_any_step_leaves_nothing_process_runtime() {
+    fail_at_every_point(&["--runtime", "process"], false);
+}
+
+#[test]
+fn a_create_failing_at_any_step_leaves_nothing_docker_runtime() {
+    if !docker_available("a_create_failing_at_any_step_leaves_nothing_docker_runtime") {
+        return;
+    }
+    let image = test_image();
+    // An allowlist job, so a network and an egress sidecar exist before the container.
+    fail_at_every_point(
+        &[
+            "--runtime",
+            "docker",
+            "--image",
+            &image,
+            "--allow",
+            "example.com",
+        ],
+        true,
+    );
+}
+
+#[test]
+fn a_create_whose_container_name_is_taken_fails_and_leaves_nothing() {
+    if !docker_available("a_create_whose_container_name_is_taken_fails_and_leaves_nothing") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let image = test_image();
+    let install = paddock::store::PaddockHome::open_at(&home.root()).unwrap();
+    let id = paddock::job::JobId::parse("taken").unwrap();
+    let name = paddock::runtime::container_name(&install, &id);
+    assert!(
+        docker_ok(&["create", "--name", &name, &image]),
+        "blocker made"
+    );
+    let path = repo.path().display().to_string();
+    let output = home.run(&[
+        "create",
+        "--repo",
+        &path,
+        "--id",
+        "taken",
+        "--runtime",
+        "docker",
+        "--image",
+        &image,
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let blocker_left = docker_ok(&["container", "inspect", &name]);
+    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+    assert_eq!(output.status.code(), Some(6), "a conflict: {stderr}");
+    assert!(
+        stderr.contains(&name) && stderr.contains("already in use"),
+        "{stderr}"
+    );
+    assert!(blocker_left, "the other container was not touched");
+    assert_nothing_left(&home, &repo, "name taken");
 }

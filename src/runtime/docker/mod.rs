@@ -291,7 +291,9 @@ async fn create_job_container(
     egress::ensure(&docker, home, record).await?;
     let name = job_container(record);
     let id = create_named(&docker, &name, container_body(home, record)?).await?;
+    super::failpoint("container-create")?;
     start_named(&docker, &name).await?;
+    super::failpoint("container-start")?;
     Ok(id)
 }
 
