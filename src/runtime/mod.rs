@@ -359,6 +359,42 @@ pub(crate) fn failpoint(point: &'static str) -> Result<(), RuntimeError> {
     Ok(())
 }
 
+/// What a job's commands learn about the job itself, the same in every runtime:
+/// `PADDOCK_JOB_ID`, `PADDOCK_CPUS` (the CPU limit as a decimal; the host's count where the
+/// runtime sets none, as the process runtime) and `PADDOCK_MEMORY_BYTES` (the memory limit
+/// in bytes; absent when it is 0, no limit).
+pub fn job_env(record: &JobRecord) -> Vec<(String, String)> {
+    let cpus = if record.runtime.uses_docker() {
+        record.limits.cpus.to_string()
+    } else {
+        std::thread::available_parallelism().map_or_else(|_| "1".into(), |n| n.to_string())
+    };
+    let mut env = vec![
+        ("PADDOCK_JOB_ID".to_string(), record.id.to_string()),
+        ("PADDOCK_CPUS".to_string(), cpus),
+    ];
+    if record.limits.memory.0 > 0 {
+        env.push((
+            "PADDOCK_MEMORY_BYTES".to_string(),
+            record.limits.memory.0.to_string(),
+        ));
+    }
+    env
+}
+
+/// `PADDOCK_DEADLINE` for an exec starting now with `timeout`: when paddock will stop the
+/// command (RFC 3339, UTC, seconds). A job has no deadline of its own; each exec has one.
+pub fn deadline_env(timeout: Duration) -> (String, String) {
+    let deadline = chrono::Duration::from_std(timeout)
+        .ok()
+        .and_then(|timeout| chrono::Utc::now().checked_add_signed(timeout))
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+    (
+        "PADDOCK_DEADLINE".to_string(),
+        deadline.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    )
+}
+
 /// Git's identity and settings for the agent's commands, the same in every runtime: commits
 /// carry `paddock agent (<job>)` unless `PADDOCK_GIT_AUTHOR_NAME`/`_EMAIL` are set where
 /// paddock runs. In containers they are part of the container's environment, so even the

@@ -1,7 +1,8 @@
-//! Orchestrator-grade control: two installs on one Docker daemon, and a `create` that fails at
-//! any step leaving nothing behind — through the real binary, real repositories and (where
-//! marked) the real Docker daemon.
+//! Orchestrator-grade control: two installs on one Docker daemon, a `create` that fails at any
+//! step leaving nothing behind, and the job's limits visible inside it — through the real
+//! binary, real repositories and (where marked) the real Docker daemon.
 
+use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 
 use crate::fixtures::{FixtureRepo, TestHome, container_of, docker_available, test_image, text};
@@ -247,4 +248,107 @@ fn a_create_whose_container_name_is_taken_fails_and_leaves_nothing() {
     );
     assert!(blocker_left, "the other container was not touched");
     assert_nothing_left(&home, &repo, "name taken");
+}
+
+/// `PADDOCK_*` variables an exec sees, and when the exec started (±1 s).
+fn paddock_env(home: &TestHome, id: &str) -> (BTreeMap<String, String>, i64, i64) {
+    let before = chrono::Utc::now().timestamp() - 1;
+    let out = home.ok(&["exec", id, "--timeout", "90s", "--", "sh", "-c", "env"]);
+    let after = chrono::Utc::now().timestamp() + 1;
+    let env = out
+        .lines()
+        .filter(|line| line.starts_with("PADDOCK_"))
+        .filter_map(|line| line.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    (env, before, after)
+}
+
+fn assert_deadline(env: &BTreeMap<String, String>, before: i64, after: i64) {
+    let deadline = chrono::DateTime::parse_from_rfc3339(&env["PADDOCK_DEADLINE"])
+        .unwrap_or_else(|e| panic!("PADDOCK_DEADLINE is RFC 3339 ({e}): {env:?}"))
+        .timestamp();
+    assert!(
+        (before + 90..=after + 90).contains(&deadline),
+        "the exec's deadline is its start plus its 90s timeout: {deadline} not in {}..={}",
+        before + 90,
+        after + 90
+    );
+}
+
+#[test]
+fn limits_are_visible_inside_a_docker_job() {
+    if !docker_available("limits_are_visible_inside_a_docker_job") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create_docker(
+        &repo,
+        &["--id", "seen", "--cpus", "1.5", "--memory", "256m"],
+    );
+    let (env, before, after) = paddock_env(&home, "seen");
+    assert_eq!(env["PADDOCK_JOB_ID"], "seen", "{env:?}");
+    assert_eq!(env["PADDOCK_CPUS"], "1.5", "{env:?}");
+    assert_eq!(
+        env["PADDOCK_MEMORY_BYTES"],
+        (256u64 << 20).to_string(),
+        "{env:?}"
+    );
+    assert_deadline(&env, before, after);
+    // They are the container's real limits, and its own environment (a `docker exec` or a
+    // shell sees them too).
+    let name = container_of(&job);
+    let inspect = |format: &str| {
+        let out = Command::new("docker")
+            .args(["inspect", "-f", format, &name])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(inspect("{{.HostConfig.NanoCpus}}"), "1500000000");
+    assert_eq!(
+        inspect("{{.HostConfig.Memory}}"),
+        (256u64 << 20).to_string()
+    );
+    let container_env = inspect("{{json .Config.Env}}");
+    assert!(
+        container_env.contains("\"PADDOCK_CPUS=1.5\"")
+            && container_env.contains(&format!("\"PADDOCK_MEMORY_BYTES={}\"", 256u64 << 20))
+            && container_env.contains("\"PADDOCK_JOB_ID=seen\""),
+        "{container_env}"
+    );
+    home.ok(&["rm", "seen", "--force"]);
+}
+
+#[test]
+fn limits_are_visible_inside_a_process_job() {
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    home.create(
+        &repo,
+        &[
+            "--id",
+            "seen",
+            "--runtime",
+            "process",
+            "--cpus",
+            "1.5",
+            "--memory",
+            "256m",
+        ],
+    );
+    let (env, before, after) = paddock_env(&home, "seen");
+    assert_eq!(env["PADDOCK_JOB_ID"], "seen", "{env:?}");
+    // The process runtime sets no CPU share: the job may use every CPU of the host.
+    let host_cpus = std::thread::available_parallelism().unwrap().to_string();
+    assert_eq!(env["PADDOCK_CPUS"], host_cpus, "{env:?}");
+    // Its memory limit is the address-space rlimit.
+    assert_eq!(
+        env["PADDOCK_MEMORY_BYTES"],
+        (256u64 << 20).to_string(),
+        "{env:?}"
+    );
+    assert_deadline(&env, before, after);
+    home.ok(&["rm", "seen", "--force"]);
 }

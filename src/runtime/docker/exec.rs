@@ -155,9 +155,22 @@ async fn exec_in(
         ],
     };
     cmd.extend(request.cmd.iter().cloned());
-    let mut env = vec![format!("PADDOCK_JOB_ID={}", record.id)];
-    env.extend(record.limits.env.iter().map(|(k, v)| format!("{k}={v}")));
-    env.extend(request.env.iter().map(|(k, v)| format!("{k}={v}")));
+    let mut env: Vec<String> = record
+        .limits
+        .env
+        .iter()
+        .chain(&request.env)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    // paddock's own facts last, so no profile or exec variable can misstate them (and a
+    // container made before they existed still shows them).
+    let (key, deadline) = crate::runtime::deadline_env(request.timeout);
+    env.extend(
+        crate::runtime::job_env(record)
+            .into_iter()
+            .chain([(key, deadline)])
+            .map(|(k, v)| format!("{k}={v}")),
+    );
     let workspace = Path::new(&record.limits.workspace_dir);
     let workdir = match &request.workdir {
         Some(dir) => workspace.join(dir),

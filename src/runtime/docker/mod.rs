@@ -204,7 +204,6 @@ fn container_body(
     let (uid, gid) = agent_user(limits.uid);
     let mut env = vec![
         format!("HOME={CONTAINER_HOME}"),
-        format!("PADDOCK_JOB_ID={}", record.id),
         format!("PADDOCK_WORKSPACE={}", limits.workspace_dir),
     ];
     // Git's identity and settings are part of the container, so the first exec has them
@@ -223,6 +222,12 @@ fn container_body(
         env.extend(egress::proxy_env(&job_container(record)));
     }
     env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
+    // paddock's own facts last, so no profile variable can misstate them.
+    env.extend(
+        super::job_env(record)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}")),
+    );
     let tmpfs_opts = |size: &str| format!("rw,nosuid,nodev,size={size},mode=1777");
     let memory = i64::try_from(limits.memory.0).unwrap_or(i64::MAX);
     let host_config = HostConfig {
