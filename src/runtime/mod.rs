@@ -362,7 +362,7 @@ pub(crate) fn failpoint(point: &'static str) -> Result<(), RuntimeError> {
 /// What a job's commands learn about the job itself, the same in every runtime:
 /// `PADDOCK_JOB_ID`, `PADDOCK_CPUS` (the CPU limit as a decimal; the host's count where the
 /// runtime sets none, as the process runtime) and `PADDOCK_MEMORY_BYTES` (the memory limit
-/// in bytes; absent when it is 0, no limit).
+/// in bytes; absent when it is 0, which Docker takes as no limit).
 pub fn job_env(record: &JobRecord) -> Vec<(String, String)> {
     let cpus = if record.runtime.uses_docker() {
         record.limits.cpus.to_string()
