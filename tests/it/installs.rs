@@ -139,6 +139,57 @@ fn two_installs_on_one_daemon_each_run_and_remove_their_own_job_of_the_same_id()
     assert!(labelled(&home_a).is_empty() && labelled(&home_b).is_empty());
 }
 
+#[test]
+fn a_job_recorded_before_names_carried_the_install_keeps_its_old_container() {
+    if !docker_available("a_job_recorded_before_names_carried_the_install") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    // Unique on the daemon: an old name carries no install, so other runs could collide.
+    let id = format!("old-{}", std::process::id());
+    let job = home.create_docker(&repo, &["--id", &id]);
+    // Made as paddock did before: the container is `paddock-<job>` and the record has no name.
+    let old_name = format!("paddock-{id}");
+    assert!(docker_ok(&["rename", &container_of(&job), &old_name]));
+    let record_path = home.root().join("jobs").join(format!("{id}.json"));
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    record.as_object_mut().unwrap().remove("container_name");
+    std::fs::write(&record_path, serde_json::to_vec_pretty(&record).unwrap()).unwrap();
+    let container_id = |name: &str| {
+        let out = Command::new("docker")
+            .args(["inspect", "-f", "{{.Id}}", name])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let before = container_id(&old_name);
+
+    assert_eq!(home.sh(&id, "echo $PADDOCK_JOB_ID"), format!("{id}\n"));
+    assert_eq!(container_id(&old_name), before, "the old container ran it");
+    assert!(
+        home.json(&["show", &id, "--json"])["job"]["container_name"].is_null(),
+        "no name recorded"
+    );
+    assert_eq!(
+        labelled(&home),
+        vec![old_name.clone()],
+        "no second container"
+    );
+    home.ok(&["stop", &id, "--grace", "1s"]);
+    assert!(
+        !container_running(&old_name),
+        "stop reached the old container"
+    );
+    home.ok(&["rm", &id, "--force"]);
+    assert!(
+        !docker_ok(&["container", "inspect", &old_name]),
+        "rm removed it"
+    );
+    assert!(labelled(&home).is_empty());
+}
+
 /// A repository whose config gives every job a cache, so cache placement is a real step.
 fn repo_with_cache() -> FixtureRepo {
     let repo = FixtureRepo::new();
