@@ -109,12 +109,25 @@ fn allowlist_holds(runtime: &str) {
     let denials = collect_denials(&daemon, 4);
     let allow = format!("{gateway}:{allowed}");
     let image = crate::fixtures::test_image();
+    // A long task makes a long id (55 characters), so the sidecar's name is longer than a
+    // DNS label: the job reaches its proxy all the same (by its short alias).
+    let task = "an-allowlisted-job-whose-task-makes-an-id-of-fifty-five-characters";
     let job = home.create(
         &repo,
-        &["--runtime", runtime, "--image", &image, "--allow", &allow],
+        &[
+            "--runtime",
+            runtime,
+            "--image",
+            &image,
+            "--allow",
+            &allow,
+            "--task",
+            task,
+        ],
     );
     assert_eq!(job["runtime"], runtime, "{job}");
     let id = text(&job, "id");
+    assert_eq!(id.len(), 55, "{id}");
     assert_eq!(job["limits"]["network"], "allowlist", "{job}");
     assert_eq!(job["limits"]["allow"][0], allow.as_str(), "{job}");
     let shown = home.json(&["show", &id, "--json"]);

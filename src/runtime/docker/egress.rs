@@ -6,7 +6,7 @@
 //! Docker's default bridge; it runs this very binary (`paddock egress-proxy`, mounted
 //! read-only from the host, so no image has to be pulled or built) as an unprivileged user
 //! with every capability dropped, a read-only root and small limits. The job's DNS goes to
-//! Docker's embedded resolver, which answers the sidecar's name and forwards nothing else
+//! Docker's embedded resolver, which answers the sidecar's alias and forwards nothing else
 //! (its upstream is set to the job's own loopback, where nothing listens), so names can
 //! neither be resolved nor carry data out; the proxy resolves allowed names itself.
 //!
@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, HostConfig, NetworkConnectRequest, NetworkCreateRequest, NetworkInspect,
+    ContainerCreateBody, EndpointSettings, HostConfig, NetworkConnectRequest, NetworkCreateRequest,
+    NetworkInspect,
 };
 
 use super::mounts::bind;
@@ -51,14 +52,25 @@ pub fn sidecar_name(base: &str) -> String {
     format!("{base}-egress")
 }
 
-/// The proxy's URL as the job (container `base`) sees it.
-pub fn proxy_url(base: &str) -> String {
-    format!("http://{}:{PROXY_PORT}", sidecar_name(base))
+/// The sidecar's name on the job's own network, where it is the only other member: short,
+/// so it resolves whatever the job id (a DNS label holds 63 characters, and
+/// `paddock-<install>-<job>-egress` can be longer).
+const PROXY_ALIAS: &str = "paddock-egress";
+
+/// The proxy's URL as the job sees it: the sidecar's alias; for a job recorded before names
+/// carried the install, its sidecar's name, as its container was made with (its sidecar
+/// may predate the alias).
+pub fn proxy_url(record: &JobRecord) -> String {
+    let host = match record.container_name {
+        Some(_) => PROXY_ALIAS.to_string(),
+        None => sidecar_name(&job_container(record)),
+    };
+    format!("http://{host}:{PROXY_PORT}")
 }
 
 /// The environment that sends git, curl, cargo, pip and npm through the proxy.
-pub fn proxy_env(base: &str) -> Vec<String> {
-    let url = proxy_url(base);
+pub fn proxy_env(record: &JobRecord) -> Vec<String> {
+    let url = proxy_url(record);
     let mut env: Vec<String> = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
         .iter()
         .map(|key| format!("{key}={url}"))
@@ -126,7 +138,10 @@ pub async fn ensure(
             &network,
             NetworkConnectRequest {
                 container: name.clone(),
-                endpoint_config: None,
+                endpoint_config: Some(EndpointSettings {
+                    aliases: Some(vec![PROXY_ALIAS.to_string()]),
+                    ..Default::default()
+                }),
             },
         ),
     )

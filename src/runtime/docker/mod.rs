@@ -219,7 +219,7 @@ fn container_body(
             .map(|(k, v)| format!("{k}={v}")),
     );
     if limits.network == NetworkMode::Allowlist {
-        env.extend(egress::proxy_env(&job_container(record)));
+        env.extend(egress::proxy_env(record));
     }
     env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
     // paddock's own facts last, so no profile variable can misstate them.
