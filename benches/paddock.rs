@@ -283,7 +283,7 @@ fn exec_sync_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
     ])))
     .unwrap();
     let id = job["id"].as_str().unwrap().to_string();
-    let container = format!("paddock-{id}");
+    let container = fixtures::container_of(&job);
     let commit = |file: &str, i: usize| {
         format!("echo {i} >> {file} && git add {file} && git commit -q -m '{file} {i}'")
     };
@@ -634,7 +634,7 @@ fn egress_overhead(rows: &mut Vec<Row>) {
     let gateway = bridge_gateway();
     let port = body_server(&gateway);
     let image = test_image();
-    let create = |extra: &[&str]| -> String {
+    let create = |extra: &[&str]| -> (String, String) {
         let path = repo.path().display().to_string();
         let mut args = vec![
             "create",
@@ -648,11 +648,14 @@ fn egress_overhead(rows: &mut Vec<Row>) {
         ];
         args.extend_from_slice(extra);
         let job: Value = serde_json::from_str(&run(&mut home.cmd(&args))).unwrap();
-        job["id"].as_str().unwrap().to_string()
+        (
+            job["id"].as_str().unwrap().to_string(),
+            fixtures::container_of(&job),
+        )
     };
     let target = format!("{gateway}:{port}");
-    let proxied = create(&["--task", "egress-proxied", "--allow", &target]);
-    let direct = create(&["--task", "egress-direct", "--network", "open"]);
+    let (proxied, proxied_container) = create(&["--task", "egress-proxied", "--allow", &target]);
+    let (direct, direct_container) = create(&["--task", "egress-direct", "--network", "open"]);
     // Prints the microseconds a fetch took and the bytes it got (bash's clock: no fork of
     // `date` inside the timed span).
     let fetch_direct = format!(
@@ -661,14 +664,8 @@ fn egress_overhead(rows: &mut Vec<Row>) {
     let fetch_proxied = format!(
         "h=${{HTTPS_PROXY#http://}}; t0=${{EPOCHREALTIME/./}}; exec 3<>/dev/tcp/${{h%:*}}/${{h##*:}}; printf 'CONNECT {target} HTTP/1.1\\r\\n\\r\\nGET /10m HTTP/1.0\\r\\n\\r\\n' >&3; n=$(cat <&3 | wc -c); echo $(( ${{EPOCHREALTIME/./}} - t0 )) $n"
     );
-    let fetch = |id: &str, script: &str| -> f64 {
-        let out = run(Command::new("docker").args([
-            "exec",
-            &format!("paddock-{id}"),
-            "bash",
-            "-c",
-            script,
-        ]));
+    let fetch = |container: &str, script: &str| -> f64 {
+        let out = run(Command::new("docker").args(["exec", container, "bash", "-c", script]));
         let mut words = out.split_whitespace();
         let micros: f64 = words.next().unwrap().parse().unwrap();
         let bytes: u64 = words.next().unwrap().parse().unwrap();
@@ -678,11 +675,11 @@ fn egress_overhead(rows: &mut Vec<Row>) {
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for i in 0..RUNS {
         if i % 2 == 0 {
-            ours.push(fetch(&proxied, &fetch_proxied));
-            theirs.push(fetch(&direct, &fetch_direct));
+            ours.push(fetch(&proxied_container, &fetch_proxied));
+            theirs.push(fetch(&direct_container, &fetch_direct));
         } else {
-            theirs.push(fetch(&direct, &fetch_direct));
-            ours.push(fetch(&proxied, &fetch_proxied));
+            theirs.push(fetch(&direct_container, &fetch_direct));
+            ours.push(fetch(&proxied_container, &fetch_proxied));
         }
     }
     let ratio = median(&ours) / median(&theirs);
@@ -701,7 +698,7 @@ fn egress_overhead(rows: &mut Vec<Row>) {
         "h=${{HTTPS_PROXY#http://}}; for i in $(seq 50); do ( exec 3<>/dev/tcp/${{h%:*}}/${{h##*:}}; printf 'CONNECT {target} HTTP/1.1\\r\\n\\r\\nGET /hold HTTP/1.0\\r\\n\\r\\n' >&3; sleep 15 ) & done; sleep 16"
     );
     let holder = Command::new("docker")
-        .args(["exec", &format!("paddock-{proxied}"), "bash", "-c", &hold])
+        .args(["exec", &proxied_container, "bash", "-c", &hold])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -710,7 +707,7 @@ fn egress_overhead(rows: &mut Vec<Row>) {
         "inspect",
         "--format",
         "{{.State.Pid}}",
-        &format!("paddock-{proxied}-egress"),
+        &fixtures::container_with_role(&home, &proxied, "egress"),
     ]))
     .parse()
     .unwrap();

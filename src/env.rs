@@ -22,3 +22,10 @@ impl EnvLookup for BTreeMap<String, String> {
         self.get(name).cloned()
     }
 }
+
+/// A test-only failpoint: whether `PADDOCK_FAIL_AT` names `point`, where the caller then
+/// fails as if that step had (so tests can prove a failed step is rolled back). Costs one
+/// environment lookup.
+pub fn fail_at(point: &str) -> bool {
+    std::env::var("PADDOCK_FAIL_AT").as_deref() == Ok(point)
+}

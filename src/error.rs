@@ -133,6 +133,8 @@ pub enum Error {
         network: crate::config::NetworkMode,
         reason: String,
     },
+    #[error("failure injected at `{point}` (PADDOCK_FAIL_AT)")]
+    Injected { point: &'static str },
     #[error("failed to remove `{path}`")]
     RemoveDir {
         path: PathBuf,
@@ -169,7 +171,7 @@ impl Error {
             Error::SnapshotFailed { .. } | Error::NotOurs { .. } | Error::Legacy { .. } => {
                 K::Refused
             }
-            Error::RemoveDir { .. } | Error::Log { .. } => K::Internal,
+            Error::RemoveDir { .. } | Error::Log { .. } | Error::Injected { .. } => K::Internal,
             Error::Network { .. } => K::InvalidInput,
             Error::Daemon { kind, .. } => *kind,
             Error::Admission(AdmissionError::NoRoom { .. }) => K::QueueFull,
@@ -188,6 +190,7 @@ impl Error {
             Error::Runtime(RuntimeError::EmptyCommand) => K::Usage,
             Error::Runtime(RuntimeError::Unsupported { .. }) => K::InvalidInput,
             Error::Runtime(RuntimeError::NotOurContainer { .. }) => K::Refused,
+            Error::Runtime(RuntimeError::NameInUse { .. }) => K::Conflict,
             Error::Runtime(_) => K::Internal,
         }
     }
@@ -233,6 +236,11 @@ impl Error {
             ) => "is the Docker daemon running? try `paddock doctor`",
             Error::Runtime(RuntimeError::ImageMissing { image }) => {
                 return Some(format!("build it with `paddock image build --tag {image}`"));
+            }
+            Error::Runtime(RuntimeError::NameInUse { name }) => {
+                return Some(format!(
+                    "remove or rename the container `{name}` (`docker rm {name}`), or choose another --id"
+                ));
             }
             Error::Runtime(RuntimeError::OciRuntimeMissing { .. }) => {
                 "register it in /etc/docker/daemon.json (see the README) and reload dockerd"

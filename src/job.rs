@@ -229,6 +229,12 @@ pub struct JobRecord {
     pub runtime: RuntimeKind,
     pub limits: Limits,
     pub container_id: Option<String>,
+    /// The name of the job's container, carrying the install's tag
+    /// (`paddock-<install>-<job>`); its network and egress sidecar are named after it. `None`
+    /// for process jobs and for records written before names carried the install, whose
+    /// container is `paddock-<job>`.
+    #[serde(default)]
+    pub container_name: Option<String>,
     pub state: JobState,
     pub created_at: DateTime<Utc>,
     pub last_activity_at: DateTime<Utc>,

@@ -4,6 +4,7 @@
 //! ```text
 //! $PADDOCK_HOME/
 //!   home-id                      random id of this install; labels its containers
+//!                                (the install's tag in Docker names is a hash of the path)
 //!   jobs/<id>.json               one record per job (atomic writes)
 //!   jobs/.lock                   serializes read-modify-write of records across processes
 //!   worktrees/<repo-key>/<id>/   the job's checkout
@@ -102,6 +103,7 @@ impl FileLock {
 pub struct PaddockHome {
     root: PathBuf,
     id: String,
+    tag: String,
 }
 
 impl PaddockHome {
@@ -152,7 +154,8 @@ impl PaddockHome {
                 }
             }
         };
-        Ok(PaddockHome { root, id })
+        let tag = install_tag(&root);
+        Ok(PaddockHome { root, id, tag })
     }
 
     pub fn root(&self) -> &Path {
@@ -162,6 +165,12 @@ impl PaddockHome {
     /// The id that labels this install's containers (`dev.paddock.home`).
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// This install's short tag in the names of its Docker objects (`paddock-<tag>-<job>`),
+    /// so two installs on one daemon can use the same job id (see [`install_tag`]).
+    pub fn tag(&self) -> &str {
+        &self.tag
     }
 
     pub fn jobs_dir(&self) -> PathBuf {
@@ -294,6 +303,16 @@ impl PaddockHome {
             dir: self.jobs_dir(),
         }
     }
+}
+
+/// The tag of the install at `root` (its canonical path): 8 hex digits of the path's
+/// SHA-256. Derived, not stored, so it is stable for as long as the install stays where it
+/// is; a moved install gets new names for new containers, and its existing jobs keep theirs
+/// (the record holds the container's name).
+pub fn install_tag(root: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(root.as_os_str().as_encoded_bytes());
+    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Job records on disk.

@@ -285,6 +285,10 @@ pub struct JobView {
     pub profile: String,
     pub runtime: String,
     pub container_id: Option<String>,
+    /// The job's container's name (`paddock-<install>-<job>`; `paddock-<job>` for jobs made
+    /// before names carried the install); null for process jobs.
+    #[serde(default)]
+    pub container_name: Option<String>,
     pub state: JobState,
     pub created_at: DateTime<Utc>,
     pub last_activity_at: DateTime<Utc>,
@@ -316,6 +320,7 @@ impl From<&JobRecord> for JobView {
             profile: record.profile.clone(),
             runtime: record.runtime.to_string(),
             container_id: record.container_id.clone(),
+            container_name: record.container_name.clone(),
             state: record.state,
             created_at: record.created_at,
             last_activity_at: record.last_activity_at,

@@ -1,7 +1,8 @@
 //! `create`: validate every input, reserve the id with an exclusive record write, then make
 //! the branch, the private git dir, the checkout, the caches and the container, rolling all
-//! of it back when a step fails. Failpoints (`PADDOCK_CRASH_AT`) let tests kill it between
-//! steps and prove that a sweep cleans up each crash.
+//! of it back when a step fails. Failpoints let tests kill it between steps
+//! (`PADDOCK_CRASH_AT`) and prove that a sweep cleans up each crash, or make a step fail
+//! (`PADDOCK_FAIL_AT`) and prove that the rollback leaves nothing.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +13,7 @@ use crate::config::NetworkMode;
 use crate::git::jobdir::JobGitDir;
 use crate::git::{self, GitRepo};
 use crate::job::{JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
+use crate::runtime::RuntimeError;
 use crate::store::StoreError;
 use crate::wire::EventKind;
 
@@ -102,6 +104,7 @@ impl Paddock {
             runtime: runtime.kind,
             limits: Limits::from(&profile),
             container_id: None,
+            container_name: self.runtimes.of(runtime.kind).sandbox_name(&id),
             state: JobState::Creating,
             created_at: now,
             last_activity_at: now,
@@ -193,6 +196,7 @@ impl Paddock {
         let tip = if record.branch_created {
             repo.create_branch(&record.branch, &record.base_commit)
                 .await?;
+            fail_point("branch")?;
             record.base_commit.clone()
         } else {
             repo.resolve_commit(&format!("refs/heads/{}", record.branch))
@@ -224,6 +228,7 @@ impl Paddock {
             )
             .await?;
         crash_point("checked-out");
+        fail_point("checkout")?;
         if !cache_specs.is_empty() {
             record.caches = crate::cache::place(
                 &self.home.caches_dir(),
@@ -235,20 +240,37 @@ impl Paddock {
             job_git.add_excludes(&crate::cache::exclude_patterns(&record.caches))?;
             self.store.save(record)?;
         }
+        fail_point("caches")?;
         record.container_id = self.runtime_of(record).start(record).await?;
         crash_point("started");
         record.transition(JobState::Ready, Utc::now())?;
         record.owner = None;
+        fail_point("record")?;
         self.store.save(record)?;
         Ok(())
     }
 
-    /// Undoes a partial create: container, worktree, branch (if we made it), marker, record.
+    /// Undoes a partial create: container (with its network and sidecar), worktree and job
+    /// dir, branch (if we made it), marker, record. Every step is tried even when an earlier
+    /// one failed; a container that is not ours (its name taken by someone else) is left
+    /// alone and counts as nothing to undo. When a step failed, the marker and the record
+    /// stay (state `creating`), so a sweep finishes the job once this process is gone.
     async fn rollback(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
-        self.runtime_of(record).destroy(&record.id).await?;
-        self.remove_checkout(repo, record).await?;
-        if record.branch_created {
-            repo.delete_branch(&record.branch).await?;
+        let mut failed: Option<Error> = None;
+        match self.runtime_of(record).destroy(record).await {
+            Ok(()) | Err(RuntimeError::NotOurContainer { .. }) => {}
+            Err(error) => failed = Some(error.into()),
+        }
+        if let Err(error) = self.remove_checkout(repo, record).await {
+            failed.get_or_insert(error);
+        }
+        if record.branch_created
+            && let Err(error) = repo.delete_branch(&record.branch).await
+        {
+            failed.get_or_insert(error.into());
+        }
+        if let Some(error) = failed {
+            return Err(error);
         }
         let _ = std::fs::remove_file(self.home.worktree_marker(&record.repo_key, &record.id));
         self.store.remove(&record.id)?;
@@ -319,6 +341,28 @@ fn crash_point(name: &str) {
         crate::sys::kill_self();
     }
 }
+
+/// A test-only failpoint: when `PADDOCK_FAIL_AT` names this point, the step fails there
+/// with [`Error::Injected`], so tests can prove that `create` rolls back every step.
+fn fail_point(point: &'static str) -> Result<()> {
+    if crate::env::fail_at(point) {
+        return Err(Error::Injected { point });
+    }
+    Ok(())
+}
+
+/// The points `PADDOCK_FAIL_AT` accepts, in the order `create` passes them:
+/// after the branch is made, after the checkout, after the caches are placed, after the
+/// container is created (Docker runtimes only), after it started (Docker runtimes only),
+/// and in place of the final record write.
+pub const FAIL_POINTS: &[&str] = &[
+    "branch",
+    "checkout",
+    "caches",
+    "container-create",
+    "container-start",
+    "record",
+];
 
 /// The points `PADDOCK_CRASH_AT` accepts, in the order `create` passes them.
 pub const CRASH_POINTS: &[&str] = &[

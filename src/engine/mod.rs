@@ -30,7 +30,7 @@ mod remove;
 mod sync;
 #[cfg(test)]
 mod tests;
-pub use create::{CRASH_POINTS, render_branch};
+pub use create::{CRASH_POINTS, FAIL_POINTS, render_branch};
 pub use sync::{SyncScope, Synced};
 
 pub use crate::error::{Error, Result};

@@ -60,7 +60,7 @@ impl Paddock {
             wip_commit = repo.ref_target(&wip_ref).await?;
         }
 
-        self.runtime_of(&record).destroy(&record.id).await?;
+        self.runtime_of(&record).destroy(&record).await?;
         promote_copied_caches(&record);
         self.remove_checkout(&repo, &record).await?;
 

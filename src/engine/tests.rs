@@ -88,12 +88,20 @@ impl Runtime for FakeRuntime {
     ) -> Result<JobRecord, RuntimeError> {
         Ok(record)
     }
-    async fn destroy(&self, id: &JobId) -> Result<(), RuntimeError> {
-        self.destroyed.lock().unwrap().push(id.to_string());
+    async fn destroy(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        self.destroyed.lock().unwrap().push(record.id.to_string());
         self.sandboxes
             .lock()
             .unwrap()
-            .retain(|s| s.job != id.as_str());
+            .retain(|s| s.job != record.id.as_str());
+        Ok(())
+    }
+    async fn remove_sandbox(&self, sandbox: &Sandbox) -> Result<(), RuntimeError> {
+        self.destroyed.lock().unwrap().push(sandbox.job.clone());
+        self.sandboxes
+            .lock()
+            .unwrap()
+            .retain(|s| s.name != sandbox.name);
         Ok(())
     }
     async fn build_image(

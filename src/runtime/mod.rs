@@ -21,7 +21,7 @@ use crate::config::{NetworkMode, RuntimeChoice};
 use crate::job::{JobId, JobRecord, RuntimeKind};
 use crate::store::{JobStore, PaddockHome};
 
-pub use docker::DockerRuntime;
+pub use docker::{DockerRuntime, container_name};
 pub use exec::{ExecRequest, ExecResult, OutputSink};
 pub use process::ProcessRuntime;
 
@@ -62,6 +62,10 @@ pub enum RuntimeError {
     EmptyCommand,
     #[error("refusing to touch container `{name}`: it does not carry this install's labels")]
     NotOurContainer { name: String },
+    #[error("the container name `{name}` is already in use by a container that is not this job's")]
+    NameInUse { name: String },
+    #[error("failure injected at `{point}` (PADDOCK_FAIL_AT)")]
+    Injected { point: &'static str },
     #[error("the {runtime} runtime cannot {what}")]
     Unsupported {
         runtime: &'static str,
@@ -151,6 +155,13 @@ pub trait Runtime: Send + Sync {
     /// have that network (the process runtime cannot hold an allow-list). Never pulls.
     async fn check_ready(&self, image: &str, network: NetworkMode) -> Result<(), RuntimeError>;
 
+    /// The name a new job's sandbox will have on the machine (its container's), recorded so
+    /// the job finds it again; `None` for runtimes without named sandboxes.
+    fn sandbox_name(&self, id: &JobId) -> Option<String> {
+        let _ = id;
+        None
+    }
+
     /// Starts whatever a new job needs to run commands; returns the container id, if any.
     async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError>;
 
@@ -188,8 +199,9 @@ pub trait Runtime: Send + Sync {
         record: JobRecord,
     ) -> Result<JobRecord, RuntimeError>;
 
-    /// Removes whatever the runtime holds for a job.
-    async fn destroy(&self, id: &JobId) -> Result<(), RuntimeError>;
+    /// Removes whatever the runtime holds for a job (each part tried even when another
+    /// fails; the first error is returned).
+    async fn destroy(&self, record: &JobRecord) -> Result<(), RuntimeError>;
 
     /// Makes the job's sandbox follow its record's network policy from the next connection
     /// on (the allow-list of an `allowlist` job). Nothing for runtimes without one.
@@ -336,6 +348,51 @@ impl Runtimes {
             warning: None,
         })
     }
+}
+
+/// A test-only failpoint: fails with [`RuntimeError::Injected`] when `PADDOCK_FAIL_AT`
+/// names `point` (see `engine::FAIL_POINTS`).
+pub(crate) fn failpoint(point: &'static str) -> Result<(), RuntimeError> {
+    if crate::env::fail_at(point) {
+        return Err(RuntimeError::Injected { point });
+    }
+    Ok(())
+}
+
+/// What a job's commands learn about the job itself, the same in every runtime:
+/// `PADDOCK_JOB_ID`, `PADDOCK_CPUS` (the CPU limit as a decimal; the host's count where the
+/// runtime sets none, as the process runtime) and `PADDOCK_MEMORY_BYTES` (the memory limit
+/// in bytes; absent when it is 0, which Docker takes as no limit).
+pub fn job_env(record: &JobRecord) -> Vec<(String, String)> {
+    let cpus = if record.runtime.uses_docker() {
+        record.limits.cpus.to_string()
+    } else {
+        std::thread::available_parallelism().map_or_else(|_| "1".into(), |n| n.to_string())
+    };
+    let mut env = vec![
+        ("PADDOCK_JOB_ID".to_string(), record.id.to_string()),
+        ("PADDOCK_CPUS".to_string(), cpus),
+    ];
+    if record.limits.memory.0 > 0 {
+        env.push((
+            "PADDOCK_MEMORY_BYTES".to_string(),
+            record.limits.memory.0.to_string(),
+        ));
+    }
+    env
+}
+
+/// `PADDOCK_DEADLINE` for an exec starting now with `timeout`: when paddock will stop the
+/// command (RFC 3339, UTC, seconds). A job has no deadline of its own; each exec has one.
+pub fn deadline_env(timeout: Duration) -> (String, String) {
+    let deadline = chrono::Duration::from_std(timeout)
+        .ok()
+        .and_then(|timeout| chrono::Utc::now().checked_add_signed(timeout))
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+    (
+        "PADDOCK_DEADLINE".to_string(),
+        deadline.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    )
 }
 
 /// Git's identity and settings for the agent's commands, the same in every runtime: commits

@@ -51,7 +51,9 @@ pub(super) async fn exec(
         .envs(crate::cache::env_vars(&record.caches))
         .envs(&limits.env)
         .envs(&request.env)
-        .env("PADDOCK_JOB_ID", record.id.as_str())
+        // paddock's own facts last, so no profile or exec variable can misstate them.
+        .envs(super::job_env(record))
+        .envs([super::deadline_env(request.timeout)])
         .env("PADDOCK_WORKSPACE", &record.worktree)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -267,7 +269,7 @@ impl super::Runtime for ProcessRuntime {
         Ok(record)
     }
 
-    async fn destroy(&self, _id: &crate::job::JobId) -> Result<(), RuntimeError> {
+    async fn destroy(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
         Ok(())
     }
 

@@ -46,7 +46,13 @@ impl Paddock {
             if self.store().exists(&id) {
                 continue;
             }
-            match self.runtimes().with_sandboxes().destroy(&id).await {
+            // By its listed name, so an orphan named before names carried the install goes too.
+            match self
+                .runtimes()
+                .with_sandboxes()
+                .remove_sandbox(&container)
+                .await
+            {
                 Ok(()) => report.removed("container", container.name, reason),
                 Err(error) => report.error("container", container.name, reason, error),
             }
@@ -229,6 +235,7 @@ impl Paddock {
             .check_ready(&profile.image.value, profile.network.value)
             .await?;
         let now = Utc::now();
+        let container_name = self.runtimes().of(RuntimeKind::Docker).sandbox_name(&id);
         Ok(JobRecord {
             schema: crate::job::RECORD_SCHEMA,
             git_dir: Some(self.home().job_git_dir(&id)),
@@ -247,6 +254,7 @@ impl Paddock {
             runtime: RuntimeKind::Docker,
             limits: crate::job::Limits::from(&profile),
             container_id: None,
+            container_name,
             state: JobState::Exited,
             created_at: now,
             last_activity_at: now,

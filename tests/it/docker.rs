@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image, text};
+use crate::fixtures::{FixtureRepo, TestHome, container_of, docker_available, test_image, text};
 use serde_json::Value;
 
 /// `paddock exec --json`; returns the ExecResult and paddock's exit code.
@@ -105,7 +105,7 @@ fn git_in_the_container_commits_to_the_branch_and_cannot_touch_config_or_hooks()
         hooks_before
     );
     home.ok(&["rm", &id]);
-    assert!(!container_exists(&format!("paddock-{id}")));
+    assert!(!container_exists(&container_of(&job)));
 }
 
 #[test]
@@ -241,7 +241,7 @@ fn isolated_and_limited(runtime: &str) {
     // CPU: a 2-second busy loop under --cpus 0.5 gets about half a CPU (cgroup accounting;
     // gVisor shows no cgroup files inside, so there the host's account of the container).
     let share = if runtime == "runsc" {
-        let container = docker(&["inspect", "--format", "{{.Id}}", &format!("paddock-{id}")]);
+        let container = docker(&["inspect", "--format", "{{.Id}}", &container_of(&job)]);
         let usage_file = format!(
             "/sys/fs/cgroup/cpuacct/docker/{}/cpuacct.usage",
             container.trim()
@@ -329,7 +329,7 @@ fn exec_brings_back_a_restarted_or_killed_container() {
     let home = TestHome::new();
     let job = home.create_docker(&repo, &["--task", "recover"]);
     let id = text(&job, "id");
-    let name = format!("paddock-{id}");
+    let name = container_of(&job);
     docker(&["restart", "-t", "0", &name]);
     assert_eq!(sh(&home, &id, "echo back")["stdout"], "back\n");
     docker(&["kill", &name]);
@@ -373,13 +373,12 @@ fn run_commits_exits_with_the_command_code_and_leaves_nothing_but_the_branch() {
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["result"]["exit_code"], 3);
     assert_eq!(report["branch_kept"], true);
-    let id = text(&report["job"], "id");
     assert_eq!(
         repo.git(&["log", "-1", "--format=%s", "agent/agent/oneshot"]),
         "one-shot result"
     );
     assert!(
-        !container_exists(&format!("paddock-{id}")),
+        !container_exists(&container_of(&report["job"])),
         "no container left"
     );
     assert_eq!(home.worktree_dirs(), 0, "no worktree left");
@@ -477,7 +476,7 @@ fn stop_ends_the_container_and_the_next_exec_starts_it() {
     let home = TestHome::new();
     let job = home.create_docker(&repo, &["--task", "stop"]);
     let id = text(&job, "id");
-    let name = format!("paddock-{id}");
+    let name = container_of(&job);
     let stopped = home.ok(&["stop", &id, "--grace", "1s"]);
     assert!(stopped.contains("stopped"), "{stopped}");
     assert_eq!(

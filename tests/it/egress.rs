@@ -8,7 +8,10 @@ use std::net::TcpListener;
 use std::process::Command;
 
 use crate::api::Daemon;
-use crate::fixtures::{FixtureRepo, TestHome, bridge_gateway, docker_available, text};
+use crate::fixtures::{
+    FixtureRepo, TestHome, bridge_gateway, container_of, container_with_role, docker_available,
+    text,
+};
 use serde_json::Value;
 
 /// An echo server on `address`; returns its port. It runs until the test process ends.
@@ -106,12 +109,25 @@ fn allowlist_holds(runtime: &str) {
     let denials = collect_denials(&daemon, 4);
     let allow = format!("{gateway}:{allowed}");
     let image = crate::fixtures::test_image();
+    // A long task makes a long id (55 characters), so the sidecar's name is longer than a
+    // DNS label: the job reaches its proxy all the same (by its short alias).
+    let task = "an-allowlisted-job-whose-task-makes-an-id-of-fifty-five-characters";
     let job = home.create(
         &repo,
-        &["--runtime", runtime, "--image", &image, "--allow", &allow],
+        &[
+            "--runtime",
+            runtime,
+            "--image",
+            &image,
+            "--allow",
+            &allow,
+            "--task",
+            task,
+        ],
     );
     assert_eq!(job["runtime"], runtime, "{job}");
     let id = text(&job, "id");
+    assert_eq!(id.len(), 55, "{id}");
     assert_eq!(job["limits"]["network"], "allowlist", "{job}");
     assert_eq!(job["limits"]["allow"][0], allow.as_str(), "{job}");
     let shown = home.json(&["show", &id, "--json"]);
@@ -171,7 +187,7 @@ fn allowlist_holds(runtime: &str) {
             "inspect",
             "--format",
             "{{json .HostConfig.Dns}}",
-            &format!("paddock-{id}"),
+            &container_of(&job),
         ])
         .output()
         .unwrap();
@@ -204,7 +220,7 @@ fn allowlist_holds(runtime: &str) {
 
     // Tightened on the running job: the next connection is refused; loosened again: let
     // through. No restart in between.
-    let container = format!("paddock-{id}");
+    let container = container_of(&job);
     let started_at = || {
         let out = Command::new("docker")
             .args(["inspect", "--format", "{{.State.StartedAt}}", &container])
@@ -235,7 +251,7 @@ fn allowlist_holds(runtime: &str) {
 
     // After the job and its proxy stopped (as a daemon restart leaves them), the next exec
     // brings both back: the proxy answers again (with a refusal: the list is empty).
-    let sidecar = format!("paddock-{id}-egress");
+    let sidecar = container_with_role(&home, &id, "egress");
     let stopped = Command::new("docker")
         .args(["stop", &sidecar])
         .output()

@@ -14,6 +14,7 @@ mod core_commands;
 mod docker;
 mod egress;
 mod hostile;
+mod installs;
 mod process;
 mod snapshots;
 mod sweep;

@@ -6,7 +6,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::fixtures::{FixtureRepo, TestHome, docker_available, git, test_image, text};
+use crate::fixtures::{
+    FixtureRepo, TestHome, container_of, docker_available, git, test_image, text,
+};
 use serde_json::Value;
 
 use paddock::engine::CRASH_POINTS;
@@ -188,6 +190,17 @@ fn orphans_of_ours_are_removed_and_nothing_else_is_touched() {
 
     // Not ours: no labels, only the job label, another install's home label, a directory
     // under our root without a marker, and a directory outside our root.
+    // Ours, named as before names carried the install: reaped all the same.
+    let old_named = format!("paddock-{id}-old");
+    let status = Command::new("docker")
+        .args(["create", "--name", &old_named])
+        .args(["--label", &format!("dev.paddock.job={id}-old")])
+        .args(["--label", &format!("dev.paddock.home={}", home_id(&home))])
+        .arg(&image)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
     let unlabelled = format!("paddock-test-unlabelled-{id}");
     let job_label_only = format!("paddock-test-joblabel-{id}");
     let other_home = format!("paddock-test-otherhome-{id}");
@@ -231,7 +244,11 @@ fn orphans_of_ours_are_removed_and_nothing_else_is_touched() {
         .map(|i| (text(i, "kind"), text(i, "name")))
         .collect();
     assert!(
-        removed.contains(&("container".into(), format!("paddock-{id}"))),
+        removed.contains(&("container".into(), container_of(&job))),
+        "{report}"
+    );
+    assert!(
+        removed.contains(&("container".into(), old_named.clone())),
         "{report}"
     );
     assert!(
@@ -253,6 +270,7 @@ fn orphans_of_ours_are_removed_and_nothing_else_is_touched() {
             .status
             .success()
     };
+    assert!(!exists(&old_named), "the old-named orphan went");
     assert!(exists(&unlabelled) && exists(&job_label_only) && exists(&other_home));
     assert!(stray_key.join("not-ours/keep.txt").exists());
     assert!(outside.path().join("keep.txt").exists());

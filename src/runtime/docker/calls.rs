@@ -79,21 +79,35 @@ pub(super) async fn optional<T>(
     }
 }
 
-/// Creates the container `name` from `body`; returns its id.
+/// Creates the container `name` from `body`; returns its id. A name that is taken (409)
+/// is [`RuntimeError::NameInUse`].
 pub(super) async fn create_named(
     docker: &Docker,
     name: &str,
     body: ContainerCreateBody,
 ) -> Result<String, RuntimeError> {
     let options = CreateContainerOptionsBuilder::new().name(name).build();
-    call(
-        "create container",
-        name,
-        API_TIMEOUT,
-        docker.create_container(Some(options), body),
-    )
-    .await
-    .map(|created| created.id)
+    let created = tokio::time::timeout(API_TIMEOUT, docker.create_container(Some(options), body));
+    match created.await {
+        Ok(Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409, ..
+        })) => Err(RuntimeError::NameInUse {
+            name: name.to_string(),
+        }),
+        Ok(result) => call(
+            "create container",
+            name,
+            API_TIMEOUT,
+            std::future::ready(result),
+        )
+        .await
+        .map(|created| created.id),
+        Err(_) => Err(RuntimeError::DockerTimeout {
+            action: "create container",
+            target: name.to_string(),
+            after: API_TIMEOUT,
+        }),
+    }
 }
 
 /// Starts the container `name`.

@@ -1,15 +1,17 @@
 //! The Docker side of an `allowlist` job: its internal network and its egress sidecar.
 //!
-//! The job's container is attached only to `paddock-<job>-net`, an internal network (no
-//! route out, no gateway) on a /28 of 198.18.0.0/15 (the range RFC 2544 sets aside for
-//! benchmarks, so it rarely meets a real destination; Docker's own pools hold only about 30
-//! networks, too few for a network per job). The sidecar has a fixed address in it (the
+//! Names follow the job's container `<name>` (`paddock-<install>-<job>`). The job's
+//! container is attached only to `<name>-net`, an internal network (no route out, no
+//! gateway) on a /28 of 198.18.0.0/15 (the range RFC 2544 sets aside for benchmarks, so it
+//! rarely meets a real destination; Docker's own pools hold only about 30 networks, too few
+//! for a network per job). The sidecar `<name>-egress` has a fixed address in it (the
 //! subnet's third), outside the range Docker hands out to the job, so the job's proxy
-//! settings name an address that survives restarts and cost no name lookup per connection. The sidecar `paddock-<job>-egress` sits on that network and on
+//! settings name an address that survives restarts and costs no name lookup per
+//! connection. The sidecar sits on that network and on
 //! Docker's default bridge; it runs this very binary (`paddock egress-proxy`, mounted
 //! read-only from the host, so no image has to be pulled or built) as an unprivileged user
 //! with every capability dropped, a read-only root and small limits. The job's DNS goes to
-//! Docker's embedded resolver, which answers the sidecar's name and forwards nothing else
+//! Docker's embedded resolver, which answers the sidecar's alias and forwards nothing else
 //! (its upstream is set to the job's own loopback, where nothing listens), so names can
 //! neither be resolved nor carry data out; the proxy resolves allowed names itself.
 //!
@@ -29,8 +31,8 @@ use bollard::models::{
 
 use super::mounts::bind;
 use super::{
-    API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, call, create_named, inspect_named,
-    io_error, optional, remove_labelled_container, start_named,
+    API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, call, create_named, first_error,
+    inspect_named, io_error, job_container, optional, remove_labelled_container, start_named,
 };
 use crate::config::NetworkMode;
 use crate::egress::EgressPolicy;
@@ -46,12 +48,14 @@ const SIDECAR_BINARY: &str = "/paddock/bin/paddock";
 const SIDECAR_POLICY_DIR: &str = "/paddock/egress";
 const SIDECAR_LOG: &str = "/paddock/log/egress.jsonl";
 
-pub fn network_name(id: &JobId) -> String {
-    format!("paddock-{id}-net")
+/// The job's internal network, named after its container `base`.
+pub fn network_name(base: &str) -> String {
+    format!("{base}-net")
 }
 
-pub fn sidecar_name(id: &JobId) -> String {
-    format!("paddock-{id}-egress")
+/// The job's egress sidecar, named after its container `base`.
+pub fn sidecar_name(base: &str) -> String {
+    format!("{base}-egress")
 }
 
 /// First address of the range the job networks' subnets come from (198.18.0.0/15).
@@ -124,19 +128,28 @@ fn fnv1a(bytes: impl Iterator<Item = u8>) -> u32 {
     })
 }
 
-/// The proxy's URL as the job sees it: its fixed address, or its name on a network made
-/// before addresses were fixed.
-fn proxy_url(id: &JobId, address: Option<Ipv4Addr>) -> String {
-    match address {
-        Some(address) => format!("http://{address}:{PROXY_PORT}"),
-        None => format!("http://{}:{PROXY_PORT}", sidecar_name(id)),
-    }
+/// The sidecar's name on the job's own network, where it is the only other member: short,
+/// so it resolves whatever the job id (a DNS label holds 63 characters, and
+/// `paddock-<install>-<job>-egress` can be longer). Used by networks made before the
+/// sidecar had a fixed address.
+const PROXY_ALIAS: &str = "paddock-egress";
+
+/// The proxy's URL as the job sees it: the sidecar's fixed address; on a network made
+/// before addresses were fixed, its alias; for a job recorded before names carried the
+/// install, its sidecar's name, as its container was made with.
+pub fn proxy_url(record: &JobRecord, address: Option<Ipv4Addr>) -> String {
+    let host = match (address, &record.container_name) {
+        (Some(address), _) => address.to_string(),
+        (None, Some(_)) => PROXY_ALIAS.to_string(),
+        (None, None) => sidecar_name(&job_container(record)),
+    };
+    format!("http://{host}:{PROXY_PORT}")
 }
 
 /// The environment that sends git, curl, cargo, pip and npm through the proxy at
 /// `address` (see [`ensure`]).
-pub fn proxy_env(id: &JobId, address: Option<Ipv4Addr>) -> Vec<String> {
-    let url = proxy_url(id, address);
+pub fn proxy_env(record: &JobRecord, address: Option<Ipv4Addr>) -> Vec<String> {
+    let url = proxy_url(record, address);
     let mut env: Vec<String> = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
         .iter()
         .map(|key| format!("{key}={url}"))
@@ -183,10 +196,11 @@ pub async fn ensure(
         return Ok(None);
     }
     write_policy(home, record)?;
-    let network = network_name(&record.id);
+    let base = job_container(record);
+    let network = network_name(&base);
     let subnet = ensure_network(docker, home, &record.id, &network).await?;
     let address = subnet.map(JobSubnet::proxy);
-    let name = sidecar_name(&record.id);
+    let name = sidecar_name(&base);
     match inspect_named(docker, home, &name, record.id.as_str()).await? {
         Some(status) if status.running => return Ok(address),
         Some(_) => {
@@ -206,8 +220,9 @@ pub async fn ensure(
             &network,
             NetworkConnectRequest {
                 container: name.clone(),
-                endpoint_config: address.map(|address| EndpointSettings {
-                    ipam_config: Some(EndpointIpamConfig {
+                endpoint_config: Some(EndpointSettings {
+                    aliases: Some(vec![PROXY_ALIAS.to_string()]),
+                    ipam_config: address.map(|address| EndpointIpamConfig {
                         ipv4_address: Some(address.to_string()),
                         ..Default::default()
                     }),
@@ -221,19 +236,19 @@ pub async fn ensure(
     Ok(address)
 }
 
-/// The job's network, if it exists; refused when it does not carry this install's labels
-/// with the job as its job.
+/// The network `name`, if it exists; refused when it does not carry this install's labels
+/// with `job` as its job.
 async fn our_network(
     docker: &Docker,
     home: &PaddockHome,
-    id: &JobId,
+    name: &str,
+    job: &str,
 ) -> Result<Option<NetworkInspect>, RuntimeError> {
-    let name = network_name(id);
     let Some(found) = optional(
         "inspect network",
-        &name,
+        name,
         API_TIMEOUT,
-        docker.inspect_network(&name, None),
+        docker.inspect_network(name, None),
     )
     .await?
     else {
@@ -241,9 +256,11 @@ async fn our_network(
     };
     let labels = found.labels.clone().unwrap_or_default();
     if labels.get(LABEL_HOME).map(String::as_str) != Some(home.id())
-        || labels.get(LABEL_JOB).map(String::as_str) != Some(id.as_str())
+        || labels.get(LABEL_JOB).map(String::as_str) != Some(job)
     {
-        return Err(RuntimeError::NotOurContainer { name });
+        return Err(RuntimeError::NotOurContainer {
+            name: name.to_string(),
+        });
     }
     Ok(Some(found))
 }
@@ -256,7 +273,7 @@ async fn ensure_network(
     id: &JobId,
     network: &str,
 ) -> Result<Option<JobSubnet>, RuntimeError> {
-    if let Some(found) = our_network(docker, home, id).await? {
+    if let Some(found) = our_network(docker, home, network, id.as_str()).await? {
         let subnet = JobSubnet::of(&found);
         let options = found.options.unwrap_or_default();
         let sealed = found.internal == Some(true)
@@ -392,21 +409,31 @@ fn sidecar_body(
     })
 }
 
-/// Removes the job's sidecar and network, if they exist and are ours.
-pub async fn remove(docker: &Docker, home: &PaddockHome, id: &JobId) -> Result<(), RuntimeError> {
-    remove_labelled_container(home, &sidecar_name(id), id.as_str()).await?;
-    if our_network(docker, home, id).await?.is_none() {
-        return Ok(());
+/// Removes the sidecar and the network named after the job container `base`, if they exist
+/// and are `job`'s of this install (the network is tried even when the sidecar fails).
+pub async fn remove(
+    docker: &Docker,
+    home: &PaddockHome,
+    base: &str,
+    job: &str,
+) -> Result<(), RuntimeError> {
+    let sidecar = remove_labelled_container(home, &sidecar_name(base), job).await;
+    let network = network_name(base);
+    let network = async {
+        if our_network(docker, home, &network, job).await?.is_none() {
+            return Ok(());
+        }
+        optional(
+            "remove network",
+            &network,
+            API_TIMEOUT,
+            docker.remove_network(&network),
+        )
+        .await
+        .map(drop)
     }
-    let network = network_name(id);
-    optional(
-        "remove network",
-        &network,
-        API_TIMEOUT,
-        docker.remove_network(&network),
-    )
-    .await
-    .map(drop)
+    .await;
+    first_error([sidecar, network])
 }
 
 #[cfg(test)]

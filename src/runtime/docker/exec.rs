@@ -13,8 +13,8 @@ use futures_util::StreamExt;
 use tokio::time::sleep_until;
 
 use super::{
-    AFTER_KILL, API_TIMEOUT, LABEL_ROLE, call, connect, container_body, container_name,
-    create_named, ensure_running, inspect_ours, remove_labelled_container, start_named,
+    AFTER_KILL, API_TIMEOUT, LABEL_ROLE, call, connect, container_body, create_named,
+    ensure_running, inspect_ours, job_container, remove_labelled_container, start_named,
 };
 use crate::config::KillPolicy;
 use crate::job::{JobRecord, random_hex};
@@ -85,7 +85,7 @@ pub async fn exec(
         return Err(RuntimeError::EmptyCommand);
     }
     let container_id = ensure_running(home, record).await?;
-    let (result, oom_count) = exec_in(&container_name(&record.id), record, request, sink).await?;
+    let (result, oom_count) = exec_in(&job_container(record), record, request, sink).await?;
     Ok((result, container_id, oom_count))
 }
 
@@ -99,14 +99,14 @@ pub async fn exec_in_sandbox(
     sink: &mut dyn OutputSink,
 ) -> Result<ExecResult, RuntimeError> {
     let docker = connect()?;
-    if inspect_ours(&docker, home, &record.id)
+    if inspect_ours(&docker, home, record)
         .await?
         .is_some_and(|status| status.running)
     {
-        let name = container_name(&record.id);
+        let name = job_container(record);
         return Ok(exec_in(&name, record, request, sink).await?.0);
     }
-    let name = format!("{}-sync-{}", container_name(&record.id), random_hex(6));
+    let name = format!("{}-sync-{}", job_container(record), random_hex(6));
     // A sync runs git on local files only: it needs no proxy.
     let mut body = container_body(home, record, None)?;
     if let Some(labels) = &mut body.labels {
@@ -156,9 +156,22 @@ async fn exec_in(
         ],
     };
     cmd.extend(request.cmd.iter().cloned());
-    let mut env = vec![format!("PADDOCK_JOB_ID={}", record.id)];
-    env.extend(record.limits.env.iter().map(|(k, v)| format!("{k}={v}")));
-    env.extend(request.env.iter().map(|(k, v)| format!("{k}={v}")));
+    let mut env: Vec<String> = record
+        .limits
+        .env
+        .iter()
+        .chain(&request.env)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    // paddock's own facts last, so no profile or exec variable can misstate them (and a
+    // container made before they existed still shows them).
+    let (key, deadline) = crate::runtime::deadline_env(request.timeout);
+    env.extend(
+        crate::runtime::job_env(record)
+            .into_iter()
+            .chain([(key, deadline)])
+            .map(|(k, v)| format!("{k}={v}")),
+    );
     let workspace = Path::new(&record.limits.workspace_dir);
     let workdir = match &request.workdir {
         Some(dir) => workspace.join(dir),
@@ -379,7 +392,7 @@ pub fn interactive_shell(record: &JobRecord) -> tokio::process::Command {
         "-it",
         "-w",
         &record.limits.workspace_dir,
-        &container_name(&record.id),
+        &job_container(record),
         "sh",
         "-c",
         "command -v bash >/dev/null && exec bash || exec sh",

@@ -1,8 +1,11 @@
 //! The Docker runtime: one long-lived, hardened container per job, through bollard.
 //!
-//! The container is named `paddock-<job>` and carries two labels, `dev.paddock.job` and
-//! `dev.paddock.home`; code that stops or removes a container checks both right before it
-//! acts, so two installs sharing one daemon never touch each other's containers.
+//! The container is named `paddock-<install>-<job>` ([`container_name`]; `<install>` is the
+//! install's tag, so two installs sharing one daemon can both have a job `x`), recorded in
+//! the job, and carries two labels, `dev.paddock.job` and `dev.paddock.home`; code that stops
+//! or removes a container checks both right before it acts, so two installs sharing one
+//! daemon never touch each other's containers. Jobs recorded before names carried the
+//! install keep their `paddock-<job>` container.
 //!
 //! Hardening (always on): a non-root user, `cap_drop: ALL`, `no-new-privileges`, a read-only
 //! root filesystem with tmpfs `/tmp` and HOME, pids/memory/CPU limits with swap equal to
@@ -69,8 +72,27 @@ const AFTER_KILL: Duration = Duration::from_secs(1);
 /// Deadline of an image build.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(1800);
 
-pub fn container_name(id: &JobId) -> String {
-    format!("paddock-{id}")
+/// The name of a new job's container: `paddock-<install>-<job>`. The one place a job
+/// container's name is made; its network, egress sidecar and sync containers are named after
+/// it.
+pub fn container_name(home: &PaddockHome, id: &JobId) -> String {
+    format!("paddock-{}-{id}", home.tag())
+}
+
+/// The name of the job's container: the recorded one, else (a record from before names
+/// carried the install) the old `paddock-<job>`.
+fn job_container(record: &JobRecord) -> String {
+    record
+        .container_name
+        .clone()
+        .unwrap_or_else(|| format!("paddock-{}", record.id))
+}
+
+/// The first error of several steps that were each tried.
+fn first_error(
+    results: impl IntoIterator<Item = Result<(), RuntimeError>>,
+) -> Result<(), RuntimeError> {
+    results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
 }
 
 /// A client for the local daemon (`DOCKER_HOST` or the default socket).
@@ -183,7 +205,6 @@ fn container_body(
     let (uid, gid) = agent_user(limits.uid);
     let mut env = vec![
         format!("HOME={CONTAINER_HOME}"),
-        format!("PADDOCK_JOB_ID={}", record.id),
         format!("PADDOCK_WORKSPACE={}", limits.workspace_dir),
     ];
     // Git's identity and settings are part of the container, so the first exec has them
@@ -199,9 +220,15 @@ fn container_body(
             .map(|(k, v)| format!("{k}={v}")),
     );
     if limits.network == NetworkMode::Allowlist {
-        env.extend(egress::proxy_env(&record.id, proxy));
+        env.extend(egress::proxy_env(record, proxy));
     }
     env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
+    // paddock's own facts last, so no profile variable can misstate them.
+    env.extend(
+        super::job_env(record)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}")),
+    );
     let tmpfs_opts = |size: &str| format!("rw,nosuid,nodev,size={size},mode=1777");
     let memory = i64::try_from(limits.memory.0).unwrap_or(i64::MAX);
     let host_config = HostConfig {
@@ -220,7 +247,7 @@ fn container_body(
         network_mode: Some(match limits.network {
             NetworkMode::None => "none".into(),
             NetworkMode::Open => "bridge".into(),
-            NetworkMode::Allowlist => egress::network_name(&record.id),
+            NetworkMode::Allowlist => egress::network_name(&job_container(record)),
         }),
         // On the allow-list's internal network Docker's resolver answers only container
         // names there (the proxy's); its upstream is the job's own loopback, where nothing
@@ -268,9 +295,11 @@ async fn create_job_container(
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
     let proxy = egress::ensure(&docker, home, record).await?;
-    let name = container_name(&record.id);
+    let name = job_container(record);
     let id = create_named(&docker, &name, container_body(home, record, proxy)?).await?;
+    super::failpoint("container-create")?;
     start_named(&docker, &name).await?;
+    super::failpoint("container-start")?;
     Ok(id)
 }
 
@@ -283,14 +312,14 @@ pub struct ContainerStatus {
     pub oom_killed: bool,
 }
 
-/// Inspects `paddock-<job>`; `None` when it does not exist. Refuses a container that does
-/// not carry both of this install's labels.
+/// Inspects the job's container; `None` when it does not exist. Refuses a container that
+/// does not carry both of this install's labels.
 async fn inspect_ours(
     docker: &Docker,
     home: &PaddockHome,
-    id: &JobId,
+    record: &JobRecord,
 ) -> Result<Option<ContainerStatus>, RuntimeError> {
-    inspect_named(docker, home, &container_name(id), id.as_str()).await
+    inspect_named(docker, home, &job_container(record), record.id.as_str()).await
 }
 
 /// Inspects the container `name`; `None` when it does not exist. Refuses one that does not
@@ -352,8 +381,8 @@ pub async fn ensure_running(
     record: &JobRecord,
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
-    let name = container_name(&record.id);
-    match inspect_ours(&docker, home, &record.id).await? {
+    let name = job_container(record);
+    match inspect_ours(&docker, home, record).await? {
         Some(status) if status.running => Ok(status.id),
         Some(status) => {
             // A stopped job (a stop, a daemon restart) has a stopped proxy too.
@@ -363,7 +392,7 @@ pub async fn ensure_running(
                 Err(error) => {
                     // A container that cannot start (say a mount source moved) is replaced.
                     tracing::warn!(job = %record.id, %error, "recreating a container that would not start");
-                    remove_job_container(home, &record.id).await?;
+                    remove_labelled_container(home, &name, record.id.as_str()).await?;
                     create_job_container(home, record).await
                 }
             }
@@ -379,7 +408,7 @@ pub async fn stop_job_container(
     record: JobRecord,
 ) -> Result<JobRecord, RuntimeError> {
     let docker = connect()?;
-    let Some(status) = inspect_ours(&docker, home, &record.id).await? else {
+    let Some(status) = inspect_ours(&docker, home, &record).await? else {
         return Ok(record);
     };
     let mut record = record;
@@ -393,21 +422,20 @@ pub async fn stop_job_container(
         }
     }
     if status.running {
-        stop_container(&docker, &record.id, record.limits.grace.0).await?;
+        stop_container(&docker, &job_container(&record), record.limits.grace.0).await?;
     }
     Ok(record)
 }
 
-async fn stop_container(docker: &Docker, id: &JobId, grace: Duration) -> Result<(), RuntimeError> {
-    let name = container_name(id);
+async fn stop_container(docker: &Docker, name: &str, grace: Duration) -> Result<(), RuntimeError> {
     let secs = i32::try_from(grace.as_secs()).unwrap_or(i32::MAX);
     let options = StopContainerOptionsBuilder::new().t(secs).build();
     // The client's timeout does not cover a long grace: give the call its own deadline.
     call(
         "stop container",
-        &name,
+        name,
         grace + API_TIMEOUT,
-        docker.stop_container(&name, Some(options)),
+        docker.stop_container(name, Some(options)),
     )
     .await
 }
@@ -415,28 +443,36 @@ async fn stop_container(docker: &Docker, id: &JobId, grace: Duration) -> Result<
 /// `paddock stop`: stops the job's container (SIGTERM, `grace`, then SIGKILL).
 pub async fn stop_job(
     home: &PaddockHome,
-    id: &JobId,
+    record: &JobRecord,
     grace: Duration,
 ) -> Result<bool, RuntimeError> {
     let docker = connect()?;
-    match inspect_ours(&docker, home, id).await? {
+    match inspect_ours(&docker, home, record).await? {
         Some(status) if status.running => {
-            stop_container(&docker, id, grace).await?;
+            stop_container(&docker, &job_container(record), grace).await?;
             Ok(true)
         }
         _ => Ok(false),
     }
 }
 
-/// Removes the job's container if it exists and is ours.
-pub async fn remove_job_container(home: &PaddockHome, id: &JobId) -> Result<(), RuntimeError> {
-    remove_labelled_container(home, &container_name(id), id.as_str()).await?;
-    egress::remove(&connect()?, home, id).await
+/// Removes the job's container and its egress sidecar and network, those that exist and
+/// are ours; each is tried even when another fails.
+pub async fn remove_job_container(
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<(), RuntimeError> {
+    let name = job_container(record);
+    first_error([
+        remove_labelled_container(home, &name, record.id.as_str()).await,
+        remove_egress(home, &name, record.id.as_str()).await,
+    ])
 }
 
-/// Removes an `allowlist` job's egress sidecar and network, if they exist and are ours.
-pub async fn remove_egress(home: &PaddockHome, id: &JobId) -> Result<(), RuntimeError> {
-    egress::remove(&connect()?, home, id).await
+/// Removes the egress sidecar and network named after the job container `base`, if they
+/// exist and are `job`'s of this install.
+pub async fn remove_egress(home: &PaddockHome, base: &str, job: &str) -> Result<(), RuntimeError> {
+    egress::remove(&connect()?, home, base, job).await
 }
 
 /// Removes the container `name` if it exists and carries this install's labels with `job`

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    CONTAINER_GIT_DIR, CONTAINER_OUTBOX, agent_user, check_ready, create_first_container,
-    ensure_running, list_job_containers, remove_job_container, remove_labelled_container, stop_job,
-    stop_job_container,
+    CONTAINER_GIT_DIR, CONTAINER_OUTBOX, agent_user, check_ready, container_name,
+    create_first_container, ensure_running, first_error, list_job_containers, remove_egress,
+    remove_job_container, remove_labelled_container, stop_job, stop_job_container,
 };
 use crate::config::NetworkMode;
 use crate::job::{JobId, JobRecord, RuntimeKind};
@@ -65,6 +65,10 @@ impl Runtime for DockerRuntime {
         check_ready(self.kind, image, network).await
     }
 
+    fn sandbox_name(&self, id: &JobId) -> Option<String> {
+        Some(container_name(&self.home, id))
+    }
+
     async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError> {
         create_first_container(&self.home, record).await.map(Some)
     }
@@ -102,7 +106,7 @@ impl Runtime for DockerRuntime {
     }
 
     async fn stop(&self, record: &JobRecord, grace: Duration) -> Result<bool, RuntimeError> {
-        stop_job(&self.home, &record.id, grace).await
+        stop_job(&self.home, record, grace).await
     }
 
     async fn stop_for_removal(
@@ -113,8 +117,8 @@ impl Runtime for DockerRuntime {
         stop_job_container(&self.home, store, record).await
     }
 
-    async fn destroy(&self, id: &JobId) -> Result<(), RuntimeError> {
-        remove_job_container(&self.home, id).await
+    async fn destroy(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        remove_job_container(&self.home, record).await
     }
 
     async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
@@ -126,10 +130,21 @@ impl Runtime for DockerRuntime {
     }
 
     async fn remove_sandbox(&self, sandbox: &Sandbox) -> Result<(), RuntimeError> {
-        match (sandbox.role, JobId::parse(&sandbox.job)) {
+        let (home, name, job) = (&self.home, sandbox.name.as_str(), sandbox.job.as_str());
+        match sandbox.role {
+            // A job's container takes its sidecar and network (named after it) along, so an
+            // orphan of any naming, old `paddock-<job>` or `paddock-<install>-<job>`, goes
+            // whole.
+            SandboxRole::Job => first_error([
+                remove_labelled_container(home, name, job).await,
+                remove_egress(home, name, job).await,
+            ]),
             // An egress sidecar goes with its network.
-            (SandboxRole::Egress, Ok(id)) => super::remove_egress(&self.home, &id).await,
-            _ => remove_labelled_container(&self.home, &sandbox.name, &sandbox.job).await,
+            SandboxRole::Egress => match name.strip_suffix("-egress") {
+                Some(base) => remove_egress(home, base, job).await,
+                None => remove_labelled_container(home, name, job).await,
+            },
+            SandboxRole::Sync => remove_labelled_container(home, name, job).await,
         }
     }
 
