@@ -174,12 +174,13 @@ fn allowlist_holds(runtime: &str) {
     );
     assert_eq!(out, "blocked", "{out}");
 
-    // Names: the proxy's resolves (Docker's resolver knows the network's members); no
-    // other does, and the resolver has no upstream to carry a query out.
+    // Names: the proxy's alias resolves (Docker's resolver knows the network's members);
+    // no other name does, and the resolver has no upstream to carry a query out. The job
+    // reaches its proxy by a fixed address in 198.18.0.0/15, with no lookup at all.
     let out = bash(
         &home,
         &id,
-        "getent hosts $proxy_host >/dev/null && echo proxy; getent hosts unlisted.example || echo unresolved",
+        "getent hosts paddock-egress >/dev/null && echo proxy; getent hosts unlisted.example || echo unresolved; case $proxy_host in 198.1[89].*) ;; *) echo not-fixed: $proxy_host;; esac",
     );
     assert_eq!(out, "proxy\nunresolved", "{out}");
     let dns = Command::new("docker")
