@@ -124,6 +124,12 @@ pub enum Error {
         network: crate::config::NetworkMode,
         reason: String,
     },
+    #[error("job `{job}` has no exec `{exec}`")]
+    NoExec { job: JobId, exec: String },
+    #[error("unreadable exec record `{path}`: {message}")]
+    ExecFiles { path: PathBuf, message: String },
+    #[error(transparent)]
+    EventLog(#[from] crate::eventlog::EventLogError),
     #[error("failed to remove `{path}`")]
     RemoveDir {
         path: PathBuf,
@@ -160,7 +166,11 @@ impl Error {
             Error::SnapshotFailed { .. } | Error::NotOurs { .. } | Error::Legacy { .. } => {
                 K::Refused
             }
-            Error::RemoveDir { .. } | Error::Log { .. } => K::Internal,
+            Error::RemoveDir { .. }
+            | Error::Log { .. }
+            | Error::ExecFiles { .. }
+            | Error::EventLog(_) => K::Internal,
+            Error::NoExec { .. } => K::NotFound,
             Error::Network { .. } => K::InvalidInput,
             Error::Daemon { kind, .. } => *kind,
             Error::Cache(CacheError::Io { .. }) => K::Internal,

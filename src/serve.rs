@@ -138,7 +138,7 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         (None, None) => None,
     };
     let (events, _) = tokio::sync::broadcast::channel(4096);
-    let paddock = Arc::new(Paddock::from_env()?.with_events(events.clone()));
+    let paddock = Arc::new(Paddock::from_env()?.with_events(events));
     let socket = options
         .socket
         .clone()
@@ -154,7 +154,6 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
     };
     let state = crate::api::ApiState::new(
         paddock.clone(),
-        events,
         options.max_concurrent_creates,
         options.sweep.clone(),
         None,

@@ -16,13 +16,16 @@ use chrono::Utc;
 
 pub use crate::config::BranchPolicy;
 use crate::config::{Config, EnvLookup, ProcessEnv};
+use crate::eventlog::EventLog;
 use crate::job::{JobId, JobRecord, JobState};
 use crate::runtime::{Runtime, Runtimes};
 use crate::store::{JobStore, PaddockHome};
 
 mod caches;
 mod create;
+mod events;
 mod exec;
+mod execs;
 mod inspect;
 mod network;
 mod remove;
@@ -30,13 +33,15 @@ mod sync;
 #[cfg(test)]
 mod tests;
 pub use create::{CRASH_POINTS, render_branch};
+pub use events::EventFeed;
+pub use execs::{ExecOutput, OUTPUT_LIMIT};
 pub use sync::{SyncScope, Synced};
 
 pub use crate::error::{Error, Result};
 
 pub use crate::wire::{
-    CreateRequest, Event, EventKind, ExecOptions, JobDetails, JobView, NetworkChange,
-    RemoveOptions, RemoveReport, RunReport,
+    CreateRequest, Event, EventKind, EventQuery, ExecInfo, ExecOptions, ExecState, JobDetails,
+    JobView, NetworkChange, RemoveOptions, RemoveReport, RunReport,
 };
 
 /// A new job, and the warning to show when `auto` fell back to the process runtime.
@@ -52,6 +57,7 @@ pub struct Paddock {
     store: JobStore,
     env: Box<dyn EnvLookup + Send + Sync>,
     events: Option<tokio::sync::broadcast::Sender<Event>>,
+    event_log: EventLog,
     runtimes: Runtimes,
 }
 
@@ -66,6 +72,7 @@ impl Paddock {
         let store = home.store();
         let runtimes = Runtimes::new(&home);
         Ok(Paddock {
+            event_log: EventLog::new(home.events_dir()),
             home,
             store,
             env,
@@ -96,7 +103,9 @@ impl Paddock {
         self.runtimes.of(record.runtime)
     }
 
-    /// Sends an event to subscribers, if anyone listens.
+    /// Records an event in the install's event log (which gives it its id) and publishes it
+    /// to the daemon's subscribers, in id order. A log that cannot be written costs the
+    /// event, never the operation.
     pub fn emit(
         &self,
         kind: EventKind,
@@ -104,15 +113,29 @@ impl Paddock {
         state: Option<JobState>,
         detail: serde_json::Value,
     ) {
-        if let Some(events) = &self.events {
-            let _ = events.send(Event {
+        let written = self.event_log.append(
+            |id| Event {
+                id,
                 kind,
                 job: job.map(ToString::to_string),
                 state,
                 at: Utc::now(),
                 detail,
-            });
+            },
+            |event| {
+                if let Some(events) = &self.events {
+                    let _ = events.send(event.clone());
+                }
+            },
+        );
+        if let Err(error) = written {
+            tracing::warn!(%error, kind = kind.name(), "event not recorded");
         }
+    }
+
+    /// The install's event log.
+    pub fn event_log(&self) -> &EventLog {
+        &self.event_log
     }
 
     pub fn home(&self) -> &PaddockHome {

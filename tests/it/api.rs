@@ -106,7 +106,7 @@ fn dechunk(mut text: &str) -> String {
     out
 }
 
-fn api(socket: &Path, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+pub(crate) fn api(socket: &Path, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
     let mut stream = UnixStream::connect(socket).unwrap();
     http(&mut stream, method, path, body, &[])
 }

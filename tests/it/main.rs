@@ -12,6 +12,7 @@ mod cache;
 mod core_commands;
 mod docker;
 mod egress;
+mod events;
 mod hostile;
 mod process;
 mod snapshots;

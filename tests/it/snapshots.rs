@@ -23,6 +23,8 @@ const COMMANDS: &[&str] = &[
     "run",
     "shell",
     "logs",
+    "execs",
+    "events",
     "stop",
     "net",
     "image",
