@@ -183,11 +183,13 @@ impl DaemonClient {
     }
 }
 
-/// Splits Server-Sent Events into their `data:` payloads (one event per blank line).
+/// Splits Server-Sent Events into their `data:` payloads (one event per blank line), and
+/// keeps the last `id:` seen (where a reconnect resumes).
 #[derive(Default)]
 struct SseParser {
     pending: Vec<u8>,
     data: String,
+    last_id: Option<u64>,
 }
 
 impl SseParser {
@@ -203,6 +205,8 @@ impl SseParser {
                 if !self.data.is_empty() {
                     done.push(std::mem::take(&mut self.data));
                 }
+            } else if let Some(id) = line.strip_prefix("id:") {
+                self.last_id = id.trim().parse().ok().or(self.last_id);
             } else if let Some(data) = line.strip_prefix("data:") {
                 if !self.data.is_empty() {
                     self.data.push('\n');
@@ -354,33 +358,41 @@ impl Operations for DaemonClient {
         query: EventQuery,
         sink: &mut (dyn FnMut(Event) -> bool + Send),
     ) -> Result<(), Error> {
-        let mut path = format!("/v1/events?follow={}", query.follow);
-        if let Some(since) = query.since {
-            path.push_str(&format!("&since={since}"));
-        }
-        if let Some(job) = &query.job {
-            path.push_str(&format!("&job={}", encode(job)));
-        }
         let mut parser = SseParser::default();
-        let mut bad = None;
-        self.stream(&path, "text/event-stream", &mut |bytes| {
-            for data in parser.feed(bytes) {
-                match serde_json::from_str::<Event>(&data) {
-                    Ok(event) => {
-                        if !sink(event) {
+        // A followed stream ends after the daemon's deadline: reconnect after the last id.
+        loop {
+            let mut path = format!("/v1/events?follow={}", query.follow);
+            if let Some(since) = parser.last_id.or(query.since) {
+                path.push_str(&format!("&since={since}"));
+            }
+            if let Some(job) = &query.job {
+                path.push_str(&format!("&job={}", encode(job)));
+            }
+            let mut outcome = Ok(true);
+            self.stream(&path, "text/event-stream", &mut |bytes| {
+                for data in parser.feed(bytes) {
+                    match serde_json::from_str::<Event>(&data) {
+                        Ok(event) => {
+                            if !sink(event) {
+                                outcome = Ok(false);
+                                return false;
+                            }
+                        }
+                        Err(e) => {
+                            outcome = Err(failed(format!("bad event from the daemon: {e}")));
                             return false;
                         }
                     }
-                    Err(e) => {
-                        bad = Some(failed(format!("bad event from the daemon: {e}")));
-                        return false;
-                    }
                 }
+                true
+            })
+            .await?;
+            if !outcome? || !query.follow {
+                return Ok(());
             }
-            true
-        })
-        .await?;
-        bad.map_or(Ok(()), Err)
+            // Never a tight loop against a daemon that ends streams at once.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
     }
 
     async fn execs(&self, id: &str) -> Result<Vec<ExecInfo>, Error> {

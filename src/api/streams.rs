@@ -215,7 +215,12 @@ pub(super) async fn events(
         follow: query.follow.unwrap_or(true),
     };
     let feed = state.paddock.event_feed(&query, Some(EVENTS_DEADLINE))?;
-    let stream = futures_util::stream::unfold(feed, |mut feed| async move {
+    // Following, an id-only event first: where the stream starts, so a client that
+    // reconnects before any event came (a quiet hour) resumes from there, not from "now".
+    let start = query
+        .follow
+        .then(|| Ok::<_, Infallible>(SseEvent::default().id(feed.position().to_string())));
+    let events = futures_util::stream::unfold(feed, |mut feed| async move {
         match feed.next().await {
             Ok(Some(event)) => {
                 let data = serde_json::to_string(&event).expect("events serialize");
@@ -232,6 +237,7 @@ pub(super) async fn events(
             }
         }
     });
+    let stream = futures_util::stream::iter(start).chain(events);
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response())

@@ -29,6 +29,12 @@ pub struct EventFeed {
 }
 
 impl EventFeed {
+    /// The id of the last event read from the log (or skipped by the job filter): a client
+    /// that resumes after it misses nothing.
+    pub fn position(&self) -> u64 {
+        self.cursor.position()
+    }
+
     /// The next event; `None` at the end of the replay (without `follow`) or when the
     /// deadline passed.
     pub async fn next(&mut self) -> Result<Option<Event>> {

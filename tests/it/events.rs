@@ -69,6 +69,16 @@ fn cli_events(home: &TestHome, extra: &[&str]) -> Vec<Value> {
         .collect()
 }
 
+/// Waits until the log holds `count` events (the daemon's start sweep runs after its socket
+/// opens).
+fn wait_for_events(home: &TestHome, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cli_events(home, &[]).len() < count {
+        assert!(Instant::now() < deadline, "fewer than {count} events");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn ids(events: &[Value]) -> Vec<u64> {
     events.iter().map(|e| e["id"].as_u64().unwrap()).collect()
 }
@@ -132,7 +142,9 @@ fn a_reconnecting_client_gets_exactly_what_it_missed_and_ids_survive_restarts() 
     // A restarted daemon and a CLI without one continue the ids in the same log.
     daemon.stop();
     home.ok(&["sweep", "--dry-run"]);
+    let before_restart = cli_events(&home, &[]).len();
     let daemon = Daemon::start(&home, &[]);
+    wait_for_events(&home, before_restart + 1);
     dry_sweep(&daemon.socket);
     let after = sse(
         &daemon.socket,
@@ -142,8 +154,9 @@ fn a_reconnecting_client_gets_exactly_what_it_missed_and_ids_survive_restarts() 
         Duration::from_secs(10),
     );
     let after_ids = ids(&after);
-    assert!(
-        after_ids.len() >= 3,
+    assert_eq!(
+        after_ids.len(),
+        3,
         "the CLI's sweep, the daemon's start sweep, ours: {after:?}"
     );
     assert_eq!(
@@ -176,6 +189,7 @@ fn a_since_older_than_the_kept_window_gets_reset_first() {
     assert_eq!(ids(&events[1..]), vec![4]);
 
     let daemon = Daemon::start(&home, &[]);
+    wait_for_events(&home, 2);
     let replay = sse(
         &daemon.socket,
         "/v1/events?since=2&follow=false",
@@ -230,6 +244,7 @@ fn events_since_prints_the_same_with_and_without_a_daemon() {
     );
 
     let daemon = Daemon::start(&home, &[]);
+    wait_for_events(&home, 5);
     let through = cli_events(&home, &["--since", "2"]);
     assert_eq!(
         through[..2],
@@ -246,12 +261,25 @@ fn events_since_prints_the_same_with_and_without_a_daemon() {
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(700));
-        dry_sweep(&daemon.socket);
-        let mut line = String::new();
-        BufReader::new(follow.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let stdout = follow.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        // New events until the follower (which starts at "now" once it runs) prints one.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let line = loop {
+            dry_sweep(&daemon.socket);
+            if let Ok(line) = rx.recv_timeout(Duration::from_millis(500)) {
+                break line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "`events --follow` printed nothing"
+            );
+        };
         let _ = follow.kill();
         let _ = follow.wait();
         let event: Value = serde_json::from_str(&line).unwrap();
