@@ -60,10 +60,18 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> EventLogError + '_ {
     }
 }
 
-#[derive(Serialize, Deserialize)]
+/// One line of a segment, as read.
+#[derive(Deserialize)]
 struct Line {
     schema: u32,
     event: Event,
+}
+
+/// One line of a segment, as written.
+#[derive(Serialize)]
+struct LineRef<'a> {
+    schema: u32,
+    event: &'a Event,
 }
 
 /// The event log of one install (see the module docs).
@@ -166,9 +174,9 @@ impl EventLog {
             first
         };
         let path = self.segment_path(first);
-        let mut line = serde_json::to_vec(&Line {
+        let mut line = serde_json::to_vec(&LineRef {
             schema: LINE_SCHEMA,
-            event,
+            event: &event,
         })
         .expect("events serialize");
         line.push(b'\n');
@@ -178,7 +186,6 @@ impl EventLog {
             .open(&path)
             .and_then(|mut file| file.write_all(&line))
             .map_err(io_err(&path))?;
-        let Line { event, .. } = serde_json::from_slice(&line).expect("just serialized");
         then(&event);
         if first == event.id {
             self.compact(event.id);
@@ -288,6 +295,15 @@ impl EventCursor {
                         path: path.clone(),
                         message: e.to_string(),
                     })?;
+                if parsed.schema != LINE_SCHEMA {
+                    return Err(EventLogError::Corrupt {
+                        path,
+                        message: format!(
+                            "a line of schema {}; this paddock reads schema {LINE_SCHEMA}",
+                            parsed.schema
+                        ),
+                    });
+                }
                 let event = parsed.event;
                 if event.id <= self.after {
                     continue;

@@ -1,5 +1,6 @@
 //! Running commands in a job: `exec` (then a sync of its branch), `run` (create, exec, rm),
-//! `stop`, `shell` and the job's output log. Every exec is appended to the audit log.
+//! `stop`, `shell` and the job's output log. Every exec is appended to the audit log and
+//! recorded under its own id (see `execs`).
 
 use std::path::PathBuf;
 

@@ -228,6 +228,12 @@ fn read_info(path: &Path) -> Result<ExecInfo> {
     };
     let bytes = std::fs::read(path).map_err(|e| corrupt(e.to_string()))?;
     let mut info: ExecInfo = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+    if info.schema != INFO_SCHEMA {
+        return Err(corrupt(format!(
+            "schema {}; this paddock reads schema {INFO_SCHEMA}",
+            info.schema
+        )));
+    }
     // A running exec whose process is gone will never finish.
     if info.state == ExecState::Running
         && info.pid != std::process::id()

@@ -6,9 +6,11 @@
 //! anything is deleted and removes the record last, so a crash at any point leaves a record
 //! that a later `rm` or sweep can finish.
 //!
-//! One file per operation: `create`, `exec` (with `run`, `stop`, `shell`), `remove`,
-//! `inspect` (`list`, `show`, `diff`, `log`), `sync`, `caches`; this file holds the engine
-//! itself and the shapes its operations take and return.
+//! One file per operation: `create`, `exec` (with `run`, `stop`, `shell`), `execs` (each
+//! exec's kept status and output), `events` (reading the event history), `remove`, `inspect`
+//! (`list`, `show`, `diff`, `log`), `sync`, `caches`; this file holds the engine itself,
+//! `emit` (every event goes to the install's event log), and the shapes its operations take
+//! and return.
 
 use std::path::Path;
 
