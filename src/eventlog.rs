@@ -405,6 +405,36 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_writers_get_every_id_once_in_file_order() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let writers: Vec<_> = (0..4)
+            .map(|_| {
+                let log = EventLog::new(dir.path().join("events"));
+                std::thread::spawn(move || {
+                    (0..100)
+                        .map(|_| log.append(event, |_| {}).expect("append").id)
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut ids: Vec<u64> = writers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a writer"))
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (1..=400).collect::<Vec<_>>());
+        let log = EventLog::new(dir.path().join("events"));
+        let read: Vec<u64> = log
+            .cursor(0)
+            .next_batch(1000)
+            .expect("read")
+            .iter()
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(read, ids, "the file is in id order");
+    }
+
+    #[test]
     fn old_events_are_outside_the_window() {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = EventLog::new(dir.path().join("events"));

@@ -53,6 +53,8 @@ pub(super) struct ExecRecorder {
     status_path: PathBuf,
     output: Option<File>,
     written: u64,
+    /// The start of a character cut off at the end of the last chunk (stdout, stderr).
+    partial: [Vec<u8>; 2],
 }
 
 impl ExecRecorder {
@@ -92,6 +94,7 @@ impl ExecRecorder {
             status_path: dir.join(format!("{id}.json")),
             output,
             written: 0,
+            partial: [Vec::new(), Vec::new()],
         };
         recorder.save();
         recorder
@@ -110,7 +113,20 @@ impl ExecRecorder {
 
     /// Appends a chunk of output as lines of at most [`PIECE`] bytes of data (so a reader's
     /// chunk always holds whole lines), or the truncation marker once the limit is hit.
-    pub(super) fn write(&mut self, stream: StreamKind, mut bytes: &[u8]) {
+    pub(super) fn write(&mut self, stream: StreamKind, bytes: &[u8]) {
+        // A character cut between two chunks waits for its rest, so the text stays exact.
+        let slot = usize::from(stream == StreamKind::Stderr);
+        let mut joined = std::mem::take(&mut self.partial[slot]);
+        joined.extend_from_slice(bytes);
+        if let Err(error) = std::str::from_utf8(&joined)
+            && error.error_len().is_none()
+        {
+            self.partial[slot] = joined.split_off(error.valid_up_to());
+        }
+        self.write_pieces(stream, &joined);
+    }
+
+    fn write_pieces(&mut self, stream: StreamKind, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             let mut end = bytes.len().min(PIECE);
             // Not inside a UTF-8 sequence (up to three continuation bytes back).
@@ -150,6 +166,13 @@ impl ExecRecorder {
 
     /// Records the end: the result, or why paddock could not run the command.
     pub(super) fn finish(&mut self, outcome: std::result::Result<&ExecResult, String>) {
+        for (slot, stream) in [StreamKind::Stdout, StreamKind::Stderr]
+            .into_iter()
+            .enumerate()
+        {
+            let rest = std::mem::take(&mut self.partial[slot]);
+            self.write_pieces(stream, &rest);
+        }
         self.info.state = ExecState::Finished;
         self.info.finished_at = Some(Utc::now());
         self.info.output_bytes = self.written;
@@ -310,6 +333,35 @@ impl Paddock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_character_cut_between_chunks_is_kept_whole() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let job = JobId::parse("utf8").expect("an id");
+        let mut recorder = ExecRecorder::start(dir.path(), &job, &["x".into()], Duration::ZERO);
+        let text = "grüße €".as_bytes();
+        for byte in text {
+            recorder.write(StreamKind::Stdout, std::slice::from_ref(byte));
+        }
+        recorder.write(StreamKind::Stderr, &[0xE2, 0x82]);
+        recorder.finish(Err("gone".into()));
+        let log = std::fs::read_to_string(dir.path().join(format!("{}.ndjson", recorder.id())))
+            .expect("the output log");
+        let (mut out, mut err) = (String::new(), String::new());
+        for line in log.lines() {
+            let value: serde_json::Value = serde_json::from_str(line).expect("json");
+            let data = value["data"].as_str().expect("data");
+            match value["stream"].as_str() {
+                Some("stdout") => out.push_str(data),
+                _ => err.push_str(data),
+            }
+        }
+        assert_eq!(out, "grüße €");
+        assert_eq!(
+            err, "\u{FFFD}",
+            "a cut character at the end is replaced, once"
+        );
+    }
 
     #[tokio::test]
     async fn output_is_kept_whole_lines_up_to_the_limit_then_marked() {
