@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -56,6 +56,16 @@ impl OutputSink for ChannelSink {
     }
 }
 
+/// The exec's task ended without saying how (it panicked).
+fn no_result() -> ApiError {
+    ApiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        code: "internal",
+        message: "the exec ended without a result".into(),
+        retry_after: None,
+    }
+}
+
 /// Runs the exec in its own task, so it goes on to its end (and its output stays readable
 /// under its id) when the client goes away. Answers once the exec has its id: errors before
 /// that get their status; the id is the `X-Paddock-Exec` header (and, streaming, the first
@@ -94,9 +104,7 @@ pub(super) async fn exec_job(
         Some(ExecMessage::Started(exec)) => exec,
         Some(ExecMessage::Done(result)) => return Ok(axum::Json(result?).into_response()),
         Some(ExecMessage::Line(_)) | None => {
-            return Err(ApiError::from(crate::error::Error::Serve {
-                message: "the exec ended without a result".into(),
-            }));
+            return Err(no_result());
         }
     };
     let exec_header = HeaderValue::from_str(&exec).expect("exec ids are header-safe");
@@ -108,9 +116,7 @@ pub(super) async fn exec_job(
                 return Ok(response);
             }
         }
-        return Err(ApiError::from(crate::error::Error::Serve {
-            message: "the exec ended without a result".into(),
-        }));
+        return Err(no_result());
     }
     let first = format!("{}\n", json!({"exec": exec}));
     let rest =
