@@ -159,6 +159,10 @@ fn json_shapes_and_human_tables() {
         "echo one > one.txt && git add one.txt && git commit -q -m one && echo wip > wip.txt",
     ]);
     insta::assert_json_snapshot!("exec_json", scrub.json(&exec));
+    insta::assert_json_snapshot!(
+        "execs_json",
+        scrub.json(&home.json(&["execs", &id, "--json"]))
+    );
     insta::assert_json_snapshot!("ls_json", scrub.json(&home.json(&["ls", "--json"])));
     // Column widths follow the values the placeholders replace: compare the columns.
     let table = regex_replace(&scrub.text(&home.ok(&["ls"])), " {2,}", "  ");
@@ -203,6 +207,16 @@ fn json_shapes_and_human_tables() {
         "true",
     ]);
     insta::assert_json_snapshot!("run_json", scrub.json(&run));
+    let events: Vec<Value> = home
+        .ok(&["events", "--json"])
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    insta::assert_json_snapshot!("events_json", scrub.json(&Value::Array(events)));
+    // The last event only: an exec's detail is cut at a width its duration changes.
+    let table = scrub.text(&home.ok(&["events", "--since", "10"]));
+    let table = regex_replace(&table, " {2,}", "  ");
+    insta::assert_snapshot!("events_table", table);
 }
 
 /// `doctor`'s checks: their names and the shape of each; what a check finds depends on the
