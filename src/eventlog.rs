@@ -124,6 +124,12 @@ impl EventLog {
 
     /// The last id in the segment starting at `first` (`first - 1` when it is empty).
     fn last_id_in(&self, first: u64) -> Result<u64, EventLogError> {
+        Ok(self.tail_of(first)?.0)
+    }
+
+    /// The last id in the segment starting at `first`, and whether it ends in a torn line (a
+    /// write cut short: the next line must start on a line of its own).
+    fn tail_of(&self, first: u64) -> Result<(u64, bool), EventLogError> {
         let path = self.segment_path(first);
         let mut file = File::open(&path).map_err(io_err(&path))?;
         let len = file.metadata().map_err(io_err(&path))?.len();
@@ -131,25 +137,27 @@ impl EventLog {
         file.seek(SeekFrom::Start(start)).map_err(io_err(&path))?;
         let mut tail = Vec::new();
         file.read_to_end(&mut tail).map_err(io_err(&path))?;
+        let torn = tail.last().is_some_and(|b| *b != b'\n');
         let from_tail = tail
             .split(|b| *b == b'\n')
             .rev()
             .find_map(|line| serde_json::from_slice::<Line>(line).ok())
             .map(|line| line.event.id);
-        match from_tail {
-            Some(id) => Ok(id),
-            None if len == 0 => Ok(first.saturating_sub(1)),
+        let id = match from_tail {
+            Some(id) => id,
+            None if len == 0 => first.saturating_sub(1),
             // A tail of unreadable lines: the whole segment decides, never a reused id.
             None => {
                 let whole = fs::read(&path).map_err(io_err(&path))?;
-                Ok(whole
+                whole
                     .split(|b| *b == b'\n')
                     .filter_map(|line| serde_json::from_slice::<Line>(line).ok())
                     .map(|line| line.event.id)
                     .max()
-                    .unwrap_or(first.saturating_sub(1)))
+                    .unwrap_or(first.saturating_sub(1))
             }
-        }
+        };
+        Ok((id, torn))
     }
 
     /// Appends one event: `make` gets its id, `then` runs before the lock is released (the
@@ -162,9 +170,12 @@ impl EventLog {
         fs::create_dir_all(&self.dir).map_err(io_err(&self.dir))?;
         let _lock = FileLock::acquire(&self.dir.join(".lock"), Duration::from_secs(10))?;
         let segments = self.segments()?;
-        let (first, last) = match segments.last() {
-            Some(&first) => (first, self.last_id_in(first)?),
-            None => (1, 0),
+        let (first, last, torn) = match segments.last() {
+            Some(&first) => {
+                let (last, torn) = self.tail_of(first)?;
+                (first, last, torn)
+            }
+            None => (1, 0, false),
         };
         let event = make(last + 1);
         // A full segment: start the next one with this event.
@@ -174,10 +185,19 @@ impl EventLog {
             first
         };
         let path = self.segment_path(first);
-        let mut line = serde_json::to_vec(&LineRef {
-            schema: LINE_SCHEMA,
-            event: &event,
-        })
+        // After a torn line (a write cut short by a full disk, say), start a line of our own.
+        let mut line = if torn && first != event.id {
+            vec![b'\n']
+        } else {
+            Vec::new()
+        };
+        serde_json::to_writer(
+            &mut line,
+            &LineRef {
+                schema: LINE_SCHEMA,
+                event: &event,
+            },
+        )
         .expect("events serialize");
         line.push(b'\n');
         OpenOptions::new()
@@ -290,11 +310,14 @@ impl EventCursor {
                 if trimmed.is_empty() {
                     continue;
                 }
-                let parsed: Line =
-                    serde_json::from_slice(trimmed).map_err(|e| EventLogError::Corrupt {
-                        path: path.clone(),
-                        message: e.to_string(),
-                    })?;
+                // A torn line (see `append`) is skipped: the lines after it are whole.
+                let parsed: Line = match serde_json::from_slice(trimmed) {
+                    Ok(parsed) => parsed,
+                    Err(error) => {
+                        tracing::warn!(%error, path = %path.display(), "skipped a torn event line");
+                        continue;
+                    }
+                };
                 if parsed.schema != LINE_SCHEMA {
                     return Err(EventLogError::Corrupt {
                         path,
@@ -327,13 +350,14 @@ impl EventCursor {
                 // More of this segment to read.
                 continue;
             }
-            // The end of this segment: move to the next one if there is one.
+            // The end of this segment: move to the next one if there is one (a segment with a
+            // newer one after it is final; a torn last line of it is skipped).
             match segments.iter().find(|&&first| first > segment) {
-                Some(&next) if complete == bytes.len() => {
+                Some(&next) => {
                     self.segment = Some(next);
                     self.offset = 0;
                 }
-                _ => break,
+                None => break,
             }
         }
         Ok(out)
@@ -432,6 +456,29 @@ mod tests {
             .map(|e| e.id)
             .collect();
         assert_eq!(read, ids, "the file is in id order");
+    }
+
+    #[test]
+    fn a_torn_line_is_skipped_and_the_next_event_starts_a_line() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = EventLog::new(dir.path().join("events"));
+        log.append(event, |_| {}).expect("append");
+        let segment = log.segment_path(1);
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(&segment)
+            .expect("the segment");
+        file.write_all(br#"{"schema":1,"event":{"id":2,"ty"#)
+            .expect("a torn write");
+        assert_eq!(log.append(event, |_| {}).expect("append").id, 2);
+        let ids: Vec<u64> = log
+            .cursor(0)
+            .next_batch(10)
+            .expect("read")
+            .iter()
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(ids, vec![1, 2]);
     }
 
     #[test]
