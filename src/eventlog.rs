@@ -13,8 +13,9 @@
 //!   their events fall out of the window (the last [`KEEP_EVENTS`] ids and [`KEEP_AGE`]),
 //!   and readers skip events outside the window, so what a reader sees is exactly the window.
 //!
-//! Readers take no lock: they parse complete lines only, and a [`EventCursor`] remembers its
-//! segment and byte offset so tailing reads only new bytes.
+//! Readers take no lock: they parse complete lines only (skipping a torn one, which a write
+//! cut short leaves; the next append starts a fresh line after it), and an [`EventCursor`]
+//! remembers its segment and byte offset so tailing reads only new bytes.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
