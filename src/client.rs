@@ -19,8 +19,8 @@ use crate::ops::Operations;
 use crate::output::{OutputSink, StreamKind};
 use crate::store::PaddockHome;
 use crate::wire::{
-    CommitInfo, CreateRequest, ExecOptions, ExecResult, JobDetails, JobView, NetworkChange,
-    RemoveOptions, RemoveReport,
+    CommitInfo, CreateRequest, Event, EventQuery, ExecInfo, ExecOptions, ExecResult, JobDetails,
+    JobView, NetworkChange, RemoveOptions, RemoveReport,
 };
 
 /// A connection target: the daemon's Unix socket.
@@ -136,7 +136,9 @@ impl DaemonClient {
                 let line: Vec<u8> = pending.drain(..=end).collect();
                 let value: Value = serde_json::from_slice(&line)
                     .map_err(|e| failed(format!("bad exec stream line: {e}")))?;
-                if let Some(stream) = value["stream"].as_str() {
+                if let Some(exec) = value["exec"].as_str() {
+                    sink.started(exec);
+                } else if let Some(stream) = value["stream"].as_str() {
                     let kind = if stream == "stderr" {
                         StreamKind::Stderr
                     } else {
@@ -152,6 +154,67 @@ impl DaemonClient {
             }
         }
         Err(failed("the exec stream ended without a result"))
+    }
+
+    /// A GET whose body is passed on in chunks as it comes (a stream that may be long).
+    async fn stream(
+        &self,
+        path: &str,
+        accept: &str,
+        chunk: &mut (dyn FnMut(&[u8]) -> bool + Send),
+    ) -> Result<(), Error> {
+        let response = self.send(Method::GET, path, None, accept).await?;
+        if !response.status().is_success() {
+            let bytes = read_body(response).await?;
+            return Err(daemon_error(
+                &serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            ));
+        }
+        let mut body = response.into_body();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| failed(format!("the stream broke off: {e}")))?;
+            if let Ok(data) = frame.into_data()
+                && !chunk(&data)
+            {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Splits Server-Sent Events into their `data:` payloads (one event per blank line), and
+/// keeps the last `id:` seen (where a reconnect resumes).
+#[derive(Default)]
+struct SseParser {
+    pending: Vec<u8>,
+    data: String,
+    last_id: Option<u64>,
+}
+
+impl SseParser {
+    /// Feeds bytes; returns the data of each event completed by them.
+    fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
+        self.pending.extend_from_slice(bytes);
+        let mut done = Vec::new();
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                if !self.data.is_empty() {
+                    done.push(std::mem::take(&mut self.data));
+                }
+            } else if let Some(id) = line.strip_prefix("id:") {
+                self.last_id = id.trim().parse().ok().or(self.last_id);
+            } else if let Some(data) = line.strip_prefix("data:") {
+                if !self.data.is_empty() {
+                    self.data.push('\n');
+                }
+                self.data.push_str(data.strip_prefix(' ').unwrap_or(data));
+            }
+        }
+        done
     }
 }
 
@@ -288,6 +351,81 @@ impl Operations for DaemonClient {
             Some(&body),
         )
         .await
+    }
+
+    async fn events(
+        &self,
+        query: EventQuery,
+        sink: &mut (dyn FnMut(Event) -> bool + Send),
+    ) -> Result<(), Error> {
+        let mut parser = SseParser::default();
+        // A followed stream ends after the daemon's deadline: reconnect after the last id.
+        loop {
+            let mut path = format!("/v1/events?follow={}", query.follow);
+            if let Some(since) = parser.last_id.or(query.since) {
+                path.push_str(&format!("&since={since}"));
+            }
+            if let Some(job) = &query.job {
+                path.push_str(&format!("&job={}", encode(job)));
+            }
+            let mut outcome = Ok(true);
+            self.stream(&path, "text/event-stream", &mut |bytes| {
+                for data in parser.feed(bytes) {
+                    match serde_json::from_str::<Event>(&data) {
+                        Ok(event) => {
+                            if !sink(event) {
+                                outcome = Ok(false);
+                                return false;
+                            }
+                        }
+                        Err(e) => {
+                            outcome = Err(failed(format!("bad event from the daemon: {e}")));
+                            return false;
+                        }
+                    }
+                }
+                true
+            })
+            .await?;
+            if !outcome? || !query.follow {
+                return Ok(());
+            }
+            // Never a tight loop against a daemon that ends streams at once.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn execs(&self, id: &str) -> Result<Vec<ExecInfo>, Error> {
+        self.call(Method::GET, &format!("/v1/jobs/{}/execs", encode(id)), None)
+            .await
+    }
+
+    async fn exec_info(&self, id: &str, exec: &str) -> Result<ExecInfo, Error> {
+        let path = format!("/v1/jobs/{}/execs/{}", encode(id), encode(exec));
+        self.call(Method::GET, &path, None).await
+    }
+
+    async fn exec_output(
+        &self,
+        id: &str,
+        exec: &str,
+        offset: u64,
+        follow: bool,
+        sink: &mut (dyn FnMut(&[u8]) + Send),
+    ) -> Result<u64, Error> {
+        let path = format!(
+            "/v1/jobs/{}/execs/{}/output?offset={offset}&follow={follow}",
+            encode(id),
+            encode(exec)
+        );
+        let mut next = offset;
+        self.stream(&path, "application/x-ndjson", &mut |bytes| {
+            next += bytes.len() as u64;
+            sink(bytes);
+            true
+        })
+        .await?;
+        Ok(next)
     }
 
     async fn stop(&self, id: &str, grace: Option<std::time::Duration>) -> Result<bool, Error> {

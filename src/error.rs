@@ -135,6 +135,12 @@ pub enum Error {
     },
     #[error("failure injected at `{point}` (PADDOCK_FAIL_AT)")]
     Injected { point: &'static str },
+    #[error("job `{job}` has no exec `{exec}`")]
+    NoExec { job: JobId, exec: String },
+    #[error("unreadable exec record `{path}`: {message}")]
+    ExecFiles { path: PathBuf, message: String },
+    #[error(transparent)]
+    EventLog(#[from] crate::eventlog::EventLogError),
     #[error("failed to remove `{path}`")]
     RemoveDir {
         path: PathBuf,
@@ -171,7 +177,12 @@ impl Error {
             Error::SnapshotFailed { .. } | Error::NotOurs { .. } | Error::Legacy { .. } => {
                 K::Refused
             }
-            Error::RemoveDir { .. } | Error::Log { .. } | Error::Injected { .. } => K::Internal,
+            Error::RemoveDir { .. }
+            | Error::Log { .. }
+            | Error::Injected { .. }
+            | Error::ExecFiles { .. }
+            | Error::EventLog(_) => K::Internal,
+            Error::NoExec { .. } => K::NotFound,
             Error::Network { .. } => K::InvalidInput,
             Error::Daemon { kind, .. } => *kind,
             Error::Admission(AdmissionError::NoRoom { .. }) => K::QueueFull,

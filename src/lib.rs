@@ -16,6 +16,7 @@ pub mod egress;
 pub mod engine;
 pub mod env;
 pub mod error;
+pub mod eventlog;
 pub(crate) mod git;
 mod ids;
 pub mod job;

@@ -14,8 +14,8 @@ use crate::Paddock;
 use crate::error::Result;
 use crate::output::OutputSink;
 use crate::wire::{
-    CommitInfo, CreateRequest, ExecOptions, ExecResult, JobDetails, JobView, NetworkChange,
-    RemoveOptions, RemoveReport, RunReport,
+    CommitInfo, CreateRequest, Event, EventQuery, ExecInfo, ExecOptions, ExecResult, JobDetails,
+    JobView, NetworkChange, RemoveOptions, RemoveReport, RunReport,
 };
 
 /// paddock's job operations (see the module docs).
@@ -62,6 +62,31 @@ pub trait Operations {
     /// Changes what a live `allowlist` job may reach, from its next connection on.
     fn set_network(&self, id: &str, change: NetworkChange)
     -> impl Future<Output = Result<JobView>>;
+
+    /// The install's events that `query` asks for, each to `sink` until it returns false
+    /// (or, without `follow`, the replay ends).
+    fn events(
+        &self,
+        query: EventQuery,
+        sink: &mut (dyn FnMut(Event) -> bool + Send),
+    ) -> impl Future<Output = Result<()>>;
+
+    /// A job's execs, oldest first.
+    fn execs(&self, id: &str) -> impl Future<Output = Result<Vec<ExecInfo>>>;
+
+    /// One exec of a job: running or finished, and its result.
+    fn exec_info(&self, id: &str, exec: &str) -> impl Future<Output = Result<ExecInfo>>;
+
+    /// An exec's output log (NDJSON lines) from byte `offset`, to `sink`; with `follow`,
+    /// until the exec ends. Returns the offset after the last byte given.
+    fn exec_output(
+        &self,
+        id: &str,
+        exec: &str,
+        offset: u64,
+        follow: bool,
+        sink: &mut (dyn FnMut(&[u8]) + Send),
+    ) -> impl Future<Output = Result<u64>>;
 
     /// The orchestrator's one-shot: create, exec, then remove exactly as `rm` does (work is
     /// never lost; the branch stays when it has commits). With `keep`, the job stays.
@@ -141,5 +166,42 @@ impl Operations for Paddock {
 
     async fn set_network(&self, id: &str, change: NetworkChange) -> Result<JobView> {
         Paddock::set_network(self, id, change).await
+    }
+
+    async fn events(
+        &self,
+        query: EventQuery,
+        sink: &mut (dyn FnMut(Event) -> bool + Send),
+    ) -> Result<()> {
+        let mut feed = self.event_feed(&query, None)?;
+        while let Some(event) = feed.next().await? {
+            if !sink(event) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    async fn execs(&self, id: &str) -> Result<Vec<ExecInfo>> {
+        Paddock::execs(self, id)
+    }
+
+    async fn exec_info(&self, id: &str, exec: &str) -> Result<ExecInfo> {
+        Paddock::exec_info(self, id, exec)
+    }
+
+    async fn exec_output(
+        &self,
+        id: &str,
+        exec: &str,
+        offset: u64,
+        follow: bool,
+        sink: &mut (dyn FnMut(&[u8]) + Send),
+    ) -> Result<u64> {
+        let mut output = self.exec_output_reader(id, exec, offset, follow)?;
+        while let Some(chunk) = output.next_chunk().await? {
+            sink(&chunk);
+        }
+        Ok(output.offset())
     }
 }

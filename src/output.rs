@@ -12,6 +12,9 @@ pub enum StreamKind {
 /// kept for the result.
 pub trait OutputSink: Send {
     fn write(&mut self, stream: StreamKind, bytes: &[u8]);
+
+    /// The exec got its id (`x-...`), before any output: where its output stays readable.
+    fn started(&mut self, _exec: &str) {}
 }
 
 /// A sink that drops everything (`--json`, where only the result is printed).

@@ -10,6 +10,8 @@
 //!   worktrees/<repo-key>/<id>/   the job's checkout
 //!   worktrees/<repo-key>/.<id>.paddock   ownership marker, written before the checkout exists
 //!   logs/<id>/                   exec audit log and output
+//!   logs/<id>/execs/<exec>.json  one exec's status and result; `<exec>.ndjson` its output
+//!   events/<first id>.jsonl      the event log's segments (see `eventlog`)
 //! ```
 //! Records are written to a temp file, fsynced, then renamed (or hard-linked, for a new id, so
 //! two creators of one id cannot both win), and the directory is fsynced.
@@ -216,6 +218,16 @@ impl PaddockHome {
 
     pub fn logs_dir(&self, id: &JobId) -> PathBuf {
         self.root.join("logs").join(id.as_str())
+    }
+
+    /// Each exec's status (`<exec>.json`) and output (`<exec>.ndjson`) of one job.
+    pub fn execs_dir(&self, id: &JobId) -> PathBuf {
+        self.logs_dir(id).join("execs")
+    }
+
+    /// The persisted event log (see `eventlog`).
+    pub fn events_dir(&self) -> PathBuf {
+        self.root.join("events")
     }
 
     /// Where a job's checkout goes.

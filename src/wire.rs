@@ -375,6 +375,10 @@ pub enum EventKind {
     /// The egress proxy of an `allowlist` job refused a connection (host, port, reason).
     #[serde(rename = "egress.denied")]
     EgressDenied,
+    /// Not a happening: the first event of a replay that asked for events older than the
+    /// oldest kept one (`detail.oldest`); the ones before it are gone.
+    #[serde(rename = "reset")]
+    Reset,
 }
 
 impl EventKind {
@@ -389,13 +393,17 @@ impl EventKind {
             EventKind::BranchRewritten => "job.branch_rewritten",
             EventKind::SweepDone => "sweep.done",
             EventKind::EgressDenied => "egress.denied",
+            EventKind::Reset => "reset",
         }
     }
 }
 
-/// Something that happened, for subscribers (`GET /v1/events`).
+/// Something that happened, for subscribers (`GET /v1/events`, `paddock events`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Event {
+    /// Increases by one with every event of this install, never reused (the SSE `id:`).
+    /// A `reset` carries the id just before the oldest kept event.
+    pub id: u64,
     #[serde(rename = "type")]
     pub kind: EventKind,
     pub job: Option<String>,
@@ -403,4 +411,54 @@ pub struct Event {
     pub at: DateTime<Utc>,
     /// Kind-specific details (the exec's exit code, the sweep's counts).
     pub detail: serde_json::Value,
+}
+
+/// Which events to read: `GET /v1/events` and `paddock events`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct EventQuery {
+    /// Events with a larger id. Unset: from now on when following, else every kept event.
+    /// Older than the oldest kept event: a `reset` event comes first.
+    #[serde(default)]
+    pub since: Option<u64>,
+    /// Only the events of this job (a `reset` always comes).
+    #[serde(default)]
+    pub job: Option<String>,
+    /// Keep waiting for new events after the replay.
+    #[serde(default)]
+    pub follow: bool,
+}
+
+/// Whether an exec still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecState {
+    Running,
+    Finished,
+    /// The process that ran it ended without recording a result (a killed daemon).
+    Lost,
+}
+
+/// One exec of a job, as persisted in `logs/<job>/execs/<exec>.json`: `GET
+/// /v1/jobs/{id}/execs[/{exec}]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecInfo {
+    pub schema: u32,
+    /// `x-` and 12 hex digits.
+    pub id: String,
+    pub job: String,
+    pub command: Vec<String>,
+    pub state: ExecState,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The result once finished (null while running, or when paddock could not run it).
+    pub result: Option<ExecResult>,
+    /// Why paddock could not run it.
+    pub error: Option<String>,
+    /// Bytes of the output log (`.../output`) so far.
+    #[serde(default)]
+    pub output_bytes: u64,
+    /// The process that runs it (to tell a lost exec from a running one).
+    pub pid: u32,
+    /// Its deadline after `started_at` (timeout plus grace), in milliseconds.
+    pub deadline_ms: u64,
 }

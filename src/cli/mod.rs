@@ -19,7 +19,9 @@ mod create;
 mod diff;
 mod doctor;
 mod egress_proxy;
+mod events;
 mod exec;
+mod execs;
 pub mod exit;
 mod image;
 mod log;
@@ -73,6 +75,10 @@ pub(crate) enum Command {
     Shell(shell::ShellArgs),
     /// Every exec's command, output and exit code.
     Logs(logs::LogsArgs),
+    /// A job's execs, or one exec's output (again, from an offset, or following it).
+    Execs(execs::ExecsArgs),
+    /// The event history (job.created, exec.finished, ...), or new events with --follow.
+    Events(events::EventsArgs),
     /// Stop what runs in a job (SIGTERM, the grace period, then SIGKILL).
     Stop(stop::StopArgs),
     /// Change what a running allowlist job may reach (from its next connection).
@@ -143,6 +149,8 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Run(args) => run::run(ops, args).await,
         Command::Stop(args) => stop::run(ops, args).await,
         Command::Net(args) => net::run(ops, args).await,
+        Command::Execs(args) => execs::run(ops, args).await,
+        Command::Events(args) => events::run(ops, args).await,
         Command::Shell(args) => shell::run(paddock, args).await,
         Command::Logs(args) => logs::run(paddock, args).await,
         Command::Image { command } => image::run(paddock, command).await,

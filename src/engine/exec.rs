@@ -1,11 +1,13 @@
 //! Running commands in a job: `exec` (then a sync of its branch), `run` (create, exec, rm),
-//! `stop`, `shell` and the job's output log. Every exec is appended to the audit log.
+//! `stop`, `shell` and the job's output log. Every exec is appended to the audit log and
+//! recorded under its own id (see `execs`).
 
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use super::execs::ExecRecorder;
 use super::{Error, ExecOptions, Paddock, Result, SyncScope};
 use crate::job::{JobId, JobState};
 use crate::runtime::exec::{DEFAULT_OUTPUT_CAP, StreamKind};
@@ -27,10 +29,11 @@ struct AuditEntry<'a> {
     sync_ms: Option<u64>,
 }
 
-/// Passes output on to the caller's sink and appends it to the job's output log, so
-/// `paddock logs --follow` sees it as it comes.
+/// Passes output on to the caller's sink, to the exec's own output record and to the job's
+/// output log, so `paddock logs --follow` sees it as it comes.
 struct TeeSink<'a> {
     inner: &'a mut dyn OutputSink,
+    recorder: ExecRecorder,
     log: Option<std::fs::File>,
 }
 
@@ -38,6 +41,7 @@ impl OutputSink for TeeSink<'_> {
     fn write(&mut self, stream: StreamKind, bytes: &[u8]) {
         use std::io::Write;
         self.inner.write(stream, bytes);
+        self.recorder.write(stream, bytes);
         if let Some(log) = &mut self.log
             && log.write_all(bytes).is_err()
         {
@@ -102,11 +106,17 @@ impl Paddock {
             .store
             .update(&record.id, |r| r.transition(JobState::Running, started_at))?;
         moved?;
+        let recorder = ExecRecorder::start(
+            &self.home.execs_dir(&record.id),
+            &record.id,
+            &options.cmd,
+            request.timeout + request.grace,
+        );
         self.emit(
             EventKind::JobState,
             Some(&record.id),
             Some(JobState::Running),
-            serde_json::Value::Null,
+            serde_json::json!({ "exec": recorder.id() }),
         );
         let log_dir = self.home.logs_dir(&record.id);
         let output_log = log_dir.join("output.log");
@@ -118,7 +128,12 @@ impl Paddock {
                     .open(&output_log)
             })
             .ok();
-        let mut tee = TeeSink { inner: sink, log };
+        sink.started(recorder.id());
+        let mut tee = TeeSink {
+            inner: sink,
+            recorder,
+            log,
+        };
         if let Some(log) = &mut tee.log {
             use std::io::Write;
             let _ = writeln!(
@@ -191,6 +206,9 @@ impl Paddock {
             };
             let _ = writeln!(log, "\n<== {summary}");
         }
+        if let Ok(done) = &mut outcome {
+            done.result.exec_id = Some(tee.recorder.id().to_string());
+        }
         let (container_id, oom_kills) = match &outcome {
             Ok(o) => (o.container_id.clone(), o.oom_kills),
             Err(_) => (None, None),
@@ -218,12 +236,17 @@ impl Paddock {
             error: outcome.as_ref().err().map(ToString::to_string),
             sync_ms,
         };
+        match &outcome {
+            Ok(done) => tee.recorder.finish(Ok(&done.result)),
+            Err(error) => tee.recorder.finish(Err(error.to_string())),
+        }
         self.append_audit(&record.id, &entry)?;
         self.emit(
             EventKind::ExecFinished,
             Some(&record.id),
             Some(state),
             serde_json::json!({
+                "exec": tee.recorder.id(),
                 "command": options.cmd,
                 "exit_code": exit_code,
                 "timed_out": entry.timed_out,

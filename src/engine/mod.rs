@@ -6,9 +6,11 @@
 //! anything is deleted and removes the record last, so a crash at any point leaves a record
 //! that a later `rm` or sweep can finish.
 //!
-//! One file per operation: `create`, `exec` (with `run`, `stop`, `shell`), `remove`,
-//! `inspect` (`list`, `show`, `diff`, `log`), `sync`, `caches`; this file holds the engine
-//! itself and the shapes its operations take and return.
+//! One file per operation: `create`, `exec` (with `run`, `stop`, `shell`), `execs` (each
+//! exec's kept status and output), `events` (reading the event history), `remove`, `inspect`
+//! (`list`, `show`, `diff`, `log`), `sync`, `caches`; this file holds the engine itself,
+//! `emit` (every event goes to the install's event log), and the shapes its operations take
+//! and return.
 
 use std::path::Path;
 
@@ -16,6 +18,7 @@ use chrono::Utc;
 
 pub use crate::config::BranchPolicy;
 use crate::config::{Config, EnvLookup, ProcessEnv};
+use crate::eventlog::EventLog;
 use crate::job::{JobId, JobRecord, JobState};
 use crate::runtime::{Runtime, Runtimes};
 use crate::store::{JobStore, PaddockHome};
@@ -23,7 +26,9 @@ use crate::store::{JobStore, PaddockHome};
 mod admit;
 mod caches;
 mod create;
+mod events;
 mod exec;
+mod execs;
 mod inspect;
 mod network;
 mod remove;
@@ -31,13 +36,15 @@ mod sync;
 #[cfg(test)]
 mod tests;
 pub use create::{CRASH_POINTS, FAIL_POINTS, render_branch};
+pub use events::EventFeed;
+pub use execs::{ExecOutput, OUTPUT_LIMIT};
 pub use sync::{SyncScope, Synced};
 
 pub use crate::error::{Error, Result};
 
 pub use crate::wire::{
-    CreateRequest, Event, EventKind, ExecOptions, JobDetails, JobView, NetworkChange,
-    RemoveOptions, RemoveReport, RunReport,
+    CreateRequest, Event, EventKind, EventQuery, ExecInfo, ExecOptions, ExecState, JobDetails,
+    JobView, NetworkChange, RemoveOptions, RemoveReport, RunReport,
 };
 
 /// A new job, and the warning to show when `auto` fell back to the process runtime.
@@ -53,6 +60,7 @@ pub struct Paddock {
     store: JobStore,
     env: Box<dyn EnvLookup + Send + Sync>,
     events: Option<tokio::sync::broadcast::Sender<Event>>,
+    event_log: EventLog,
     runtimes: Runtimes,
     /// A daemon: its queued creates outlive it (a restarted daemon adopts them).
     adopts_queue: bool,
@@ -72,6 +80,7 @@ impl Paddock {
         let store = home.store();
         let runtimes = Runtimes::new(&home);
         Ok(Paddock {
+            event_log: EventLog::new(home.events_dir()),
             home,
             store,
             env,
@@ -120,7 +129,9 @@ impl Paddock {
         self.runtimes.of(record.runtime)
     }
 
-    /// Sends an event to subscribers, if anyone listens.
+    /// Records an event in the install's event log (which gives it its id) and publishes it
+    /// to the daemon's subscribers, in id order. A log that cannot be written costs the
+    /// event, never the operation.
     pub fn emit(
         &self,
         kind: EventKind,
@@ -128,15 +139,29 @@ impl Paddock {
         state: Option<JobState>,
         detail: serde_json::Value,
     ) {
-        if let Some(events) = &self.events {
-            let _ = events.send(Event {
+        let written = self.event_log.append(
+            |id| Event {
+                id,
                 kind,
                 job: job.map(ToString::to_string),
                 state,
                 at: Utc::now(),
                 detail,
-            });
+            },
+            |event| {
+                if let Some(events) = &self.events {
+                    let _ = events.send(event.clone());
+                }
+            },
+        );
+        if let Err(error) = written {
+            tracing::warn!(%error, kind = kind.name(), "event not recorded");
         }
+    }
+
+    /// The install's event log.
+    pub fn event_log(&self) -> &EventLog {
+        &self.event_log
     }
 
     pub fn home(&self) -> &PaddockHome {

@@ -44,6 +44,9 @@ pub struct ExecResult {
     /// repository afterwards (the job's branch there stayed where it was).
     #[serde(default)]
     pub sync_error: Option<String>,
+    /// The exec's id (`x-...`), under which its output and result stay readable.
+    #[serde(default)]
+    pub exec_id: Option<String>,
 }
 
 pub use crate::output::{Discard, OutputSink, StreamKind};

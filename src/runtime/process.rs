@@ -157,6 +157,7 @@ pub(super) async fn exec(
         truncated: out_cut || err_cut,
         oom_killed: false,
         sync_error: None,
+        exec_id: None,
     })
 }
 

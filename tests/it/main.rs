@@ -13,6 +13,7 @@ mod cache;
 mod core_commands;
 mod docker;
 mod egress;
+mod events;
 mod hostile;
 mod installs;
 mod process;

@@ -23,6 +23,8 @@ const COMMANDS: &[&str] = &[
     "run",
     "shell",
     "logs",
+    "execs",
+    "events",
     "stop",
     "net",
     "image",
@@ -70,7 +72,10 @@ impl Scrubber {
             (repo.path().display().to_string(), "[repo]".to_string()),
             // The test's user config lives beside its home.
             (canonical(home.dir.path()), "[test-dir]".to_string()),
-            (home.dir.path().display().to_string(), "[test-dir]".to_string()),
+            (
+                home.dir.path().display().to_string(),
+                "[test-dir]".to_string(),
+            ),
         ];
         if let Ok(id) = std::fs::read_to_string(home.root().join("home-id")) {
             pairs.push((id.trim().to_string(), "[home-id]".to_string()));
@@ -160,6 +165,10 @@ fn json_shapes_and_human_tables() {
         "echo one > one.txt && git add one.txt && git commit -q -m one && echo wip > wip.txt",
     ]);
     insta::assert_json_snapshot!("exec_json", scrub.json(&exec));
+    insta::assert_json_snapshot!(
+        "execs_json",
+        scrub.json(&home.json(&["execs", &id, "--json"]))
+    );
     insta::assert_json_snapshot!("ls_json", scrub.json(&home.json(&["ls", "--json"])));
     // Column widths follow the values the placeholders replace: compare the columns.
     let table = regex_replace(&scrub.text(&home.ok(&["ls"])), " {2,}", "  ");
@@ -204,6 +213,16 @@ fn json_shapes_and_human_tables() {
         "true",
     ]);
     insta::assert_json_snapshot!("run_json", scrub.json(&run));
+    let events: Vec<Value> = home
+        .ok(&["events", "--json"])
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    insta::assert_json_snapshot!("events_json", scrub.json(&Value::Array(events)));
+    // The last event only: an exec's detail is cut at a width its duration changes.
+    let table = scrub.text(&home.ok(&["events", "--since", "10"]));
+    let table = regex_replace(&table, " {2,}", "  ");
+    insta::assert_snapshot!("events_table", table);
 }
 
 /// `doctor`'s checks: their names and the shape of each; what a check finds depends on the

@@ -364,6 +364,7 @@ async fn exec_in(
             truncated: out_cut || err_cut,
             oom_killed,
             sync_error: None,
+            exec_id: None,
         },
         oom_count,
     ))

@@ -4,32 +4,24 @@
 //! Every handler calls the same [`Paddock`] method the CLI calls; this module only maps JSON
 //! to requests, errors to statuses (`{"error": {"code", "message"}}`), and adds what a
 //! service needs: 429 with Retry-After when a `no_wait` create finds no room, a body size
-//! limit, per-request deadlines, Server-Sent Events and Prometheus metrics.
+//! limit, per-request deadlines, Server-Sent Events and Prometheus metrics. The streamed
+//! answers (exec, an exec's output, events) are in `streams`.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::broadcast;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::BroadcastStream;
 
-use crate::engine::{
-    BranchPolicy, CreateRequest, ExecOptions, JobView, NetworkChange, Paddock, RemoveOptions,
-};
+use crate::engine::{BranchPolicy, CreateRequest, JobView, NetworkChange, Paddock, RemoveOptions};
 use crate::error::{Error, ErrorKind};
-use crate::runtime::exec::{OutputSink, StreamKind};
 use crate::sweep::SweepOptions;
 use crate::units::HumanDuration;
 
@@ -44,7 +36,6 @@ const EXEC_MARGIN: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 pub struct ApiState {
     paddock: Arc<Paddock>,
-    events: broadcast::Sender<crate::engine::Event>,
     metrics: Arc<crate::metrics::Metrics>,
     sweep_defaults: SweepOptions,
     token: Option<Arc<String>>,
@@ -53,13 +44,11 @@ pub struct ApiState {
 impl ApiState {
     pub fn new(
         paddock: Arc<Paddock>,
-        events: broadcast::Sender<crate::engine::Event>,
         sweep_defaults: SweepOptions,
         token: Option<String>,
     ) -> ApiState {
         ApiState {
             paddock,
-            events,
             metrics: Arc::default(),
             sweep_defaults,
             token: token.map(Arc::new),
@@ -143,6 +132,8 @@ impl IntoResponse for ApiError {
     }
 }
 
+mod streams;
+
 type ApiResult<T> = Result<T, ApiError>;
 
 async fn with_deadline<T>(
@@ -202,14 +193,20 @@ pub fn router(state: ApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/jobs", post(create_job).get(list_jobs))
         .route("/v1/jobs/{id}", get(show_job).delete(remove_job))
-        .route("/v1/jobs/{id}/exec", post(exec_job))
+        .route("/v1/jobs/{id}/exec", post(streams::exec_job))
+        .route("/v1/jobs/{id}/execs", get(streams::list_execs))
+        .route("/v1/jobs/{id}/execs/{exec}", get(streams::show_exec))
+        .route(
+            "/v1/jobs/{id}/execs/{exec}/output",
+            get(streams::exec_output),
+        )
         .route("/v1/jobs/{id}/diff", get(diff_job))
         .route("/v1/jobs/{id}/log", get(log_job))
         .route("/v1/jobs/{id}/logs", get(logs_job))
         .route("/v1/jobs/{id}/stop", post(stop_job))
         .route("/v1/jobs/{id}/network", post(set_network))
         .route("/v1/sweep", post(sweep))
-        .route("/v1/events", get(events))
+        .route("/v1/events", get(streams::events))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(middleware::from_fn(move |request: Request, next: Next| {
             let token = token_guard.clone();
@@ -377,81 +374,6 @@ async fn sweep(
         state.record_sweep(report.removed.len());
     }
     Ok(axum::Json(report).into_response())
-}
-
-/// Sends exec output as NDJSON lines while the command runs.
-struct NdjsonSink(tokio::sync::mpsc::UnboundedSender<String>);
-
-impl OutputSink for NdjsonSink {
-    fn write(&mut self, stream: StreamKind, bytes: &[u8]) {
-        let name = match stream {
-            StreamKind::Stdout => "stdout",
-            StreamKind::Stderr => "stderr",
-        };
-        let line = json!({"stream": name, "data": String::from_utf8_lossy(bytes)});
-        let _ = self.0.send(format!("{line}\n"));
-    }
-}
-
-async fn exec_job(
-    State(state): State<ApiState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    ApiJson(options): ApiJson<ExecOptions>,
-) -> ApiResult<Response> {
-    if options.cmd.is_empty() {
-        return Err(ApiError::bad_request("`cmd` must name a program"));
-    }
-    let record = state.paddock.load(&id).map_err(ApiError::from)?;
-    let deadline = options.timeout.map_or(record.limits.timeout.0, |t| t.0)
-        + record.limits.grace.0
-        + EXEC_MARGIN;
-    let streaming = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains("application/x-ndjson"));
-    if !streaming {
-        let started = Instant::now();
-        let result = with_deadline(
-            deadline,
-            state
-                .paddock
-                .exec(&id, options, &mut crate::runtime::exec::Discard),
-        )
-        .await;
-        state.metrics.observe_exec(started.elapsed());
-        return Ok(axum::Json(result?).into_response());
-    }
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let task_state = state.clone();
-    tokio::spawn(async move {
-        let started = Instant::now();
-        let mut sink = NdjsonSink(tx.clone());
-        let result =
-            with_deadline(deadline, task_state.paddock.exec(&id, options, &mut sink)).await;
-        task_state.metrics.observe_exec(started.elapsed());
-        let last = match result {
-            Ok(result) => json!({"result": result}),
-            Err(error) => json!({"error": {"code": error.code, "message": error.message}}),
-        };
-        let _ = tx.send(format!("{last}\n"));
-    });
-    let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(Ok::<_, Infallible>);
-    Ok(Response::builder()
-        .header(header::CONTENT_TYPE, "application/x-ndjson")
-        .body(Body::from_stream(stream))
-        .expect("a streaming response builds"))
-}
-
-async fn events(State(state): State<ApiState>) -> impl IntoResponse {
-    let stream = BroadcastStream::new(state.events.subscribe()).filter_map(|event| {
-        let event = event.ok()?;
-        let data = serde_json::to_string(&event).ok()?;
-        Some(Ok::<_, Infallible>(
-            SseEvent::default().event(event.kind.name()).data(data),
-        ))
-    });
-    Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
 async fn metrics(State(state): State<ApiState>) -> ApiResult<Response> {
