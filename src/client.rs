@@ -23,9 +23,21 @@ use crate::wire::{
     JobView, NetworkChange, RemoveOptions, RemoveReport,
 };
 
+/// The body of `POST /v1/jobs` for `request` as this process would run it: the CLI's
+/// environment overrides folded in, and the repository as an absolute path (the daemon has
+/// its own environment and working directory). A CLI without a daemon hashes the same body
+/// for its idempotency key, so a key names one job whichever way the create went.
+pub fn create_body(mut request: CreateRequest) -> Value {
+    env_overrides(&mut request);
+    request.repo = std::fs::canonicalize(&request.repo).unwrap_or(request.repo);
+    serde_json::to_value(&request).expect("a create request serializes")
+}
+
 /// A connection target: the daemon's Unix socket.
 pub struct DaemonClient {
     socket: PathBuf,
+    /// Sent as `Idempotency-Key` with every mutating request (the CLI's `--idempotency-key`).
+    idempotency_key: Option<String>,
 }
 
 fn failed(message: impl Into<String>) -> Error {
@@ -50,7 +62,16 @@ impl DaemonClient {
             tokio::net::UnixStream::connect(&socket),
         )
         .await;
-        matches!(probe, Ok(Ok(_))).then_some(DaemonClient { socket })
+        matches!(probe, Ok(Ok(_))).then_some(DaemonClient {
+            socket,
+            idempotency_key: None,
+        })
+    }
+
+    /// Sends `key` as the `Idempotency-Key` of every POST and DELETE.
+    pub fn with_idempotency_key(mut self, key: Option<String>) -> DaemonClient {
+        self.idempotency_key = key;
+        self
     }
 
     async fn send(
@@ -75,7 +96,12 @@ impl DaemonClient {
         let payload = body
             .map(std::string::ToString::to_string)
             .unwrap_or_default();
-        let request = Request::builder()
+        let keyed = matches!(method, Method::POST | Method::DELETE);
+        let mut request = Request::builder();
+        if let (true, Some(key)) = (keyed, &self.idempotency_key) {
+            request = request.header("idempotency-key", key);
+        }
+        let request = request
             .method(method)
             .uri(path)
             .header("host", "paddock")
@@ -271,11 +297,7 @@ fn encode(segment: &str) -> String {
 
 impl Operations for DaemonClient {
     async fn create(&self, request: CreateRequest) -> Result<(JobView, Option<String>), Error> {
-        let mut request = request;
-        env_overrides(&mut request);
-        // The daemon has its own working directory: send an absolute path.
-        request.repo = std::fs::canonicalize(&request.repo).unwrap_or(request.repo);
-        let body = serde_json::to_value(&request).expect("a create request serializes");
+        let body = create_body(request);
         let mut value: Value = self.call(Method::POST, "/v1/jobs", Some(&body)).await?;
         let warning = value
             .as_object_mut()

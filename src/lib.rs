@@ -18,6 +18,7 @@ pub mod env;
 pub mod error;
 pub mod eventlog;
 pub(crate) mod git;
+pub mod idempotency;
 mod ids;
 pub mod job;
 mod metrics;

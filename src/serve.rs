@@ -163,7 +163,7 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         ),
         None => None,
     };
-    let state = crate::api::ApiState::new(paddock.clone(), options.sweep.clone(), None);
+    let state = crate::api::ApiState::new(paddock.clone(), options.sweep.clone(), None)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let shutdown = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;

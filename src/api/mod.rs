@@ -39,6 +39,7 @@ pub struct ApiState {
     metrics: Arc<crate::metrics::Metrics>,
     sweep_defaults: SweepOptions,
     token: Option<Arc<String>>,
+    idempotency: Arc<crate::idempotency::IdempotencyStore>,
 }
 
 impl ApiState {
@@ -46,13 +47,15 @@ impl ApiState {
         paddock: Arc<Paddock>,
         sweep_defaults: SweepOptions,
         token: Option<String>,
-    ) -> ApiState {
-        ApiState {
+    ) -> Result<ApiState, Error> {
+        let idempotency = Arc::new(crate::idempotency::IdempotencyStore::open(paddock.home())?);
+        Ok(ApiState {
+            idempotency,
             paddock,
             metrics: Arc::default(),
             sweep_defaults,
             token: token.map(Arc::new),
-        }
+        })
     }
 
     /// Makes every request need `Authorization: Bearer <token>` (the TCP listener).
@@ -132,6 +135,7 @@ impl IntoResponse for ApiError {
     }
 }
 
+mod idempotency;
 mod streams;
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -185,6 +189,7 @@ where
 /// The API's routes over `state`.
 pub fn router(state: ApiState) -> Router {
     let token_guard = state.token.clone();
+    let kept_answers = state.idempotency.clone();
     Router::new()
         .route(
             "/healthz",
@@ -208,6 +213,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/sweep", post(sweep))
         .route("/v1/events", get(streams::events))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        // Inside the token check: an unauthorized request never claims a key.
+        .layer(middleware::from_fn(move |request: Request, next: Next| {
+            idempotency::idempotent(kept_answers.clone(), request, next)
+        }))
         .layer(middleware::from_fn(move |request: Request, next: Next| {
             let token = token_guard.clone();
             async move { authorize(token, request, next).await }

@@ -21,8 +21,61 @@ pub async fn run(ops: &impl Operations, args: CreateArgs) -> Result<i32> {
     if let Some(warning) = &warning {
         eprintln!("warning: {warning}");
     }
-    if args.json {
-        print_json(&view);
+    print_created(&view, args.json);
+    Ok(exit::OK)
+}
+
+/// A create with an idempotency key, without a daemon: the same request under the same key
+/// answers with the job the first one made (as the daemon's `POST /v1/jobs` would).
+pub async fn run_keyed(paddock: &crate::Paddock, key: &str, args: CreateArgs) -> Result<i32> {
+    use crate::idempotency::{Claim, IdempotencyStore, valid_key};
+    if !valid_key(key) {
+        eprintln!("error: --idempotency-key must be 1 to 255 visible ASCII characters");
+        return Ok(exit::USAGE);
+    }
+    let store = IdempotencyStore::open(paddock.home())?;
+    // The daemon's operation and body: one key, one job, with or without a daemon.
+    let body = crate::client::create_body(args.request);
+    let request: crate::wire::CreateRequest =
+        serde_json::from_value(body.clone()).expect("a create body reads back");
+    match store.claim(key, "POST /v1/jobs", body.to_string().as_bytes())? {
+        Claim::Replay { answer, .. } => {
+            let view: crate::wire::JobView =
+                serde_json::from_value(answer).map_err(|e| crate::error::Error::Serve {
+                    message: format!("the answer kept for key `{key}` is unreadable: {e}"),
+                })?;
+            print_created(&view, args.json);
+            Ok(exit::OK)
+        }
+        Claim::InProgress { .. } => {
+            eprintln!("error: a create with --idempotency-key `{key}` is still at work");
+            Ok(exit::CONFLICT)
+        }
+        Claim::Mismatch { operation } => {
+            eprintln!(
+                "error: --idempotency-key `{key}` was used for another request ({operation}, or another body)"
+            );
+            Ok(exit::INVALID_INPUT)
+        }
+        Claim::Fresh(pending) => {
+            let (view, warning) = crate::ops::Operations::create(paddock, request).await?;
+            if let Some(warning) = &warning {
+                eprintln!("warning: {warning}");
+            }
+            pending.finish(
+                201,
+                None,
+                serde_json::to_value(&view).expect("views serialize"),
+            )?;
+            print_created(&view, args.json);
+            Ok(exit::OK)
+        }
+    }
+}
+
+fn print_created(view: &crate::wire::JobView, json: bool) {
+    if json {
+        print_json(view);
     } else {
         println!(
             "created job {} on branch {} at {}",
@@ -31,5 +84,4 @@ pub async fn run(ops: &impl Operations, args: CreateArgs) -> Result<i32> {
             view.worktree.display()
         );
     }
-    Ok(exit::OK)
 }

@@ -48,6 +48,11 @@ pub struct Cli {
     /// Log what paddock does to stderr (repeat for more).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Make a mutating command safe to retry: the same key with the same request gets the
+    /// first answer instead of doing the work again (kept 24 h). Honoured by the daemon for
+    /// every mutating command, and by `create` without a daemon.
+    #[arg(long, global = true, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -125,9 +130,16 @@ pub async fn run(cli: Cli) -> i32 {
     };
     // Job commands go through a running daemon when there is one (see `client`): the one
     // place that chooses.
+    let key = cli.idempotency_key.clone();
     let outcome = match DaemonClient::connect(paddock.home()).await {
-        Some(daemon) => dispatch(&daemon, &paddock, cli.command).await,
-        None => dispatch(&paddock, &paddock, cli.command).await,
+        Some(daemon) => {
+            let daemon = daemon.with_idempotency_key(key);
+            dispatch(&daemon, &paddock, cli.command).await
+        }
+        None => match key {
+            Some(key) => keyed_without_daemon(&paddock, &key, cli.command).await,
+            None => dispatch(&paddock, &paddock, cli.command).await,
+        },
     };
     match outcome {
         Ok(code) => code,
@@ -160,6 +172,26 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::EgressProxy(args) => egress_proxy::run(args).await,
         Command::Cache { command } => cache::run(paddock, command),
         Command::Config { command } => config::run(paddock, command).await,
+    }
+}
+
+/// `--idempotency-key` without a daemon: `create` keeps its answer in the install's store,
+/// under the daemon's operation and body (so a key means one job whichever way it came);
+/// other mutating commands need the daemon for it; commands that change nothing ignore it.
+async fn keyed_without_daemon(paddock: &Paddock, key: &str, command: Command) -> Result<i32> {
+    match command {
+        Command::Create(args) => create::run_keyed(paddock, key, *args).await,
+        Command::Exec(_)
+        | Command::Run(_)
+        | Command::Stop(_)
+        | Command::Rm(_)
+        | Command::Net(_) => {
+            eprintln!(
+                "error: --idempotency-key needs a running daemon (`paddock serve`) for this command"
+            );
+            Ok(exit::USAGE)
+        }
+        other => dispatch(paddock, paddock, other).await,
     }
 }
 

@@ -22,7 +22,7 @@ impl Daemon {
     }
 
     /// A daemon whose own PADDOCK_RUNTIME is `runtime`.
-    fn start_with_runtime(home: &TestHome, extra: &[&str], runtime: &str) -> Daemon {
+    pub(crate) fn start_with_runtime(home: &TestHome, extra: &[&str], runtime: &str) -> Daemon {
         let mut args = vec!["serve", "--sweep-interval", "1h"];
         args.extend_from_slice(extra);
         let child = home

@@ -15,6 +15,7 @@ mod docker;
 mod egress;
 mod events;
 mod hostile;
+mod idempotency;
 mod installs;
 mod process;
 mod snapshots;
