@@ -5,7 +5,7 @@
 //! p95 over at least 5 runs. Results go to `target/bench/results.json` and
 //! `docs/BENCHMARKS.md`. Set `PADDOCK_BENCH_QUICK=1` for a smoke run (5,000-file repo only),
 //! `PADDOCK_BENCH_REPO=/path` to add a repository of your own, `PADDOCK_BENCH_ONLY=egress`
-//! to run only the egress proxy rows (printed, not written).
+//! to run only the egress proxy rows (`=queue`: the 100 queued runs), printed, not written.
 
 #[path = "../fixtures/mod.rs"]
 mod fixtures;
@@ -735,6 +735,86 @@ fn egress_overhead(rows: &mut Vec<Row>) {
     run(&mut home.cmd(&["rm", &direct, "--force"]));
 }
 
+/// Peak resident memory of a process (`VmHWM`), in KiB.
+fn peak_rss_kib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// 100 `paddock run`s (Docker jobs: create, one command, remove) submitted at once to a
+/// daemon with the host's default budget: they queue and drain; every one must succeed.
+fn queue_drain(rows: &mut Vec<Row>) {
+    const JOBS: usize = 100;
+    let repo = FixtureRepo::with_files(100, 200);
+    // The default budget of this host (no `admission:` settings).
+    let home = TestHome::new().with_budget("");
+    let mut daemon = home
+        .cmd(&["serve", "--sweep-interval", "1h"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = home.root().join("paddock.sock");
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let image = test_image();
+    let path = repo.path().display().to_string();
+    let started = Instant::now();
+    let clients: Vec<_> = (0..JOBS)
+        .map(|i| {
+            home.cmd(&[
+                "run",
+                "--repo",
+                &path,
+                "--task",
+                &format!("drain-{i}"),
+                "--runtime",
+                "docker",
+                "--image",
+                &image,
+                "--json",
+                "--",
+                "true",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let mut failed = 0;
+    for client in clients {
+        let out = client.wait_with_output().unwrap();
+        if !out.status.success() {
+            failed += 1;
+            eprintln!(
+                "a queued run failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let peak = peak_rss_kib(daemon.id()) / 1024.0;
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    rows.push(Row {
+        name: "100 runs submitted at once: drained".into(),
+        paddock: vec![JOBS as f64 / elapsed],
+        baseline: None,
+        unit: "jobs/s",
+        target: "all succeed".into(),
+        met: failed == 0,
+        note: format!(
+            "{JOBS} `paddock run -- true` (Docker) through one daemon with this host's default budget; {failed} failed; {elapsed:.0} s in all; the daemon's peak RSS {peak:.1} MB"
+        ),
+    });
+}
+
 fn daemon_memory(rows: &mut Vec<Row>) {
     let repo = FixtureRepo::with_files(100, 200);
     let home = TestHome::new();
@@ -822,9 +902,14 @@ fn main() {
     // `cargo bench` passes `--bench`; nothing else to parse.
     let quick = std::env::var("PADDOCK_BENCH_QUICK").as_deref() == Ok("1");
     let mut rows = Vec::new();
-    if std::env::var("PADDOCK_BENCH_ONLY").as_deref() == Ok("egress") {
-        // A check of the egress rows alone; the results file and table are left as they are.
-        egress_overhead(&mut rows);
+    let only = std::env::var("PADDOCK_BENCH_ONLY").ok();
+    if let Some(only) = only.as_deref().filter(|o| matches!(*o, "egress" | "queue")) {
+        // A check of some rows alone; the results file and table are left as they are.
+        if only == "egress" {
+            egress_overhead(&mut rows);
+        } else {
+            queue_drain(&mut rows);
+        }
         for row in &rows {
             println!("{}\n  {}", row.markdown(), row.note);
         }
@@ -873,6 +958,10 @@ fn main() {
     ls_and_sweep(&mut rows);
     eprintln!("daemon memory");
     daemon_memory(&mut rows);
+    if docker {
+        eprintln!("100 queued runs");
+        queue_drain(&mut rows);
+    }
 
     let results = json!({
         "machine": machine(),
