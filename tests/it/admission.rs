@@ -244,3 +244,49 @@ fn a_queued_create_whose_client_went_away_is_dropped_and_rm_cancels_one() {
         "{branches}"
     );
 }
+
+#[test]
+fn a_queued_api_create_whose_connection_closes_leaves_nothing() {
+    use std::io::Write;
+    let repo = FixtureRepo::new();
+    let home = TestHome::new().with_budget("  memory: 256m\n");
+    let daemon = Daemon::start(&home, &[]);
+    let path = repo.path().display().to_string();
+    let body = |id: &str| json!({"repo": path, "id": id, "memory": "256m", "runtime": "process"});
+    let (status, held) = api(&daemon.socket, "POST", "/v1/jobs", Some(&body("holder")));
+    assert_eq!(status, 201, "{held}");
+    // A create that queues, then its client hangs up.
+    let payload = body("gone").to_string();
+    let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+    write!(
+        stream,
+        "POST /v1/jobs HTTP/1.1\r\nHost: paddock\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{payload}",
+        payload.len()
+    )
+    .unwrap();
+    wait_until("the create to queue", || {
+        jobs(&daemon.socket)
+            .get("gone")
+            .is_some_and(|(s, _)| s == "queued")
+    });
+    drop(stream);
+    wait_until("the abandoned create to go", || {
+        !jobs(&daemon.socket).contains_key("gone")
+    });
+    assert!(!home.root().join("jobs/gone.json").exists());
+    let tickets = std::fs::read_dir(home.root().join("queue"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy() != "next-seq")
+        .count();
+    assert_eq!(tickets, 0, "its ticket went too");
+    daemon.stop();
+}
+
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
