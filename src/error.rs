@@ -94,6 +94,8 @@ pub enum Error {
     Admission(#[from] AdmissionError),
     #[error("job `{id}` was cancelled while it waited in the queue")]
     Cancelled { id: JobId },
+    #[error("job `{id}` left the queue and is being created: remove it once it is ready")]
+    Admitted { id: JobId },
     #[error("invalid branch name `{branch}` (from template `{template}`)")]
     InvalidBranch { branch: String, template: String },
     #[error("branch `{branch}` already exists in `{repo}`")]
@@ -188,7 +190,7 @@ impl Error {
             Error::Admission(AdmissionError::NoRoom { .. }) => K::QueueFull,
             Error::Admission(AdmissionError::TooBig { .. }) => K::InvalidInput,
             Error::Admission(AdmissionError::Store(_)) => K::Internal,
-            Error::Cancelled { .. } => K::Conflict,
+            Error::Cancelled { .. } | Error::Admitted { .. } => K::Conflict,
             Error::Cache(CacheError::Io { .. }) => K::Internal,
             Error::Cache(_) => K::Refused,
             Error::Runtime(

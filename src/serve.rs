@@ -89,6 +89,14 @@ fn serve_error(message: impl Into<String>) -> crate::engine::Error {
     }
 }
 
+fn adopt_queue(paddock: &Arc<Paddock>) {
+    match paddock.adopt_queued() {
+        Ok(0) => {}
+        Ok(adopted) => eprintln!("paddock serve: resumed {adopted} queued create(s)"),
+        Err(error) => tracing::warn!(%error, "could not adopt queued creates"),
+    }
+}
+
 /// Binds the Unix socket, replacing a stale socket file no daemon answers on, mode 0600.
 async fn bind_socket(path: &std::path::Path) -> Result<tokio::net::UnixListener> {
     if path.exists() {
@@ -144,12 +152,6 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
             .with_build_limit(options.max_concurrent_creates)
             .as_daemon(),
     );
-    // Before the first sweep: the queued creates of a daemon that died keep their places.
-    match paddock.adopt_queued() {
-        Ok(0) => {}
-        Ok(adopted) => eprintln!("paddock serve: resumed {adopted} queued create(s)"),
-        Err(error) => tracing::warn!(%error, "could not adopt queued creates"),
-    }
     let socket = options
         .socket
         .clone()
@@ -186,6 +188,9 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         ));
     }
 
+    // Once both listeners are bound (a daemon that fails to start must not take over a
+    // queue it then drops): the queued creates of a daemon that died keep their places.
+    adopt_queue(&paddock);
     let (_watcher, mut activity) = watch_activity(&paddock)?;
     let mut touched: BTreeSet<JobId> = BTreeSet::new();
     let mut egress_read = std::collections::BTreeMap::new();
@@ -212,6 +217,8 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
                 state.record_egress_denials(denied);
             }
             _ = sweep.tick() => {
+                // Also each sweep: a daemon that died while another ran leaves its queue.
+                adopt_queue(&paddock);
                 let mut sweep_options = options.sweep.clone();
                 sweep_options.now = chrono::Utc::now();
                 match paddock.sweep(&sweep_options).await {
@@ -230,6 +237,8 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         "paddock serve: stopping; requests in flight get {:?}; job containers keep running",
         options.shutdown_grace
     );
+    // Queued creates stop waiting and keep their places for the next daemon.
+    paddock.stop_queue();
     let _ = stop_tx.send(true);
     let drained = tokio::time::timeout(options.shutdown_grace, async {
         for server in servers {

@@ -85,9 +85,11 @@ pub enum Demand {
 }
 
 impl Demand {
-    pub fn of_job(limits: &Limits) -> Demand {
+    /// A job's share. No memory limit (`--memory 0`, which Docker takes as unlimited)
+    /// counts as all of the host's memory.
+    pub fn of_job(limits: &Limits, host: &HostCapacity) -> Demand {
         Demand::Job {
-            memory: limits.memory.0,
+            memory: job_memory(limits, host),
             cpus: limits.cpus.0,
         }
     }
@@ -118,13 +120,13 @@ pub struct Held {
 
 impl Held {
     /// Adds up the records that hold a share: every state but `queued` and `removed`.
-    pub fn of(records: &[JobRecord], execs: usize) -> Held {
+    pub fn of(records: &[JobRecord], execs: usize, host: &HostCapacity) -> Held {
         let mut held = Held {
             execs,
             ..Held::default()
         };
         for record in records.iter().filter(|r| holds_share(r.state)) {
-            held.memory = held.memory.saturating_add(record.limits.memory.0);
+            held.memory = held.memory.saturating_add(job_memory(&record.limits, host));
             held.cpus += record.limits.cpus.0;
             held.jobs += 1;
         }
@@ -152,6 +154,14 @@ impl Held {
             ),
             Demand::Exec => format!("{} execs", self.execs),
         }
+    }
+}
+
+fn job_memory(limits: &Limits, host: &HostCapacity) -> u64 {
+    if limits.memory.0 == 0 {
+        host.memory
+    } else {
+        limits.memory.0
     }
 }
 

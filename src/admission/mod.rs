@@ -91,6 +91,7 @@ pub struct Admission {
     execs_dir: PathBuf,
     lock_path: PathBuf,
     budget: Budget,
+    host: HostCapacity,
 }
 
 /// What a decision under the lock sees.
@@ -101,7 +102,12 @@ pub struct Ledger<'a> {
 }
 
 impl Admission {
-    pub fn open(home: &PaddockHome, budget: Budget) -> Result<Admission, StoreError> {
+    pub fn open(
+        home: &PaddockHome,
+        settings: &AdmissionSettings,
+        host: HostCapacity,
+    ) -> Result<Admission, StoreError> {
+        let budget = Budget::new(settings, host);
         let dir = home.root().join("queue");
         let execs_dir = home.root().join("execs-running");
         for d in [&dir, &execs_dir] {
@@ -115,11 +121,16 @@ impl Admission {
             execs_dir,
             lock_path: home.locks_dir().join("admission.lock"),
             budget,
+            host,
         })
     }
 
     pub fn budget(&self) -> &Budget {
         &self.budget
+    }
+
+    pub fn host(&self) -> &HostCapacity {
+        &self.host
     }
 
     /// Runs `decide` under the admission lock with the queue and what is held now.
@@ -133,7 +144,7 @@ impl Admission {
         let _lock = FileLock::acquire(&self.lock_path, LOCK_WAIT)?;
         let tickets = self.tickets();
         let records = records()?;
-        let held = Held::of(&records, self.running_execs());
+        let held = Held::of(&records, self.running_execs(), &self.host);
         let mut ledger = Ledger {
             admission: self,
             tickets,
@@ -178,7 +189,9 @@ impl Admission {
             .ok()
             .and_then(|t| t.trim().parse().ok())
             .unwrap_or(0);
-        let next = last + 1;
+        // A lost or damaged counter must not hand out a number a waiting ticket holds.
+        let highest = self.tickets().last().map_or(0, |t| t.seq);
+        let next = last.max(highest) + 1;
         crate::atomic::write_atomic(&path, next.to_string().as_bytes(), false).map_err(
             |source| StoreError::Io {
                 path: path.clone(),
@@ -228,6 +241,16 @@ impl Ledger<'_> {
 
     /// An exec: whether a slot is free now; with `no_wait`, a refusal when not.
     pub fn exec_fits(&self, job: &JobId, no_wait: bool) -> Result<bool, AdmissionError> {
+        if !Held::default().fits(&Demand::Exec, &self.admission.budget) {
+            return Err(AdmissionError::TooBig {
+                job: job.clone(),
+                needs: Demand::Exec.describe(),
+                budget: format!(
+                    "max_running_execs: {}",
+                    self.admission.budget.max_running_execs.unwrap_or(0)
+                ),
+            });
+        }
         let fits = self.held.fits(&Demand::Exec, &self.admission.budget);
         if !fits && no_wait {
             return Err(self.no_room(job, &Demand::Exec, 0));
@@ -288,6 +311,14 @@ impl Ledger<'_> {
             .map_err(|source| StoreError::Io { path, source })
     }
 
+    /// Writes a new ticket; refuses to replace one that holds that number.
+    fn write_new_ticket(&self, ticket: &Ticket) -> Result<(), StoreError> {
+        let path = self.admission.ticket_path(ticket.seq);
+        let text = serde_json::to_vec_pretty(ticket).expect("a ticket serializes");
+        crate::atomic::write_atomic(&path, &text, true)
+            .map_err(|source| StoreError::Io { path, source })
+    }
+
     /// A new request: admitted when nobody of its kind waits and it fits, else (unless
     /// `no_wait`) queued with a new ticket. Refused when it could never fit.
     pub fn enter(
@@ -321,7 +352,7 @@ impl Ledger<'_> {
             adoptable,
             queued_at: Utc::now(),
         };
-        self.write_ticket(&ticket)?;
+        self.write_new_ticket(&ticket)?;
         Ok(Entry::Queued {
             seq: ticket.seq,
             position: waiting + 1,
@@ -338,13 +369,19 @@ impl Ledger<'_> {
         )
     }
 
+    /// Whether ticket `seq` exists.
+    pub fn has_ticket(&self, seq: u64) -> bool {
+        self.tickets.iter().any(|t| t.seq == seq)
+    }
+
     /// 1-based places of the live tickets, by job (for `ls` and `show`).
     pub fn positions(&self) -> Vec<(JobId, usize)> {
         let mut jobs = 0;
         let mut execs = 0;
+        // The same tickets `ahead` counts, so a position is the number of places to go.
         self.tickets
             .iter()
-            .filter(|t| t.is_live() || t.adoptable)
+            .filter(|t| t.is_live())
             .map(|t| {
                 let place = match t.demand {
                     Demand::Job { .. } => &mut jobs,

@@ -253,8 +253,19 @@ async fn create_job(
 ) -> ApiResult<Response> {
     let started = Instant::now();
     // No deadline: a create may wait in the admission queue for as long as jobs hold the
-    // budget; a client that gives up drops the request, and with it its place.
-    let created = state.paddock.create(request).await?;
+    // budget. It runs in its own task: a client that gives up while it is queued gives up
+    // its place (the sender below is dropped with this handler); once admitted, the job is
+    // built to the end, never left half made by a closed connection.
+    let (_client, gone) = tokio::sync::watch::channel(());
+    let paddock = state.paddock.clone();
+    let created = tokio::spawn(async move { paddock.create_for(request, Some(gone)).await })
+        .await
+        .map_err(|join| ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "internal",
+            message: format!("the create task failed: {join}"),
+            retry_after: None,
+        })??;
     state.metrics.observe_create(started.elapsed());
     let mut body = serde_json::to_value(JobView::from(&created.record)).expect("views serialize");
     if let Some(warning) = created.warning {

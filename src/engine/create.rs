@@ -32,6 +32,17 @@ fn check_network(request: &CreateRequest, network: NetworkMode) -> Result<()> {
 impl Paddock {
     /// Creates a job: branch, worktree, and (with a container runtime) its container.
     pub async fn create(&self, request: CreateRequest) -> Result<Created> {
+        self.create_for(request, None).await
+    }
+
+    /// [`create`](Self::create) for a client that may go away while the job is queued
+    /// (`client` then changes or closes): its place is given up. Once admitted, the job is
+    /// built to the end either way.
+    pub async fn create_for(
+        &self,
+        request: CreateRequest,
+        client: Option<super::ClientGone>,
+    ) -> Result<Created> {
         let repo = GitRepo::open(&request.repo, &self.home.locks_dir()).await?;
         let config = self.config(Some(&repo.root))?;
         let agent = request.agent.clone().unwrap_or_else(|| "agent".to_string());
@@ -123,7 +134,7 @@ impl Paddock {
             synced_at: None,
             queue_seq: None,
         };
-        let record = self.admit_create(record, &request).await?;
+        let record = self.admit_create(record, &request, client).await?;
         self.finish_create(record, runtime.warning).await
     }
 
@@ -194,8 +205,13 @@ impl Paddock {
         self.home.mark_worktree(&record.repo_key, &record.id)?;
         crash_point("marked");
         let tip = if record.branch_created {
+            // Only a branch this run made is the job's to delete on rollback: since the check
+            // at validation (a wait in the queue, say), another job or the user may have
+            // made it, and then creating it fails and the rollback leaves it alone.
+            record.branch_created = false;
             repo.create_branch(&record.branch, &record.base_commit)
                 .await?;
+            record.branch_created = true;
             fail_point("branch")?;
             record.base_commit.clone()
         } else {

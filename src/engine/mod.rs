@@ -24,6 +24,7 @@ use crate::runtime::{Runtime, Runtimes};
 use crate::store::{JobStore, PaddockHome};
 
 mod admit;
+pub use admit::ClientGone;
 mod caches;
 mod create;
 mod events;
@@ -67,6 +68,8 @@ pub struct Paddock {
     /// Bounds the creates built at once (checkouts are CPU and disk bound); admitted
     /// creates beyond it wait here, after the admission queue.
     build_slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    /// Set when a daemon stops: its queued creates keep their places for the next one.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Paddock {
@@ -88,6 +91,7 @@ impl Paddock {
             runtimes,
             adopts_queue: false,
             build_slots: None,
+            stopping: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -102,6 +106,13 @@ impl Paddock {
     pub fn as_daemon(mut self) -> Paddock {
         self.adopts_queue = true;
         self
+    }
+
+    /// A daemon stopping: its queued creates stop waiting and keep their places (ticket and
+    /// record) for the next daemon, instead of being cancelled with their requests.
+    pub fn stop_queue(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Builds at most `slots` admitted creates at once (the daemon's

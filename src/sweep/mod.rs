@@ -289,8 +289,13 @@ impl Paddock {
         let name = record.id.to_string();
         if record.state == JobState::Queued {
             // Waiting for room: its waiter (or the admission queue, when the waiter is gone)
-            // decides; a sweep never removes it, as it has nothing but its record.
-            report.kept("job", name, "queued");
+            // decides. Only a record whose ticket is gone (its process died between the two
+            // writes) is dropped here, alone: a queued job has nothing else.
+            if !options.dry_run && self.drop_if_ticketless(record).unwrap_or(false) {
+                report.kept("job", name, "dropped: queued without a place in the queue");
+            } else {
+                report.kept("job", name, "queued");
+            }
             return None;
         }
         if record.state == JobState::Creating {

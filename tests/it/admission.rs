@@ -73,15 +73,19 @@ fn a_budget_of_three_jobs_queues_the_rest_in_order_across_a_daemon_restart() {
     let path = repo.path().display().to_string();
     let body = |id: &str| json!({"repo": path, "id": id, "task": id, "memory": "256m", "runtime": "process"});
 
-    // Eight creates, 150 ms apart so the order they came in is known.
+    // Eight creates, each sent once the one before has its record, so the order they came
+    // in is known whatever the machine's load.
     let mut senders = Vec::new();
     for i in 0..8 {
         let socket = socket.clone();
-        let request = body(&format!("q{i}"));
+        let id = format!("q{i}");
+        let request = body(&id);
         senders.push(std::thread::spawn(move || {
             api(&socket, "POST", "/v1/jobs", Some(&request))
         }));
-        std::thread::sleep(Duration::from_millis(150));
+        wait_for(&daemon.socket, &format!("{id}'s record"), |j| {
+            j.contains_key(&id)
+        });
     }
     let first = wait_for(&socket, "3 admitted and 5 queued", |j| {
         j.len() == 8 && j.values().filter(|(s, _)| s == "ready").count() == 3
@@ -131,7 +135,23 @@ fn a_budget_of_three_jobs_queues_the_rest_in_order_across_a_daemon_restart() {
         let _ = sender.join();
     }
     let daemon = Daemon::start(&home, &[]);
-    let after = wait_for(&socket, "the queue after a restart", |j| j.len() == 8);
+    let adopted = |j: &BTreeMap<String, (String, Option<u64>)>| {
+        j.len() == 8
+            && j.values()
+                .filter(|(s, _)| s == "queued")
+                .all(|(_, p)| p.is_some())
+    };
+    let after = wait_for(&socket, "the queue after a restart", adopted);
+    assert_eq!(queued_in_order(&after), ["q3", "q4", "q5", "q6", "q7"]);
+    // A graceful stop (SIGTERM) keeps the queue too, and does not wait out its grace.
+    let stopping = Instant::now();
+    daemon.stop();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(20),
+        "queued creates held up the stop"
+    );
+    let daemon = Daemon::start(&home, &[]);
+    let after = wait_for(&socket, "the queue after a graceful restart", adopted);
     assert_eq!(queued_in_order(&after), ["q3", "q4", "q5", "q6", "q7"]);
 
     // The CLI without a daemon queues behind them (same lock, same records).
@@ -220,10 +240,10 @@ fn a_queued_create_whose_client_went_away_is_dropped_and_rm_cancels_one() {
     child.kill().unwrap();
     child.wait().unwrap();
     let third = args("third");
-    let mut third = home
+    let third = home
         .cmd(&third.iter().map(String::as_str).collect::<Vec<_>>())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -233,8 +253,12 @@ fn a_queued_create_whose_client_went_away_is_dropped_and_rm_cancels_one() {
     }
     // `rm` of a queued job cancels it; its creator fails and nothing is left.
     home.ok(&["rm", "third"]);
-    let status = third.wait().unwrap();
-    assert!(!status.success());
+    let out = third.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cancelled"),
+        "{out:?}"
+    );
     assert!(!home.root().join("jobs/third.json").exists());
     let listed = home.json(&["ls", "--json"]);
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
