@@ -277,8 +277,11 @@ fn isolated_and_limited(runtime: &str) {
         assert_eq!(numbers.len(), 2, "cpu time and wall time: {result}");
         numbers[0] / numbers[1]
     };
+    // The limit is the upper bound (without it a busy loop gets a whole CPU, 1.0). The lower
+    // bound only says the loop ran: tests running beside this one on 2 cores take CPU from it
+    // (a CI run saw 0.33 while another build ran).
     assert!(
-        (0.35..=0.65).contains(&share),
+        (0.15..=0.65).contains(&share),
         "CPU share {share:.2} with --cpus 0.5 ({runtime})"
     );
     home.ok(&["rm", &id]);
