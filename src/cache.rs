@@ -218,10 +218,7 @@ fn key_hash(worktree: &Path, keys: &[String]) -> String {
         }
         hasher.update([0]);
     }
-    hasher.finalize()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::ids::hex(&hasher.finalize()[..8])
 }
 
 /// Refuses a cache path whose any component exists as a symlink in the checkout, or whose

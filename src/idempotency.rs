@@ -90,10 +90,7 @@ pub fn valid_key(key: &str) -> bool {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::ids::hex(&Sha256::digest(bytes))
 }
 
 impl IdempotencyStore {

@@ -1,4 +1,10 @@
-//! Random identifiers: job id suffixes, install ids, temporary names.
+//! Identifiers: random ones (job id suffixes, install ids, temporary names) and the lowercase
+//! hex that digests become in names and keys.
+
+/// Lowercase hex of `bytes` (a digest, or the first bytes of one).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// Lowercase hex from the standard library's per-process random keys, the time and a counter:
 /// enough to keep generated names apart without another dependency.

@@ -324,7 +324,7 @@ impl PaddockHome {
 pub fn install_tag(root: &Path) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(root.as_os_str().as_encoded_bytes());
-    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+    crate::ids::hex(&digest[..4])
 }
 
 /// Job records on disk.

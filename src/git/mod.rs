@@ -190,7 +190,7 @@ impl GitRepo {
             .take(40)
             .collect();
         let digest = Sha256::digest(self.common_dir.as_os_str().as_encoded_bytes());
-        let hash: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        let hash = crate::ids::hex(&digest[..4]);
         format!("{name}-{hash}")
     }
 

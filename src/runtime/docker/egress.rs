@@ -80,7 +80,9 @@ impl JobSubnet {
     /// The subnets to try for a job, starting from one its id picks (so two jobs rarely
     /// try the same first).
     fn candidates(home: &PaddockHome, id: &JobId) -> impl Iterator<Item = JobSubnet> {
-        let start = fnv1a(home.id().bytes().chain([0]).chain(id.as_str().bytes()));
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(format!("{}\0{id}", home.id()));
+        let start = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
         (0..SUBNET_TRIES).map(move |i| JobSubnet::nth(start.wrapping_add(i)))
     }
 
@@ -120,12 +122,6 @@ impl JobSubnet {
         (bits == "28" && offset % 16 == 0 && offset / 16 < SUBNET_COUNT)
             .then_some(JobSubnet(address))
     }
-}
-
-fn fnv1a(bytes: impl Iterator<Item = u8>) -> u32 {
-    bytes.fold(0x811c_9dc5, |hash, byte| {
-        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
-    })
 }
 
 /// The sidecar's name on the job's own network, where it is the only other member: short,
