@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::job::ProcessId;
-use crate::store::{FileLock, PaddockHome, StoreError};
+use crate::store::{FileLock, PaddockHome, StoreError, io_err};
 
 /// The layout this build writes and reads.
 const SCHEMA: u32 = 1;
@@ -77,13 +77,6 @@ pub struct IdempotencyStore {
     lock: PathBuf,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 /// Whether `key` can be used: 1 to 255 visible ASCII characters.
 pub fn valid_key(key: &str) -> bool {
     !key.is_empty() && key.len() <= MAX_KEY_LEN && key.bytes().all(|b| b.is_ascii_graphic())
@@ -96,7 +89,7 @@ fn hex(bytes: &[u8]) -> String {
 impl IdempotencyStore {
     pub fn open(home: &PaddockHome) -> Result<IdempotencyStore, StoreError> {
         let dir = home.root().join("idempotency");
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         Ok(IdempotencyStore {
             dir,
             lock: home.locks_dir().join("idempotency.lock"),
@@ -116,7 +109,7 @@ impl IdempotencyStore {
 
     fn write(path: &Path, kept: &Kept) -> Result<(), StoreError> {
         let text = serde_json::to_vec_pretty(kept).expect("a kept answer serializes");
-        crate::atomic::write_atomic(path, &text, false).map_err(io(path))
+        crate::atomic::write_atomic(path, &text, false).map_err(io_err(path))
     }
 
     /// Claims `key` for `operation` with `request` (the body as sent).

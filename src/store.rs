@@ -54,7 +54,9 @@ pub enum StoreError {
     LockTimeout { path: PathBuf, waited: Duration },
 }
 
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+/// Turns an I/O failure on `path` into a [`StoreError`] (for the modules that keep their own
+/// files under `$PADDOCK_HOME`).
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
     move |source| StoreError::Io {
         path: path.to_path_buf(),
         source,

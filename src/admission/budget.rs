@@ -94,13 +94,6 @@ impl Demand {
         }
     }
 
-    pub(super) fn same_kind(&self, other: &Demand) -> bool {
-        matches!(
-            (self, other),
-            (Demand::Job { .. }, Demand::Job { .. }) | (Demand::Exec, Demand::Exec)
-        )
-    }
-
     pub(super) fn describe(&self) -> String {
         match self {
             Demand::Job { memory, cpus } => format!("{}, {} CPUs", ByteSize(*memory), Cpus(*cpus)),

@@ -7,9 +7,9 @@
 //! is read from the records themselves (every state but `queued` and `removed`) and from the
 //! exec slot files, never from a counter that a crash could leave wrong.
 //!
-//! A request that does not fit, or that finds others waiting for the same kind of resource,
-//! gets a ticket: a file `queue/<seq>.json` whose number orders the queue, written under
-//! `locks/admission.lock` together with the job's `queued` record. Every decision (grant,
+//! A create that does not fit, or that finds others waiting, gets a ticket: a file
+//! `queue/<seq>.json` whose number orders the queue, written under `locks/admission.lock`
+//! together with the job's `queued` record (execs wait for a slot without a ticket). Every decision (grant,
 //! enqueue, drop) is made under that lock, so two processes never admit against the same free
 //! room. A ticket whose owner process is gone no longer holds its place: the next process that
 //! looks drops it (and its queued record), unless it is adoptable (made by a daemon), in which
@@ -25,7 +25,7 @@ mod budget;
 
 pub use crate::config::AdmissionSettings;
 use crate::job::{JobId, JobRecord, ProcessId};
-use crate::store::{FileLock, PaddockHome, StoreError};
+use crate::store::{FileLock, PaddockHome, StoreError, io_err};
 pub use budget::{Budget, Demand, Held, HostCapacity, holds_share};
 
 /// The ticket layout this build writes and reads.
@@ -111,10 +111,7 @@ impl Admission {
         let dir = home.root().join("queue");
         let execs_dir = home.root().join("execs-running");
         for d in [&dir, &execs_dir] {
-            std::fs::create_dir_all(d).map_err(|source| StoreError::Io {
-                path: d.clone(),
-                source,
-            })?;
+            std::fs::create_dir_all(d).map_err(io_err(d))?;
         }
         Ok(Admission {
             dir,
@@ -192,12 +189,8 @@ impl Admission {
         // A lost or damaged counter must not hand out a number a waiting ticket holds.
         let highest = self.tickets().last().map_or(0, |t| t.seq);
         let next = last.max(highest) + 1;
-        crate::atomic::write_atomic(&path, next.to_string().as_bytes(), false).map_err(
-            |source| StoreError::Io {
-                path: path.clone(),
-                source,
-            },
-        )?;
+        crate::atomic::write_atomic(&path, next.to_string().as_bytes(), false)
+            .map_err(io_err(&path))?;
         Ok(next)
     }
 
@@ -222,10 +215,7 @@ impl Admission {
             owner,
         };
         let text = serde_json::to_vec(&file).expect("a slot serializes");
-        crate::atomic::write_atomic(&path, &text, true).map_err(|source| StoreError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        crate::atomic::write_atomic(&path, &text, true).map_err(io_err(&path))?;
         Ok(ExecSlot { path })
     }
 }
@@ -268,11 +258,12 @@ impl Ledger<'_> {
         }
     }
 
-    /// Live tickets of `demand`'s kind ahead of `seq` (all of them for a new request).
-    fn ahead(&self, demand: &Demand, seq: Option<u64>) -> usize {
+    /// Live tickets ahead of `seq` (all of them for a new request). Only creates hold
+    /// tickets; execs wait for a slot without one.
+    fn ahead(&self, seq: Option<u64>) -> usize {
         self.tickets
             .iter()
-            .filter(|t| t.demand.same_kind(demand) && t.is_live())
+            .filter(|t| t.is_live())
             .filter(|t| seq.is_none_or(|seq| t.seq < seq))
             .count()
     }
@@ -300,26 +291,18 @@ impl Ledger<'_> {
     pub fn adopt(&mut self, ticket: &Ticket) -> Result<Ticket, StoreError> {
         let mut adopted = ticket.clone();
         adopted.owner = ProcessId::current();
-        self.write_ticket(&adopted)?;
+        self.write_ticket(&adopted, false)?;
         Ok(adopted)
     }
 
-    fn write_ticket(&self, ticket: &Ticket) -> Result<(), StoreError> {
+    /// Writes `ticket`; a `new` one refuses to replace a ticket that holds its number.
+    fn write_ticket(&self, ticket: &Ticket, new: bool) -> Result<(), StoreError> {
         let path = self.admission.ticket_path(ticket.seq);
         let text = serde_json::to_vec_pretty(ticket).expect("a ticket serializes");
-        crate::atomic::write_atomic(&path, &text, false)
-            .map_err(|source| StoreError::Io { path, source })
+        crate::atomic::write_atomic(&path, &text, new).map_err(io_err(&path))
     }
 
-    /// Writes a new ticket; refuses to replace one that holds that number.
-    fn write_new_ticket(&self, ticket: &Ticket) -> Result<(), StoreError> {
-        let path = self.admission.ticket_path(ticket.seq);
-        let text = serde_json::to_vec_pretty(ticket).expect("a ticket serializes");
-        crate::atomic::write_atomic(&path, &text, true)
-            .map_err(|source| StoreError::Io { path, source })
-    }
-
-    /// A new request: admitted when nobody of its kind waits and it fits, else (unless
+    /// A new create: admitted when nobody waits and it fits, else (unless
     /// `no_wait`) queued with a new ticket. Refused when it could never fit.
     pub fn enter(
         &mut self,
@@ -336,7 +319,7 @@ impl Ledger<'_> {
                 budget: budget.describe(),
             });
         }
-        let waiting = self.ahead(&demand, None);
+        let waiting = self.ahead(None);
         if waiting == 0 && self.held.fits(&demand, &budget) {
             return Ok(Entry::Admitted);
         }
@@ -352,21 +335,18 @@ impl Ledger<'_> {
             adoptable,
             queued_at: Utc::now(),
         };
-        self.write_new_ticket(&ticket)?;
+        self.write_ticket(&ticket, true)?;
         Ok(Entry::Queued {
             seq: ticket.seq,
             position: waiting + 1,
         })
     }
 
-    /// Whether ticket `seq` may go now: first of its kind among live tickets, and it fits.
+    /// Whether ticket `seq` may go now: first among live tickets, and it fits.
     /// `None` when the ticket is gone (cancelled by someone else).
     pub fn may_go(&self, seq: u64) -> Option<bool> {
         let ticket = self.tickets.iter().find(|t| t.seq == seq)?;
-        Some(
-            self.ahead(&ticket.demand, Some(seq)) == 0
-                && self.held.fits(&ticket.demand, &self.admission.budget),
-        )
+        Some(self.ahead(Some(seq)) == 0 && self.held.fits(&ticket.demand, &self.admission.budget))
     }
 
     /// Whether ticket `seq` exists.
@@ -376,20 +356,12 @@ impl Ledger<'_> {
 
     /// 1-based places of the live tickets, by job (for `ls` and `show`).
     pub fn positions(&self) -> Vec<(JobId, usize)> {
-        let mut jobs = 0;
-        let mut execs = 0;
         // The same tickets `ahead` counts, so a position is the number of places to go.
         self.tickets
             .iter()
             .filter(|t| t.is_live())
-            .map(|t| {
-                let place = match t.demand {
-                    Demand::Job { .. } => &mut jobs,
-                    Demand::Exec => &mut execs,
-                };
-                *place += 1;
-                (t.job.clone(), *place)
-            })
+            .zip(1..)
+            .map(|(t, place)| (t.job.clone(), place))
             .collect()
     }
 }

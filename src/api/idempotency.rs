@@ -32,7 +32,7 @@ fn refusal(status: StatusCode, code: &'static str, message: String) -> Response 
         status,
         code,
         message,
-        retry_after: (status == StatusCode::CONFLICT).then_some(1),
+        retry_after: None,
     }
     .into_response()
 }
@@ -84,17 +84,16 @@ pub async fn idempotent(store: Arc<IdempotencyStore>, request: Request, next: Ne
             answer,
         })) => return replay(status, content_type.as_deref(), &answer),
         Ok(Ok(Claim::InProgress { pointer })) => {
-            let mut response = refusal(
-                StatusCode::CONFLICT,
-                "idempotency_in_progress",
-                format!("a request with Idempotency-Key `{key}` is still at work; retry shortly"),
-            );
-            if let Some(pointer) = pointer {
-                let body = json!({"error": {"code": "idempotency_in_progress",
-                    "message": format!("a request with Idempotency-Key `{key}` is still at work"),
-                    "pointer": pointer}});
-                *response.body_mut() = Body::from(body.to_string());
-            }
+            // The error object, plus what the work in progress can be followed by.
+            let body = json!({"error": {
+                "code": "idempotency_in_progress",
+                "message": format!("a request with Idempotency-Key `{key}` is still at work; retry shortly"),
+                "pointer": pointer,
+            }});
+            let mut response = (StatusCode::CONFLICT, axum::Json(body)).into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(1));
             return response;
         }
         Ok(Ok(Claim::Mismatch { operation: first })) => {

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 
 use super::{CreateRequest, Error, Paddock, Result};
-use crate::admission::{Admission, Demand, Entry, ExecSlot, HostCapacity, Ledger};
+use crate::admission::{
+    Admission, AdmissionSettings, Demand, Entry, ExecSlot, HostCapacity, Ledger,
+};
 use crate::job::{JobId, JobRecord, JobState, ProcessId};
 use crate::store::StoreError;
 use crate::wire::EventKind;
@@ -23,12 +25,12 @@ const FULL_LOOK: Duration = Duration::from_secs(2);
 impl Paddock {
     /// The install's admission queue with the budget of the user config.
     pub fn admission(&self) -> Result<Admission> {
-        let config = self.config(None)?;
-        Ok(Admission::open(
-            &self.home,
-            &config.admission,
-            HostCapacity::read(),
-        )?)
+        self.admission_with(&self.config(None)?.admission)
+    }
+
+    /// The queue with `settings` (from a configuration the caller has already loaded).
+    fn admission_with(&self, settings: &AdmissionSettings) -> Result<Admission> {
+        Ok(Admission::open(&self.home, settings, HostCapacity::read())?)
     }
 
     fn records(&self) -> std::result::Result<Vec<JobRecord>, StoreError> {
@@ -42,9 +44,10 @@ impl Paddock {
         &self,
         mut record: JobRecord,
         request: &CreateRequest,
+        settings: &AdmissionSettings,
         client: Option<ClientGone>,
     ) -> Result<JobRecord> {
-        let admission = self.admission()?;
+        let admission = self.admission_with(settings)?;
         let demand = Demand::of_job(&record.limits, admission.host());
         let entry = blocking(|| {
             admission.with_ledger(
@@ -91,7 +94,7 @@ impl Paddock {
         Ok(record)
     }
 
-    /// Waits until ticket `seq` is first of its kind and fits, then moves the job to
+    /// Waits until ticket `seq` is first and fits, then moves the job to
     /// `creating` in the same decision. Dropping the future, or its client going away,
     /// cancels: the queued record and the ticket are removed. A daemon that is stopping
     /// keeps them instead, for the next daemon to adopt.
@@ -258,10 +261,12 @@ impl Paddock {
     /// Takes an exec slot when the budget limits running execs (waiting until one is free,
     /// or refusing at once with `no_wait`), or nothing when it does not limit them.
     pub(super) async fn admit_exec(&self, id: &JobId, no_wait: bool) -> Result<Option<ExecSlot>> {
-        let admission = self.admission()?;
-        if admission.budget().max_running_execs.is_none() {
+        // Most installs set no exec limit: then an exec opens nothing of the queue's.
+        let settings = self.config(None)?.admission;
+        if settings.max_running_execs.is_none() {
             return Ok(None);
         }
+        let admission = self.admission_with(&settings)?;
         loop {
             let slot = blocking(|| {
                 admission.with_ledger(

@@ -134,7 +134,9 @@ impl Paddock {
             synced_at: None,
             queue_seq: None,
         };
-        let record = self.admit_create(record, &request, client).await?;
+        let record = self
+            .admit_create(record, &request, &config.admission, client)
+            .await?;
         self.finish_create(record, runtime.warning).await
     }
 
