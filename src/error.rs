@@ -135,6 +135,8 @@ pub enum Error {
         network: crate::config::NetworkMode,
         reason: String,
     },
+    #[error("cannot serve port {port} of the job: {reason}")]
+    Port { port: u16, reason: String },
     #[error("failure injected at `{point}` (PADDOCK_FAIL_AT)")]
     Injected { point: &'static str },
     #[error("job `{job}` has no exec `{exec}`")]
@@ -185,7 +187,7 @@ impl Error {
             | Error::ExecFiles { .. }
             | Error::EventLog(_) => K::Internal,
             Error::NoExec { .. } => K::NotFound,
-            Error::Network { .. } => K::InvalidInput,
+            Error::Network { .. } | Error::Port { .. } => K::InvalidInput,
             Error::Daemon { kind, .. } => *kind,
             Error::Admission(AdmissionError::NoRoom { .. }) => K::QueueFull,
             Error::Admission(AdmissionError::TooBig { .. }) => K::InvalidInput,

@@ -179,6 +179,9 @@ pub struct Limits {
     pub workspace_dir: String,
     pub uid: u32,
     pub env: std::collections::BTreeMap<String, String>,
+    /// Ports inside the job served to the host (see `JobRecord::ports` for where).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
 }
 
 impl From<&crate::config::Profile> for Limits {
@@ -200,6 +203,7 @@ impl From<&crate::config::Profile> for Limits {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.value.clone()))
                 .collect(),
+            ports: profile.ports.value.clone(),
         }
     }
 }
@@ -264,6 +268,25 @@ pub struct JobRecord {
     /// The labels given at create.
     #[serde(default)]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Where each of `limits.ports` is served on the host, chosen at create and kept, so a
+    /// restarted job serves on the same address.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<PublishedPort>,
+}
+
+/// A port of the job served to the host: `host_ip:host_port` reaches `port` inside the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishedPort {
+    pub port: u16,
+    pub host_ip: std::net::Ipv4Addr,
+    pub host_port: u16,
+}
+
+impl PublishedPort {
+    /// `127.0.0.1:49213`.
+    pub fn address(&self) -> std::net::SocketAddrV4 {
+        std::net::SocketAddrV4::new(self.host_ip, self.host_port)
+    }
 }
 
 /// A process, identified by pid and start time so a reused pid is not mistaken for it.

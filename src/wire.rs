@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{BranchPolicy, NetworkMode, ProfileLayer, RuntimeChoice};
 use crate::egress::AllowEntry;
 pub use crate::git::ChangeSummary;
+pub use crate::job::PublishedPort;
 use crate::job::{JobId, JobRecord, JobState, Limits};
 use crate::units::{ByteSize, Cpus, HumanDuration};
 
@@ -81,6 +82,12 @@ pub struct CreateRequest {
     #[arg(long = "allow", value_name = "HOST[:PORT]")]
     #[serde(default)]
     pub allow: Vec<AllowEntry>,
+    /// A port inside the job to serve to the host on a free loopback port paddock chooses
+    /// (repeatable; `paddock port JOB PORT` prints the address). The job's server must listen
+    /// on all its addresses (0.0.0.0), as with `docker run -p`.
+    #[arg(long = "port", value_name = "PORT")]
+    #[serde(default)]
+    pub ports: Vec<u16>,
     /// The job's per-exec deadline default, e.g. 10m.
     #[arg(long)]
     #[serde(default)]
@@ -178,6 +185,7 @@ impl CreateRequest {
                 .network
                 .or((!self.allow.is_empty()).then_some(NetworkMode::Allowlist)),
             allow: (!self.allow.is_empty()).then(|| self.allow.clone()),
+            ports: (!self.ports.is_empty()).then(|| self.ports.clone()),
             timeout: self.timeout,
             ..ProfileLayer::default()
         }
@@ -304,6 +312,9 @@ pub struct JobView {
     /// While `queued`: the job's place in the admission queue (1 = next).
     #[serde(default)]
     pub queue_position: Option<usize>,
+    /// Where the job's ports are served on the host (`limits.ports` asked for them).
+    #[serde(default)]
+    pub ports: Vec<PublishedPort>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -332,6 +343,7 @@ impl From<&JobRecord> for JobView {
             sync_error: record.sync_error.clone(),
             labels: record.labels.clone(),
             queue_position: None,
+            ports: record.ports.clone(),
         }
     }
 }

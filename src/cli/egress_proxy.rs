@@ -1,5 +1,6 @@
-//! `paddock egress-proxy` (hidden): the egress proxy of an `allowlist` job, as its sidecar
-//! container runs it. It needs no paddock install: only the policy file and the log.
+//! `paddock egress-proxy` (hidden): the sidecar of a job on a sealed network, as its
+//! container runs it: the egress proxy of an `allowlist` job (`--listen`) and the relays of
+//! the job's ports (`--relay`). It needs no paddock install: only the policy file and the log.
 
 use std::path::PathBuf;
 
@@ -7,33 +8,52 @@ use clap::Args;
 
 use super::exit;
 use crate::egress::proxy::{ProxyFiles, serve};
+use crate::egress::relay::{RelaySpec, serve_relay};
 use crate::error::{Error, Result};
 
 #[derive(Debug, Args)]
 pub struct EgressProxyArgs {
-    /// Address to listen on.
-    #[arg(long, default_value = "0.0.0.0:3128")]
-    listen: String,
+    /// Address the proxy listens on (no proxy without it).
+    #[arg(long)]
+    listen: Option<String>,
     /// The policy file (JSON), read again for each connection.
     #[arg(long)]
     policy: PathBuf,
     /// Where each decision is appended as a JSON line.
     #[arg(long)]
     log: PathBuf,
+    /// LISTEN_PORT=ADDRESS:PORT: relay connections on LISTEN_PORT to ADDRESS:PORT
+    /// (repeatable).
+    #[arg(long = "relay")]
+    relays: Vec<RelaySpec>,
 }
 
 pub async fn run(args: EgressProxyArgs) -> Result<i32> {
     let failed = |message: String| Error::Serve { message };
-    let listener = tokio::net::TcpListener::bind(&args.listen)
-        .await
-        .map_err(|e| failed(format!("cannot listen on {}: {e}", args.listen)))?;
-    let files = ProxyFiles {
-        policy: args.policy,
-        log: args.log,
-    };
+    let mut servers = tokio::task::JoinSet::new();
+    if let Some(listen) = &args.listen {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| failed(format!("cannot listen on {listen}: {e}")))?;
+        let files = ProxyFiles {
+            policy: args.policy,
+            log: args.log,
+        };
+        servers.spawn(async move { ("the egress proxy", serve(listener, files).await) });
+    }
+    for relay in args.relays {
+        let listener = tokio::net::TcpListener::bind(("0.0.0.0", relay.listen_port))
+            .await
+            .map_err(|e| failed(format!("cannot listen on port {}: {e}", relay.listen_port)))?;
+        servers.spawn(async move { ("a port relay", serve_relay(listener, relay.target).await) });
+    }
+    if servers.is_empty() {
+        return Err(failed("nothing to serve: give --listen or --relay".into()));
+    }
     tokio::select! {
-        served = serve(listener, files) => {
-            served.map_err(|e| failed(format!("the egress proxy stopped: {e}")))?;
+        Some(stopped) = servers.join_next() => {
+            let (what, served) = stopped.map_err(|e| failed(format!("a server task failed: {e}")))?;
+            served.map_err(|e| failed(format!("{what} stopped: {e}")))?;
         }
         _ = tokio::signal::ctrl_c() => {}
         _ = terminated() => {}

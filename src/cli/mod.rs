@@ -28,6 +28,7 @@ mod log;
 mod logs;
 mod ls;
 mod net;
+mod port;
 mod render;
 mod rm;
 mod run;
@@ -88,6 +89,8 @@ pub(crate) enum Command {
     Stop(stop::StopArgs),
     /// Change what a running allowlist job may reach (from its next connection).
     Net(net::NetArgs),
+    /// Where a job's ports are served on the host (127.0.0.1:PORT).
+    Port(port::PortArgs),
     /// Agent image commands.
     Image {
         #[command(subcommand)]
@@ -161,6 +164,7 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Run(args) => run::run(ops, args).await,
         Command::Stop(args) => stop::run(ops, args).await,
         Command::Net(args) => net::run(ops, args).await,
+        Command::Port(args) => port::run(ops, args).await,
         Command::Execs(args) => execs::run(ops, args).await,
         Command::Events(args) => events::run(ops, args).await,
         Command::Shell(args) => shell::run(paddock, args).await,

@@ -162,6 +162,9 @@ pub fn print_details(details: &JobDetails) {
     } else {
         println!("network   {}", limits.network);
     }
+    for port in &v.ports {
+        println!("port      {} -> {}", port.port, port.address());
+    }
     if let Some(id) = &v.container_id {
         println!("container {}", &id[..id.len().min(12)]);
     }

@@ -31,6 +31,8 @@ pub struct ProfileLayer {
     pub env: BTreeMap<String, String>,
     /// Caches of jobs with this profile, added to the file's top-level `caches`.
     pub caches: Option<Vec<CacheSpec>>,
+    /// Ports inside the job served to the host, each on a loopback port paddock chooses.
+    pub ports: Option<Vec<u16>>,
 }
 
 /// The effective settings a job runs with.
@@ -51,6 +53,7 @@ pub struct Profile {
     pub uid: Sourced<u32>,
     pub env: BTreeMap<String, Sourced<String>>,
     pub caches: Sourced<Vec<CacheSpec>>,
+    pub ports: Sourced<Vec<u16>>,
 }
 
 impl Default for Profile {
@@ -70,6 +73,7 @@ impl Default for Profile {
             uid: Sourced::default_value(1000),
             env: BTreeMap::new(),
             caches: Sourced::default_value(Vec::new()),
+            ports: Sourced::default_value(Vec::new()),
         }
     }
 }
@@ -97,7 +101,8 @@ impl Profile {
             grace,
             workspace_dir,
             uid,
-            caches
+            caches,
+            ports
         );
         for (key, value) in &layer.env {
             self.env.insert(
@@ -173,6 +178,18 @@ impl Profile {
         ];
         for (key, value) in &self.env {
             rows.push((format!("env.{key}"), value.value.clone(), &value.source));
+        }
+        if !self.ports.value.is_empty() {
+            rows.push((
+                "ports".into(),
+                self.ports
+                    .value
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                &self.ports.source,
+            ));
         }
         if !self.caches.value.is_empty() {
             rows.push((

@@ -5,6 +5,7 @@
 
 pub mod policy;
 pub mod proxy;
+pub mod relay;
 pub mod tls;
 mod tunnel;
 

@@ -95,6 +95,7 @@ impl Paddock {
                 profile.network.value,
             )
             .await?;
+        super::ports::check_ports(&profile.ports.value, runtime.kind)?;
 
         let now = Utc::now();
         let record = JobRecord {
@@ -133,6 +134,7 @@ impl Paddock {
             sync_error: None,
             synced_at: None,
             queue_seq: None,
+            ports: Vec::new(),
         };
         let record = self
             .admit_create(record, &request, &config.admission, client)
@@ -259,6 +261,7 @@ impl Paddock {
             self.store.save(record)?;
         }
         fail_point("caches")?;
+        self.publish_ports(record)?;
         record.container_id = self.runtime_of(record).start(record).await?;
         crash_point("started");
         record.transition(JobState::Ready, Utc::now())?;

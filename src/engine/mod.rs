@@ -32,6 +32,7 @@ mod exec;
 mod execs;
 mod inspect;
 mod network;
+mod ports;
 mod remove;
 mod sync;
 #[cfg(test)]

@@ -21,9 +21,14 @@ use crate::config::KillPolicy;
 use crate::job::JobRecord;
 use crate::sys::Limit;
 
-/// How long to keep reading after the command exited, for output still in the pipes. A
-/// background child that keeps the pipes open does not hold the exec past this.
+/// How long to keep reading after the command exited, for output still in the pipes, once
+/// the pipes are quiet: a loaded machine can take longer than that to hand over the last
+/// megabytes, so each chunk that still arrives extends the wait. A background child that
+/// keeps the pipes open does not hold the exec past this once it is quiet, nor past
+/// [`DRAIN_CAP`] while it keeps writing.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
+/// The longest an exec reads on after the command exited.
+const DRAIN_CAP: Duration = Duration::from_secs(10);
 
 pub(super) async fn exec(
     record: &JobRecord,
@@ -92,6 +97,7 @@ pub(super) async fn exec(
     let far = deadline + Duration::from_secs(86_400 * 365);
     let mut kill_at = far;
     let mut drain_until = far;
+    let mut drain_cap = far;
     let mut status = None;
     let mut timed_out = false;
     let mut streams_open = true;
@@ -99,6 +105,9 @@ pub(super) async fn exec(
         tokio::select! {
             chunk = rx.recv(), if streams_open => match chunk {
                 Some((kind, bytes)) => {
+                    if status.is_some() {
+                        drain_until = (tokio::time::Instant::now() + DRAIN_AFTER_EXIT).min(drain_cap);
+                    }
                     sink.write(kind, &bytes);
                     match kind {
                         StreamKind::Stdout => stdout.push(&bytes),
@@ -121,7 +130,9 @@ pub(super) async fn exec(
                 if !streams_open {
                     break;
                 }
-                drain_until = tokio::time::Instant::now() + DRAIN_AFTER_EXIT;
+                let now = tokio::time::Instant::now();
+                drain_cap = now + DRAIN_CAP;
+                drain_until = now + DRAIN_AFTER_EXIT;
             },
             _ = sleep_until(deadline), if status.is_none() && !timed_out => {
                 timed_out = true;

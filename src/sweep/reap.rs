@@ -268,6 +268,7 @@ impl Paddock {
             sync_error: None,
             synced_at: None,
             queue_seq: None,
+            ports: Vec::new(),
         })
     }
 

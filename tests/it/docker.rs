@@ -237,6 +237,10 @@ fn isolated_and_limited(runtime: &str) {
         ok
     });
     assert!(answered, "the job did not answer after the fork bomb");
+    // The bomb's stragglers (reparented to the container's init) can keep the pids near the
+    // limit for a while under load, and the CPU check below forks on every loop: a stop
+    // ends every process of the job, and the next exec starts it afresh.
+    home.ok(&["stop", &id]);
 
     // CPU: a 2-second busy loop under --cpus 0.5 gets about half a CPU (cgroup accounting;
     // gVisor shows no cgroup files inside, so there the host's account of the container).

@@ -87,6 +87,19 @@ fn ids(events: &[Value]) -> Vec<u64> {
 fn a_reconnecting_client_gets_exactly_what_it_missed_and_ids_survive_restarts() {
     let home = TestHome::new();
     let daemon = Daemon::start(&home, &[]);
+    // The daemon's own first sweep (at start) must be over, or its event could land among
+    // the 50 below on a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cli_events(&home, &[])
+        .iter()
+        .any(|e| e["type"] == "sweep.done")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the daemon's first sweep never ended"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // Live: the next event, with its id as the SSE id.
     let socket = daemon.socket.clone();
     let live =

@@ -27,6 +27,7 @@ const COMMANDS: &[&str] = &[
     "events",
     "stop",
     "net",
+    "port",
     "image",
     "image build",
     "doctor",
@@ -53,6 +54,18 @@ fn help_of_every_command() {
             format!("help_{}", command.replace(' ', "_"))
         };
         insta::assert_snapshot!(name, String::from_utf8_lossy(&output.stdout));
+    }
+    // Every command the top-level help lists is in COMMANDS, so a new one gets its snapshot.
+    let top = home.ok(&["--help"]);
+    let listed = top
+        .lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help");
+    for name in listed {
+        assert!(COMMANDS.contains(&name), "`{name}` has no --help snapshot");
     }
 }
 

@@ -15,6 +15,12 @@
 //! (its upstream is set to the job's own loopback, where nothing listens), so names can
 //! neither be resolved nor carry data out; the proxy resolves allowed names itself.
 //!
+//! A `none` job with ports gets the same sealed network and sidecar, the sidecar running no
+//! proxy (nothing leaves the job) but only the relays of the job's ports (see `ports.rs`):
+//! Docker cannot publish a port of a container without a network, nor of one on an
+//! internal network, so the sidecar, also on Docker's bridge, publishes them and relays
+//! each connection to the job's fixed address (the subnet's fourth).
+//!
 //! Files: `jobs/<job>/egress/policy.json` (written by paddock atomically, read by the proxy
 //! at each connection; mounted read-only as a directory so a rename is seen) and
 //! `logs/<job>/egress.jsonl` (the proxy's decisions; the only file it can write).
@@ -68,7 +74,7 @@ const SUBNET_TRIES: u32 = 64;
 /// A job network's /28: the gateway Docker reserves (first host address), the sidecar's
 /// fixed address (the next), and the upper half for the addresses Docker hands out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct JobSubnet(Ipv4Addr);
+pub struct JobSubnet(Ipv4Addr);
 
 impl JobSubnet {
     fn nth(index: u32) -> JobSubnet {
@@ -94,8 +100,14 @@ impl JobSubnet {
         format!("{}/28", self.0)
     }
 
-    fn proxy(self) -> Ipv4Addr {
+    /// The sidecar's fixed address.
+    pub fn proxy(self) -> Ipv4Addr {
         self.offset(2)
+    }
+
+    /// The job's fixed address (given only to jobs with ports, whose relays need it).
+    pub fn job(self) -> Ipv4Addr {
+        self.offset(3)
     }
 
     fn ipam(self) -> Ipam {
@@ -179,35 +191,55 @@ pub fn write_policy(home: &PaddockHome, record: &JobRecord) -> Result<(), Runtim
     crate::atomic::write_atomic(&path, &text, false).map_err(io_error(&path))
 }
 
-/// Makes sure an `allowlist` job's network and running sidecar exist (creating, starting
-/// or recreating them), with the current policy written. Returns the proxy's fixed address
-/// (`None` on a network made before addresses were fixed: the job then names the sidecar).
-/// Nothing for other jobs.
+/// Whether the job sits on its own sealed network with a sidecar: `allowlist` jobs, and
+/// `none` jobs with ports (the sidecar then only relays the ports).
+pub fn has_sealed_network(record: &JobRecord) -> bool {
+    match record.limits.network {
+        NetworkMode::Allowlist => true,
+        NetworkMode::None => !record.ports.is_empty(),
+        NetworkMode::Open => false,
+    }
+}
+
+/// The job's sealed network: its name and subnet (`None` for a network made before subnets
+/// were paddock's).
+pub struct SealedNetwork {
+    pub name: String,
+    pub subnet: Option<JobSubnet>,
+}
+
+/// Makes sure a job's sealed network and running sidecar exist (creating, starting or
+/// recreating them), with the current policy written. Nothing (`None`) for a job without
+/// one (see [`has_sealed_network`]).
 pub async fn ensure(
     docker: &Docker,
     home: &PaddockHome,
     record: &JobRecord,
-) -> Result<Option<Ipv4Addr>, RuntimeError> {
-    if record.limits.network != NetworkMode::Allowlist {
+) -> Result<Option<SealedNetwork>, RuntimeError> {
+    if !has_sealed_network(record) {
         return Ok(None);
     }
     write_policy(home, record)?;
     let base = job_container(record);
     let network = network_name(&base);
     let subnet = ensure_network(docker, home, &record.id, &network).await?;
+    let sealed = SealedNetwork {
+        name: network.clone(),
+        subnet,
+    };
     let address = subnet.map(JobSubnet::proxy);
     let name = sidecar_name(&base);
     match inspect_named(docker, home, &name, record.id.as_str()).await? {
-        Some(status) if status.running => return Ok(address),
+        Some(status) if status.running => return Ok(Some(sealed)),
         Some(_) => {
             if start_named(docker, &name).await.is_ok() {
-                return Ok(address);
+                return Ok(Some(sealed));
             }
             remove_labelled_container(home, &name, record.id.as_str()).await?;
         }
         None => {}
     }
-    create_named(docker, &name, sidecar_body(home, record)?).await?;
+    create_named(docker, &name, sidecar_body(home, record, subnet)?).await?;
     call(
         "connect network",
         &network,
@@ -229,7 +261,7 @@ pub async fn ensure(
     )
     .await?;
     start_named(docker, &name).await?;
-    Ok(address)
+    Ok(Some(sealed))
 }
 
 /// The network `name`, if it exists; refused when it does not carry this install's labels
@@ -348,6 +380,7 @@ fn labels(home: &PaddockHome, id: &JobId) -> HashMap<String, String> {
 fn sidecar_body(
     home: &PaddockHome,
     record: &JobRecord,
+    subnet: Option<JobSubnet>,
 ) -> Result<ContainerCreateBody, RuntimeError> {
     let exe = std::env::current_exe().map_err(io_error(Path::new("/proc/self/exe")))?;
     let log = log_path(home, &record.id);
@@ -363,6 +396,7 @@ fn sidecar_body(
     if crate::sys::is_root() {
         std::os::unix::fs::chown(&log, Some(uid), Some(gid)).map_err(io_error(&log))?;
     }
+    let relays = super::ports::sidecar_relays(&record.ports, subnet.map(JobSubnet::job));
     let host_config = HostConfig {
         mounts: Some(vec![
             bind(&exe, Path::new(SIDECAR_BINARY), true),
@@ -381,22 +415,27 @@ fn sidecar_body(
         memory_swap: Some(256 << 20),
         nano_cpus: Some(1_000_000_000),
         network_mode: Some("bridge".into()),
+        port_bindings: relays.port_bindings,
         init: Some(true),
         ..Default::default()
     };
+    let mut cmd = vec!["egress-proxy".to_string()];
+    if record.limits.network == NetworkMode::Allowlist {
+        cmd.extend(["--listen".into(), format!("0.0.0.0:{PROXY_PORT}")]);
+    }
+    cmd.extend([
+        "--policy".into(),
+        format!("{SIDECAR_POLICY_DIR}/policy.json"),
+        "--log".into(),
+        SIDECAR_LOG.into(),
+    ]);
+    cmd.extend(relays.args);
     Ok(ContainerCreateBody {
         image: Some(record.limits.image.clone()),
         user: Some(format!("{uid}:{gid}")),
         entrypoint: Some(vec![SIDECAR_BINARY.to_string()]),
-        cmd: Some(vec![
-            "egress-proxy".into(),
-            "--listen".into(),
-            format!("0.0.0.0:{PROXY_PORT}"),
-            "--policy".into(),
-            format!("{SIDECAR_POLICY_DIR}/policy.json"),
-            "--log".into(),
-            SIDECAR_LOG.into(),
-        ]),
+        cmd: Some(cmd),
+        exposed_ports: relays.exposed_ports,
         env: Some(vec!["RUST_LOG=warn".into()]),
         labels: Some(labels(home, &record.id)),
         stop_signal: Some("SIGTERM".into()),

@@ -107,8 +107,13 @@ pub async fn exec_in_sandbox(
         return Ok(exec_in(&name, record, request, sink).await?.0);
     }
     let name = format!("{}-sync-{}", job_container(record), random_hex(6));
-    // A sync runs git on local files only: it needs no proxy.
+    // A sync runs git on local files only: it needs no network and serves no port.
     let mut body = container_body(home, record, None)?;
+    body.exposed_ports = None;
+    if let Some(host_config) = &mut body.host_config {
+        host_config.network_mode = Some("none".into());
+        host_config.port_bindings = None;
+    }
     if let Some(labels) = &mut body.labels {
         labels.insert(LABEL_ROLE.to_string(), "sync".to_string());
     }

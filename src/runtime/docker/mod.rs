@@ -29,7 +29,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{
+    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkingConfig,
+};
 use bollard::query_parameters::{
     ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
@@ -41,6 +43,7 @@ mod facts;
 pub use facts::misconfiguration;
 mod image;
 mod mounts;
+mod ports;
 mod sandbox;
 
 use mounts::{grant_agent_access, job_mounts};
@@ -194,13 +197,14 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
     }
 }
 
-/// The container's configuration, derived from the record alone (and, for an `allowlist`
-/// job, its proxy's fixed address) so a container can be recreated identically.
+/// The container's configuration, derived from the record alone (and, for a job on a
+/// sealed network, that network's subnet) so a container can be recreated identically.
 fn container_body(
     home: &PaddockHome,
     record: &JobRecord,
-    proxy: Option<std::net::Ipv4Addr>,
+    sealed: Option<&egress::SealedNetwork>,
 ) -> Result<ContainerCreateBody, RuntimeError> {
+    let subnet = sealed.and_then(|s| s.subnet);
     let limits = &record.limits;
     let (uid, gid) = agent_user(limits.uid);
     let mut env = vec![
@@ -220,7 +224,10 @@ fn container_body(
             .map(|(k, v)| format!("{k}={v}")),
     );
     if limits.network == NetworkMode::Allowlist {
-        env.extend(egress::proxy_env(record, proxy));
+        env.extend(egress::proxy_env(
+            record,
+            subnet.map(egress::JobSubnet::proxy),
+        ));
     }
     env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
     // paddock's own facts last, so no profile variable can misstate them.
@@ -229,6 +236,27 @@ fn container_body(
             .into_iter()
             .map(|(k, v)| format!("{k}={v}")),
     );
+    let published = if sealed.is_none() && limits.network == NetworkMode::Open {
+        ports::job_container(&record.ports)
+    } else {
+        ports::Published::default()
+    };
+    // With ports on a sealed network the job has a fixed address, where its sidecar relays.
+    let networking_config = match (sealed, subnet) {
+        (Some(sealed), Some(subnet)) if !record.ports.is_empty() => Some(NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(
+                sealed.name.clone(),
+                EndpointSettings {
+                    ipam_config: Some(EndpointIpamConfig {
+                        ipv4_address: Some(subnet.job().to_string()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )])),
+        }),
+        _ => None,
+    };
     let tmpfs_opts = |size: &str| format!("rw,nosuid,nodev,size={size},mode=1777");
     let memory = i64::try_from(limits.memory.0).unwrap_or(i64::MAX);
     let host_config = HostConfig {
@@ -244,15 +272,16 @@ fn container_body(
         memory: Some(memory),
         memory_swap: Some(memory),
         nano_cpus: Some(limits.cpus.nano_cpus()),
-        network_mode: Some(match limits.network {
-            NetworkMode::None => "none".into(),
-            NetworkMode::Open => "bridge".into(),
-            NetworkMode::Allowlist => egress::network_name(&job_container(record)),
+        network_mode: Some(match (sealed, limits.network) {
+            (Some(sealed), _) => sealed.name.clone(),
+            (None, NetworkMode::Open) => "bridge".into(),
+            (None, _) => "none".into(),
         }),
-        // On the allow-list's internal network Docker's resolver answers only container
-        // names there (the proxy's); its upstream is the job's own loopback, where nothing
-        // answers, so no other name resolves and no query leaves the job.
-        dns: (limits.network == NetworkMode::Allowlist).then(|| vec!["127.0.0.1".into()]),
+        // On the sealed network Docker's resolver answers only container names there (the
+        // proxy's); its upstream is the job's own loopback, where nothing answers, so no
+        // other name resolves and no query leaves the job.
+        dns: sealed.is_some().then(|| vec!["127.0.0.1".into()]),
+        port_bindings: published.port_bindings,
         init: Some(true),
         runtime: Some(
             match record.runtime {
@@ -273,7 +302,9 @@ fn container_body(
             (LABEL_HOME.to_string(), home.id().to_string()),
         ])),
         stop_signal: Some("SIGTERM".into()),
+        exposed_ports: published.exposed_ports,
         host_config: Some(host_config),
+        networking_config,
         ..Default::default()
     })
 }
@@ -294,9 +325,14 @@ async fn create_job_container(
     record: &JobRecord,
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
-    let proxy = egress::ensure(&docker, home, record).await?;
+    let sealed = egress::ensure(&docker, home, record).await?;
     let name = job_container(record);
-    let id = create_named(&docker, &name, container_body(home, record, proxy)?).await?;
+    let id = create_named(
+        &docker,
+        &name,
+        container_body(home, record, sealed.as_ref())?,
+    )
+    .await?;
     super::failpoint("container-create")?;
     start_named(&docker, &name).await?;
     super::failpoint("container-start")?;
