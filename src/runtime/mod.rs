@@ -112,7 +112,8 @@ pub struct Sandbox {
 pub enum SandboxRole {
     /// The job's own container.
     Job,
-    /// A short-lived container running a sync of a stopped job.
+    /// A short-lived container beside the job's: a sync of a stopped job, or setup
+    /// commands with their own network.
     Sync,
     /// The egress proxy of an `allowlist` job.
     Egress,
@@ -181,6 +182,20 @@ pub trait Runtime: Send + Sync {
         request: &ExecRequest,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult, RuntimeError>;
+
+    /// Runs one command beside the job's sandbox, in a throwaway one with the same files,
+    /// user and limits but the network `network` (setup commands with their own network
+    /// policy). A runtime that isolates no network runs it as [`exec`](Self::exec) does.
+    async fn exec_beside(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+        network: NetworkMode,
+    ) -> Result<ExecOutcome, RuntimeError> {
+        let _ = network;
+        self.exec(record, request, sink).await
+    }
 
     /// An interactive shell in the job (its sandbox started if needed).
     async fn shell_command(

@@ -490,6 +490,16 @@ fn stop_ends_the_container_and_the_next_exec_starts_it() {
         docker(&["inspect", "-f", "{{.State.Running}}", &name]),
         "false"
     );
+    // `diff` syncs a stopped job in a throwaway container beside it (network none), which
+    // is gone afterwards, and leaves the job's own container stopped.
+    let diff = home.ok(&["diff", &id]);
+    assert!(diff.is_empty(), "{diff}");
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.State.Running}}", &name]),
+        "false"
+    );
+    let beside = docker(&["ps", "-aq", "--filter", &format!("name={name}-sync-")]);
+    assert!(beside.is_empty(), "a sync container stayed: {beside}");
     assert_eq!(home.sh(&id, "echo up"), "up\n");
     assert_eq!(
         docker(&["inspect", "-f", "{{.State.Running}}", &name]),

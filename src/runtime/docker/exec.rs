@@ -16,7 +16,7 @@ use super::{
     AFTER_KILL, API_TIMEOUT, LABEL_ROLE, call, connect, container_body, create_named,
     ensure_running, inspect_ours, job_container, remove_labelled_container, start_named,
 };
-use crate::config::KillPolicy;
+use crate::config::{KillPolicy, NetworkMode};
 use crate::job::{JobRecord, random_hex};
 use crate::runtime::RuntimeError;
 use crate::runtime::exec::{CappedOutput, ExecRequest, ExecResult, OutputSink, StreamKind};
@@ -106,16 +106,33 @@ pub async fn exec_in_sandbox(
         let name = job_container(record);
         return Ok(exec_in(&name, record, request, sink).await?.0);
     }
-    let name = format!("{}-sync-{}", job_container(record), random_hex(6));
-    // A sync runs git on local files only: it needs no network and serves no port.
-    let mut body = container_body(home, record, None)?;
-    body.exposed_ports = None;
-    if let Some(host_config) = &mut body.host_config {
-        host_config.network_mode = Some("none".into());
-        host_config.port_bindings = None;
-    }
+    exec_beside(home, record, request, sink, NetworkMode::None, "sync").await
+}
+
+/// Runs `request` in a throwaway container beside the job's: the same image, mounts, user
+/// and limits, but the network `network` (`none` or `open`: a container of its own, never
+/// the job's sealed network), no port and no proxy; removed afterwards. `role` labels it
+/// (`sync`: paddock's own sync of a stopped job; `setup`: setup commands with their own
+/// network policy), so a sweep reaps one a crash left behind.
+pub async fn exec_beside(
+    home: &PaddockHome,
+    record: &JobRecord,
+    request: &ExecRequest,
+    sink: &mut dyn OutputSink,
+    network: NetworkMode,
+    role: &'static str,
+) -> Result<ExecResult, RuntimeError> {
+    let docker = connect()?;
+    let name = format!("{}-{role}-{}", job_container(record), random_hex(6));
+    let mut stand_in = record.clone();
+    stand_in.limits.network = match network {
+        NetworkMode::Open => NetworkMode::Open,
+        NetworkMode::None | NetworkMode::Allowlist => NetworkMode::None,
+    };
+    stand_in.ports.clear();
+    let mut body = container_body(home, &stand_in, None)?;
     if let Some(labels) = &mut body.labels {
-        labels.insert(LABEL_ROLE.to_string(), "sync".to_string());
+        labels.insert(LABEL_ROLE.to_string(), role.to_string());
     }
     create_named(&docker, &name, body).await?;
     let result = async {
@@ -124,7 +141,7 @@ pub async fn exec_in_sandbox(
     }
     .await;
     if let Err(error) = remove_labelled_container(home, &name, record.id.as_str()).await {
-        tracing::warn!(container = %name, %error, "failed to remove a sync container");
+        tracing::warn!(container = %name, %error, "failed to remove a throwaway container");
     }
     Ok(result?.0)
 }

@@ -575,7 +575,7 @@ pub async fn list_job_containers(home: &PaddockHome) -> Result<Vec<Sandbox>, Run
                 job: labels.get(LABEL_JOB).cloned()?,
                 running: c.state.is_some_and(|s| s.to_string() == "running"),
                 role: match labels.get(LABEL_ROLE).map(String::as_str) {
-                    Some("sync") => SandboxRole::Sync,
+                    Some("sync" | "setup") => SandboxRole::Sync,
                     Some("egress") => SandboxRole::Egress,
                     _ => SandboxRole::Job,
                 },

@@ -97,6 +97,22 @@ impl Runtime for DockerRuntime {
         super::exec::exec_in_sandbox(&self.home, record, request, sink).await
     }
 
+    async fn exec_beside(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+        network: NetworkMode,
+    ) -> Result<ExecOutcome, RuntimeError> {
+        let result =
+            super::exec::exec_beside(&self.home, record, request, sink, network, "setup").await?;
+        Ok(ExecOutcome {
+            result,
+            container_id: None,
+            oom_kills: None,
+        })
+    }
+
     async fn shell_command(
         &self,
         record: &JobRecord,
