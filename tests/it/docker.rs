@@ -241,6 +241,8 @@ fn isolated_and_limited(runtime: &str) {
     // limit for a while under load, and the CPU check below forks on every loop: a stop
     // ends every process of the job, and the next exec starts it afresh.
     home.ok(&["stop", &id]);
+    // Started again before the CPU check reads the container's cgroup (gone while stopped).
+    sh(&home, &id, "true");
 
     // CPU: a 2-second busy loop under --cpus 0.5 gets about half a CPU (cgroup accounting;
     // gVisor shows no cgroup files inside, so there the host's account of the container).
