@@ -249,7 +249,12 @@ struct Target<'a> {
 
 /// Checks (and, with a target, copies) `source` and everything under it. Never follows a
 /// symlink: links are checked and recreated as links.
-fn walk(root: &Path, entry: &str, source: &Path, target: Option<Target<'_>>) -> Result<(), CopyError> {
+fn walk(
+    root: &Path,
+    entry: &str,
+    source: &Path,
+    target: Option<Target<'_>>,
+) -> Result<(), CopyError> {
     let meta = std::fs::symlink_metadata(source).map_err(io(entry, source))?;
     let kind = meta.file_type();
     let mode = meta.mode() & 0o777;
@@ -372,9 +377,20 @@ mod tests {
     #[test]
     fn entries_are_relative_paths_inside() {
         assert_eq!(check_entry(".env").unwrap(), ".env");
-        assert_eq!(check_entry("config/local.toml").unwrap(), "config/local.toml");
+        assert_eq!(
+            check_entry("config/local.toml").unwrap(),
+            "config/local.toml"
+        );
         assert_eq!(check_entry("config/").unwrap(), "config");
-        for bad in ["", "/etc/passwd", "../x", "a/../../x", ".git/config", "./.env", "."] {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            ".git/config",
+            "./.env",
+            ".",
+        ] {
             assert!(check_entry(bad).is_err(), "{bad}");
         }
     }

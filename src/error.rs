@@ -102,7 +102,9 @@ pub enum Error {
     Copy(#[from] CopyError),
     /// A setup command failed; `output` is its stderr and stdout (capped), `log` the file
     /// that keeps all of it.
-    #[error("setup command `{command}` of job `{id}` failed ({outcome}); the job was not created{output}")]
+    #[error(
+        "setup command `{command}` of job `{id}` failed ({outcome}); the job was not created{output}"
+    )]
     SetupFailed {
         id: JobId,
         command: String,

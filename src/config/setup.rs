@@ -55,11 +55,12 @@ pub(super) fn check_file(file: &mut ConfigFile, origin: &str) -> Result<(), Conf
     );
     for (prefix, copy, setup) in lists {
         for (i, entry) in copy.iter_mut().flatten().enumerate() {
-            *entry = crate::copy_files::check_entry(entry).map_err(|message| ConfigError::Value {
-                origin: origin.to_string(),
-                key: format!("{prefix}copy[{i}]"),
-                message,
-            })?;
+            *entry =
+                crate::copy_files::check_entry(entry).map_err(|message| ConfigError::Value {
+                    origin: origin.to_string(),
+                    key: format!("{prefix}copy[{i}]"),
+                    message,
+                })?;
         }
         for (i, command) in setup.iter().flatten().enumerate() {
             if command.trim().is_empty() {
@@ -114,7 +115,11 @@ pub(super) fn rows<'a>(
         rows.push(("copy".into(), copy.value.join(", "), &copy.source));
     }
     if !commands.value.is_empty() {
-        rows.push(("setup".into(), commands.value.join(" && "), &commands.source));
+        rows.push((
+            "setup".into(),
+            commands.value.join(" && "),
+            &commands.source,
+        ));
     }
     if let Some(optional) = optional {
         rows.push((

@@ -42,7 +42,12 @@ impl TeeSink<'_> {
     pub(super) fn log_start(&mut self, started_at: DateTime<Utc>, cmd: &[String]) {
         if let Some(log) = &mut self.log {
             use std::io::Write;
-            let _ = writeln!(log, "==> {} $ {}", started_at.to_rfc3339(), shell_words(cmd));
+            let _ = writeln!(
+                log,
+                "==> {} $ {}",
+                started_at.to_rfc3339(),
+                shell_words(cmd)
+            );
         }
     }
 
