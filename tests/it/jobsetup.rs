@@ -189,7 +189,7 @@ fn copy_entries_that_read_outside_the_repository_are_refused_before_anything_exi
     }
     // A symlink out of the repository: the entry itself, one inside a copied directory, a
     // relative one that climbs out, and a parent directory that is a link out.
-    let cases: [(&str, &dyn Fn(&FixtureRepo)); 4] = [
+    let cases: [(&str, &Plant<'_>); 4] = [
         ("copy: [\".env\"]\n", &|repo| {
             std::fs::remove_file(repo.path().join(".env")).unwrap();
             std::os::unix::fs::symlink(&secret, repo.path().join(".env")).unwrap();
@@ -242,6 +242,9 @@ fn copy_entries_that_read_outside_the_repository_are_refused_before_anything_exi
     );
     assert_nothing_left(&home, &repo, false, "tracked");
 }
+
+/// Puts a symlink in place in a fixture repository.
+type Plant<'a> = dyn Fn(&FixtureRepo) + 'a;
 
 fn failing_setup_rolls_back(docker: bool) {
     let repo = repo_with(
