@@ -14,7 +14,7 @@ pub const RUNTIME_UNAVAILABLE: i32 = 8;
 pub const REFUSED: i32 = 9;
 /// `--no-wait`: the host budget had no room.
 pub const QUEUE_FULL: i32 = 10;
-/// `create`/`run`: a setup command of the new job failed; nothing was kept.
+/// `create`: a setup command of the new job failed; nothing was kept.
 pub const SETUP_FAILED: i32 = 11;
 /// `exec`/`run`: the command ran out of time.
 pub const TIMED_OUT: i32 = 124;
