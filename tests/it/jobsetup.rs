@@ -354,3 +354,28 @@ fn an_optional_setup_that_fails_keeps_the_job_and_show_reports_it_docker() {
     }
     optional_setup_is_reported(true);
 }
+
+#[test]
+fn through_the_daemon_a_failing_setup_is_a_422_and_exit_11() {
+    use crate::api::{Daemon, http};
+    let repo = repo_with("setup: [\"echo api-boom >&2; exit 5\"]\n");
+    let home = TestHome::new();
+    let daemon = Daemon::start(&home, &[]);
+    let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+    let body = serde_json::json!({"repo": repo.path(), "task": "api", "runtime": "process"});
+    let (status, answer) = http(&mut stream, "POST", "/v1/jobs", Some(&body), &[]);
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["error"]["code"], "setup_failed", "{answer}");
+    let message = text(&answer["error"], "message");
+    assert!(
+        message.contains("exit 5") && message.contains("api-boom"),
+        "{message}"
+    );
+    // The CLI through the daemon gets the same kind back: exit 11.
+    let output = create(&home, &repo, false, "cli");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(11), "{stderr}");
+    assert!(stderr.contains("api-boom"), "{stderr}");
+    assert_nothing_left(&home, &repo, false, "through the daemon");
+    daemon.stop();
+}
