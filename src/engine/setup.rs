@@ -10,8 +10,10 @@
 //! it) stops the setup; without `setup_optional` it fails the create, which `create`'s
 //! rollback then undoes whole, with the command's output in the error.
 //!
-//! Seam: the network a job has while its setup runs is decided around [`Paddock::run_setup`]
-//! (today: the job's own network throughout).
+//! Seam for a setup-only network (`setup_network`): today every command runs with the job's
+//! own network through the one `Runtime::exec` call in `setup_one`; a setting for it belongs
+//! in `config::JobSetup` (resolved per profile like the rest), and the call is where a
+//! runtime would run the command elsewhere (`exec_beside` with that network).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
