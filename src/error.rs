@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::admission::AdmissionError;
 use crate::cache::CacheError;
 use crate::config::ConfigError;
+use crate::copy_files::CopyError;
 pub use crate::git::GitError;
 use crate::job::{JobError, JobId, JobState};
 use crate::runtime::RuntimeError;
@@ -41,6 +42,9 @@ pub enum ErrorKind {
     RuntimeUnavailable,
     /// The host budget has no room now and the request asked not to wait (`--no-wait`).
     QueueFull,
+    /// A new job's `setup` command failed (and `setup_optional` was not set): the create was
+    /// rolled back.
+    SetupFailed,
     /// Anything else: a bug, an I/O error, a daemon failure without a kind.
     Internal,
 }
@@ -56,6 +60,7 @@ impl ErrorKind {
             ErrorKind::Git => "git_failed",
             ErrorKind::RuntimeUnavailable => "runtime_unavailable",
             ErrorKind::QueueFull => "queue_full",
+            ErrorKind::SetupFailed => "setup_failed",
             ErrorKind::Internal => "internal",
         }
     }
@@ -70,6 +75,7 @@ impl ErrorKind {
             "git_failed" => ErrorKind::Git,
             "runtime_unavailable" => ErrorKind::RuntimeUnavailable,
             "queue_full" => ErrorKind::QueueFull,
+            "setup_failed" => ErrorKind::SetupFailed,
             _ => ErrorKind::Internal,
         }
     }
@@ -92,6 +98,20 @@ pub enum Error {
     Cache(#[from] CacheError),
     #[error(transparent)]
     Admission(#[from] AdmissionError),
+    #[error(transparent)]
+    Copy(#[from] CopyError),
+    /// A setup command failed; `output` is its stderr and stdout (capped), `log` the file
+    /// that keeps all of it.
+    #[error(
+        "setup command `{command}` of job `{id}` failed ({outcome}); the job was not created{output}"
+    )]
+    SetupFailed {
+        id: JobId,
+        command: String,
+        outcome: String,
+        output: String,
+        log: PathBuf,
+    },
     #[error("job `{id}` was cancelled while it waited in the queue")]
     Cancelled { id: JobId },
     #[error("job `{id}` left the queue and is being created: remove it once it is ready")]
@@ -195,6 +215,10 @@ impl Error {
             Error::Cancelled { .. } | Error::Admitted { .. } => K::Conflict,
             Error::Cache(CacheError::Io { .. }) => K::Internal,
             Error::Cache(_) => K::Refused,
+            Error::Copy(CopyError::Io { .. }) => K::Internal,
+            Error::Copy(CopyError::Missing { .. } | CopyError::Special { .. }) => K::InvalidInput,
+            Error::Copy(_) => K::Refused,
+            Error::SetupFailed { .. } => K::SetupFailed,
             Error::Runtime(
                 RuntimeError::DockerUnavailable { .. }
                 | RuntimeError::DockerTimeout { .. }
@@ -242,7 +266,16 @@ impl Error {
             Error::Admission(AdmissionError::TooBig { .. }) => {
                 "ask for less memory or fewer CPUs, or raise `admission:` in the user config"
             }
-            Error::Cache(CacheError::Io { .. }) => return None,
+            Error::Cache(CacheError::Io { .. }) | Error::Copy(CopyError::Io { .. }) => return None,
+            Error::Copy(_) => {
+                "check `copy` in .paddock.yaml: untracked files and directories of the repository, without links out of it"
+            }
+            Error::SetupFailed { log, .. } => {
+                return Some(format!(
+                    "fix the command in `setup` (.paddock.yaml), or set `setup_optional: true` to keep the job anyway; its whole output: {}",
+                    log.display()
+                ));
+            }
             Error::Cache(_) => {
                 "check the `caches` in .paddock.yaml against what the repository tracks"
             }
@@ -285,6 +318,7 @@ mod tests {
             ErrorKind::Git,
             ErrorKind::RuntimeUnavailable,
             ErrorKind::QueueFull,
+            ErrorKind::SetupFailed,
             ErrorKind::Internal,
         ] {
             assert_eq!(ErrorKind::from_code(kind.code()), kind);

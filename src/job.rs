@@ -272,6 +272,13 @@ pub struct JobRecord {
     /// restarted job serves on the same address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<PublishedPort>,
+    /// The untracked files and directories copied from the user's checkout at create
+    /// (`copy`), as paths relative to the checkout.
+    #[serde(default)]
+    pub copied: Vec<String>,
+    /// The setup commands run at create, in order, and what each did.
+    #[serde(default)]
+    pub setup: Vec<SetupRun>,
 }
 
 /// A port of the job served to the host: `host_ip:host_port` reaches `port` inside the job.
@@ -288,6 +295,39 @@ impl PublishedPort {
         std::net::SocketAddrV4::new(self.host_ip, self.host_port)
     }
 }
+
+/// One setup command of a job and what it did. Its whole output stays readable as the exec
+/// `result.exec_id` (`paddock execs JOB EXEC`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SetupRun {
+    pub command: String,
+    /// It ran to the end within its deadline and exited 0.
+    pub ok: bool,
+    /// What the exec did (its output capped at [`SETUP_OUTPUT_CAP`] per stream); null when it
+    /// did not run.
+    pub result: Option<crate::output::ExecResult>,
+    /// Why paddock could not run it, or why it was skipped (an earlier command failed).
+    pub error: Option<String>,
+}
+
+impl SetupRun {
+    /// How it ended, in words: `exit 0`, `exit 1`, `timed out`, `paddock could not run it: ...`.
+    pub fn outcome(&self) -> String {
+        match (&self.result, &self.error) {
+            (Some(result), _) if result.timed_out => "timed out".to_string(),
+            (Some(result), _) if result.oom_killed => {
+                format!("exit {}, out of memory", result.exit_code)
+            }
+            (Some(result), _) => format!("exit {}", result.exit_code),
+            (None, Some(error)) if error.starts_with("not run") => error.clone(),
+            (None, Some(error)) => format!("paddock could not run it: {error}"),
+            (None, None) => "not run".to_string(),
+        }
+    }
+}
+
+/// The bytes of each stream a setup command keeps in the record (head and tail).
+pub const SETUP_OUTPUT_CAP: usize = 8 << 10;
 
 /// A process, identified by pid and start time so a reused pid is not mistaken for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

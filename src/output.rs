@@ -1,5 +1,8 @@
 //! Live output of commands run in a job: which stream a chunk came from and where it goes.
-//! At the bottom of the module graph, so runtimes, the sync and front ends share it.
+//! At the bottom of the module graph, so runtimes, the sync, job records (their setup
+//! results) and front ends share it.
+
+use serde::{Deserialize, Serialize};
 
 /// Which stream a chunk of output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,4 +25,24 @@ pub struct Discard;
 
 impl OutputSink for Discard {
     fn write(&mut self, _: StreamKind, _: &[u8]) {}
+}
+
+/// What one exec did. The JSON shape is part of paddock's stable output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecResult {
+    pub exit_code: i64,
+    pub stdout: String,
+    pub stderr: String,
+    pub duration_ms: u64,
+    pub timed_out: bool,
+    /// True when either stream was longer than the cap and was cut in the middle.
+    pub truncated: bool,
+    pub oom_killed: bool,
+    /// Set when the command ran but its work could not be brought into the user's
+    /// repository afterwards (the job's branch there stayed where it was).
+    #[serde(default)]
+    pub sync_error: Option<String>,
+    /// The exec's id (`x-...`), under which its output and result stay readable.
+    #[serde(default)]
+    pub exec_id: Option<String>,
 }

@@ -315,6 +315,12 @@ pub struct JobView {
     /// Where the job's ports are served on the host (`limits.ports` asked for them).
     #[serde(default)]
     pub ports: Vec<PublishedPort>,
+    /// The untracked files copied in from the user's checkout at create (`copy`).
+    #[serde(default)]
+    pub copied: Vec<String>,
+    /// The setup commands run at create and what each did (`setup`).
+    #[serde(default)]
+    pub setup: Vec<crate::job::SetupRun>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -344,6 +350,8 @@ impl From<&JobRecord> for JobView {
             labels: record.labels.clone(),
             queue_position: None,
             ports: record.ports.clone(),
+            copied: record.copied.clone(),
+            setup: record.setup.clone(),
         }
     }
 }

@@ -139,12 +139,16 @@ pub async fn idempotent(store: Arc<IdempotencyStore>, request: Request, next: Ne
 }
 
 /// Whether an answer is final: successes and client errors are; a server error, a timeout,
-/// a full queue or a conflict of the moment are worth retrying, so their claim is released.
+/// a full queue, a conflict of the moment or a failed setup command (a registry that did not
+/// answer) are worth retrying, so their claim is released.
 fn is_final(status: StatusCode) -> bool {
     (status.is_success() || status.is_client_error())
         && !matches!(
             status,
-            StatusCode::TOO_MANY_REQUESTS | StatusCode::REQUEST_TIMEOUT | StatusCode::CONFLICT
+            StatusCode::TOO_MANY_REQUESTS
+                | StatusCode::REQUEST_TIMEOUT
+                | StatusCode::CONFLICT
+                | StatusCode::UNPROCESSABLE_ENTITY
         )
 }
 

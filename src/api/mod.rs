@@ -101,6 +101,7 @@ fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::Conflict | ErrorKind::Refused => StatusCode::CONFLICT,
         ErrorKind::RuntimeUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::QueueFull => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::SetupFailed => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorKind::Git | ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

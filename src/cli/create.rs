@@ -74,6 +74,13 @@ pub async fn run_keyed(paddock: &crate::Paddock, key: &str, args: CreateArgs) ->
 }
 
 fn print_created(view: &crate::wire::JobView, json: bool) {
+    for run in view.setup.iter().filter(|run| !run.ok) {
+        eprintln!(
+            "warning: setup command `{}` failed ({}); the job was kept (`setup_optional`)",
+            run.command,
+            run.outcome()
+        );
+    }
     if json {
         print_json(view);
     } else {

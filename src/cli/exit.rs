@@ -14,6 +14,8 @@ pub const RUNTIME_UNAVAILABLE: i32 = 8;
 pub const REFUSED: i32 = 9;
 /// `--no-wait`: the host budget had no room.
 pub const QUEUE_FULL: i32 = 10;
+/// `create`: a setup command of the new job failed; nothing was kept.
+pub const SETUP_FAILED: i32 = 11;
 /// `exec`/`run`: the command ran out of time.
 pub const TIMED_OUT: i32 = 124;
 /// `exec`/`run`: paddock itself failed (the command's own codes pass through).
@@ -31,6 +33,7 @@ pub fn of(kind: ErrorKind) -> i32 {
         ErrorKind::Git => GIT,
         ErrorKind::RuntimeUnavailable => RUNTIME_UNAVAILABLE,
         ErrorKind::QueueFull => QUEUE_FULL,
+        ErrorKind::SetupFailed => SETUP_FAILED,
         ErrorKind::Internal => INTERNAL,
     }
 }

@@ -168,6 +168,21 @@ pub fn print_details(details: &JobDetails) {
     if let Some(id) = &v.container_id {
         println!("container {}", &id[..id.len().min(12)]);
     }
+    if !v.copied.is_empty() {
+        println!("copied    {}", v.copied.join(", "));
+    }
+    for (i, run) in v.setup.iter().enumerate() {
+        let label = if i == 0 { "setup" } else { "" };
+        let mark = if run.ok { "ok" } else { "FAILED" };
+        let mut line = format!("{label:<9} {mark:<6} {} ({}", run.command, run.outcome());
+        if let Some(result) = &run.result {
+            line.push_str(&format!(", {}ms", result.duration_ms));
+            if let Some(exec) = result.exec_id.as_ref().filter(|_| !run.ok) {
+                line.push_str(&format!("; output: paddock execs {} {exec}", v.id));
+            }
+        }
+        println!("{line})");
+    }
     match (&details.changes, &details.changes_error) {
         (Some(changes), _) => {
             println!(

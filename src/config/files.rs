@@ -46,6 +46,12 @@ pub(super) struct ConfigFile {
     pub(super) caches: Option<Vec<CacheSpec>>,
     /// The host budget (user file only: it is the host's, not a repository's).
     pub(super) admission: Option<super::AdmissionSettings>,
+    /// Untracked files copied into every job (see `setup`).
+    pub(super) copy: Option<Vec<String>>,
+    /// Commands run in every job right after create (see `setup`).
+    pub(super) setup: Option<Vec<String>>,
+    pub(super) setup_optional: Option<bool>,
+    pub(super) setup_timeout: Option<HumanDuration>,
 }
 
 /// Splits an env layer into one layer per variable so each value names its own variable.

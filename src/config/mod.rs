@@ -18,6 +18,7 @@ pub use crate::env::{EnvLookup, ProcessEnv};
 mod choices;
 mod files;
 mod profile;
+mod setup;
 use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
 pub use choices::{BranchPolicy, KillPolicy, NetworkMode, RuntimeChoice};
 pub use files::check_branch_template;
@@ -25,6 +26,7 @@ use files::{
     ConfigFile, cache_names, check_caches, check_profile_name, env_layers, read_file, source_origin,
 };
 pub use profile::{Profile, ProfileLayer};
+pub use setup::{JobSetup, SetupSettings};
 
 /// The name of the repo-level config file, at the target repository's root.
 pub const REPO_CONFIG_FILE: &str = ".paddock.yaml";
@@ -173,6 +175,8 @@ pub struct Config {
     pub admission: AdmissionSettings,
     /// Top-level caches; a later layer replaces an earlier one's list.
     pub caches: Sourced<Vec<CacheSpec>>,
+    /// Top-level `copy` and `setup` (see [`Config::job_setup`]).
+    pub setup: SetupSettings,
 }
 
 /// The user config file: `$PADDOCK_CONFIG`, else `$XDG_CONFIG_HOME/paddock/config.yaml`, else
@@ -204,6 +208,7 @@ impl Config {
             sweep: SweepSettings::default(),
             admission: AdmissionSettings::default(),
             caches: Sourced::default_value(Vec::new()),
+            setup: SetupSettings::default(),
         };
         if let Some((path, explicit)) = user_config_path(env)
             && let Some(file) = read_file(&path, explicit)?
@@ -223,8 +228,10 @@ impl Config {
         Ok(config)
     }
 
-    fn apply_file(&mut self, file: ConfigFile, source: &Source) -> Result<(), ConfigError> {
+    fn apply_file(&mut self, mut file: ConfigFile, source: &Source) -> Result<(), ConfigError> {
         let origin = source_origin(source);
+        setup::check_file(&mut file, &origin)?;
+        self.setup.apply(&file, source);
         if let Some(value) = file.default_profile {
             self.default_profile = Sourced {
                 value,
@@ -528,6 +535,15 @@ impl Config {
                 cache_names(&self.caches.value),
                 self.caches.source.clone(),
             ));
+        }
+        let top = &self.setup;
+        for (key, value, source) in setup::rows(
+            &top.copy,
+            &top.commands,
+            top.optional.as_ref(),
+            top.timeout.as_ref(),
+        ) {
+            rows.push((key, value, source.clone()));
         }
         let sweep = &self.sweep;
         let max_age = sweep.max_age.value.map(|d| d.to_string());

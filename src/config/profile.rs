@@ -33,6 +33,15 @@ pub struct ProfileLayer {
     pub caches: Option<Vec<CacheSpec>>,
     /// Ports inside the job served to the host, each on a loopback port paddock chooses.
     pub ports: Option<Vec<u16>>,
+    /// Untracked files copied from the user's checkout into the job, added to the file's
+    /// top-level `copy`.
+    pub copy: Option<Vec<String>>,
+    /// Commands run in the job right after create, after the file's top-level `setup`.
+    pub setup: Option<Vec<String>>,
+    /// Whether a failed setup command leaves the job in place (default: it fails the create).
+    pub setup_optional: Option<bool>,
+    /// Each setup command's deadline (default: the profile's `timeout`).
+    pub setup_timeout: Option<HumanDuration>,
 }
 
 /// The effective settings a job runs with.
@@ -54,6 +63,11 @@ pub struct Profile {
     pub env: BTreeMap<String, Sourced<String>>,
     pub caches: Sourced<Vec<CacheSpec>>,
     pub ports: Sourced<Vec<u16>>,
+    pub copy: Sourced<Vec<String>>,
+    pub setup: Sourced<Vec<String>>,
+    /// Unset unless a layer sets it for this profile (then it wins over the top-level value).
+    pub setup_optional: Option<Sourced<bool>>,
+    pub setup_timeout: Option<Sourced<HumanDuration>>,
 }
 
 impl Default for Profile {
@@ -74,6 +88,10 @@ impl Default for Profile {
             env: BTreeMap::new(),
             caches: Sourced::default_value(Vec::new()),
             ports: Sourced::default_value(Vec::new()),
+            copy: Sourced::default_value(Vec::new()),
+            setup: Sourced::default_value(Vec::new()),
+            setup_optional: None,
+            setup_timeout: None,
         }
     }
 }
@@ -102,8 +120,23 @@ impl Profile {
             workspace_dir,
             uid,
             caches,
-            ports
+            ports,
+            copy,
+            setup
         );
+        let sourced = |value| Sourced {
+            value,
+            source: source.clone(),
+        };
+        if let Some(value) = layer.setup_optional {
+            self.setup_optional = Some(sourced(value));
+        }
+        if let Some(value) = layer.setup_timeout {
+            self.setup_timeout = Some(Sourced {
+                value,
+                source: source.clone(),
+            });
+        }
         for (key, value) in &layer.env {
             self.env.insert(
                 key.clone(),
@@ -198,6 +231,12 @@ impl Profile {
                 &self.caches.source,
             ));
         }
+        rows.extend(super::setup::rows(
+            &self.copy,
+            &self.setup,
+            self.setup_optional.as_ref(),
+            self.setup_timeout.as_ref(),
+        ));
         rows
     }
 }

@@ -106,3 +106,52 @@ fn branch_template_placeholders_are_checked() {
     assert!(check_branch_template("x/{user}").is_err());
     assert!(check_branch_template("x/{agent").is_err());
 }
+
+#[test]
+fn copy_and_setup_stack_top_level_then_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let user = write(
+        dir.path(),
+        "user.yaml",
+        "copy: [.npmrc]\nsetup_timeout: 20m\n",
+    );
+    write(
+        dir.path(),
+        REPO_CONFIG_FILE,
+        "copy: [.env, config/]\nsetup: [npm ci]\nprofiles:\n  big:\n    copy: [secrets]\n    setup: [npm run build]\n    setup_optional: true\n    setup_timeout: 1m\n",
+    );
+    let vars = env(&[("PADDOCK_CONFIG", user.to_str().unwrap())]);
+    let config = Config::load(Some(dir.path()), &vars).unwrap();
+    // The repo file's top-level `copy` replaces the user file's, as every key does.
+    let default = config.job_setup("default");
+    assert_eq!(default.copy, vec![".env", "config"]);
+    assert_eq!(default.commands, vec!["npm ci"]);
+    assert!(!default.optional);
+    assert_eq!(default.timeout, Some(std::time::Duration::from_secs(1200)));
+    let big = config.job_setup("big");
+    assert_eq!(big.copy, vec![".env", "config", "secrets"]);
+    assert_eq!(big.commands, vec!["npm ci", "npm run build"]);
+    assert!(big.optional);
+    assert_eq!(big.timeout, Some(std::time::Duration::from_secs(60)));
+    let rows = config.rows();
+    assert!(
+        rows.iter()
+            .any(|(k, v, _)| k == "profiles.big.setup_optional" && v == "true")
+    );
+    assert!(rows.iter().any(|(k, v, _)| k == "setup" && v == "npm ci"));
+
+    write(
+        dir.path(),
+        REPO_CONFIG_FILE,
+        "profiles:\n  x:\n    copy: [a/../../b]\n",
+    );
+    let error = Config::load(Some(dir.path()), &vars)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("profiles.x.copy[0]"), "{error}");
+    write(dir.path(), REPO_CONFIG_FILE, "setup: [\"  \"]\n");
+    let error = Config::load(Some(dir.path()), &vars)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("setup[0]"), "{error}");
+}

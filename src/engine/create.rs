@@ -87,6 +87,12 @@ impl Paddock {
             return Err(Error::WorktreeExists { path: worktree });
         }
         check_network(&request, profile.network.value)?;
+        // A bad `copy` entry (missing, a link out of the repository) fails before anything
+        // is reserved; the copy itself checks again.
+        let setup = config.job_setup(&profile_name);
+        if !setup.copy.is_empty() {
+            crate::copy_files::check_sources(&repo.root, &setup.copy)?;
+        }
         let runtime = self
             .runtimes
             .resolve(
@@ -133,6 +139,8 @@ impl Paddock {
                 .collect(),
             sync_error: None,
             synced_at: None,
+            copied: Vec::new(),
+            setup: Vec::new(),
             queue_seq: None,
             ports: Vec::new(),
         };
@@ -174,7 +182,8 @@ impl Paddock {
             )
             .cloned()
             .collect();
-        match self.build(&repo, &mut record, &cache_specs).await {
+        let setup = config.job_setup(&record.profile);
+        match self.build(&repo, &mut record, &cache_specs, &setup).await {
             Ok(()) => {
                 self.emit(
                     EventKind::JobCreated,
@@ -202,6 +211,7 @@ impl Paddock {
         repo: &GitRepo,
         record: &mut JobRecord,
         cache_specs: &[crate::cache::CacheSpec],
+        setup: &crate::config::JobSetup,
     ) -> Result<()> {
         crash_point("reserved");
         self.home
@@ -249,6 +259,10 @@ impl Paddock {
             .await?;
         crash_point("checked-out");
         fail_point("checkout")?;
+        // Copied files go in before the caches (a cache may not land on one) and before the
+        // container exists; they are the agent's from the start (see `copy_files`).
+        self.place_copies(record, setup, &job_git)?;
+        fail_point("copy")?;
         if !cache_specs.is_empty() {
             record.caches = crate::cache::place(
                 &self.home.caches_dir(),
@@ -258,12 +272,17 @@ impl Paddock {
                 record.runtime.uses_docker(),
             )?;
             job_git.add_excludes(&crate::cache::exclude_patterns(&record.caches))?;
+        }
+        if !record.caches.is_empty() || !record.copied.is_empty() {
             self.store.save(record)?;
         }
         fail_point("caches")?;
         self.publish_ports(record)?;
         record.container_id = self.runtime_of(record).start(record).await?;
         crash_point("started");
+        // The job is `ready` only once its setup ran (a failure here is rolled back whole).
+        self.run_setup(record, setup).await?;
+        fail_point("setup")?;
         record.transition(JobState::Ready, Utc::now())?;
         record.owner = None;
         fail_point("record")?;
@@ -373,15 +392,18 @@ fn fail_point(point: &'static str) -> Result<()> {
 }
 
 /// The points `PADDOCK_FAIL_AT` accepts, in the order `create` passes them:
-/// after the branch is made, after the checkout, after the caches are placed, after the
-/// container is created (Docker runtimes only), after it started (Docker runtimes only),
-/// and in place of the final record write.
+/// after the branch is made, after the checkout, after the `copy` files are placed, after
+/// the caches are placed, after the container is created (Docker runtimes only), after it
+/// started (Docker runtimes only), after the setup commands ran, and in place of the final
+/// record write.
 pub const FAIL_POINTS: &[&str] = &[
     "branch",
     "checkout",
+    "copy",
     "caches",
     "container-create",
     "container-start",
+    "setup",
     "record",
 ];
 

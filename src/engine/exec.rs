@@ -11,30 +11,72 @@ use super::execs::ExecRecorder;
 use super::{Error, ExecOptions, Paddock, Result, SyncScope};
 use crate::job::{JobId, JobState};
 use crate::runtime::exec::{DEFAULT_OUTPUT_CAP, StreamKind};
-use crate::runtime::{ExecRequest, ExecResult, OutputSink, RuntimeError};
+use crate::runtime::{ExecOutcome, ExecRequest, ExecResult, OutputSink, RuntimeError};
 use crate::wire::EventKind;
 
 /// One line of `$PADDOCK_HOME/logs/<job>/exec.jsonl`.
 #[derive(Debug, Clone, Serialize)]
-struct AuditEntry<'a> {
-    command: &'a [String],
-    started_at: DateTime<Utc>,
-    duration_ms: u64,
-    exit_code: Option<i64>,
-    timed_out: bool,
-    oom_killed: bool,
-    truncated: bool,
-    error: Option<String>,
+pub(super) struct AuditEntry<'a> {
+    pub(super) command: &'a [String],
+    pub(super) started_at: DateTime<Utc>,
+    pub(super) duration_ms: u64,
+    pub(super) exit_code: Option<i64>,
+    pub(super) timed_out: bool,
+    pub(super) oom_killed: bool,
+    pub(super) truncated: bool,
+    pub(super) error: Option<String>,
     /// How long bringing the job's branch into the user's repository took after the command.
-    sync_ms: Option<u64>,
+    pub(super) sync_ms: Option<u64>,
 }
 
 /// Passes output on to the caller's sink, to the exec's own output record and to the job's
 /// output log, so `paddock logs --follow` sees it as it comes.
-struct TeeSink<'a> {
-    inner: &'a mut dyn OutputSink,
-    recorder: ExecRecorder,
-    log: Option<std::fs::File>,
+pub(super) struct TeeSink<'a> {
+    pub(super) inner: &'a mut dyn OutputSink,
+    pub(super) recorder: ExecRecorder,
+    pub(super) log: Option<std::fs::File>,
+}
+
+impl TeeSink<'_> {
+    /// The `==> TIME $ COMMAND` line that opens an exec in the output log.
+    pub(super) fn log_start(&mut self, started_at: DateTime<Utc>, cmd: &[String]) {
+        if let Some(log) = &mut self.log {
+            use std::io::Write;
+            let _ = writeln!(
+                log,
+                "==> {} $ {}",
+                started_at.to_rfc3339(),
+                shell_words(cmd)
+            );
+        }
+    }
+
+    /// The `<== exit N after Dms` line that closes it.
+    pub(super) fn log_end(&mut self, outcome: &std::result::Result<ExecOutcome, RuntimeError>) {
+        let Some(log) = &mut self.log else {
+            return;
+        };
+        use std::io::Write;
+        let summary = match outcome {
+            Ok(o) => format!(
+                "exit {}{}{} after {}ms",
+                o.result.exit_code,
+                if o.result.timed_out {
+                    " (timed out)"
+                } else {
+                    ""
+                },
+                if o.result.oom_killed {
+                    " (out of memory)"
+                } else {
+                    ""
+                },
+                o.result.duration_ms
+            ),
+            Err(e) => format!("failed: {e}"),
+        };
+        let _ = writeln!(log, "\n<== {summary}");
+    }
 }
 
 impl OutputSink for TeeSink<'_> {
@@ -118,31 +160,13 @@ impl Paddock {
             Some(JobState::Running),
             serde_json::json!({ "exec": recorder.id() }),
         );
-        let log_dir = self.home.logs_dir(&record.id);
-        let output_log = log_dir.join("output.log");
-        let log = std::fs::create_dir_all(&log_dir)
-            .and_then(|()| {
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&output_log)
-            })
-            .ok();
         sink.started(recorder.id());
         let mut tee = TeeSink {
             inner: sink,
             recorder,
-            log,
+            log: self.open_output_log(&record.id),
         };
-        if let Some(log) = &mut tee.log {
-            use std::io::Write;
-            let _ = writeln!(
-                log,
-                "==> {} $ {}",
-                started_at.to_rfc3339(),
-                shell_words(&options.cmd)
-            );
-        }
+        tee.log_start(started_at, &options.cmd);
         let mut outcome = self
             .runtime_of(&record)
             .exec(&record, &request, &mut tee)
@@ -184,28 +208,7 @@ impl Paddock {
             ),
             Err(_) => (JobState::Failed, None, false),
         };
-        if let Some(log) = &mut tee.log {
-            use std::io::Write;
-            let summary = match &outcome {
-                Ok(o) => format!(
-                    "exit {}{}{} after {}ms",
-                    o.result.exit_code,
-                    if o.result.timed_out {
-                        " (timed out)"
-                    } else {
-                        ""
-                    },
-                    if o.result.oom_killed {
-                        " (out of memory)"
-                    } else {
-                        ""
-                    },
-                    o.result.duration_ms
-                ),
-                Err(e) => format!("failed: {e}"),
-            };
-            let _ = writeln!(log, "\n<== {summary}");
-        }
+        tee.log_end(&outcome);
         if let Ok(done) = &mut outcome {
             done.result.exec_id = Some(tee.recorder.id().to_string());
         }
@@ -258,7 +261,21 @@ impl Paddock {
         Ok(outcome?.result)
     }
 
-    fn append_audit(&self, id: &JobId, entry: &AuditEntry<'_>) -> Result<()> {
+    /// The job's output log (`logs/<job>/output.log`), opened for appending; none when it
+    /// cannot be (the exec goes on without it).
+    pub(super) fn open_output_log(&self, id: &JobId) -> Option<std::fs::File> {
+        let log_dir = self.home.logs_dir(id);
+        std::fs::create_dir_all(&log_dir)
+            .and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log_dir.join("output.log"))
+            })
+            .ok()
+    }
+
+    pub(super) fn append_audit(&self, id: &JobId, entry: &AuditEntry<'_>) -> Result<()> {
         use std::io::Write;
         let path = self.home.logs_dir(id).join("exec.jsonl");
         let mut line = serde_json::to_vec(entry).expect("audit entries serialize");

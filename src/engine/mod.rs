@@ -8,7 +8,8 @@
 //!
 //! One file per operation: `create`, `exec` (with `run`, `stop`, `shell`), `execs` (each
 //! exec's kept status and output), `events` (reading the event history), `remove`, `inspect`
-//! (`list`, `show`, `diff`, `log`), `sync`, `caches`; this file holds the engine itself,
+//! (`list`, `show`, `diff`, `log`), `sync`, `caches`, `setup` (a new job's `copy` and
+//! `setup`, the last steps of `create`); this file holds the engine itself,
 //! `emit` (every event goes to the install's event log), and the shapes its operations take
 //! and return.
 
@@ -34,6 +35,7 @@ mod inspect;
 mod network;
 mod ports;
 mod remove;
+mod setup;
 mod sync;
 #[cfg(test)]
 mod tests;

@@ -121,13 +121,17 @@ impl JobGitDir {
     }
 
     /// Adds `patterns` to the job's own `info/exclude` (never the user's), so cache links and
-    /// copies stay out of `git status` and `git add -A` in the job.
+    /// copies and copied untracked files stay out of `git status`, `git add -A` and the wip
+    /// snapshot in the job. Called before any agent has run; each call appends.
     pub fn add_excludes(&self, patterns: &[String]) -> Result<(), GitError> {
         if patterns.is_empty() {
             return Ok(());
         }
         let path = self.path.join("info/exclude");
-        let mut text = String::from("# paddock: dependency caches linked into this job\n");
+        let mut text = std::fs::read_to_string(&path).map_err(io(&path))?;
+        if text.is_empty() {
+            text.push_str("# paddock: paths paddock placed in this job (caches, copied files)\n");
+        }
         for pattern in patterns {
             text.push_str(pattern);
             text.push('\n');

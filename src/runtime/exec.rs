@@ -5,8 +5,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::config::KillPolicy;
 
 /// The default cap on each of stdout and stderr kept in an [`ExecResult`].
@@ -29,27 +27,7 @@ pub struct ExecRequest {
     pub after: Option<String>,
 }
 
-/// What one exec did. The JSON shape is part of paddock's stable output.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ExecResult {
-    pub exit_code: i64,
-    pub stdout: String,
-    pub stderr: String,
-    pub duration_ms: u64,
-    pub timed_out: bool,
-    /// True when either stream was longer than the cap and was cut in the middle.
-    pub truncated: bool,
-    pub oom_killed: bool,
-    /// Set when the command ran but its work could not be brought into the user's
-    /// repository afterwards (the job's branch there stayed where it was).
-    #[serde(default)]
-    pub sync_error: Option<String>,
-    /// The exec's id (`x-...`), under which its output and result stay readable.
-    #[serde(default)]
-    pub exec_id: Option<String>,
-}
-
-pub use crate::output::{Discard, OutputSink, StreamKind};
+pub use crate::output::{Discard, ExecResult, OutputSink, StreamKind};
 
 /// Keeps at most `cap` bytes of a stream: the first half and the last half.
 #[derive(Debug)]

@@ -267,6 +267,8 @@ impl Paddock {
             labels: Default::default(),
             sync_error: None,
             synced_at: None,
+            copied: Vec::new(),
+            setup: Vec::new(),
             queue_seq: None,
             ports: Vec::new(),
         })

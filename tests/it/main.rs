@@ -17,6 +17,7 @@ mod events;
 mod hostile;
 mod idempotency;
 mod installs;
+mod jobsetup;
 mod ports;
 mod process;
 mod snapshots;

@@ -1,0 +1,166 @@
+//! A new job's own preparation: `copy` (untracked files from the user's checkout) and `setup`
+//! (commands run in the job right after create), with `setup_optional` and `setup_timeout`.
+//! Each may be set at the top level of a config file (every job of the repository) and per
+//! profile: a profile's `copy` and `setup` come after the top-level ones, its
+//! `setup_optional` and `setup_timeout` win over them. A later file replaces an earlier
+//! file's value of the same key, as everywhere else.
+
+use std::time::Duration;
+
+use super::files::ConfigFile;
+use super::{Config, ConfigError, Source, Sourced};
+use crate::units::HumanDuration;
+
+/// The top-level `copy`, `setup`, `setup_optional` and `setup_timeout` in effect.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetupSettings {
+    pub copy: Sourced<Vec<String>>,
+    pub commands: Sourced<Vec<String>>,
+    pub optional: Option<Sourced<bool>>,
+    pub timeout: Option<Sourced<HumanDuration>>,
+}
+
+impl Default for SetupSettings {
+    fn default() -> Self {
+        SetupSettings {
+            copy: Sourced::default_value(Vec::new()),
+            commands: Sourced::default_value(Vec::new()),
+            optional: None,
+            timeout: None,
+        }
+    }
+}
+
+/// What a new job of one profile copies and runs before it is `ready`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobSetup {
+    /// Relative paths in the repository (checked and normalized), in order.
+    pub copy: Vec<String>,
+    /// Shell commands (`sh -c`), in order.
+    pub commands: Vec<String>,
+    /// A failed command leaves the job in place (reported in `show`) instead of failing the
+    /// create.
+    pub optional: bool,
+    /// Each command's deadline; `None`: the job's exec timeout.
+    pub timeout: Option<Duration>,
+}
+
+/// Checks a file's `copy` entries (normalizing them in place) and `setup` commands, at the top
+/// level and in every profile, naming the file and the key of a bad one.
+pub(super) fn check_file(file: &mut ConfigFile, origin: &str) -> Result<(), ConfigError> {
+    let lists = std::iter::once((String::new(), &mut file.copy, &file.setup)).chain(
+        file.profiles
+            .iter_mut()
+            .map(|(name, layer)| (format!("profiles.{name}."), &mut layer.copy, &layer.setup)),
+    );
+    for (prefix, copy, setup) in lists {
+        for (i, entry) in copy.iter_mut().flatten().enumerate() {
+            *entry =
+                crate::copy_files::check_entry(entry).map_err(|message| ConfigError::Value {
+                    origin: origin.to_string(),
+                    key: format!("{prefix}copy[{i}]"),
+                    message,
+                })?;
+        }
+        for (i, command) in setup.iter().flatten().enumerate() {
+            if command.trim().is_empty() {
+                return Err(ConfigError::Value {
+                    origin: origin.to_string(),
+                    key: format!("{prefix}setup[{i}]"),
+                    message: "a setup command must not be empty".into(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+impl SetupSettings {
+    /// Stacks a file's top-level values on these.
+    pub(super) fn apply(&mut self, file: &ConfigFile, source: &Source) {
+        let sourced = |value| Sourced {
+            value,
+            source: source.clone(),
+        };
+        if let Some(copy) = &file.copy {
+            self.copy = sourced(copy.clone());
+        }
+        if let Some(commands) = &file.setup {
+            self.commands = sourced(commands.clone());
+        }
+        if let Some(optional) = file.setup_optional {
+            self.optional = Some(Sourced {
+                value: optional,
+                source: source.clone(),
+            });
+        }
+        if let Some(timeout) = file.setup_timeout {
+            self.timeout = Some(Sourced {
+                value: timeout,
+                source: source.clone(),
+            });
+        }
+    }
+}
+
+/// `config show` rows of set values (top level, or one profile's).
+pub(super) fn rows<'a>(
+    copy: &'a Sourced<Vec<String>>,
+    commands: &'a Sourced<Vec<String>>,
+    optional: Option<&'a Sourced<bool>>,
+    timeout: Option<&'a Sourced<HumanDuration>>,
+) -> Vec<(String, String, &'a Source)> {
+    let mut rows = Vec::new();
+    if !copy.value.is_empty() {
+        rows.push(("copy".into(), copy.value.join(", "), &copy.source));
+    }
+    if !commands.value.is_empty() {
+        rows.push((
+            "setup".into(),
+            commands.value.join(" && "),
+            &commands.source,
+        ));
+    }
+    if let Some(optional) = optional {
+        rows.push((
+            "setup_optional".into(),
+            optional.value.to_string(),
+            &optional.source,
+        ));
+    }
+    if let Some(timeout) = timeout {
+        rows.push((
+            "setup_timeout".into(),
+            timeout.value.to_string(),
+            &timeout.source,
+        ));
+    }
+    rows
+}
+
+impl Config {
+    /// What a new job of `profile` copies and runs: the top-level lists, then the profile's;
+    /// the profile's `setup_optional` and `setup_timeout` over the top-level ones.
+    pub fn job_setup(&self, profile: &str) -> JobSetup {
+        let top = &self.setup;
+        let own = self.profiles.get(profile);
+        let mut copy = top.copy.value.clone();
+        let mut commands = top.commands.value.clone();
+        if let Some(own) = own {
+            copy.extend(own.copy.value.iter().cloned());
+            commands.extend(own.setup.value.iter().cloned());
+        }
+        JobSetup {
+            copy,
+            commands,
+            optional: own
+                .and_then(|p| p.setup_optional.as_ref())
+                .or(top.optional.as_ref())
+                .is_some_and(|o| o.value),
+            timeout: own
+                .and_then(|p| p.setup_timeout.as_ref())
+                .or(top.timeout.as_ref())
+                .map(|t| t.value.0),
+        }
+    }
+}
