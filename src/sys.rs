@@ -212,6 +212,15 @@ pub fn splice(
     usize::try_from(moved).map_err(|_| std::io::Error::last_os_error())
 }
 
+/// Ends both directions of a socket (a splice on it then sees the end).
+pub fn shutdown_both(socket: std::os::fd::BorrowedFd<'_>) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: shutdown only changes the state of the socket behind the borrowed descriptor.
+    unsafe {
+        libc::shutdown(socket.as_raw_fd(), libc::SHUT_RDWR);
+    }
+}
+
 /// Ends the sending side of a socket (the peer reads end of input).
 pub fn shutdown_write(socket: std::os::fd::BorrowedFd<'_>) {
     use std::os::fd::AsRawFd;

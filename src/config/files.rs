@@ -52,6 +52,10 @@ pub(super) struct ConfigFile {
     pub(super) setup: Option<Vec<String>>,
     pub(super) setup_optional: Option<bool>,
     pub(super) setup_timeout: Option<HumanDuration>,
+    /// The network the setup commands have (see `setup`).
+    pub(super) setup_network: Option<super::NetworkMode>,
+    /// With `setup_network: allowlist`: what setup may reach besides the job's allow-list.
+    pub(super) setup_allow: Option<Vec<crate::egress::AllowEntry>>,
 }
 
 /// Splits an env layer into one layer per variable so each value names its own variable.

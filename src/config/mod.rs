@@ -542,7 +542,12 @@ impl Config {
             &top.commands,
             top.optional.as_ref(),
             top.timeout.as_ref(),
-        ) {
+        )
+        .into_iter()
+        .chain(setup::network_rows(
+            top.network.as_ref(),
+            top.allow.as_ref(),
+        )) {
             rows.push((key, value, source.clone()));
         }
         let sweep = &self.sweep;

@@ -42,6 +42,10 @@ pub struct ProfileLayer {
     pub setup_optional: Option<bool>,
     /// Each setup command's deadline (default: the profile's `timeout`).
     pub setup_timeout: Option<HumanDuration>,
+    /// The network setup commands have (default: the job's own).
+    pub setup_network: Option<NetworkMode>,
+    /// With `setup_network: allowlist`: what setup may reach besides the job's allow-list.
+    pub setup_allow: Option<Vec<AllowEntry>>,
 }
 
 /// The effective settings a job runs with.
@@ -68,6 +72,8 @@ pub struct Profile {
     /// Unset unless a layer sets it for this profile (then it wins over the top-level value).
     pub setup_optional: Option<Sourced<bool>>,
     pub setup_timeout: Option<Sourced<HumanDuration>>,
+    pub setup_network: Option<Sourced<NetworkMode>>,
+    pub setup_allow: Option<Sourced<Vec<AllowEntry>>>,
 }
 
 impl Default for Profile {
@@ -92,6 +98,8 @@ impl Default for Profile {
             setup: Sourced::default_value(Vec::new()),
             setup_optional: None,
             setup_timeout: None,
+            setup_network: None,
+            setup_allow: None,
         }
     }
 }
@@ -134,6 +142,18 @@ impl Profile {
         if let Some(value) = layer.setup_timeout {
             self.setup_timeout = Some(Sourced {
                 value,
+                source: source.clone(),
+            });
+        }
+        if let Some(value) = layer.setup_network {
+            self.setup_network = Some(Sourced {
+                value,
+                source: source.clone(),
+            });
+        }
+        if let Some(value) = &layer.setup_allow {
+            self.setup_allow = Some(Sourced {
+                value: value.clone(),
                 source: source.clone(),
             });
         }
@@ -236,6 +256,10 @@ impl Profile {
             &self.setup,
             self.setup_optional.as_ref(),
             self.setup_timeout.as_ref(),
+        ));
+        rows.extend(super::setup::network_rows(
+            self.setup_network.as_ref(),
+            self.setup_allow.as_ref(),
         ));
         rows
     }

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use super::files::ConfigFile;
-use super::{Config, ConfigError, Source, Sourced};
+use super::{Config, ConfigError, NetworkMode, Source, Sourced};
+use crate::egress::AllowEntry;
 use crate::units::HumanDuration;
 
 /// The top-level `copy`, `setup`, `setup_optional` and `setup_timeout` in effect.
@@ -18,6 +19,8 @@ pub struct SetupSettings {
     pub commands: Sourced<Vec<String>>,
     pub optional: Option<Sourced<bool>>,
     pub timeout: Option<Sourced<HumanDuration>>,
+    pub network: Option<Sourced<NetworkMode>>,
+    pub allow: Option<Sourced<Vec<AllowEntry>>>,
 }
 
 impl Default for SetupSettings {
@@ -27,6 +30,8 @@ impl Default for SetupSettings {
             commands: Sourced::default_value(Vec::new()),
             optional: None,
             timeout: None,
+            network: None,
+            allow: None,
         }
     }
 }
@@ -43,6 +48,11 @@ pub struct JobSetup {
     pub optional: bool,
     /// Each command's deadline; `None`: the job's exec timeout.
     pub timeout: Option<Duration>,
+    /// The network the commands have; `None`: the job's own (`setup_allow` alone means
+    /// `allowlist`).
+    pub network: Option<NetworkMode>,
+    /// With an `allowlist` setup network: reachable during setup besides the job's list.
+    pub allow: Vec<AllowEntry>,
 }
 
 /// Checks a file's `copy` entries (normalizing them in place) and `setup` commands, at the top
@@ -100,6 +110,18 @@ impl SetupSettings {
                 source: source.clone(),
             });
         }
+        if let Some(network) = file.setup_network {
+            self.network = Some(Sourced {
+                value: network,
+                source: source.clone(),
+            });
+        }
+        if let Some(allow) = &file.setup_allow {
+            self.allow = Some(Sourced {
+                value: allow.clone(),
+                source: source.clone(),
+            });
+        }
     }
 }
 
@@ -138,6 +160,26 @@ pub(super) fn rows<'a>(
     rows
 }
 
+/// `config show` rows of `setup_network` and `setup_allow`, when set.
+pub(super) fn network_rows<'a>(
+    network: Option<&'a Sourced<NetworkMode>>,
+    allow: Option<&'a Sourced<Vec<AllowEntry>>>,
+) -> Vec<(String, String, &'a Source)> {
+    let mut rows = Vec::new();
+    if let Some(network) = network {
+        rows.push((
+            "setup_network".into(),
+            network.value.to_string(),
+            &network.source,
+        ));
+    }
+    if let Some(allow) = allow {
+        let entries: Vec<String> = allow.value.iter().map(ToString::to_string).collect();
+        rows.push(("setup_allow".into(), entries.join(", "), &allow.source));
+    }
+    rows
+}
+
 impl Config {
     /// What a new job of `profile` copies and runs: the top-level lists, then the profile's;
     /// the profile's `setup_optional` and `setup_timeout` over the top-level ones.
@@ -161,6 +203,15 @@ impl Config {
                 .and_then(|p| p.setup_timeout.as_ref())
                 .or(top.timeout.as_ref())
                 .map(|t| t.value.0),
+            network: own
+                .and_then(|p| p.setup_network.as_ref())
+                .or(top.network.as_ref())
+                .map(|n| n.value),
+            allow: own
+                .and_then(|p| p.setup_allow.as_ref())
+                .or(top.allow.as_ref())
+                .map(|a| a.value.clone())
+                .unwrap_or_default(),
         }
     }
 }

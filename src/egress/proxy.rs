@@ -6,8 +6,9 @@
 //!
 //! - `CONNECT host:port`: the name check, then resolution here (the job has no resolver),
 //!   the address check on every address, a connect with a deadline, `200`; the first bytes
-//!   the client sends are read before anything goes upstream, and a TLS ClientHello whose
-//!   SNI names another host than the CONNECT target is refused (domain fronting).
+//!   the client sends are read before any of them goes upstream, and a TLS ClientHello whose
+//!   SNI names another host than the CONNECT target is refused (domain fronting); what the
+//!   server says first comes down meanwhile (server-first protocols work).
 //! - `GET http://host/...` (absolute form): the same checks, and the `Host` header must name
 //!   the same host; the request goes upstream in origin form with `Connection: close`, so a
 //!   second request with another `Host` cannot follow on that connection.
@@ -31,11 +32,11 @@ use super::policy::{EgressPolicy, Verdict, normalize_name};
 use super::tls::check_sni;
 #[cfg(test)]
 use super::tls::client_hello;
-use super::tunnel::pipe_one_way;
+use super::tunnel::{close, pipe_one_way, read_first, write_all};
 
 /// Longest request head accepted.
 const MAX_HEAD: usize = 16 * 1024;
-/// Deadline for the client's request head, and for its first bytes after `200`.
+/// Deadline for the client's request head.
 const CLIENT_DEADLINE: Duration = Duration::from_secs(10);
 /// Deadline for resolving a name and for connecting upstream.
 const UPSTREAM_DEADLINE: Duration = Duration::from_secs(10);
@@ -144,48 +145,57 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, files: &ProxyFiles) {
     };
 
     let mut first = request.rest;
+    let connect = request.upstream_head.is_none();
     if let Some(head) = &request.upstream_head {
         if upstream.write_all(head).await.is_err() {
             return;
         }
-    } else {
-        if client
-            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            .await
-            .is_err()
-        {
-            return;
-        }
-        match tokio::time::timeout(CLIENT_DEADLINE, first_bytes(&mut client, &mut first)).await {
-            Ok(Ok(())) => {}
-            _ => return,
-        }
-        if let Err(reason) = check_sni(&first, &request.host) {
-            let verdict = deny(reason);
-            log(
-                files,
-                &decision(&request.method, &request.host, request.port, &verdict),
-            )
-            .await;
-            return;
-        }
-    }
-    let mut bytes_up = first.len() as u64;
-    if !first.is_empty() && upstream.write_all(&first).await.is_err() {
+    } else if client
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await
+        .is_err()
+    {
         return;
     }
-    let piped = tokio::time::timeout(TUNNEL_DEADLINE, async {
-        tokio::join!(
-            pipe_one_way(&client, &upstream),
-            pipe_one_way(&upstream, &client)
+    // Up: after a CONNECT, the client's first bytes (for TLS, the whole ClientHello) are
+    // checked before any of them goes upstream. Down starts at once, so a server that speaks
+    // first (a greeting, an SSH or SMTP banner) is heard while the client waits for it.
+    let mut refused = None;
+    let up = async {
+        if connect {
+            let checked = match read_first(&client, &mut first).await {
+                Ok(()) => check_sni(&first, &request.host).map_err(Some),
+                Err(_) => Err(None),
+            };
+            if let Err(reason) = checked {
+                refused = reason;
+                close(&client);
+                close(&upstream);
+                return 0;
+            }
+        }
+        if !first.is_empty() && write_all(&upstream, &first).await.is_err() {
+            close(&client);
+            close(&upstream);
+            return 0;
+        }
+        first.len() as u64 + pipe_one_way(&client, &upstream).await.unwrap_or(0)
+    };
+    let down = pipe_one_way(&upstream, &client);
+    let piped = tokio::time::timeout(TUNNEL_DEADLINE, async { tokio::join!(up, down) }).await;
+    if let Some(reason) = refused {
+        let verdict = deny(reason);
+        log(
+            files,
+            &decision(&request.method, &request.host, request.port, &verdict),
         )
-    })
-    .await;
-    let mut bytes_down = 0;
-    if let Ok((up, down)) = piped {
-        bytes_up += up.unwrap_or(0);
-        bytes_down = down.unwrap_or(0);
+        .await;
+        return;
     }
+    let (bytes_up, bytes_down) = match piped {
+        Ok((up, down)) => (up, down.unwrap_or(0)),
+        Err(_) => (0, 0),
+    };
     let mut done = decision(&request.method, &request.host, request.port, &verdict);
     done.bytes_up = bytes_up;
     done.bytes_down = bytes_down;
@@ -387,28 +397,6 @@ fn split_host_port(text: &str, default: Option<u16>) -> Option<(String, u16)> {
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// After `200`: the client's first bytes, and for TLS the whole first record (the
-/// ClientHello), so its SNI can be checked before anything goes upstream.
-async fn first_bytes(client: &mut TcpStream, first: &mut Vec<u8>) -> std::io::Result<()> {
-    loop {
-        let wanted = match first.first() {
-            None => 1,
-            Some(0x16) if first.len() < 5 => 5,
-            Some(0x16) => 5 + usize::from(u16::from_be_bytes([first[3], first[4]])),
-            Some(_) => return Ok(()),
-        };
-        if first.len() >= wanted {
-            return Ok(());
-        }
-        let mut chunk = vec![0u8; wanted - first.len()];
-        let read = client.read(&mut chunk).await?;
-        if read == 0 {
-            return Ok(());
-        }
-        first.extend_from_slice(&chunk[..read]);
-    }
 }
 
 async fn respond(client: &mut TcpStream, status: u16, reason: &str) {

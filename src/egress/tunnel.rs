@@ -44,3 +44,47 @@ pub async fn pipe_one_way(from: &TcpStream, to: &TcpStream) -> std::io::Result<u
     crate::sys::shutdown_write(to.as_fd());
     Ok(moved)
 }
+
+/// After a CONNECT's `200`: the client's first bytes, and for TLS the whole first record
+/// (the ClientHello), so its server name can be checked before anything goes upstream.
+/// Empty when the client ends without sending.
+pub async fn read_first(client: &TcpStream, first: &mut Vec<u8>) -> std::io::Result<()> {
+    loop {
+        let wanted = match first.first() {
+            None => 1,
+            Some(0x16) if first.len() < 5 => 5,
+            Some(0x16) => 5 + usize::from(u16::from_be_bytes([first[3], first[4]])),
+            Some(_) => return Ok(()),
+        };
+        if first.len() >= wanted {
+            return Ok(());
+        }
+        let mut chunk = vec![0u8; wanted - first.len()];
+        client.readable().await?;
+        match client.try_read(&mut chunk) {
+            Ok(0) => return Ok(()),
+            Ok(read) => first.extend_from_slice(&chunk[..read]),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// Writes all of `bytes` to a socket other tasks read from at the same time.
+pub async fn write_all(to: &TcpStream, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        to.writable().await?;
+        match to.try_write(bytes) {
+            Ok(written) => bytes = &bytes[written..],
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// Ends both directions of a socket, so whatever moves its bytes sees the end.
+pub fn close(socket: &TcpStream) {
+    use std::os::fd::AsFd;
+    crate::sys::shutdown_both(socket.as_fd());
+}

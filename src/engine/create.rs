@@ -90,6 +90,7 @@ impl Paddock {
         // A bad `copy` entry (missing, a link out of the repository) fails before anything
         // is reserved; the copy itself checks again.
         let setup = config.job_setup(&profile_name);
+        super::setup::SetupPlace::of(&setup, profile.network.value)?;
         if !setup.copy.is_empty() {
             crate::copy_files::check_sources(&repo.root, &setup.copy)?;
         }

@@ -10,10 +10,15 @@
 //! it) stops the setup; without `setup_optional` it fails the create, which `create`'s
 //! rollback then undoes whole, with the command's output in the error.
 //!
-//! Seam for a setup-only network (`setup_network`): today every command runs with the job's
-//! own network through the one `Runtime::exec` call in `setup_one`; a setting for it belongs
-//! in `config::JobSetup` (resolved per profile like the rest), and the call is where a
-//! runtime would run the command elsewhere (`exec_beside` with that network).
+//! The network setup has (`setup_network`, `setup_allow`; [`SetupPlace`]): by default the
+//! job's own, in the job's container. `none` or `open` different from the job's: each command
+//! runs in a throwaway container beside the job's (same image, mounts, user and limits; its
+//! own network; `Runtime::exec_beside`), so what setup leaves in the workspace and caches
+//! stays and the job's container never had that network; processes and HOME do not stay.
+//! `allowlist` (an `allowlist` job only): in the job's container, its proxy's policy widened
+//! by `setup_allow` for the setup and put back before the job is `ready` (a failure to put
+//! it back fails the create). The process runtime isolates no network: there the setting
+//! changes nothing.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -23,11 +28,49 @@ use chrono::Utc;
 use super::exec::{AuditEntry, TeeSink};
 use super::execs::ExecRecorder;
 use super::{Error, Paddock, Result};
-use crate::config::JobSetup;
+use crate::config::{JobSetup, NetworkMode};
+use crate::egress::AllowEntry;
 use crate::git::jobdir::JobGitDir;
 use crate::job::{JobRecord, SETUP_OUTPUT_CAP, SetupRun};
 use crate::output::{Discard, ExecResult};
 use crate::runtime::ExecRequest;
+
+/// Where and with which network the setup commands run.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum SetupPlace {
+    /// In the job's container, with its own network.
+    Job,
+    /// In a throwaway container beside the job's, with this network (`none` or `open`).
+    Beside(NetworkMode),
+    /// In the job's container, its allow-list widened by these entries during setup.
+    Widened(Vec<AllowEntry>),
+}
+
+impl SetupPlace {
+    /// The place for `setup` in a job whose network is `network`; refuses an `allowlist`
+    /// setup in a job without the proxy that enforces it (checked before anything is made).
+    pub(super) fn of(setup: &JobSetup, network: NetworkMode) -> Result<SetupPlace> {
+        let wanted = setup
+            .network
+            .or((!setup.allow.is_empty()).then_some(NetworkMode::Allowlist));
+        match wanted {
+            None => Ok(SetupPlace::Job),
+            Some(NetworkMode::Allowlist) if network == NetworkMode::Allowlist => {
+                if setup.allow.is_empty() {
+                    Ok(SetupPlace::Job)
+                } else {
+                    Ok(SetupPlace::Widened(setup.allow.clone()))
+                }
+            }
+            Some(NetworkMode::Allowlist) => Err(Error::Network {
+                network,
+                reason: "`setup_network: allowlist` (or `setup_allow`) needs a job whose network is `allowlist` (its proxy enforces the list); use `setup_network: open`, or `network: allowlist` for the job".into(),
+            }),
+            Some(wanted) if wanted == network => Ok(SetupPlace::Job),
+            Some(wanted) => Ok(SetupPlace::Beside(wanted)),
+        }
+    }
+}
 
 impl Paddock {
     /// Copies the `copy` entries from the user's checkout into the job's and keeps them
@@ -49,6 +92,29 @@ impl Paddock {
     /// Runs the setup commands in order (see the module docs); the record keeps each one's
     /// [`SetupRun`]. Err only for a failed command that is not optional.
     pub(super) async fn run_setup(&self, record: &mut JobRecord, setup: &JobSetup) -> Result<()> {
+        if setup.commands.is_empty() {
+            return Ok(());
+        }
+        let place = SetupPlace::of(setup, record.limits.network)?;
+        if let SetupPlace::Widened(extra) = &place {
+            let mut widened = record.clone();
+            widened.limits.allow.extend(extra.iter().cloned());
+            self.runtime_of(record).apply_network(&widened).await?;
+        }
+        let ran = self.run_setup_commands(record, setup, &place).await;
+        if matches!(place, SetupPlace::Widened(_)) {
+            // The agent never gets setup's list: a failure to narrow it again fails the create.
+            self.runtime_of(record).apply_network(record).await?;
+        }
+        ran
+    }
+
+    async fn run_setup_commands(
+        &self,
+        record: &mut JobRecord,
+        setup: &JobSetup,
+        place: &SetupPlace,
+    ) -> Result<()> {
         let timeout = setup.timeout.unwrap_or(record.limits.timeout.0);
         let mut failed = None;
         for command in &setup.commands {
@@ -61,7 +127,7 @@ impl Paddock {
                 });
                 continue;
             }
-            let (run, log) = self.setup_one(record, command, timeout).await;
+            let (run, log) = self.setup_one(record, command, timeout, place).await;
             if !run.ok {
                 if !setup.optional {
                     return Err(setup_failed(record, &run, timeout, log));
@@ -80,6 +146,7 @@ impl Paddock {
         record: &mut JobRecord,
         command: &str,
         timeout: Duration,
+        place: &SetupPlace,
     ) -> (SetupRun, std::path::PathBuf) {
         let cmd = vec!["sh".to_string(), "-c".to_string(), command.to_string()];
         let request = ExecRequest {
@@ -103,10 +170,17 @@ impl Paddock {
         };
         let started_at = Utc::now();
         tee.log_start(started_at, &cmd);
-        let mut outcome = self
-            .runtime_of(record)
-            .exec(record, &request, &mut tee)
-            .await;
+        let runtime = self.runtime_of(record);
+        let mut outcome = match place {
+            SetupPlace::Beside(network) => {
+                runtime
+                    .exec_beside(record, &request, &mut tee, *network)
+                    .await
+            }
+            SetupPlace::Job | SetupPlace::Widened(_) => {
+                runtime.exec(record, &request, &mut tee).await
+            }
+        };
         tee.log_end(&outcome);
         if let Ok(done) = &mut outcome {
             done.result.exec_id = Some(tee.recorder.id().to_string());

@@ -20,5 +20,6 @@ mod installs;
 mod jobsetup;
 mod ports;
 mod process;
+mod setup_network;
 mod snapshots;
 mod sweep;
