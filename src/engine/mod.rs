@@ -8,7 +8,7 @@
 //!
 //! One file per operation: `create`, `exec` (with `run`, `stop`, `shell`), `execs` (each
 //! exec's kept status and output), `events` (reading the event history), `remove`, `inspect`
-//! (`list`, `show`, `diff`, `log`), `sync`, `caches`; this file holds the engine itself,
+//! (`list`, `show`, `diff`, `log`), `sync`, `caches`, `files` (the file API); this file holds the engine itself,
 //! `emit` (every event goes to the install's event log), and the shapes its operations take
 //! and return.
 
@@ -30,6 +30,7 @@ mod create;
 mod events;
 mod exec;
 mod execs;
+mod files;
 mod inspect;
 mod network;
 mod ports;
@@ -40,6 +41,7 @@ mod tests;
 pub use create::{CRASH_POINTS, FAIL_POINTS, render_branch};
 pub use events::EventFeed;
 pub use execs::{ExecOutput, OUTPUT_LIMIT};
+pub use files::FILE_CAP;
 pub use sync::{SyncScope, Synced};
 
 pub use crate::error::{Error, Result};
