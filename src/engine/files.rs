@@ -120,12 +120,33 @@ fn open_beneath(
     } else {
         parts.iter().collect()
     };
-    match crate::sys::openat2(root, &relative, flags | libc::O_NOFOLLOW, mode, RESOLVE) {
+    let opened = match crate::sys::openat2(root, &relative, flags | libc::O_NOFOLLOW, mode, RESOLVE)
+    {
         Err(error) if error.kind() == std::io::ErrorKind::Unsupported => {
             walk_beneath(root, parts, flags, mode)
         }
         other => other,
+    };
+    match opened {
+        // `O_DIRECTORY | O_NOFOLLOW` on a link says "not a directory": say it is a link.
+        Err(error) if error.raw_os_error() == Some(libc::ENOTDIR) && is_link(root, parts) => {
+            Err(std::io::Error::from_raw_os_error(libc::ELOOP))
+        }
+        other => other,
     }
+}
+
+/// Whether the last part of `parts` (beneath `root`) is a symbolic link.
+fn is_link(root: BorrowedFd<'_>, parts: &[OsString]) -> bool {
+    let Some((last, dirs)) = parts.split_last() else {
+        return false;
+    };
+    let Ok(parent) = open_beneath(root, dirs, libc::O_PATH | libc::O_DIRECTORY, 0) else {
+        return false;
+    };
+    crate::sys::openat(parent.as_fd(), last, libc::O_PATH | libc::O_NOFOLLOW, 0)
+        .and_then(|link| std::fs::File::from(link).metadata())
+        .is_ok_and(|meta| meta.file_type().is_symlink())
 }
 
 /// [`open_beneath`] without `openat2`: each directory on the way opened with `O_NOFOLLOW`
@@ -483,5 +504,31 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// The walk for kernels without `openat2` refuses links where `openat2` does.
+    #[test]
+    fn the_walk_without_openat2_follows_no_link() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir(dir.path().join("a")).expect("mkdir");
+        std::fs::write(dir.path().join("a/f"), "inside").expect("write");
+        std::os::unix::fs::symlink("a", dir.path().join("l")).expect("link");
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("a/out")).expect("link");
+        let root = std::fs::File::open(dir.path()).expect("open the root");
+        let parts = |p: &str| p.split('/').map(OsString::from).collect::<Vec<_>>();
+        let open = |p: &str, flags| walk_beneath(root.as_fd(), &parts(p), flags, 0);
+        let mut text = String::new();
+        std::fs::File::from(open("a/f", libc::O_RDONLY).expect("a file inside"))
+            .read_to_string(&mut text)
+            .expect("read");
+        assert_eq!(text, "inside");
+        let errno = |p: &str, flags| open(p, flags).expect_err(p).raw_os_error();
+        assert_eq!(errno("l/f", libc::O_RDONLY), Some(libc::ELOOP));
+        assert_eq!(errno("a/out", libc::O_RDONLY), Some(libc::ELOOP));
+        assert_eq!(
+            errno("a/out", libc::O_WRONLY | libc::O_TRUNC),
+            Some(libc::ELOOP)
+        );
+        assert_eq!(errno("a/f/x", libc::O_RDONLY), Some(libc::ENOTDIR));
     }
 }
