@@ -19,8 +19,8 @@ use crate::ops::Operations;
 use crate::output::{OutputSink, StreamKind};
 use crate::store::PaddockHome;
 use crate::wire::{
-    CommitInfo, CreateRequest, Event, EventQuery, ExecInfo, ExecOptions, ExecResult, JobDetails,
-    JobView, NetworkChange, RemoveOptions, RemoveReport,
+    CommitInfo, CreateRequest, Event, EventQuery, ExecInfo, ExecOptions, ExecResult, FileList,
+    FileWritten, JobDetails, JobView, NetworkChange, RemoveOptions, RemoveReport,
 };
 
 /// The body of `POST /v1/jobs` for `request` as this process would run it: the CLI's
@@ -81,6 +81,21 @@ impl DaemonClient {
         body: Option<&Value>,
         accept: &str,
     ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+        let payload = body
+            .map(std::string::ToString::to_string)
+            .unwrap_or_default();
+        let body = (Bytes::from(payload), "application/json");
+        self.send_bytes(method, path, body, accept).await
+    }
+
+    /// A request whose body is `body.0` of content type `body.1` (a file's raw bytes).
+    async fn send_bytes(
+        &self,
+        method: Method,
+        path: &str,
+        body: (Bytes, &str),
+        accept: &str,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
         let stream = tokio::net::UnixStream::connect(&self.socket)
             .await
             .map_err(|e| {
@@ -93,9 +108,6 @@ impl DaemonClient {
             .await
             .map_err(|e| failed(e.to_string()))?;
         tokio::spawn(connection);
-        let payload = body
-            .map(std::string::ToString::to_string)
-            .unwrap_or_default();
         let keyed = matches!(method, Method::POST | Method::DELETE);
         let mut request = Request::builder();
         if let (true, Some(key)) = (keyed, &self.idempotency_key) {
@@ -105,9 +117,9 @@ impl DaemonClient {
             .method(method)
             .uri(path)
             .header("host", "paddock")
-            .header("content-type", "application/json")
+            .header("content-type", body.1)
             .header("accept", accept)
-            .body(Full::new(Bytes::from(payload)))
+            .body(Full::new(body.0))
             .map_err(|e| failed(e.to_string()))?;
         sender
             .send_request(request)
@@ -132,6 +144,31 @@ impl DaemonClient {
         }
         serde_json::from_value(value)
             .map_err(|e| failed(format!("unexpected answer from the daemon: {e}")))
+    }
+
+    /// A request whose success answer is raw bytes (a file); an error body is JSON.
+    async fn call_bytes(
+        &self,
+        method: Method,
+        path: &str,
+        body: (Bytes, &str),
+    ) -> Result<Bytes, Error> {
+        let response = self
+            .send_bytes(
+                method,
+                path,
+                body,
+                "application/octet-stream, application/json",
+            )
+            .await?;
+        let ok = response.status().is_success();
+        let bytes = read_body(response).await?;
+        if !ok {
+            return Err(daemon_error(
+                &serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            ));
+        }
+        Ok(bytes)
     }
 
     /// An exec with output streamed as it comes (NDJSON), then the result.
@@ -462,5 +499,28 @@ impl Operations for DaemonClient {
             )
             .await?;
         Ok(value["stopped"].as_bool().unwrap_or(false))
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, Error> {
+        let route = format!("/v1/jobs/{}/files?path={}", encode(id), encode(path));
+        let empty = (Bytes::new(), "application/octet-stream");
+        Ok(self.call_bytes(Method::GET, &route, empty).await?.to_vec())
+    }
+
+    async fn write_file(&self, id: &str, path: &str, bytes: Vec<u8>) -> Result<FileWritten, Error> {
+        let route = format!("/v1/jobs/{}/files?path={}", encode(id), encode(path));
+        let body = (Bytes::from(bytes), "application/octet-stream");
+        let answer = self.call_bytes(Method::PUT, &route, body).await?;
+        serde_json::from_slice(&answer)
+            .map_err(|e| failed(format!("unexpected answer from the daemon: {e}")))
+    }
+
+    async fn list_files(&self, id: &str, path: &str) -> Result<FileList, Error> {
+        let route = format!(
+            "/v1/jobs/{}/files?path={}&list=true",
+            encode(id),
+            encode(path)
+        );
+        self.call(Method::GET, &route, None).await
     }
 }

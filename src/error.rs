@@ -45,6 +45,8 @@ pub enum ErrorKind {
     /// A new job's `setup` command failed (and `setup_optional` was not set): the create was
     /// rolled back.
     SetupFailed,
+    /// A file is over the file API's size cap.
+    TooLarge,
     /// Anything else: a bug, an I/O error, a daemon failure without a kind.
     Internal,
 }
@@ -61,6 +63,7 @@ impl ErrorKind {
             ErrorKind::RuntimeUnavailable => "runtime_unavailable",
             ErrorKind::QueueFull => "queue_full",
             ErrorKind::SetupFailed => "setup_failed",
+            ErrorKind::TooLarge => "too_large",
             ErrorKind::Internal => "internal",
         }
     }
@@ -76,6 +79,7 @@ impl ErrorKind {
             "runtime_unavailable" => ErrorKind::RuntimeUnavailable,
             "queue_full" => ErrorKind::QueueFull,
             "setup_failed" => ErrorKind::SetupFailed,
+            "too_large" => ErrorKind::TooLarge,
             _ => ErrorKind::Internal,
         }
     }
@@ -165,6 +169,32 @@ pub enum Error {
     ExecFiles { path: PathBuf, message: String },
     #[error(transparent)]
     EventLog(#[from] crate::eventlog::EventLogError),
+    #[error("path escapes the workspace: `{path}`")]
+    PathEscapes { path: String },
+    #[error("path goes through a symbolic link: `{path}`")]
+    PathSymlink { path: String },
+    #[error("refusing to touch `{path}` in the job: {reason}")]
+    PathRefused { path: String, reason: &'static str },
+    #[error("no such file or directory in the job: `{path}`")]
+    FileNotFound { path: String },
+    #[error("`{path}` in the job is {what}")]
+    FileKind { path: String, what: &'static str },
+    #[error("`{path}` is {size} bytes, over the file API's cap of {cap} bytes")]
+    FileTooLarge { path: String, size: u64, cap: u64 },
+    #[error("failed to {action} `{path}` in the job")]
+    FileIo {
+        action: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to {action} `{path}`")]
+    LocalFile {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("failed to remove `{path}`")]
     RemoveDir {
         path: PathBuf,
@@ -206,7 +236,13 @@ impl Error {
             | Error::Injected { .. }
             | Error::ExecFiles { .. }
             | Error::EventLog(_) => K::Internal,
-            Error::NoExec { .. } => K::NotFound,
+            Error::NoExec { .. } | Error::FileNotFound { .. } => K::NotFound,
+            Error::PathEscapes { .. } | Error::PathSymlink { .. } | Error::PathRefused { .. } => {
+                K::Refused
+            }
+            Error::FileKind { .. } | Error::LocalFile { .. } => K::InvalidInput,
+            Error::FileTooLarge { .. } => K::TooLarge,
+            Error::FileIo { .. } => K::Internal,
             Error::Network { .. } | Error::Port { .. } => K::InvalidInput,
             Error::Daemon { kind, .. } => *kind,
             Error::Admission(AdmissionError::NoRoom { .. }) => K::QueueFull,
@@ -260,6 +296,15 @@ impl Error {
                 "fix the worktree, or pass --force to remove it without saving"
             }
             Error::Legacy { .. } => "`paddock doctor` says how to move it to this version",
+            Error::PathEscapes { .. } => {
+                "name a path inside the workspace: relative to it, or absolute under it, without `..`"
+            }
+            Error::PathSymlink { .. } => {
+                "the file API follows no symbolic links: name the link's target (`file_list` shows it)"
+            }
+            Error::FileTooLarge { .. } => {
+                "copy large files with `paddock exec` (e.g. through a cache) instead"
+            }
             Error::Admission(AdmissionError::NoRoom { .. }) => {
                 "retry later, or wait in the queue (without --no-wait); `admission:` in the user config sets the budget"
             }
@@ -319,6 +364,7 @@ mod tests {
             ErrorKind::RuntimeUnavailable,
             ErrorKind::QueueFull,
             ErrorKind::SetupFailed,
+            ErrorKind::TooLarge,
             ErrorKind::Internal,
         ] {
             assert_eq!(ErrorKind::from_code(kind.code()), kind);

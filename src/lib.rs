@@ -22,6 +22,7 @@ pub(crate) mod git;
 pub mod idempotency;
 mod ids;
 pub mod job;
+pub mod mcp;
 mod metrics;
 pub mod ops;
 pub mod output;

@@ -14,8 +14,8 @@ use crate::Paddock;
 use crate::error::Result;
 use crate::output::OutputSink;
 use crate::wire::{
-    CommitInfo, CreateRequest, Event, EventQuery, ExecInfo, ExecOptions, ExecResult, JobDetails,
-    JobView, NetworkChange, RemoveOptions, RemoveReport, RunReport,
+    CommitInfo, CreateRequest, Event, EventQuery, ExecInfo, ExecOptions, ExecResult, FileList,
+    FileWritten, JobDetails, JobView, NetworkChange, RemoveOptions, RemoveReport, RunReport,
 };
 
 /// paddock's job operations (see the module docs).
@@ -87,6 +87,22 @@ pub trait Operations {
         follow: bool,
         sink: &mut (dyn FnMut(&[u8]) + Send),
     ) -> impl Future<Output = Result<u64>>;
+
+    /// The bytes of a file of a job's workspace, by the path the agent sees
+    /// (`/workspace/src/x.rs`) or relative to the workspace; links are never followed and
+    /// nothing outside the workspace is read (see `engine::files`).
+    fn read_file(&self, id: &str, path: &str) -> impl Future<Output = Result<Vec<u8>>>;
+
+    /// Creates or replaces a file of a job's workspace (missing directories are made).
+    fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> impl Future<Output = Result<FileWritten>>;
+
+    /// The entries of a directory of a job's workspace.
+    fn list_files(&self, id: &str, path: &str) -> impl Future<Output = Result<FileList>>;
 
     /// The orchestrator's one-shot: create, exec, then remove exactly as `rm` does (work is
     /// never lost; the branch stays when it has commits). With `keep`, the job stays.
@@ -203,5 +219,17 @@ impl Operations for Paddock {
             sink(&chunk);
         }
         Ok(output.offset())
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
+        Paddock::read_file(self, id, path).await
+    }
+
+    async fn write_file(&self, id: &str, path: &str, bytes: Vec<u8>) -> Result<FileWritten> {
+        Paddock::write_file(self, id, path, bytes).await
+    }
+
+    async fn list_files(&self, id: &str, path: &str) -> Result<FileList> {
+        Paddock::list_files(self, id, path).await
     }
 }

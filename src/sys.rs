@@ -229,3 +229,90 @@ pub fn shutdown_write(socket: std::os::fd::BorrowedFd<'_>) {
         libc::shutdown(socket.as_raw_fd(), libc::SHUT_WR);
     }
 }
+
+/// `openat2(2)` with `resolve` flags (`RESOLVE_BENEATH`, ...): opens `path` relative to `dir`
+/// with the kernel checking every step of the resolution, so a path cannot leave `dir` however
+/// the tree changes under it. `Unsupported` on kernels before 5.6 (ENOSYS), where the caller
+/// walks component by component with [`openat`] instead.
+pub fn openat2(
+    dir: std::os::fd::BorrowedFd<'_>,
+    path: &Path,
+    flags: i32,
+    mode: u32,
+    resolve: u64,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: `open_how` is plain data; zeroed is its valid "no options" value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = u64::from(flags.cast_unsigned() | libc::O_CLOEXEC.cast_unsigned());
+    how.mode = u64::from(mode);
+    how.resolve = resolve;
+    // SAFETY: the path is NUL-terminated and outlives the call; `how` is a valid open_how
+    // whose size we pass; the borrowed descriptor stays open for the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &raw const how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        let error = std::io::Error::last_os_error();
+        return Err(if error.raw_os_error() == Some(libc::ENOSYS) {
+            std::io::Error::from(std::io::ErrorKind::Unsupported)
+        } else {
+            error
+        });
+    }
+    let fd = i32::try_from(fd).map_err(|_| std::io::Error::other("descriptor out of range"))?;
+    // SAFETY: the kernel just opened this descriptor for us; nobody else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// `openat(2)`: opens one `name` (a single component) relative to `dir`.
+pub fn openat(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    flags: i32,
+    mode: u32,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let name = std::ffi::CString::new(name.as_encoded_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: the name is NUL-terminated and outlives the call; the borrowed descriptor
+    // stays open for the call.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            libc::c_uint::from(mode),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just opened this descriptor for us; nobody else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// `mkdirat(2)`: makes the directory `name` (a single component) in `dir`; a link already
+/// there is never followed (EEXIST).
+pub fn mkdirat(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    mode: u32,
+) -> std::io::Result<()> {
+    let name = std::ffi::CString::new(name.as_encoded_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: the name is NUL-terminated and outlives the call; the borrowed descriptor
+    // stays open for the call.
+    if unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

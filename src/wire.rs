@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BranchPolicy, NetworkMode, ProfileLayer, RuntimeChoice};
@@ -24,7 +25,7 @@ pub use crate::git::{CommitInfo, FileChange};
 pub use crate::runtime::exec::ExecResult;
 
 /// The inputs of `create`: `paddock create` flags, the body of `POST /v1/jobs`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, clap::Args)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, clap::Args, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRequest {
     /// The repository to branch from.
@@ -57,6 +58,7 @@ pub struct CreateRequest {
     /// auto | docker | runc | runsc | process.
     #[arg(long)]
     #[serde(default, with = "by_text")]
+    #[schemars(with = "Option<String>")]
     pub runtime: Option<RuntimeChoice>,
     #[arg(long)]
     #[serde(default)]
@@ -64,10 +66,12 @@ pub struct CreateRequest {
     /// Memory limit, e.g. 512m or 2g.
     #[arg(long)]
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     pub memory: Option<ByteSize>,
     /// CPU limit, e.g. 1.5.
     #[arg(long)]
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     pub cpus: Option<Cpus>,
     /// Process count limit.
     #[arg(long)]
@@ -76,11 +80,13 @@ pub struct CreateRequest {
     /// none | allowlist | open (`bridge` is accepted for open).
     #[arg(long)]
     #[serde(default, with = "by_text")]
+    #[schemars(with = "Option<String>")]
     pub network: Option<NetworkMode>,
     /// With `--network allowlist`: a destination the job may reach, HOST[:PORT], *.DOMAIN,
     /// IP or CIDR (repeatable; ports 80 and 443 when none is given). Implies allowlist.
     #[arg(long = "allow", value_name = "HOST[:PORT]")]
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub allow: Vec<AllowEntry>,
     /// A port inside the job to serve to the host on a free loopback port paddock chooses
     /// (repeatable; `paddock port JOB PORT` prints the address). The job's server must listen
@@ -91,11 +97,13 @@ pub struct CreateRequest {
     /// The job's per-exec deadline default, e.g. 10m.
     #[arg(long)]
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     pub timeout: Option<HumanDuration>,
     /// A label for the orchestrator's bookkeeping, KEY=VALUE (repeatable); shown by `ls`
     /// and `show`, kept with the job.
     #[arg(long = "label", value_name = "KEY=VALUE")]
     #[serde(default, with = "label_map")]
+    #[schemars(with = "BTreeMap<String, String>")]
     pub labels: Vec<Label>,
     /// Fail at once (exit 10; HTTP 429) instead of waiting in the queue when the host budget
     /// has no room for the job.
@@ -481,4 +489,47 @@ pub struct ExecInfo {
     pub pid: u32,
     /// Its deadline after `started_at` (timeout plus grace), in milliseconds.
     pub deadline_ms: u64,
+}
+
+/// What an entry of a job's workspace is (`file_list`, `GET /v1/jobs/{id}/files?list=true`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    File,
+    Dir,
+    /// Listed with its target, never followed by the file API.
+    Symlink,
+    /// A socket, FIFO or device.
+    Other,
+}
+
+/// One entry of a directory of a job's workspace.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct FileEntry {
+    pub name: String,
+    pub kind: FileKind,
+    /// Bytes (of a file; 0 for the others).
+    pub size: u64,
+    /// A symlink's target, as written in the link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+/// A directory of a job's workspace, its entries sorted by name.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct FileList {
+    /// The directory, relative to the workspace (`""` for the workspace itself).
+    pub path: String,
+    pub entries: Vec<FileEntry>,
+}
+
+/// What a write to a job's workspace did: `PUT /v1/jobs/{id}/files`, `file_write`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct FileWritten {
+    /// The file, relative to the workspace.
+    pub path: String,
+    /// Bytes written.
+    pub size: u64,
+    /// True when the file did not exist before.
+    pub created: bool,
 }

@@ -102,6 +102,7 @@ fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::RuntimeUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::QueueFull => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::SetupFailed => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::Git | ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -136,6 +137,7 @@ impl IntoResponse for ApiError {
     }
 }
 
+mod files;
 mod idempotency;
 mod streams;
 
@@ -211,6 +213,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/logs", get(logs_job))
         .route("/v1/jobs/{id}/stop", post(stop_job))
         .route("/v1/jobs/{id}/network", post(set_network))
+        .route(
+            "/v1/jobs/{id}/files",
+            get(files::get_file).put(files::put_file),
+        )
         .route("/v1/sweep", post(sweep))
         .route("/v1/events", get(streams::events))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

@@ -14,7 +14,9 @@ use crate::error::{Error, Result};
 use crate::ops::Operations;
 
 mod cache;
+mod cat;
 mod config;
+mod cp;
 mod create;
 mod diff;
 mod doctor;
@@ -27,6 +29,7 @@ mod image;
 mod log;
 mod logs;
 mod ls;
+mod mcp;
 mod net;
 mod port;
 mod render;
@@ -91,6 +94,12 @@ pub(crate) enum Command {
     Net(net::NetArgs),
     /// Where a job's ports are served on the host (127.0.0.1:PORT).
     Port(port::PortArgs),
+    /// Copy a file into or out of a job's workspace (JOB:PATH names the job's side).
+    Cp(cp::CpArgs),
+    /// Print a file of a job's workspace.
+    Cat(cat::CatArgs),
+    /// Serve the Model Context Protocol on stdin/stdout: job and file tools for an agent.
+    Mcp(mcp::McpArgs),
     /// Agent image commands.
     Image {
         #[command(subcommand)]
@@ -165,6 +174,9 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Stop(args) => stop::run(ops, args).await,
         Command::Net(args) => net::run(ops, args).await,
         Command::Port(args) => port::run(ops, args).await,
+        Command::Cp(args) => cp::run(ops, args).await,
+        Command::Cat(args) => cat::run(ops, args).await,
+        Command::Mcp(args) => mcp::run(ops, args).await,
         Command::Execs(args) => execs::run(ops, args).await,
         Command::Events(args) => events::run(ops, args).await,
         Command::Shell(args) => shell::run(paddock, args).await,

@@ -9,7 +9,7 @@
 //! One file per operation: `create`, `exec` (with `run`, `stop`, `shell`), `execs` (each
 //! exec's kept status and output), `events` (reading the event history), `remove`, `inspect`
 //! (`list`, `show`, `diff`, `log`), `sync`, `caches`, `setup` (a new job's `copy` and
-//! `setup`, the last steps of `create`); this file holds the engine itself,
+//! `setup`, the last steps of `create`), `files` (the file API); this file holds the engine itself,
 //! `emit` (every event goes to the install's event log), and the shapes its operations take
 //! and return.
 
@@ -31,6 +31,7 @@ mod create;
 mod events;
 mod exec;
 mod execs;
+mod files;
 mod inspect;
 mod network;
 mod ports;
@@ -42,6 +43,7 @@ mod tests;
 pub use create::{CRASH_POINTS, FAIL_POINTS, render_branch};
 pub use events::EventFeed;
 pub use execs::{ExecOutput, OUTPUT_LIMIT};
+pub use files::FILE_CAP;
 pub use sync::{SyncScope, Synced};
 
 pub use crate::error::{Error, Result};
