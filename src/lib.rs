@@ -11,6 +11,7 @@ pub mod cache;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub(crate) mod dashboard;
 pub(crate) mod doctor;
 pub mod egress;
 pub mod engine;
