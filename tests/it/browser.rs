@@ -76,6 +76,10 @@ impl Browser {
             .to_string();
         let page_ws = page_target(&port);
         let (socket, _) = tungstenite::connect(page_ws.as_str()).expect("the page's websocket");
+        // No CDP answer takes a minute: fail instead of hanging.
+        if let tungstenite::stream::MaybeTlsStream::Plain(tcp) = socket.get_ref() {
+            tcp.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        }
         let mut browser = Browser {
             child,
             socket,
@@ -164,15 +168,32 @@ fn page_target(port: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let mut stream = TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+        // The DevTools server may keep the connection open: read until the body parses.
+        stream
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
         write!(
             stream,
             "GET /json/list HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
         )
         .unwrap();
+        let mut bytes = Vec::new();
+        let mut buffer = [0u8; 8192];
         let mut text = String::new();
-        stream.read_to_string(&mut text).unwrap();
-        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        if let Ok(Value::Array(targets)) = serde_json::from_str::<Value>(body)
+        let mut targets = None;
+        while let Ok(read) = stream.read(&mut buffer) {
+            if read == 0 {
+                break;
+            }
+            bytes.extend_from_slice(&buffer[..read]);
+            text = String::from_utf8_lossy(&bytes).into_owned();
+            let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+            if let Ok(Value::Array(list)) = serde_json::from_str::<Value>(body) {
+                targets = Some(list);
+                break;
+            }
+        }
+        if let Some(targets) = targets
             && let Some(page) = targets.iter().find(|t| t["type"] == "page")
         {
             return page["webSocketDebuggerUrl"].as_str().unwrap().to_string();
