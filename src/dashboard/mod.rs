@@ -90,10 +90,10 @@ fn html(status: StatusCode, body: String) -> Response {
 
 /// An engine error as an HTML page with the API's status for it.
 fn error_response(error: ApiError) -> Response {
-    html(
-        error.status,
-        html::error_page(error.status.as_u16(), &error.message),
-    )
+    let ApiError {
+        status, message, ..
+    } = error;
+    html(status, html::error_page(status.as_u16(), &message))
 }
 
 /// `GET /login?token=…`: a session cookie for a right token, then `/` without the token.

@@ -95,7 +95,9 @@ impl Browser {
     pub(crate) fn call(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
-        let message = json!({"id": id, "method": method, "params": params}).to_string();
+        let mut message = json!({"id": id, "method": method});
+        message["params"] = params;
+        let message = message.to_string();
         self.socket
             .send(tungstenite::Message::text(message))
             .expect("send a CDP command");
