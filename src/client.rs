@@ -219,6 +219,54 @@ impl DaemonClient {
         Err(failed("the exec stream ended without a result"))
     }
 
+    /// Asks the daemon for a dashboard listener (`POST /v1/dashboard`): the lease, once the
+    /// first line comes, then `on_lease` runs and this waits until the daemon ends the lease
+    /// (it stops) or `until` resolves; the listener closes when this returns.
+    pub async fn dashboard(
+        &self,
+        request: &crate::wire::DashboardRequest,
+        on_lease: impl FnOnce(&crate::wire::DashboardLease),
+        until: impl Future<Output = ()>,
+    ) -> Result<(), Error> {
+        let body = serde_json::to_value(request).expect("a dashboard request serializes");
+        let response = self
+            .send(
+                Method::POST,
+                "/v1/dashboard",
+                Some(&body),
+                "application/x-ndjson",
+            )
+            .await?;
+        if !response.status().is_success() {
+            let bytes = read_body(response).await?;
+            return Err(daemon_error(
+                &serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            ));
+        }
+        let mut body = response.into_body();
+        let mut pending = Vec::new();
+        let lease = loop {
+            let Some(frame) = body.frame().await else {
+                return Err(failed("the daemon closed the dashboard before its address"));
+            };
+            let frame = frame.map_err(|e| failed(format!("the dashboard lease broke off: {e}")))?;
+            if let Ok(data) = frame.into_data() {
+                pending.extend_from_slice(&data);
+            }
+            if let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                break serde_json::from_slice::<crate::wire::DashboardLease>(&pending[..end])
+                    .map_err(|e| failed(format!("bad dashboard lease: {e}")))?;
+            }
+        };
+        on_lease(&lease);
+        let held = async { while let Some(Ok(_)) = body.frame().await {} };
+        tokio::select! {
+            () = held => {}
+            () = until => {}
+        }
+        Ok(())
+    }
+
     /// A GET whose body is passed on in chunks as it comes (a stream that may be long).
     async fn stream(
         &self,

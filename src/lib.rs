@@ -12,6 +12,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod copy_files;
+pub(crate) mod dashboard;
 pub(crate) mod doctor;
 pub mod egress;
 pub mod engine;

@@ -165,22 +165,26 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         ),
         None => None,
     };
-    let state = crate::api::ApiState::new(paddock.clone(), options.sweep.clone(), None)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let state = crate::api::ApiState::new(paddock.clone(), options.sweep.clone())?
+        .with_stopping(stop_rx.clone());
     let shutdown = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
     let mut servers = Vec::new();
-    let app = crate::api::router(state.clone());
+    // The API and the dashboard on each listener; the socket trusts its callers.
+    let app = crate::dashboard::app(state.clone());
     servers.push(tokio::spawn(
         axum::serve(unix, app)
             .with_graceful_shutdown(shutdown(stop_rx.clone()))
             .into_future(),
     ));
-    if let Some(tcp) = tcp {
-        let mut tcp_state = state.clone();
-        tcp_state.require_token(token.clone());
-        let app = crate::api::router(tcp_state);
+    if let (Some(tcp), Some(token)) = (tcp, token) {
+        // The sign-in URL for a browser: printed once, here (the token is the file's).
+        if let Ok(address) = tcp.local_addr() {
+            eprintln!("paddock serve: dashboard at http://{address}/login?token={token}");
+        }
+        let app = crate::dashboard::app(state.with_access(crate::api::auth::Access::token(token)));
         servers.push(tokio::spawn(
             axum::serve(tcp, app)
                 .with_graceful_shutdown(shutdown(stop_rx.clone()))

@@ -1,5 +1,6 @@
 //! The HTTP/JSON API of `paddock serve`, for orchestrators: axum on a Unix socket (mode 0600)
-//! or, with `--listen` and a bearer token, on TCP.
+//! or, with `--listen` and a bearer token, on TCP. Who may call is `auth`'s: the serving side
+//! (`dashboard::app`) puts its middleware around these routes and the dashboard's.
 //!
 //! Every handler calls the same [`Paddock`] method the CLI calls; this module only maps JSON
 //! to requests, errors to statuses (`{"error": {"code", "message"}}`), and adds what a
@@ -9,7 +10,6 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use subtle::ConstantTimeEq;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
@@ -28,39 +28,48 @@ use crate::units::HumanDuration;
 /// Largest request body accepted.
 const BODY_LIMIT: usize = 1 << 20;
 /// Deadline of requests other than exec.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 /// Exec requests get their own timeout plus this.
 const EXEC_MARGIN: Duration = Duration::from_secs(60);
 
 /// Shared state of the API.
 #[derive(Clone)]
 pub struct ApiState {
-    paddock: Arc<Paddock>,
+    pub(crate) paddock: Arc<Paddock>,
     metrics: Arc<crate::metrics::Metrics>,
-    sweep_defaults: SweepOptions,
-    token: Option<Arc<String>>,
+    pub(crate) sweep_defaults: SweepOptions,
+    /// Who may call this listener.
+    pub(crate) access: auth::Access,
     idempotency: Arc<crate::idempotency::IdempotencyStore>,
+    /// Becomes true when the daemon stops: long-lived answers that are no request's work
+    /// (a dashboard listener's lease) end then.
+    pub(crate) stopping: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl ApiState {
-    pub fn new(
-        paddock: Arc<Paddock>,
-        sweep_defaults: SweepOptions,
-        token: Option<String>,
-    ) -> Result<ApiState, Error> {
+    pub fn new(paddock: Arc<Paddock>, sweep_defaults: SweepOptions) -> Result<ApiState, Error> {
         let idempotency = Arc::new(crate::idempotency::IdempotencyStore::open(paddock.home())?);
         Ok(ApiState {
             idempotency,
             paddock,
             metrics: Arc::default(),
             sweep_defaults,
-            token: token.map(Arc::new),
+            access: auth::Access::Trusted,
+            stopping: None,
         })
     }
 
-    /// Makes every request need `Authorization: Bearer <token>` (the TCP listener).
-    pub fn require_token(&mut self, token: Option<String>) {
-        self.token = token.map(Arc::new);
+    /// The same state for a listener that admits callers by `access`.
+    pub fn with_access(&self, access: auth::Access) -> ApiState {
+        let mut state = self.clone();
+        state.access = access;
+        state
+    }
+
+    /// Ends long-lived answers when `stopping` becomes true.
+    pub fn with_stopping(mut self, stopping: tokio::sync::watch::Receiver<bool>) -> ApiState {
+        self.stopping = Some(stopping);
+        self
     }
 
     /// Counts refusals of the jobs' egress proxies, for `/metrics`.
@@ -76,14 +85,14 @@ impl ApiState {
 
 /// An API error: status, a stable code and the engine's message.
 pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-    retry_after: Option<u64>,
+    pub(crate) status: StatusCode,
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
+    pub(crate) retry_after: Option<u64>,
 }
 
 impl ApiError {
-    fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
             code: "invalid_input",
@@ -137,13 +146,14 @@ impl IntoResponse for ApiError {
     }
 }
 
+pub mod auth;
 mod files;
 mod idempotency;
 mod streams;
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
-async fn with_deadline<T>(
+pub(crate) async fn with_deadline<T>(
     deadline: Duration,
     work: impl Future<Output = Result<T, Error>>,
 ) -> ApiResult<T> {
@@ -189,9 +199,9 @@ where
     }
 }
 
-/// The API's routes over `state`.
+/// The API's routes over `state`, without the caller check (`auth::authorize`, which the
+/// serving side puts around these and the dashboard's routes).
 pub fn router(state: ApiState) -> Router {
-    let token_guard = state.token.clone();
     let kept_answers = state.idempotency.clone();
     Router::new()
         .route(
@@ -220,38 +230,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/sweep", post(sweep))
         .route("/v1/events", get(streams::events))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        // Inside the token check: an unauthorized request never claims a key.
+        // Inside the caller check: an unauthorized request never claims a key.
         .layer(middleware::from_fn(move |request: Request, next: Next| {
             idempotency::idempotent(kept_answers.clone(), request, next)
         }))
-        .layer(middleware::from_fn(move |request: Request, next: Next| {
-            let token = token_guard.clone();
-            async move { authorize(token, request, next).await }
-        }))
         .with_state(state)
-}
-
-/// With a token (TCP), every request needs `Authorization: Bearer <token>`.
-async fn authorize(token: Option<Arc<String>>, request: Request, next: Next) -> Response {
-    if let Some(token) = token {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        // Constant time, so the comparison does not leak how much of a guess was right.
-        let ok = presented.is_some_and(|p| bool::from(p.as_bytes().ct_eq(token.as_bytes())));
-        if !ok {
-            return ApiError {
-                status: StatusCode::UNAUTHORIZED,
-                code: "unauthorized",
-                message: "missing or wrong bearer token".into(),
-                retry_after: None,
-            }
-            .into_response();
-        }
-    }
-    next.run(request).await
 }
 
 async fn create_job(
@@ -354,14 +337,30 @@ async fn stop_job(
     Ok(axum::Json(json!({"id": id, "stopped": stopped})).into_response())
 }
 
-#[derive(Deserialize)]
-struct RemoveQuery {
+/// The options of a removal: the query of `DELETE /v1/jobs/{id}`, and the dashboard's form.
+#[derive(Deserialize, Default)]
+pub(crate) struct RemoveQuery {
     #[serde(default)]
-    delete_branch: bool,
+    pub(crate) delete_branch: bool,
     #[serde(default)]
-    keep_branch: bool,
+    pub(crate) keep_branch: bool,
     #[serde(default)]
-    force: bool,
+    pub(crate) force: bool,
+}
+
+impl RemoveQuery {
+    pub(crate) fn options(&self) -> RemoveOptions {
+        RemoveOptions {
+            branch_policy: if self.delete_branch {
+                BranchPolicy::Delete
+            } else if self.keep_branch {
+                BranchPolicy::Keep
+            } else {
+                BranchPolicy::DeleteIfNoCommits
+            },
+            force: self.force,
+        }
+    }
 }
 
 async fn remove_job(
@@ -369,16 +368,7 @@ async fn remove_job(
     Path(id): Path<String>,
     Query(query): Query<RemoveQuery>,
 ) -> ApiResult<Response> {
-    let options = RemoveOptions {
-        branch_policy: if query.delete_branch {
-            BranchPolicy::Delete
-        } else if query.keep_branch {
-            BranchPolicy::Keep
-        } else {
-            BranchPolicy::DeleteIfNoCommits
-        },
-        force: query.force,
-    };
+    let options = query.options();
     let report = with_deadline(REQUEST_TIMEOUT, state.paddock.remove(&id, options)).await?;
     Ok(axum::Json(report).into_response())
 }
@@ -393,14 +383,22 @@ async fn sweep(
     State(state): State<ApiState>,
     Query(query): Query<SweepQuery>,
 ) -> ApiResult<Response> {
-    let mut options = state.sweep_defaults.clone();
-    options.dry_run = query.dry_run;
-    options.now = chrono::Utc::now();
-    let report = with_deadline(REQUEST_TIMEOUT * 4, state.paddock.sweep(&options)).await?;
-    if !query.dry_run {
-        state.record_sweep(report.removed.len());
-    }
+    let report = state.sweep(query.dry_run).await?;
     Ok(axum::Json(report).into_response())
+}
+
+impl ApiState {
+    /// A sweep with the daemon's settings (every front end of the daemon runs this one).
+    pub(crate) async fn sweep(&self, dry_run: bool) -> ApiResult<crate::sweep::SweepReport> {
+        let mut options = self.sweep_defaults.clone();
+        options.dry_run = dry_run;
+        options.now = chrono::Utc::now();
+        let report = with_deadline(REQUEST_TIMEOUT * 4, self.paddock.sweep(&options)).await?;
+        if !dry_run {
+            self.record_sweep(report.removed.len());
+        }
+        Ok(report)
+    }
 }
 
 async fn metrics(State(state): State<ApiState>) -> ApiResult<Response> {

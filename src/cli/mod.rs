@@ -18,6 +18,7 @@ mod cat;
 mod config;
 mod cp;
 mod create;
+mod dashboard;
 mod diff;
 mod doctor;
 mod egress_proxy;
@@ -111,6 +112,8 @@ pub(crate) enum Command {
     Sweep(sweep::SweepArgs),
     /// Run the activity watcher and a sweep every interval, until SIGTERM.
     Serve(serve::ServeArgs),
+    /// Open the web dashboard of the running daemon on a loopback port and print its URL.
+    Dashboard(dashboard::DashboardArgs),
     /// The egress proxy of an allowlist job (run by its sidecar container).
     #[command(hide = true)]
     EgressProxy(egress_proxy::EgressProxyArgs),
@@ -185,6 +188,7 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Doctor(args) => doctor::run(paddock, args).await,
         Command::Sweep(args) => sweep::run(paddock, args).await,
         Command::Serve(args) => serve::run(paddock, args).await,
+        Command::Dashboard(args) => dashboard::run(paddock, args).await,
         Command::EgressProxy(args) => egress_proxy::run(args).await,
         Command::Cache { command } => cache::run(paddock, command),
         Command::Config { command } => config::run(paddock, command).await,

@@ -99,3 +99,44 @@ impl Paddock {
         Ok(self.scratch_of(&record).log(&record.base_commit).await?)
     }
 }
+
+/// What the dashboard shows of a job beyond its record, read without a sync.
+#[derive(Debug, Clone, Default)]
+pub struct LiveStatus {
+    /// The sandbox as its runtime sees it now (None: the runtime cannot tell).
+    pub sandbox: Option<crate::runtime::SandboxStatus>,
+    /// Commits on the job's branch in the user's repository beyond the base (as of the last
+    /// sync), and commits on the base ref since the job branched from it.
+    pub ahead_behind: Option<(usize, usize)>,
+}
+
+impl Paddock {
+    /// The job's [`LiveStatus`]: a look at its sandbox and two git2 reads of the user's
+    /// repository (its branch and its base ref); never a sync, never the job's git dir.
+    pub async fn live_status(&self, record: &JobRecord) -> LiveStatus {
+        let sandbox = if matches!(record.state, JobState::Queued | JobState::Creating) {
+            None
+        } else {
+            self.runtime_of(record).sandbox_status(record).await
+        };
+        LiveStatus {
+            sandbox,
+            ahead_behind: self.ahead_behind(record).await,
+        }
+    }
+
+    async fn ahead_behind(&self, record: &JobRecord) -> Option<(usize, usize)> {
+        let repo = self.repo_of(record);
+        let tip = repo
+            .ref_target(&format!("refs/heads/{}", record.branch))
+            .await
+            .ok()??;
+        let ahead = repo.count_ahead(&record.base_commit, &tip).await.ok()?;
+        let base_tip = repo.resolve_commit(&record.base).await.ok()?;
+        let behind = repo
+            .count_ahead(&record.base_commit, &base_tip)
+            .await
+            .ok()?;
+        Some((ahead, behind))
+    }
+}

@@ -44,6 +44,7 @@ pub use create::{CRASH_POINTS, FAIL_POINTS, render_branch};
 pub use events::EventFeed;
 pub use execs::{ExecOutput, OUTPUT_LIMIT};
 pub use files::FILE_CAP;
+pub use inspect::LiveStatus;
 pub use sync::{SyncScope, Synced};
 
 pub use crate::error::{Error, Result};

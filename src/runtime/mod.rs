@@ -249,6 +249,12 @@ pub trait Runtime: Send + Sync {
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError>;
 
+    /// What the job's sandbox is doing now (state, health, CPU and memory), for display;
+    /// None when this runtime cannot tell or the look failed. Never waits long.
+    async fn sandbox_status(&self, _record: &JobRecord) -> Option<SandboxStatus> {
+        None
+    }
+
     /// Whether the job's sandbox answers: an exec of `true` within a few seconds.
     async fn health_check(&self, record: &JobRecord) -> Result<(), String> {
         let request = ExecRequest {
@@ -276,6 +282,19 @@ pub trait Runtime: Send + Sync {
             Err(_) => Err("no answer within 10s".into()),
         }
     }
+}
+
+/// A sandbox as its runtime sees it now (the dashboard's container columns).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SandboxStatus {
+    /// The runtime's word for it (`running`, `exited`, `absent`, ...).
+    pub status: String,
+    /// The health check's verdict, when the sandbox has one.
+    pub health: Option<String>,
+    /// CPU in use, in percent of one CPU.
+    pub cpu_percent: Option<f64>,
+    /// Memory in use, in bytes.
+    pub memory_bytes: Option<u64>,
 }
 
 /// One runtime of each kind, for an install. The engine holds one; tests may build their own

@@ -36,6 +36,7 @@ const COMMANDS: &[&str] = &[
     "doctor",
     "sweep",
     "serve",
+    "dashboard",
     "cache",
     "cache ls",
     "cache prune",

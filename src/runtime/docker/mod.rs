@@ -45,6 +45,7 @@ mod image;
 mod mounts;
 mod ports;
 mod sandbox;
+mod stats;
 
 use mounts::{grant_agent_access, job_mounts};
 pub use sandbox::DockerRuntime;

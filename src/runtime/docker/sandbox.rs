@@ -35,6 +35,10 @@ impl DockerRuntime {
 
 #[async_trait::async_trait]
 impl Runtime for DockerRuntime {
+    async fn sandbox_status(&self, record: &JobRecord) -> Option<crate::runtime::SandboxStatus> {
+        super::stats::sandbox_status(&self.home, record).await
+    }
+
     fn isolation_note(&self) -> &'static str {
         if self.kind == RuntimeKind::Runsc {
             "container (gVisor runsc): user-space kernel, own filesystem and network, resource limits, non-root"
