@@ -136,6 +136,7 @@ impl IntoResponse for ApiError {
 }
 
 mod idempotency;
+mod merges;
 mod streams;
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -210,6 +211,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/logs", get(logs_job))
         .route("/v1/jobs/{id}/stop", post(stop_job))
         .route("/v1/jobs/{id}/network", post(set_network))
+        .route("/v1/jobs/{id}/merge", post(merges::merge_job))
+        .route("/v1/jobs/{id}/apply", post(merges::apply_job))
+        .route("/v1/conflicts", get(merges::conflicts))
         .route("/v1/sweep", post(sweep))
         .route("/v1/events", get(streams::events))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -284,8 +288,8 @@ async fn list_jobs(
     Query(query): Query<ListQuery>,
 ) -> ApiResult<Response> {
     let repo = query.repo.map(std::path::PathBuf::from);
-    let records = with_deadline(REQUEST_TIMEOUT, state.paddock.list(repo.as_deref())).await?;
-    let views: Vec<JobView> = state.paddock.views(&records);
+    let views: Vec<JobView> =
+        with_deadline(REQUEST_TIMEOUT, state.paddock.list_views(repo.as_deref())).await?;
     Ok(axum::Json(views).into_response())
 }
 
@@ -355,6 +359,9 @@ struct RemoveQuery {
     keep_branch: bool,
     #[serde(default)]
     force: bool,
+    /// Any policy by name (`delete-if-merged`); the two flags above win.
+    #[serde(default)]
+    branch_policy: Option<BranchPolicy>,
 }
 
 async fn remove_job(
@@ -368,7 +375,7 @@ async fn remove_job(
         } else if query.keep_branch {
             BranchPolicy::Keep
         } else {
-            BranchPolicy::DeleteIfNoCommits
+            query.branch_policy.unwrap_or_default()
         },
         force: query.force,
     };

@@ -13,8 +13,10 @@ use crate::client::DaemonClient;
 use crate::error::{Error, Result};
 use crate::ops::Operations;
 
+mod apply;
 mod cache;
 mod config;
+mod conflicts;
 mod create;
 mod diff;
 mod doctor;
@@ -27,6 +29,7 @@ mod image;
 mod log;
 mod logs;
 mod ls;
+mod merge;
 mod net;
 mod render;
 mod rm;
@@ -88,6 +91,14 @@ pub(crate) enum Command {
     Stop(stop::StopArgs),
     /// Change what a running allowlist job may reach (from its next connection).
     Net(net::NetArgs),
+    /// Which jobs merge cleanly into their base and which conflict with each other (no
+    /// working tree is touched).
+    Conflicts(conflicts::ConflictsArgs),
+    /// Land a job's branch on a branch of the repository (refused when it would conflict).
+    Merge(merge::MergeArgs),
+    /// Apply a job's committed and uncommitted changes to the repository's checkout,
+    /// without committing.
+    Apply(apply::ApplyArgs),
     /// Agent image commands.
     Image {
         #[command(subcommand)]
@@ -161,6 +172,9 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Run(args) => run::run(ops, args).await,
         Command::Stop(args) => stop::run(ops, args).await,
         Command::Net(args) => net::run(ops, args).await,
+        Command::Conflicts(args) => conflicts::run(ops, args).await,
+        Command::Merge(args) => merge::run(ops, args).await,
+        Command::Apply(args) => apply::run(ops, args).await,
         Command::Execs(args) => execs::run(ops, args).await,
         Command::Events(args) => events::run(ops, args).await,
         Command::Shell(args) => shell::run(paddock, args).await,
@@ -185,6 +199,8 @@ async fn keyed_without_daemon(paddock: &Paddock, key: &str, command: Command) ->
         | Command::Run(_)
         | Command::Stop(_)
         | Command::Rm(_)
+        | Command::Merge(_)
+        | Command::Apply(_)
         | Command::Net(_) => {
             eprintln!(
                 "error: --idempotency-key needs a running daemon (`paddock serve`) for this command"

@@ -117,6 +117,8 @@ pub struct SweepSettings {
     pub branch_policy: Sourced<BranchPolicy>,
     /// How often `paddock serve` sweeps.
     pub interval: Sourced<HumanDuration>,
+    /// Jobs whose branch is merged into their base branch are stale (`sweep --merged`).
+    pub merged: Sourced<bool>,
 }
 
 impl Default for SweepSettings {
@@ -128,6 +130,7 @@ impl Default for SweepSettings {
             max_age: Sourced::default_value(None),
             branch_policy: Sourced::default_value(BranchPolicy::DeleteIfNoCommits),
             interval: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(300))),
+            merged: Sourced::default_value(false),
         }
     }
 }
@@ -296,6 +299,12 @@ impl Config {
             }
             if let Some(v) = sweep.interval {
                 self.sweep.interval = sourced(v);
+            }
+            if let Some(value) = sweep.merged {
+                self.sweep.merged = Sourced {
+                    value,
+                    source: source.clone(),
+                };
             }
             if let Some(value) = sweep.branch_policy {
                 self.sweep.branch_policy = Sourced {
@@ -552,6 +561,11 @@ impl Config {
                 "interval",
                 sweep.interval.value.to_string(),
                 &sweep.interval.source,
+            ),
+            (
+                "merged",
+                sweep.merged.value.to_string(),
+                &sweep.merged.source,
             ),
         ] {
             rows.push((format!("sweep.{key}"), value, source.clone()));

@@ -8,7 +8,8 @@
 //!
 //! One file per operation: `create`, `exec` (with `run`, `stop`, `shell`), `execs` (each
 //! exec's kept status and output), `events` (reading the event history), `remove`, `inspect`
-//! (`list`, `show`, `diff`, `log`), `sync`, `caches`; this file holds the engine itself,
+//! (`list`, `show`, `diff`, `log`), `sync`, `caches`, `conflicts` (conflicts and the merged
+//! mark), `merge` (with `apply`); this file holds the engine itself,
 //! `emit` (every event goes to the install's event log), and the shapes its operations take
 //! and return.
 
@@ -26,11 +27,13 @@ use crate::store::{JobStore, PaddockHome};
 mod admit;
 pub use admit::ClientGone;
 mod caches;
+mod conflicts;
 mod create;
 mod events;
 mod exec;
 mod execs;
 mod inspect;
+mod merge;
 mod network;
 mod remove;
 mod sync;

@@ -26,7 +26,9 @@ use crate::store::FileLock;
 
 mod call;
 pub mod jobdir;
+mod land;
 mod legacy;
+pub mod merge;
 mod reads;
 pub mod scratch;
 pub mod sync;
@@ -77,6 +79,19 @@ pub enum GitError {
     },
     #[error("refused the job's sync stream `{path}`: {message}")]
     BadSync { path: PathBuf, message: String },
+    #[error("git {found} is too old: `git merge-tree --write-tree` needs git {needed} or newer")]
+    TooOld { found: String, needed: String },
+    #[error(
+        "refusing to update branch `{branch}`: its checkout `{path}` has uncommitted changes ({})",
+        files.join(", ")
+    )]
+    DirtyCheckout {
+        branch: String,
+        path: PathBuf,
+        files: Vec<String>,
+    },
+    #[error("`{repo}` is a bare repository: there is no working tree to apply to")]
+    NoCheckout { repo: PathBuf },
     #[error("git read task failed: {0}")]
     Join(String),
 }

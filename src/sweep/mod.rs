@@ -10,6 +10,7 @@
 //! | record still `creating` whose creating process is dead | remove the job (nothing ran in it) |
 //! | record whose worktree is gone | remove the job (branch under the policy) |
 //! | stale record (finished, idle, or too old) | remove the job exactly as `rm` does |
+//! | with `merged`: a job whose branch is merged into its base branch | remove it as `rm` does, the branch too if still merged after the last sync |
 //! | record whose container is gone | keep; the next exec recreates it |
 //! | container with our labels and no record | remove it (both labels checked first) |
 //! | directory under our worktree root with no record | snapshot what it holds, then remove it, if it carries our marker |
@@ -55,6 +56,8 @@ pub struct SweepOptions {
     pub health_check: bool,
     /// An `index.lock` older than this, held by no process, is removed.
     pub index_lock_age: Duration,
+    /// Jobs whose branch is merged into their base branch are removed, with the branch.
+    pub merged: bool,
 }
 
 /// One thing the sweep found.
@@ -232,13 +235,19 @@ impl Paddock {
             let reason = self
                 .job_verdict(record, options, containers.as_deref(), &mut report)
                 .await;
-            let Some(reason) = reason else { continue };
+            let Some((reason, merged)) = reason else {
+                continue;
+            };
             if options.dry_run {
                 report.removed("job", name, reason);
                 continue;
             }
             let remove = RemoveOptions {
-                branch_policy: options.branch_policy,
+                branch_policy: if merged {
+                    BranchPolicy::DeleteIfMerged
+                } else {
+                    options.branch_policy
+                },
                 force: false,
             };
             match self.remove(record.id.as_str(), remove).await {
@@ -277,9 +286,37 @@ impl Paddock {
         Ok(report)
     }
 
-    /// Decides what to do with one recorded job: `Some(reason)` to remove it; `None` to keep
-    /// it (recorded in the report with why).
+    /// Decides what to do with one recorded job: `Some((reason, merged))` to remove it
+    /// (`merged`: because its branch is merged); `None` to keep it (recorded in the report
+    /// with why).
     async fn job_verdict(
+        &self,
+        record: &JobRecord,
+        options: &SweepOptions,
+        containers: Option<&[runtime::Sandbox]>,
+        report: &mut SweepReport,
+    ) -> Option<(String, bool)> {
+        let verdict = self
+            .stale_or_kept(record, options, containers, report)
+            .await
+            .map(|reason| (reason, false));
+        // An exec in progress may be adding work: a running job is never taken as merged.
+        if verdict.is_none()
+            && options.merged
+            && !matches!(
+                record.state,
+                JobState::Queued | JobState::Creating | JobState::Running
+            )
+            && let Ok(status) = self.merge_status(record).await
+            && status.merged
+        {
+            report.kept.retain(|item| item.name != record.id.as_str());
+            return Some((format!("merged into {}", status.base), true));
+        }
+        verdict
+    }
+
+    async fn stale_or_kept(
         &self,
         record: &JobRecord,
         options: &SweepOptions,
