@@ -297,13 +297,13 @@ impl Paddock {
                     .collect(),
             });
         }
+        let files = check.changed_paths(&head, &outcome.tree).await?;
         drop(check);
         let apply_ref = format!("refs/paddock/apply/{}", record.id);
         if uncommitted {
             repo.publish(&scratch.path, &[(SCRATCH_STATE, apply_ref.clone())])
                 .await?;
         }
-        let files = repo.changed_since_merge_base(&head, &commit).await;
         let applied = repo.squash_into_checkout(&commit).await;
         if uncommitted {
             repo.delete_paddock_ref(&apply_ref).await?;
@@ -314,7 +314,7 @@ impl Paddock {
             checkout,
             commit,
             uncommitted,
-            files: files?,
+            files,
         })
     }
 }

@@ -106,7 +106,14 @@ impl GitRepo {
     /// The main checkout's directory (`None` for a bare repository).
     pub async fn checkout_dir(&self) -> Result<Option<PathBuf>, GitError> {
         let this = self.clone();
-        super::blocking(move || Ok(this.open_git2()?.workdir().map(Path::to_path_buf))).await
+        // Without git2's trailing slash.
+        super::blocking(move || {
+            Ok(this
+                .open_git2()?
+                .workdir()
+                .map(|w| w.components().collect()))
+        })
+        .await
     }
 
     /// Deletes one of paddock's own refs (`refs/paddock/...`); succeeds when it is gone.

@@ -244,6 +244,29 @@ impl MergeSession {
         })
     }
 
+    /// The paths that differ between two trees (or commits), sorted.
+    pub async fn changed_paths(&self, from: &str, to: &str) -> Result<Vec<String>, GitError> {
+        let (_, out) = self
+            .call(&[
+                "diff-tree",
+                "-r",
+                "--name-only",
+                "-z",
+                "--no-renames",
+                from,
+                to,
+            ])
+            .output(&[0])
+            .await?;
+        let mut paths: Vec<String> = out
+            .split(|&b| b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        paths.sort();
+        Ok(paths)
+    }
+
     /// Writes a commit of `tree` with `parents`; `author` (a replayed commit's) or the
     /// repository's configured identity, else `paddock`.
     pub async fn commit_tree(
@@ -454,7 +477,7 @@ impl GitRepo {
             if let Some(workdir) = repo.workdir()
                 && head_is(repo)
             {
-                found.push(workdir.to_path_buf());
+                found.push(workdir.components().collect());
             }
             let names = repo.worktrees().map_err(read_err(path))?;
             for name in names.iter().flatten() {
@@ -465,7 +488,7 @@ impl GitRepo {
                     continue;
                 };
                 if head_is(&linked) {
-                    found.push(worktree.path().to_path_buf());
+                    found.push(worktree.path().components().collect());
                 }
             }
             Ok(found)

@@ -17,6 +17,7 @@ mod events;
 mod hostile;
 mod idempotency;
 mod installs;
+mod merge;
 mod process;
 mod snapshots;
 mod sweep;
