@@ -503,7 +503,27 @@ mod tests {
 
     #[test]
     fn merge_tree_output_is_read_with_conflict_types() {
-        let output = b"55b2\0f\0g\0\01\0f\0Auto-merging\0Auto-merging f\n\01\0f\0CONFLICT (contents)\0CONFLICT (content): Merge conflict in f\n\01\0g\0CONFLICT (modify/delete)\0g deleted\n\0";
+        let fields = [
+            "55b2",
+            "f",
+            "g",
+            "",
+            "1",
+            "f",
+            "Auto-merging",
+            "Auto-merging f\n",
+            "1",
+            "f",
+            "CONFLICT (contents)",
+            "CONFLICT (content): Merge conflict in f\n",
+            "1",
+            "g",
+            "CONFLICT (modify/delete)",
+            "g deleted\n",
+            "",
+        ];
+        let output = fields.join("\0");
+        let output = output.as_bytes();
         let outcome = parse_merge_tree(output, true).unwrap();
         assert_eq!(outcome.tree, "55b2");
         assert_eq!(
