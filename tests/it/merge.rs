@@ -308,3 +308,38 @@ fn sweep_merged_removes_a_squash_merged_job_and_keeps_the_rest() {
     left.sort();
     assert_eq!(left, vec!["n", "u", "x"]);
 }
+
+#[test]
+fn rebase_replays_the_commits_with_their_authors_and_delete_removes_the_job() {
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let (branch, _) = job(&home, &repo, "r");
+    home.sh(
+        "r",
+        "echo 1 > r1.txt && git add r1.txt && git commit -qm r1 && echo 2 > r2.txt && git add r2.txt && git commit -qm r2",
+    );
+    repo.write("main.txt", "main moved\n");
+    let moved = repo.commit_all("main moves");
+
+    let report = home.json(&["merge", "r", "--rebase", "--delete", "--json"]);
+    assert_eq!(report["landed"], true, "{report}");
+    assert_eq!(report["fast_forward"], false, "{report}");
+    assert_eq!(report["commits_written"], 2, "{report}");
+    assert_eq!(
+        repo.git(&["rev-parse", "main~2"]),
+        moved,
+        "replayed onto main"
+    );
+    assert_eq!(repo.git(&["log", "--format=%s", "-2", "main"]), "r2\nr1");
+    assert_eq!(
+        repo.git(&["log", "--format=%an", "-2", "main"]),
+        "paddock agent (r)\npaddock agent (r)",
+        "the agent stays the author"
+    );
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+    assert!(repo.path().join("r2.txt").exists(), "the checkout followed");
+    // --delete: the job is gone, and its branch with it.
+    assert_eq!(report["removed"]["id"], "r", "{report}");
+    assert!(!repo.branches().contains(&branch));
+    assert_eq!(home.json(&["ls", "--json"]), serde_json::json!([]));
+}
