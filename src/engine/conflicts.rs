@@ -68,17 +68,22 @@ impl<'a> Checker<'a> {
 
     /// The job's branch against `facts.base`, from the cache when its key matches.
     pub async fn status(&mut self, record: &JobRecord, facts: &Facts) -> Result<MergeStatus> {
-        let Some(tip) = facts.branch_tip.clone() else {
-            return Ok(MergeStatus {
-                base: facts.base.clone(),
-                base_tip: facts.base_tip.clone(),
-                branch_tip: None,
-                merged: false,
-                clean: true,
-                files: Vec::new(),
-                conflicts: Vec::new(),
-            });
+        let untouched = MergeStatus {
+            base: facts.base.clone(),
+            base_tip: facts.base_tip.clone(),
+            branch_tip: facts.branch_tip.clone(),
+            merged: false,
+            clean: true,
+            files: Vec::new(),
+            conflicts: Vec::new(),
         };
+        let Some(tip) = facts.branch_tip.clone() else {
+            return Ok(untouched);
+        };
+        // A branch still at its base (a job that made no commit): nothing to ask git.
+        if tip == facts.base_tip || tip == record.base_commit {
+            return Ok(untouched);
+        }
         let cache = self
             .paddock
             .home()
