@@ -207,6 +207,7 @@ impl Paddock {
                     });
                 }
                 let mut onto = previous.to_string();
+                let mut written = 0;
                 for commit in &commits {
                     let outcome = session
                         .merge_tree(&onto, &commit.sha, Some(&commit.parents[0]))
@@ -214,6 +215,11 @@ impl Paddock {
                     if !outcome.clean() {
                         return Err(conflict(outcome));
                     }
+                    // A change the target already has is dropped, as `git rebase` does.
+                    if outcome.tree == session.tree_of(&onto).await? {
+                        continue;
+                    }
+                    written += 1;
                     onto = session
                         .commit_tree(
                             &outcome.tree,
@@ -225,7 +231,7 @@ impl Paddock {
                 }
                 Ok(Landing {
                     commit: onto,
-                    written: commits.len(),
+                    written,
                     fast_forward: false,
                 })
             }

@@ -244,6 +244,14 @@ impl MergeSession {
         })
     }
 
+    /// The tree of a commit this session can see (one it wrote included).
+    pub async fn tree_of(&self, commit: &str) -> Result<String, GitError> {
+        self.call(&["rev-parse", "--verify", "--quiet"])
+            .arg(format!("{commit}^{{tree}}"))
+            .run()
+            .await
+    }
+
     /// The paths that differ between two trees (or commits), sorted.
     pub async fn changed_paths(&self, from: &str, to: &str) -> Result<Vec<String>, GitError> {
         let (_, out) = self
