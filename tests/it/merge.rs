@@ -220,6 +220,10 @@ fn merge_lands_or_refuses_and_apply_leaves_the_work_uncommitted() {
         "d",
         "echo 'more' >> README.md && git commit -qam d && echo notes > notes.txt && printf 'pub fn answer() -> u32 {\\n    43\\n}\\n' > src/lib.rs",
     );
+    // src/lib.rs keeps its size and was written in the second of the commit's index write:
+    // a second later, only git's racy-clean check (which the snapshot must not defeat)
+    // tells it changed.
+    std::thread::sleep(Duration::from_millis(1100));
     let applied = home.json(&["apply", "d", "--json"]);
     assert_eq!(applied["uncommitted"], true, "{applied}");
     assert_eq!(
