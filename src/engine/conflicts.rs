@@ -364,6 +364,27 @@ impl Paddock {
     }
 }
 
+impl Paddock {
+    /// Removes merge quarantines (`tmp/merge-*`) older than an hour: a process killed in
+    /// the middle of a merge leaves one behind. Returns how many went.
+    pub fn clear_stale_quarantines(&self) -> usize {
+        let Ok(entries) = std::fs::read_dir(self.home().root().join("tmp")) else {
+            return 0;
+        };
+        let hour = std::time::Duration::from_secs(3600);
+        entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("merge-"))
+            .filter(|e| {
+                e.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > hour))
+            })
+            .filter(|e| std::fs::remove_dir_all(e.path()).is_ok())
+            .count()
+    }
+}
+
 /// `records` grouped by repository (in the order first seen).
 fn by_repo<'r>(
     paddock: &Paddock,

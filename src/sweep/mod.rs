@@ -16,6 +16,7 @@
 //! | directory under our worktree root with no record | snapshot what it holds, then remove it, if it carries our marker |
 //! | git worktree entry under our root whose directory is gone (even if locked) | unlock and prune |
 //! | `index.lock` in a job's git dir older than the threshold and open by no process | remove it |
+//! | a merge quarantine (`tmp/merge-*`) older than an hour | remove it |
 //!
 //! One lock per install (`sweep.lock`) keeps a cron sweep and the daemon's sweeper from acting
 //! at once: the second waits for the first, then finds nothing left to do.
@@ -272,6 +273,9 @@ impl Paddock {
         self.reap_orphan_worktrees(options, &mut report).await;
         self.prune_git_worktrees(options, &mut report).await;
         self.clear_stale_index_locks(options, &mut report);
+        if !options.dry_run {
+            self.clear_stale_quarantines();
+        }
         self.emit(
             EventKind::SweepDone,
             None,
