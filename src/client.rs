@@ -19,8 +19,9 @@ use crate::ops::Operations;
 use crate::output::{OutputSink, StreamKind};
 use crate::store::PaddockHome;
 use crate::wire::{
-    CommitInfo, CreateRequest, Event, EventQuery, ExecInfo, ExecOptions, ExecResult, FileList,
-    FileWritten, JobDetails, JobView, NetworkChange, RemoveOptions, RemoveReport,
+    ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event, EventQuery,
+    ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobView, MergeReport,
+    MergeRequest, NetworkChange, RemoveOptions, RemoveReport,
 };
 
 /// The body of `POST /v1/jobs` for `request` as this process would run it: the CLI's
@@ -445,9 +446,33 @@ impl Operations for DaemonClient {
             BranchPolicy::Delete => "&delete_branch=true",
             BranchPolicy::Keep => "&keep_branch=true",
             BranchPolicy::DeleteIfNoCommits => "",
+            BranchPolicy::DeleteIfMerged => "&branch_policy=delete-if-merged",
         };
         let path = format!("/v1/jobs/{}?force={}{policy}", encode(id), options.force);
         self.call(Method::DELETE, &path, None).await
+    }
+
+    async fn conflicts(&self, query: ConflictsQuery) -> Result<ConflictsReport, Error> {
+        let mut path = format!("/v1/conflicts?jobs={}", encode(&query.jobs.join(",")));
+        if let Some(base) = &query.base {
+            path.push_str(&format!("&base={}", encode(base)));
+        }
+        if let Some(repo) = &query.repo {
+            let repo = std::fs::canonicalize(repo).unwrap_or(repo.clone());
+            path.push_str(&format!("&repo={}", encode(&repo.display().to_string())));
+        }
+        self.call(Method::GET, &path, None).await
+    }
+
+    async fn merge(&self, id: &str, request: MergeRequest) -> Result<MergeReport, Error> {
+        let body = serde_json::to_value(&request).expect("a merge request serializes");
+        let path = format!("/v1/jobs/{}/merge", encode(id));
+        self.call(Method::POST, &path, Some(&body)).await
+    }
+
+    async fn apply(&self, id: &str) -> Result<ApplyReport, Error> {
+        let path = format!("/v1/jobs/{}/apply", encode(id));
+        self.call(Method::POST, &path, Some(&Value::Null)).await
     }
 
     async fn set_network(&self, id: &str, change: NetworkChange) -> Result<JobView, Error> {

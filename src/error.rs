@@ -195,6 +195,17 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("job `{id}` does not merge cleanly into `{into}`: conflicts in {}", files.join(", "))]
+    MergeConflict {
+        id: JobId,
+        into: String,
+        /// `path (type)` of each conflicting file.
+        files: Vec<String>,
+    },
+    #[error("job `{id}` has no branch to merge into: its base `{base}` is not a branch")]
+    NoTargetBranch { id: JobId, base: String },
+    #[error("job `{id}`'s branch has merge commits: --rebase replays only plain commits")]
+    RebaseMerges { id: JobId },
     #[error("failed to remove `{path}`")]
     RemoveDir {
         path: PathBuf,
@@ -223,6 +234,12 @@ impl Error {
                 | GitError::InvalidBranch { .. },
             ) => K::InvalidInput,
             Error::Git(GitError::BranchExists { .. } | GitError::Lock { .. }) => K::Conflict,
+            Error::Git(GitError::DirtyCheckout { .. }) => K::Refused,
+            Error::Git(GitError::NoCheckout { .. } | GitError::NoSuchBranch { .. }) => {
+                K::InvalidInput
+            }
+            Error::MergeConflict { .. } => K::Conflict,
+            Error::NoTargetBranch { .. } | Error::RebaseMerges { .. } => K::InvalidInput,
             Error::Git(_) | Error::Sync { .. } => K::Git,
             Error::InvalidBranch { .. } | Error::Serve { .. } => K::InvalidInput,
             Error::BranchExists { .. }
@@ -304,6 +321,17 @@ impl Error {
             }
             Error::FileTooLarge { .. } => {
                 "copy large files with `paddock exec` (e.g. through a cache) instead"
+            }
+            Error::MergeConflict { .. } => {
+                "bring the base into the job's branch inside the job (`paddock exec`), or merge with git and resolve by hand"
+            }
+            Error::NoTargetBranch { .. } => "pass --into BRANCH",
+            Error::RebaseMerges { .. } => "use --merge or --squash",
+            Error::Git(GitError::DirtyCheckout { .. }) => {
+                "commit or stash the changes in that checkout, then merge again"
+            }
+            Error::Git(GitError::TooOld { .. }) => {
+                "install git 2.38 or newer first on PATH (`paddock doctor` shows the git in use)"
             }
             Error::Admission(AdmissionError::NoRoom { .. }) => {
                 "retry later, or wait in the queue (without --no-wait); `admission:` in the user config sets the budget"

@@ -14,8 +14,9 @@ use crate::Paddock;
 use crate::error::Result;
 use crate::output::OutputSink;
 use crate::wire::{
-    CommitInfo, CreateRequest, Event, EventQuery, ExecInfo, ExecOptions, ExecResult, FileList,
-    FileWritten, JobDetails, JobView, NetworkChange, RemoveOptions, RemoveReport, RunReport,
+    ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event, EventQuery,
+    ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobView, MergeReport,
+    MergeRequest, NetworkChange, RemoveOptions, RemoveReport, RunReport,
 };
 
 /// paddock's job operations (see the module docs).
@@ -62,6 +63,16 @@ pub trait Operations {
     /// Changes what a live `allowlist` job may reach, from its next connection on.
     fn set_network(&self, id: &str, change: NetworkChange)
     -> impl Future<Output = Result<JobView>>;
+
+    /// Which jobs merge cleanly into their base and which conflict with each other,
+    /// computed without touching any working tree.
+    fn conflicts(&self, query: ConflictsQuery) -> impl Future<Output = Result<ConflictsReport>>;
+
+    /// Lands a job's branch on a branch of the user's repository.
+    fn merge(&self, id: &str, request: MergeRequest) -> impl Future<Output = Result<MergeReport>>;
+
+    /// Applies a job's committed and uncommitted changes to the user's checkout, uncommitted.
+    fn apply(&self, id: &str) -> impl Future<Output = Result<ApplyReport>>;
 
     /// The install's events that `query` asks for, each to `sink` until it returns false
     /// (or, without `follow`, the replay ends).
@@ -144,7 +155,19 @@ impl Operations for Paddock {
     }
 
     async fn list(&self, repo: Option<&Path>) -> Result<Vec<JobView>> {
-        Ok(self.views(&Paddock::list(self, repo).await?))
+        self.list_views(repo).await
+    }
+
+    async fn conflicts(&self, query: ConflictsQuery) -> Result<ConflictsReport> {
+        Paddock::conflicts(self, &query).await
+    }
+
+    async fn merge(&self, id: &str, request: MergeRequest) -> Result<MergeReport> {
+        Paddock::merge(self, id, request).await
+    }
+
+    async fn apply(&self, id: &str) -> Result<ApplyReport> {
+        Paddock::apply(self, id).await
     }
 
     async fn view(&self, id: &str) -> Result<JobView> {

@@ -232,6 +232,8 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
                     }
                     Err(error) => tracing::warn!(%error, "sweep failed"),
                 }
+                // Bases (and branches) that moved since: job.conflict / job.conflict_resolved.
+                paddock.watch_conflicts().await;
             }
             _ = tokio::signal::ctrl_c() => break,
             _ = terminate.recv() => break,

@@ -20,6 +20,13 @@ pub use crate::job::PublishedPort;
 use crate::job::{JobId, JobRecord, JobState, Limits};
 use crate::units::{ByteSize, Cpus, HumanDuration};
 
+pub use crate::git::merge::ConflictFile;
+pub use merges::{
+    ApplyReport, ConflictsQuery, ConflictsReport, JobConflicts, JobPair, MergeReport, MergeRequest,
+    MergeStatus, MergeStrategy,
+};
+
+mod merges;
 pub use crate::git::sync::WorkState;
 pub use crate::git::{CommitInfo, FileChange};
 pub use crate::runtime::exec::ExecResult;
@@ -329,6 +336,10 @@ pub struct JobView {
     /// The setup commands run at create and what each did (`setup`).
     #[serde(default)]
     pub setup: Vec<crate::job::SetupRun>,
+    /// Whether the job's branch has commits and all their changes are in its base branch
+    /// (also after a squash or rebase merge); null when unknown (`ls`, `show`).
+    #[serde(default)]
+    pub merged: Option<bool>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -360,6 +371,7 @@ impl From<&JobRecord> for JobView {
             ports: record.ports.clone(),
             copied: record.copied.clone(),
             setup: record.setup.clone(),
+            merged: None,
         }
     }
 }
@@ -373,6 +385,9 @@ pub struct JobDetails {
     /// Set when the worktree could not be read (for example it was deleted by hand).
     pub changes_error: Option<String>,
     pub isolation: String,
+    /// The branch against its base branch: merged, clean, conflicting files.
+    #[serde(default)]
+    pub merge: Option<MergeStatus>,
 }
 
 /// What `paddock run` did: the job it made, the command's result and the branch's fate.
@@ -403,6 +418,12 @@ pub enum EventKind {
     /// The egress proxy of an `allowlist` job refused a connection (host, port, reason).
     #[serde(rename = "egress.denied")]
     EgressDenied,
+    /// A job's branch started to conflict with its base branch (`detail.files`).
+    #[serde(rename = "job.conflict")]
+    JobConflict,
+    /// A job's branch that conflicted with its base merges cleanly again.
+    #[serde(rename = "job.conflict_resolved")]
+    JobConflictResolved,
     /// Not a happening: the first event of a replay that asked for events older than the
     /// oldest kept one (`detail.oldest`); the ones before it are gone.
     #[serde(rename = "reset")]
@@ -421,6 +442,8 @@ impl EventKind {
             EventKind::BranchRewritten => "job.branch_rewritten",
             EventKind::SweepDone => "sweep.done",
             EventKind::EgressDenied => "egress.denied",
+            EventKind::JobConflict => "job.conflict",
+            EventKind::JobConflictResolved => "job.conflict_resolved",
             EventKind::Reset => "reset",
         }
     }

@@ -149,6 +149,7 @@ impl IntoResponse for ApiError {
 pub mod auth;
 mod files;
 mod idempotency;
+mod merges;
 mod streams;
 
 pub(crate) type ApiResult<T> = Result<T, ApiError>;
@@ -227,6 +228,9 @@ pub fn router(state: ApiState) -> Router {
             "/v1/jobs/{id}/files",
             get(files::get_file).put(files::put_file),
         )
+        .route("/v1/jobs/{id}/merge", post(merges::merge_job))
+        .route("/v1/jobs/{id}/apply", post(merges::apply_job))
+        .route("/v1/conflicts", get(merges::conflicts))
         .route("/v1/sweep", post(sweep))
         .route("/v1/events", get(streams::events))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -274,8 +278,8 @@ async fn list_jobs(
     Query(query): Query<ListQuery>,
 ) -> ApiResult<Response> {
     let repo = query.repo.map(std::path::PathBuf::from);
-    let records = with_deadline(REQUEST_TIMEOUT, state.paddock.list(repo.as_deref())).await?;
-    let views: Vec<JobView> = state.paddock.views(&records);
+    let views: Vec<JobView> =
+        with_deadline(REQUEST_TIMEOUT, state.paddock.list_views(repo.as_deref())).await?;
     Ok(axum::Json(views).into_response())
 }
 
@@ -346,6 +350,9 @@ pub(crate) struct RemoveQuery {
     pub(crate) keep_branch: bool,
     #[serde(default)]
     pub(crate) force: bool,
+    /// Any policy by name (`delete-if-merged`); the two flags above win.
+    #[serde(default)]
+    pub(crate) branch_policy: Option<BranchPolicy>,
 }
 
 impl RemoveQuery {
@@ -356,7 +363,7 @@ impl RemoveQuery {
             } else if self.keep_branch {
                 BranchPolicy::Keep
             } else {
-                BranchPolicy::DeleteIfNoCommits
+                self.branch_policy.unwrap_or_default()
             },
             force: self.force,
         }

@@ -13,9 +13,11 @@ use crate::client::DaemonClient;
 use crate::error::{Error, Result};
 use crate::ops::Operations;
 
+mod apply;
 mod cache;
 mod cat;
 mod config;
+mod conflicts;
 mod cp;
 mod create;
 mod dashboard;
@@ -31,6 +33,7 @@ mod log;
 mod logs;
 mod ls;
 mod mcp;
+mod merge;
 mod net;
 mod port;
 mod render;
@@ -101,6 +104,14 @@ pub(crate) enum Command {
     Cat(cat::CatArgs),
     /// Serve the Model Context Protocol on stdin/stdout: job and file tools for an agent.
     Mcp(mcp::McpArgs),
+    /// Which jobs merge cleanly into their base and which conflict with each other (no
+    /// working tree is touched).
+    Conflicts(conflicts::ConflictsArgs),
+    /// Land a job's branch on a branch of the repository (refused when it would conflict).
+    Merge(merge::MergeArgs),
+    /// Apply a job's committed and uncommitted changes to the repository's checkout,
+    /// without committing.
+    Apply(apply::ApplyArgs),
     /// Agent image commands.
     Image {
         #[command(subcommand)]
@@ -180,6 +191,9 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Cp(args) => cp::run(ops, args).await,
         Command::Cat(args) => cat::run(ops, args).await,
         Command::Mcp(args) => mcp::run(ops, args).await,
+        Command::Conflicts(args) => conflicts::run(ops, args).await,
+        Command::Merge(args) => merge::run(ops, args).await,
+        Command::Apply(args) => apply::run(ops, args).await,
         Command::Execs(args) => execs::run(ops, args).await,
         Command::Events(args) => events::run(ops, args).await,
         Command::Shell(args) => shell::run(paddock, args).await,
@@ -205,6 +219,8 @@ async fn keyed_without_daemon(paddock: &Paddock, key: &str, command: Command) ->
         | Command::Run(_)
         | Command::Stop(_)
         | Command::Rm(_)
+        | Command::Merge(_)
+        | Command::Apply(_)
         | Command::Net(_) => {
             eprintln!(
                 "error: --idempotency-key needs a running daemon (`paddock serve`) for this command"

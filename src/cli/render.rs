@@ -103,9 +103,10 @@ pub fn print_job_table(views: &[JobView]) {
         .map(|v| {
             vec![
                 v.id.to_string(),
-                match v.queue_position {
-                    Some(place) => format!("{} #{place}", v.state),
-                    None => v.state.to_string(),
+                match (v.queue_position, v.merged) {
+                    (Some(place), _) => format!("{} #{place}", v.state),
+                    (None, Some(true)) => format!("{} (merged)", v.state),
+                    (None, _) => v.state.to_string(),
                 },
                 v.runtime.clone(),
                 format_age(now - v.created_at),
@@ -202,6 +203,21 @@ pub fn print_details(details: &JobDetails) {
         }
         (None, Some(error)) => println!("changes   unavailable: {error}"),
         (None, None) => {}
+    }
+    if let Some(merge) = &details.merge {
+        let verdict = if merge.merged {
+            "merged".to_string()
+        } else if merge.clean {
+            "merges cleanly".to_string()
+        } else {
+            let files: Vec<String> = merge
+                .conflicts
+                .iter()
+                .map(|c| format!("{} ({})", c.path, c.kind))
+                .collect();
+            format!("conflicts: {}", files.join(", "))
+        };
+        println!("merge     into {}: {verdict}", merge.base);
     }
 }
 

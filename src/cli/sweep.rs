@@ -34,9 +34,13 @@ pub struct SweepArgs {
     /// A job older than this is stale whatever it does; `off` (the default) disables.
     #[arg(long, value_name = "DUR|off")]
     pub max_age: Option<MaxAge>,
-    /// keep | delete-if-no-commits | delete.
+    /// keep | delete-if-no-commits | delete-if-merged | delete.
     #[arg(long)]
     pub branch_policy: Option<crate::config::BranchPolicy>,
+    /// Also remove jobs whose branch is merged into their base branch (also after a squash
+    /// or rebase merge), with their branch; work not in the base is kept.
+    #[arg(long)]
+    pub merged: bool,
     /// Pretend it is this time (RFC 3339); for tests and what-if runs.
     #[arg(long, hide = true)]
     pub now: Option<chrono::DateTime<chrono::Utc>>,
@@ -62,6 +66,7 @@ impl SweepArgs {
             branch_policy: self.branch_policy.unwrap_or(sweep.branch_policy.value),
             now: self.now.unwrap_or_else(chrono::Utc::now),
             health_check,
+            merged: self.merged || sweep.merged.value,
             index_lock_age: std::time::Duration::from_secs(600),
         }
     }

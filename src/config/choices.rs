@@ -100,13 +100,16 @@ pub enum BranchPolicy {
     DeleteIfNoCommits,
     /// Delete it (its uncommitted work stays reachable from the wip ref).
     Delete,
+    /// Delete it when it has no commits beyond the base or all its changes are in the
+    /// job's base branch (merged, squashed or rebased there), checked after the last sync.
+    DeleteIfMerged,
 }
 
 fn not_a_branch_policy(input: &str) -> UnitError {
     UnitError {
         what: "branch policy",
         input: input.to_string(),
-        expected: "keep, delete-if-no-commits or delete",
+        expected: "keep, delete-if-no-commits, delete-if-merged or delete",
     }
 }
 

@@ -29,6 +29,8 @@ pub(super) struct SweepFile {
     pub(super) max_age: Option<String>,
     pub(super) branch_policy: Option<BranchPolicy>,
     pub(super) interval: Option<HumanDuration>,
+    /// Remove jobs whose branch is merged into their base branch.
+    pub(super) merged: Option<bool>,
 }
 
 /// The on-disk shape of both the user file and the repo file.

@@ -257,6 +257,7 @@ async fn remove(
         delete_branch: branch == "delete",
         keep_branch: branch == "keep",
         force: fields.get("force").is_some_and(|v| v == "on"),
+        branch_policy: None,
     };
     let removal = Operations::remove(&*state.paddock, &id, query.options());
     match with_deadline(REQUEST_TIMEOUT, removal).await {

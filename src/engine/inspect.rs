@@ -21,6 +21,17 @@ impl Paddock {
         Ok(records)
     }
 
+    /// The views of `records` with the merged mark of each (`ls`, `GET /v1/jobs`).
+    pub async fn list_views(&self, repo: Option<&Path>) -> Result<Vec<JobView>> {
+        let records = self.list(repo).await?;
+        let marks = self.merged_marks(&records).await;
+        let mut views = self.views(&records);
+        for view in &mut views {
+            view.merged = marks.get(&view.id).copied();
+        }
+        Ok(views)
+    }
+
     /// The views of `records`, with the queue positions of queued ones.
     pub fn views(&self, records: &[JobRecord]) -> Vec<JobView> {
         let positions = if records.iter().any(|r| r.state == JobState::Queued) {
@@ -51,15 +62,22 @@ impl Paddock {
             Err(e) => (None, Some(e.to_string())),
         };
         let record = self.load(id).unwrap_or(record);
-        let view = self
+        let mut view = self
             .views(std::slice::from_ref(&record))
             .pop()
             .expect("one view per record");
+        let merge = if matches!(record.state, JobState::Queued | JobState::Creating) {
+            None
+        } else {
+            self.merge_status(&record).await.ok()
+        };
+        view.merged = merge.as_ref().map(|m| m.merged);
         Ok(JobDetails {
             view,
             changes,
             changes_error,
             isolation: self.runtime_of(&record).isolation_note().to_string(),
+            merge,
         })
     }
 

@@ -9,7 +9,8 @@
 //! One file per operation: `create`, `exec` (with `run`, `stop`, `shell`), `execs` (each
 //! exec's kept status and output), `events` (reading the event history), `remove`, `inspect`
 //! (`list`, `show`, `diff`, `log`), `sync`, `caches`, `setup` (a new job's `copy` and
-//! `setup`, the last steps of `create`), `files` (the file API); this file holds the engine itself,
+//! `setup`, the last steps of `create`), `files` (the file API), `conflicts` (conflicts and
+//! the merged mark), `merge` (with `apply`); this file holds the engine itself,
 //! `emit` (every event goes to the install's event log), and the shapes its operations take
 //! and return.
 
@@ -27,12 +28,14 @@ use crate::store::{JobStore, PaddockHome};
 mod admit;
 pub use admit::ClientGone;
 mod caches;
+mod conflicts;
 mod create;
 mod events;
 mod exec;
 mod execs;
 mod files;
 mod inspect;
+mod merge;
 mod network;
 mod ports;
 mod remove;

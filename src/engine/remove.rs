@@ -74,6 +74,14 @@ impl Paddock {
         let delete = match options.branch_policy {
             BranchPolicy::Keep => false,
             BranchPolicy::DeleteIfNoCommits => commits_ahead == 0,
+            // Checked now, after the last sync: work that is not in the base stays.
+            BranchPolicy::DeleteIfMerged => {
+                commits_ahead == 0
+                    || self
+                        .merge_status(&record)
+                        .await
+                        .is_ok_and(|status| status.merged)
+            }
             BranchPolicy::Delete => true,
         };
         // A reused branch that existed before the job is never deleted for having no commits.

@@ -94,6 +94,13 @@ impl<'a> GitCall<'a> {
     }
 
     pub(super) async fn run(self) -> Result<String, GitError> {
+        let (_, stdout) = self.output(&[0]).await?;
+        Ok(String::from_utf8_lossy(&stdout).trim_end().to_string())
+    }
+
+    /// Runs git; an exit code in `accepted` is a success (`merge-tree` exits 1 for a merge
+    /// with conflicts), returned with the raw standard output.
+    pub(super) async fn output(self, accepted: &[i32]) -> Result<(i32, Vec<u8>), GitError> {
         let shown = self
             .args
             .iter()
@@ -116,6 +123,8 @@ impl<'a> GitCall<'a> {
             .env_remove("GIT_INDEX_FILE")
             .env_remove("GIT_DIR")
             .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_OBJECT_DIRECTORY")
+            .env_remove("GIT_ALTERNATE_OBJECT_DIRECTORIES")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(match &self.stdin {
                 None => Stdio::null(),
@@ -160,10 +169,9 @@ impl<'a> GitCall<'a> {
             }
         };
         tracing::debug!(args = %shown, ms = crate::units::millis(started.elapsed()), "git");
-        if output.status.success() {
-            Ok(String::from_utf8_lossy(&output.stdout)
-                .trim_end()
-                .to_string())
+        let code = output.status.code();
+        if let Some(code) = code.filter(|code| accepted.contains(code)) {
+            Ok((code, output.stdout))
         } else {
             let stderr = String::from_utf8_lossy(&output.stderr);
             let stderr = stderr.trim();

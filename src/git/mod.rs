@@ -11,8 +11,10 @@
 //!   hooks and fsmonitor disabled, and no host-side git process uses a job's git dir or
 //!   worktree as its repository once an agent has run there.
 //! - paddock writes nothing into the user's repository but the job's branch and its own
-//!   `refs/paddock/*`, and changes no owner or mode there. Its lock lives under
-//!   `$PADDOCK_HOME/locks`, not in the repository.
+//!   `refs/paddock/*` (plus, on the user's explicit `merge` or `apply`, the target branch,
+//!   its checkouts and the main checkout: `land`), and changes no owner or mode there.
+//!   Read-only merges write their objects into a quarantine (`merge`). Its lock lives
+//!   under `$PADDOCK_HOME/locks`, not in the repository.
 //! - Metadata mutations on one repository hold that lock, so parallel `paddock` processes
 //!   never race on `packed-refs.lock`.
 
@@ -26,7 +28,9 @@ use crate::store::FileLock;
 
 mod call;
 pub mod jobdir;
+mod land;
 mod legacy;
+pub mod merge;
 mod reads;
 pub mod scratch;
 pub mod sync;
@@ -77,6 +81,19 @@ pub enum GitError {
     },
     #[error("refused the job's sync stream `{path}`: {message}")]
     BadSync { path: PathBuf, message: String },
+    #[error("git {found} is too old: `git merge-tree --write-tree` needs git {needed} or newer")]
+    TooOld { found: String, needed: String },
+    #[error(
+        "refusing to update branch `{branch}`: its checkout `{path}` has uncommitted changes ({})",
+        files.join(", ")
+    )]
+    DirtyCheckout {
+        branch: String,
+        path: PathBuf,
+        files: Vec<String>,
+    },
+    #[error("`{repo}` is a bare repository: there is no working tree to apply to")]
+    NoCheckout { repo: PathBuf },
     #[error("git read task failed: {0}")]
     Join(String),
 }

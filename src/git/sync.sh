@@ -62,7 +62,12 @@ tip=$1 head=$2 have_base=$3 have_tip=$4 have_state=$5
 
 state=-
 if [ "$snapshot" = 1 ]; then
-  if ! cp "$GIT_DIR/index" "$index" 2>/dev/null; then
+  # The copy keeps the index's mtime, which git's racy-clean check compares file mtimes
+  # with: a fresh mtime would hide a same-size edit made in the second of the last index
+  # write (`git add -A` would trust the stale stat data).
+  if cp "$GIT_DIR/index" "$index" 2>/dev/null; then
+    touch -r "$GIT_DIR/index" "$index" 2>/dev/null || :
+  else
     rm -f "$index"
     if [ -n "$head" ]; then GIT_INDEX_FILE=$index g read-tree "$head" 2>/dev/null || rm -f "$index"; fi
   fi

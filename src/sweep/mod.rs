@@ -10,11 +10,13 @@
 //! | record still `creating` whose creating process is dead | remove the job (nothing ran in it) |
 //! | record whose worktree is gone | remove the job (branch under the policy) |
 //! | stale record (finished, idle, or too old) | remove the job exactly as `rm` does |
+//! | with `merged`: a job whose branch is merged into its base branch | remove it as `rm` does, the branch too if still merged after the last sync |
 //! | record whose container is gone | keep; the next exec recreates it |
 //! | container with our labels and no record | remove it (both labels checked first) |
 //! | directory under our worktree root with no record | snapshot what it holds, then remove it, if it carries our marker |
 //! | git worktree entry under our root whose directory is gone (even if locked) | unlock and prune |
 //! | `index.lock` in a job's git dir older than the threshold and open by no process | remove it |
+//! | a merge quarantine (`tmp/merge-*`) older than an hour | remove it |
 //!
 //! One lock per install (`sweep.lock`) keeps a cron sweep and the daemon's sweeper from acting
 //! at once: the second waits for the first, then finds nothing left to do.
@@ -55,6 +57,8 @@ pub struct SweepOptions {
     pub health_check: bool,
     /// An `index.lock` older than this, held by no process, is removed.
     pub index_lock_age: Duration,
+    /// Jobs whose branch is merged into their base branch are removed, with the branch.
+    pub merged: bool,
 }
 
 /// One thing the sweep found.
@@ -232,13 +236,19 @@ impl Paddock {
             let reason = self
                 .job_verdict(record, options, containers.as_deref(), &mut report)
                 .await;
-            let Some(reason) = reason else { continue };
+            let Some((reason, merged)) = reason else {
+                continue;
+            };
             if options.dry_run {
                 report.removed("job", name, reason);
                 continue;
             }
             let remove = RemoveOptions {
-                branch_policy: options.branch_policy,
+                branch_policy: if merged {
+                    BranchPolicy::DeleteIfMerged
+                } else {
+                    options.branch_policy
+                },
                 force: false,
             };
             match self.remove(record.id.as_str(), remove).await {
@@ -263,6 +273,9 @@ impl Paddock {
         self.reap_orphan_worktrees(options, &mut report).await;
         self.prune_git_worktrees(options, &mut report).await;
         self.clear_stale_index_locks(options, &mut report);
+        if !options.dry_run {
+            self.clear_stale_quarantines();
+        }
         self.emit(
             EventKind::SweepDone,
             None,
@@ -277,9 +290,37 @@ impl Paddock {
         Ok(report)
     }
 
-    /// Decides what to do with one recorded job: `Some(reason)` to remove it; `None` to keep
-    /// it (recorded in the report with why).
+    /// Decides what to do with one recorded job: `Some((reason, merged))` to remove it
+    /// (`merged`: because its branch is merged); `None` to keep it (recorded in the report
+    /// with why).
     async fn job_verdict(
+        &self,
+        record: &JobRecord,
+        options: &SweepOptions,
+        containers: Option<&[runtime::Sandbox]>,
+        report: &mut SweepReport,
+    ) -> Option<(String, bool)> {
+        let verdict = self
+            .stale_or_kept(record, options, containers, report)
+            .await
+            .map(|reason| (reason, false));
+        // An exec in progress may be adding work: a running job is never taken as merged.
+        if verdict.is_none()
+            && options.merged
+            && !matches!(
+                record.state,
+                JobState::Queued | JobState::Creating | JobState::Running
+            )
+            && let Ok(status) = self.merge_status(record).await
+            && status.merged
+        {
+            report.kept.retain(|item| item.name != record.id.as_str());
+            return Some((format!("merged into {}", status.base), true));
+        }
+        verdict
+    }
+
+    async fn stale_or_kept(
         &self,
         record: &JobRecord,
         options: &SweepOptions,

@@ -23,7 +23,11 @@ impl Daemon {
 
     /// A daemon whose own PADDOCK_RUNTIME is `runtime`.
     pub(crate) fn start_with_runtime(home: &TestHome, extra: &[&str], runtime: &str) -> Daemon {
-        let mut args = vec!["serve", "--sweep-interval", "1h"];
+        let mut args = vec!["serve"];
+        // A test's own interval replaces the default hour.
+        if !extra.contains(&"--sweep-interval") {
+            args.extend(["--sweep-interval", "1h"]);
+        }
         args.extend_from_slice(extra);
         let child = home
             .cmd(&args)

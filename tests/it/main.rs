@@ -22,6 +22,7 @@ mod idempotency;
 mod installs;
 mod jobsetup;
 mod mcp;
+mod merge;
 mod ports;
 mod process;
 mod setup_network;

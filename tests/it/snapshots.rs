@@ -31,6 +31,9 @@ const COMMANDS: &[&str] = &[
     "cp",
     "cat",
     "mcp",
+    "conflicts",
+    "merge",
+    "apply",
     "image",
     "image build",
     "doctor",
@@ -197,6 +200,14 @@ fn json_shapes_and_human_tables() {
     insta::assert_snapshot!("show_human", scrub.text(&home.ok(&["show", &id])));
     insta::assert_json_snapshot!("log_json", scrub.json(&home.json(&["log", &id, "--json"])));
     insta::assert_snapshot!("diff_stat", scrub.text(&home.ok(&["diff", &id, "--stat"])));
+    insta::assert_json_snapshot!(
+        "conflicts_json",
+        scrub.json(&home.json(&["conflicts", "--json"]))
+    );
+    insta::assert_json_snapshot!(
+        "merge_json",
+        scrub.json(&home.json(&["merge", &id, "--squash", "--json"]))
+    );
     insta::assert_json_snapshot!(
         "config_show_json",
         scrub.json(&home.json(&["config", "show", "--repo", &path, "--json"]))

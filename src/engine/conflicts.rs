@@ -1,0 +1,405 @@
+//! `conflicts` and the merged mark: each job's branch against its base branch, and pairs of
+//! jobs against each other, computed with `git merge-tree` in a quarantine (see
+//! `git::merge`): no working tree, index or ref is touched, and no object is written into
+//! the user's repository.
+//!
+//! A job's base branch is its recorded base when that names a branch (`HEAD`: the branch the
+//! repository has checked out now); a tag or commit base does not move. One job's answer
+//! against its base is cached in `jobs/<id>/merge-status.json`, keyed by the branch tip, the
+//! base and its tip, so `ls` reads files and refs and runs git only for jobs whose branch or
+//! base moved. `watch_conflicts` (the daemon's sweep tick) turns a change of that answer into
+//! `job.conflict` / `job.conflict_resolved` events, remembering what it last told in
+//! `jobs/<id>/merge-notified`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Paddock, Result};
+use crate::git::GitRepo;
+use crate::git::merge::MergeSession;
+use crate::job::{JobId, JobRecord, JobState};
+use crate::wire::{ConflictsQuery, ConflictsReport, EventKind, JobConflicts, JobPair, MergeStatus};
+
+/// A job's branch and base, as the user's repository has them now.
+#[derive(Debug, Clone)]
+pub(crate) struct Facts {
+    /// The base branch (or the ref given, or the recorded base when it is no branch).
+    pub base: String,
+    /// Whether `base` is a branch of the repository.
+    pub base_is_branch: bool,
+    pub base_tip: String,
+    pub branch_tip: Option<String>,
+}
+
+/// The cached answer for one (branch tip, base, base tip).
+#[derive(Debug, Serialize, Deserialize)]
+struct Cached {
+    branch_tip: String,
+    base: String,
+    base_tip: String,
+    status: MergeStatus,
+}
+
+/// Merges computed on demand in one read-only session per repository (made on first need).
+pub(crate) struct Checker<'a> {
+    paddock: &'a Paddock,
+    pub repo: GitRepo,
+    session: Option<MergeSession>,
+}
+
+impl<'a> Checker<'a> {
+    pub fn new(paddock: &'a Paddock, repo: GitRepo) -> Checker<'a> {
+        Checker {
+            paddock,
+            repo,
+            session: None,
+        }
+    }
+
+    pub async fn session(&mut self) -> Result<&MergeSession> {
+        if self.session.is_none() {
+            let tmp = self.paddock.home().root().join("tmp");
+            self.session = Some(self.repo.read_only_merges(&tmp, &[]).await?);
+        }
+        Ok(self.session.as_ref().expect("made above"))
+    }
+
+    /// The job's branch against `facts.base`, from the cache when its key matches.
+    pub async fn status(&mut self, record: &JobRecord, facts: &Facts) -> Result<MergeStatus> {
+        let untouched = MergeStatus {
+            base: facts.base.clone(),
+            base_tip: facts.base_tip.clone(),
+            branch_tip: facts.branch_tip.clone(),
+            merged: false,
+            clean: true,
+            files: Vec::new(),
+            conflicts: Vec::new(),
+        };
+        let Some(tip) = facts.branch_tip.clone() else {
+            return Ok(untouched);
+        };
+        // A branch still at its base (a job that made no commit): nothing to ask git.
+        if tip == facts.base_tip || tip == record.base_commit {
+            return Ok(untouched);
+        }
+        let cache = self
+            .paddock
+            .home()
+            .job_dir(&record.id)
+            .join("merge-status.json");
+        if let Ok(bytes) = std::fs::read(&cache)
+            && let Ok(cached) = serde_json::from_slice::<Cached>(&bytes)
+            && cached.branch_tip == tip
+            && cached.base == facts.base
+            && cached.base_tip == facts.base_tip
+        {
+            return Ok(cached.status);
+        }
+        let repo = self.repo.clone();
+        // Commits beyond the job's base commit: a branch with none has nothing to be merged.
+        let ahead = !repo.is_ancestor(&tip, &record.base_commit).await?;
+        let files = repo.changed_since_merge_base(&facts.base_tip, &tip).await?;
+        let (merged, conflicts) = if repo.is_ancestor(&tip, &facts.base_tip).await? {
+            (ahead, Vec::new())
+        } else {
+            let outcome = self
+                .session()
+                .await?
+                .merge_tree(&facts.base_tip, &tip, None)
+                .await?;
+            let same_tree = outcome.tree == repo.tree_of(&facts.base_tip).await?;
+            (ahead && outcome.clean() && same_tree, outcome.conflicts)
+        };
+        let status = MergeStatus {
+            base: facts.base.clone(),
+            base_tip: facts.base_tip.clone(),
+            branch_tip: Some(tip.clone()),
+            merged,
+            clean: conflicts.is_empty(),
+            files,
+            conflicts,
+        };
+        let cached = Cached {
+            branch_tip: tip,
+            base: facts.base.clone(),
+            base_tip: facts.base_tip.clone(),
+            status: status.clone(),
+        };
+        // A cache that cannot be written (the job's dir is gone mid-removal) costs a recompute.
+        if cache.parent().is_some_and(Path::is_dir) {
+            let bytes = serde_json::to_vec(&cached).expect("a status serializes");
+            let _ = crate::atomic::write_atomic(&cache, &bytes, false);
+        }
+        Ok(status)
+    }
+}
+
+/// Whether a job has a branch to look at (a queued or half-made job has none yet).
+fn has_branch(record: &JobRecord) -> bool {
+    !matches!(record.state, JobState::Queued | JobState::Creating) && !record.is_legacy()
+}
+
+impl Paddock {
+    /// The branch tips and bases of `records` (all of `repo`), read in one open; with
+    /// `base`, that ref (resolved here) is every job's base.
+    pub(crate) async fn facts(
+        &self,
+        repo: &GitRepo,
+        records: &[&JobRecord],
+        base: Option<&str>,
+    ) -> Result<Vec<Facts>> {
+        let head = if base.is_none() && records.iter().any(|r| r.base == "HEAD") {
+            repo.head_branch().await?
+        } else {
+            None
+        };
+        let candidate = |record: &JobRecord| -> Option<String> {
+            let name = base.unwrap_or(&record.base);
+            let name = name.strip_prefix("refs/heads/").unwrap_or(name);
+            if name == "HEAD" {
+                head.clone()
+            } else {
+                Some(name.to_string())
+            }
+        };
+        let mut refs = Vec::new();
+        for record in records {
+            refs.push(format!("refs/heads/{}", record.branch));
+            refs.push(candidate(record).map_or_else(String::new, |b| format!("refs/heads/{b}")));
+        }
+        let tips = repo.ref_targets(refs).await?;
+        let given = match base {
+            Some(base) => Some(repo.resolve_commit(base).await?),
+            None => None,
+        };
+        Ok(records
+            .iter()
+            .zip(tips.chunks(2))
+            .map(|(record, tips)| {
+                let (branch_tip, base_branch_tip) = (tips[0].clone(), tips[1].clone());
+                match (base_branch_tip, &given) {
+                    (Some(tip), _) => Facts {
+                        base: candidate(record).expect("a tip means a branch"),
+                        base_is_branch: true,
+                        base_tip: tip,
+                        branch_tip,
+                    },
+                    (None, Some(given)) => Facts {
+                        base: base.unwrap_or_default().to_string(),
+                        base_is_branch: false,
+                        base_tip: given.clone(),
+                        branch_tip,
+                    },
+                    (None, None) => Facts {
+                        base: record.base.clone(),
+                        base_is_branch: false,
+                        base_tip: record.base_commit.clone(),
+                        branch_tip,
+                    },
+                }
+            })
+            .collect())
+    }
+
+    /// One job's branch against its base branch (cached; see the module docs).
+    pub(crate) async fn merge_status(&self, record: &JobRecord) -> Result<MergeStatus> {
+        let repo = self.repo_of(record);
+        let facts = self.facts(&repo, &[record], None).await?;
+        Checker::new(self, repo).status(record, &facts[0]).await
+    }
+
+    /// The merged mark of each job that has a branch (`ls`); a job whose answer cannot be
+    /// had is left out.
+    pub(crate) async fn merged_marks(&self, records: &[JobRecord]) -> HashMap<JobId, bool> {
+        let mut marks = HashMap::new();
+        for (repo, group) in by_repo(self, records.iter().filter(|r| has_branch(r))) {
+            let Ok(facts) = self.facts(&repo, &group, None).await else {
+                continue;
+            };
+            let mut checker = Checker::new(self, repo);
+            for (record, facts) in group.iter().zip(&facts) {
+                if let Ok(status) = checker.status(record, facts).await {
+                    marks.insert(record.id.clone(), status.merged);
+                }
+            }
+        }
+        marks
+    }
+
+    /// `conflicts`: each job against its base (or `query.base`), and each pair of jobs of
+    /// one repository that change a file in common, merged with each other.
+    pub async fn conflicts(&self, query: &ConflictsQuery) -> Result<ConflictsReport> {
+        let records = if query.jobs.is_empty() {
+            self.list(query.repo.as_deref())
+                .await?
+                .into_iter()
+                .filter(has_branch)
+                .collect()
+        } else {
+            let mut records = Vec::new();
+            for id in &query.jobs {
+                let record = self.load(id)?;
+                if !has_branch(&record) {
+                    return Err(super::Error::NotRunnable {
+                        id: record.id.clone(),
+                        state: record.state,
+                    });
+                }
+                records.push(record);
+            }
+            records
+        };
+        let mut report = ConflictsReport {
+            jobs: Vec::new(),
+            pairs: Vec::new(),
+        };
+        for (repo, group) in by_repo(self, records.iter()) {
+            let facts = self.facts(&repo, &group, query.base.as_deref()).await?;
+            let mut checker = Checker::new(self, repo);
+            let first = report.jobs.len();
+            for (record, facts) in group.iter().zip(&facts) {
+                report.jobs.push(JobConflicts {
+                    id: record.id.clone(),
+                    branch: record.branch.clone(),
+                    status: checker.status(record, facts).await?,
+                });
+            }
+            let jobs = &report.jobs[first..];
+            for (i, a) in jobs.iter().enumerate() {
+                for b in &jobs[i + 1..] {
+                    let (Some(tip_a), Some(tip_b)) = (&a.status.branch_tip, &b.status.branch_tip)
+                    else {
+                        continue;
+                    };
+                    let shared: Vec<String> = a
+                        .status
+                        .files
+                        .iter()
+                        .filter(|f| b.status.files.contains(f))
+                        .cloned()
+                        .collect();
+                    if shared.is_empty() {
+                        continue;
+                    }
+                    let outcome = checker
+                        .session()
+                        .await?
+                        .merge_tree(tip_a, tip_b, None)
+                        .await?;
+                    report.pairs.push(JobPair {
+                        jobs: [a.id.clone(), b.id.clone()],
+                        shared_files: shared,
+                        clean: outcome.clean(),
+                        conflicts: outcome.conflicts,
+                    });
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Tells subscribers when a job's branch starts or stops conflicting with its base
+    /// branch (after the base or the branch moved): `job.conflict` with the files,
+    /// `job.conflict_resolved`. Run at each of the daemon's sweeps.
+    pub async fn watch_conflicts(&self) {
+        let Ok((records, _)) = self.store().list() else {
+            return;
+        };
+        for (repo, group) in by_repo(self, records.iter().filter(|r| has_branch(r))) {
+            let Ok(facts) = self.facts(&repo, &group, None).await else {
+                continue;
+            };
+            let mut checker = Checker::new(self, repo);
+            for (record, facts) in group.iter().zip(&facts) {
+                if facts.branch_tip.is_none() {
+                    continue;
+                }
+                let status = match checker.status(record, facts).await {
+                    Ok(status) => status,
+                    Err(error) => {
+                        tracing::debug!(job = %record.id, %error, "conflict check failed");
+                        continue;
+                    }
+                };
+                self.notify_conflict(record, &status);
+            }
+        }
+    }
+
+    fn notify_conflict(&self, record: &JobRecord, status: &MergeStatus) {
+        let marker = self.home().job_dir(&record.id).join("merge-notified");
+        let told_conflict = marker.exists();
+        let conflicting = !status.clean;
+        if conflicting == told_conflict || !marker.parent().is_some_and(Path::is_dir) {
+            return;
+        }
+        let written = if conflicting {
+            crate::atomic::write_atomic(&marker, status.base_tip.as_bytes(), false)
+        } else {
+            std::fs::remove_file(&marker)
+        };
+        if written.is_err() {
+            return;
+        }
+        let (kind, detail) = if conflicting {
+            (
+                EventKind::JobConflict,
+                serde_json::json!({
+                    "base": status.base, "base_tip": status.base_tip,
+                    "branch_tip": status.branch_tip, "files": status.conflicts,
+                }),
+            )
+        } else {
+            (
+                EventKind::JobConflictResolved,
+                serde_json::json!({
+                    "base": status.base, "base_tip": status.base_tip,
+                    "branch_tip": status.branch_tip,
+                }),
+            )
+        };
+        self.emit(kind, Some(&record.id), None, detail);
+    }
+}
+
+impl Paddock {
+    /// Removes merge quarantines (`tmp/merge-*`) older than an hour: a process killed in
+    /// the middle of a merge leaves one behind. Returns how many went.
+    pub fn clear_stale_quarantines(&self) -> usize {
+        let Ok(entries) = std::fs::read_dir(self.home().root().join("tmp")) else {
+            return 0;
+        };
+        let hour = std::time::Duration::from_secs(3600);
+        entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("merge-"))
+            .filter(|e| {
+                e.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > hour))
+            })
+            .filter(|e| std::fs::remove_dir_all(e.path()).is_ok())
+            .count()
+    }
+}
+
+/// `records` grouped by repository (in the order first seen).
+fn by_repo<'r>(
+    paddock: &Paddock,
+    records: impl Iterator<Item = &'r JobRecord>,
+) -> Vec<(GitRepo, Vec<&'r JobRecord>)> {
+    let mut groups: BTreeMap<PathBuf, usize> = BTreeMap::new();
+    let mut out: Vec<(GitRepo, Vec<&JobRecord>)> = Vec::new();
+    for record in records {
+        match groups.get(&record.git_common_dir) {
+            Some(&i) => out[i].1.push(record),
+            None => {
+                groups.insert(record.git_common_dir.clone(), out.len());
+                out.push((paddock.repo_of(record), vec![record]));
+            }
+        }
+    }
+    out
+}
