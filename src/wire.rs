@@ -340,6 +340,10 @@ pub struct JobView {
     /// (also after a squash or rebase merge); null when unknown (`ls`, `show`).
     #[serde(default)]
     pub merged: Option<bool>,
+    /// Whether the job's branch would conflict with its base branch now; null when unknown
+    /// (`ls`, `show`; `paddock conflicts` lists the files).
+    #[serde(default)]
+    pub conflicts: Option<bool>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -372,6 +376,7 @@ impl From<&JobRecord> for JobView {
             copied: record.copied.clone(),
             setup: record.setup.clone(),
             merged: None,
+            conflicts: None,
         }
     }
 }

@@ -80,7 +80,7 @@ pub fn job_table(rows: &[JobRow], now: DateTime<Utc>) -> String {
         return r#"<p class="empty" id="no-jobs">No jobs. Create one with <code>paddock create</code>.</p>"#.into();
     }
     let mut out = String::from(
-        r#"<table class="jobs" id="jobs-table"><thead><tr><th>id</th><th>agent</th><th>task</th><th>branch</th><th>state</th><th>runtime</th><th>container</th><th>cpu now / limit</th><th>memory now / limit</th><th>age</th><th>idle</th><th>ahead / behind</th></tr></thead><tbody>"#,
+        r#"<table class="jobs" id="jobs-table"><thead><tr><th>id</th><th>agent</th><th>task</th><th>branch</th><th>state</th><th>runtime</th><th>container</th><th>cpu now / limit</th><th>memory now / limit</th><th>age</th><th>idle</th><th>ahead / behind</th><th>base</th></tr></thead><tbody>"#,
     );
     for row in rows {
         let view = &row.view;
@@ -102,12 +102,19 @@ pub fn job_table(rows: &[JobRow], now: DateTime<Utc>) -> String {
         } else {
             ago(now, view.last_activity_at)
         };
+        // Against the job's base branch now: what `paddock conflicts` would say of it alone.
+        let merge = match (view.merged, view.conflicts) {
+            (Some(true), _) => "merged",
+            (_, Some(true)) => "conflicts",
+            (_, Some(false)) => "clean",
+            _ => "—",
+        };
         let ahead = row
             .ahead_behind
             .map_or("—".into(), |(a, b)| format!("{a} / {b}"));
         let _ = write!(
             out,
-            r#"<tr data-job="{id_attr}" data-state="{state_attr}"><td><a href="/jobs/{id_url}">{id_html}</a></td><td>{agent}</td><td>{task}</td><td><code>{branch}</code></td><td><span class="state state-{state_attr}">{state_html}</span></td><td>{runtime}</td><td class="container">{container}</td><td>{cpu} / {cpus}</td><td>{memory} / {limit}</td><td>{age}</td><td>{idle}</td><td>{ahead}</td></tr>"#,
+            r#"<tr data-job="{id_attr}" data-state="{state_attr}"><td><a href="/jobs/{id_url}">{id_html}</a></td><td>{agent}</td><td>{task}</td><td><code>{branch}</code></td><td><span class="state state-{state_attr}">{state_html}</span></td><td>{runtime}</td><td class="container">{container}</td><td>{cpu} / {cpus}</td><td>{memory} / {limit}</td><td>{age}</td><td>{idle}</td><td>{ahead}</td><td class="merge merge-{merge}">{merge}</td></tr>"#,
             id_attr = esc(&id),
             id_url = seg(&id),
             id_html = esc(&id),

@@ -210,9 +210,9 @@ impl Paddock {
         Checker::new(self, repo).status(record, &facts[0]).await
     }
 
-    /// The merged mark of each job that has a branch (`ls`); a job whose answer cannot be
-    /// had is left out.
-    pub(crate) async fn merged_marks(&self, records: &[JobRecord]) -> HashMap<JobId, bool> {
+    /// The (merged, merges cleanly) marks of each job that has a branch (`ls`); a job whose
+    /// answer cannot be had is left out.
+    pub(crate) async fn merge_marks(&self, records: &[JobRecord]) -> HashMap<JobId, (bool, bool)> {
         let mut marks = HashMap::new();
         for (repo, group) in by_repo(self, records.iter().filter(|r| has_branch(r))) {
             let Ok(facts) = self.facts(&repo, &group, None).await else {
@@ -221,7 +221,7 @@ impl Paddock {
             let mut checker = Checker::new(self, repo);
             for (record, facts) in group.iter().zip(&facts) {
                 if let Ok(status) = checker.status(record, facts).await {
-                    marks.insert(record.id.clone(), status.merged);
+                    marks.insert(record.id.clone(), (status.merged, status.clean));
                 }
             }
         }

@@ -21,13 +21,17 @@ impl Paddock {
         Ok(records)
     }
 
-    /// The views of `records` with the merged mark of each (`ls`, `GET /v1/jobs`).
+    /// The views of `records` with the merged and conflicts marks of each (`ls`,
+    /// `GET /v1/jobs`).
     pub async fn list_views(&self, repo: Option<&Path>) -> Result<Vec<JobView>> {
         let records = self.list(repo).await?;
-        let marks = self.merged_marks(&records).await;
+        let marks = self.merge_marks(&records).await;
         let mut views = self.views(&records);
         for view in &mut views {
-            view.merged = marks.get(&view.id).copied();
+            if let Some(&(merged, clean)) = marks.get(&view.id) {
+                view.merged = Some(merged);
+                view.conflicts = Some(!clean);
+            }
         }
         Ok(views)
     }
@@ -72,6 +76,7 @@ impl Paddock {
             self.merge_status(&record).await.ok()
         };
         view.merged = merge.as_ref().map(|m| m.merged);
+        view.conflicts = merge.as_ref().map(|m| !m.clean);
         Ok(JobDetails {
             view,
             changes,

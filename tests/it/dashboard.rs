@@ -13,7 +13,7 @@ use std::process::{Child, Stdio};
 
 use crate::api::Daemon;
 use crate::browser::{Browser, chromium};
-use crate::fixtures::{FixtureRepo, TestHome};
+use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image};
 
 fn artifacts() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -77,21 +77,37 @@ fn dashboard_in_a_browser_shows_jobs_live_and_a_diff_only_after_sign_in() {
         }
         panic!("the browser test needs chromium (apt-get install chromium)");
     };
+    if !docker_available("dashboard_in_a_browser_shows_jobs_live_and_a_diff_only_after_sign_in") {
+        return;
+    }
     let home = TestHome::new();
     let repo = FixtureRepo::new();
-    let daemon = Daemon::start(&home, &[]);
+    // Docker jobs (the daemon's runtime), so the table has containers to show.
+    let daemon = Daemon::start_with_runtime(&home, &[], "docker");
+    let image = test_image();
     for (id, task) in [
         ("dash-one", "parse"),
         ("dash-two", "lint"),
         ("dash-three", "docs"),
     ] {
-        home.create(&repo, &["--id", id, "--agent", "claude", "--task", task]);
+        home.create(
+            &repo,
+            &[
+                "--id", id, "--agent", "claude", "--task", task, "--image", &image,
+            ],
+        );
     }
-    // Work on one job, to find in its diff.
+    // Work on one job, to find in its diff; another edits the same line as main will.
     home.sh(
         "dash-one",
         "printf 'fn dashboard_marker() {}\\n' > marker.rs && git add marker.rs && git commit -qm 'add the marker'",
     );
+    home.sh(
+        "dash-three",
+        "echo 'three says' > README.md && git commit -qam 'three edits the readme'",
+    );
+    repo.write("README.md", "main says\n");
+    repo.commit_all("main edits the readme");
     let dashboard = DashboardCommand::start(&home);
     assert!(
         dashboard.url.starts_with("http://127.0.0.1:"),
@@ -139,6 +155,19 @@ fn dashboard_in_a_browser_shows_jobs_live_and_a_diff_only_after_sign_in() {
             id,
         );
     }
+    // Container states and the conflicts flag (dash-three against main).
+    browser.wait_for(
+        "document.querySelector('tr[data-job=\"dash-one\"] .container')?.innerText.includes('running')",
+        "dash-one's container running",
+    );
+    browser.wait_for(
+        "document.querySelector('tr[data-job=\"dash-three\"] .merge')?.innerText === 'conflicts'",
+        "dash-three's conflicts flag",
+    );
+    browser.wait_for(
+        "document.querySelector('tr[data-job=\"dash-one\"] .merge')?.innerText === 'clean'",
+        "dash-one merges cleanly",
+    );
     let cookie_visible = browser.eval("document.cookie");
     assert_eq!(
         cookie_visible,
@@ -164,7 +193,16 @@ fn dashboard_in_a_browser_shows_jobs_live_and_a_diff_only_after_sign_in() {
     browser.eval("window.__not_reloaded = 42");
     home.create(
         &repo,
-        &["--id", "dash-four", "--agent", "codex", "--task", "late"],
+        &[
+            "--id",
+            "dash-four",
+            "--agent",
+            "codex",
+            "--task",
+            "late",
+            "--image",
+            &image,
+        ],
     );
     browser.wait_for(
         &format!("{} === 'ready'", state_of("dash-four")),
@@ -184,6 +222,10 @@ fn dashboard_in_a_browser_shows_jobs_live_and_a_diff_only_after_sign_in() {
     browser.wait_for(
         &format!("{} === 'failed'", state_of("dash-two")),
         "dash-two stopped",
+    );
+    browser.wait_for(
+        "document.querySelector('tr[data-job=\"dash-two\"] .container')?.innerText.includes('exited')",
+        "dash-two's container exited",
     );
     let _ = running.wait();
     assert_eq!(browser.eval("window.__not_reloaded"), serde_json::json!(42));
