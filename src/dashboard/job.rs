@@ -1,13 +1,15 @@
 //! The job page: the job's fields, its actions (stop, remove with the wip-snapshot rule),
 //! its execs with exit codes and durations, the last exec's output (followed live by the
-//! script), its commits and its diff per file. Renders `wire` types only.
+//! script), its commits, its egress proxy's last decisions and its diff per file. Renders
+//! `wire` types (and the proxy's log lines) only.
 
 use std::fmt::Write;
 
 use chrono::{DateTime, Utc};
 
 use super::html::{JobRow, csrf_field, diff, esc, page, seg};
-use crate::units::format_age;
+use crate::egress::proxy::Decision;
+use crate::units::{format_age, format_size};
 use crate::wire::{CommitInfo, ExecInfo, ExecState};
 
 /// What the job page shows; each read that failed carries its message instead.
@@ -18,6 +20,8 @@ pub struct JobPage {
     pub output: Option<(String, String, u64)>,
     pub commits: Result<Vec<CommitInfo>, String>,
     pub diff: Result<String, String>,
+    /// The last decisions of the job's egress proxy (`allowlist` jobs).
+    pub egress: Vec<Decision>,
     pub csrf: String,
 }
 
@@ -77,12 +81,43 @@ pub fn render(job: &JobPage, now: DateTime<Utc>) -> String {
         Err(message) => body.push_str(&error_note(message)),
     }
 
+    if !job.egress.is_empty() {
+        body.push_str(&egress_table(&job.egress, now));
+    }
+
     body.push_str("<h2>Diff against the base</h2>");
     match &job.diff {
         Ok(patch) => body.push_str(&diff(patch)),
         Err(message) => body.push_str(&error_note(message)),
     }
     page(&format!("job {id}"), &body, true)
+}
+
+/// The proxy's last decisions, newest first: what the job tried to reach and the answer.
+fn egress_table(decisions: &[Decision], now: DateTime<Utc>) -> String {
+    let mut out = String::from(
+        r#"<h2>Egress</h2><table class="egress" id="egress"><thead><tr><th>when</th><th>method</th><th>destination</th><th>decision</th><th>reason</th><th>bytes up / down</th></tr></thead><tbody>"#,
+    );
+    for decision in decisions.iter().rev() {
+        let verdict = if decision.allowed {
+            "allowed"
+        } else {
+            "refused"
+        };
+        let _ = write!(
+            out,
+            r#"<tr><td>{} ago</td><td>{}</td><td><code>{}:{}</code></td><td class="egress-{verdict}">{verdict}</td><td>{}</td><td>{} / {}</td></tr>"#,
+            format_age(now - decision.at),
+            esc(&decision.method),
+            esc(&decision.host),
+            decision.port,
+            esc(&decision.reason),
+            format_size(decision.bytes_up),
+            format_size(decision.bytes_down),
+        );
+    }
+    out.push_str("</tbody></table>");
+    out
 }
 
 fn error_note(message: &str) -> String {

@@ -202,6 +202,7 @@ async fn job_page(
         output,
         commits,
         diff,
+        egress: paddock.egress_decisions(&id, 50).await.unwrap_or_default(),
         csrf: caller.csrf().to_string(),
     };
     html(StatusCode::OK, job::render(&page, chrono::Utc::now()))

@@ -117,4 +117,32 @@ impl Paddock {
         read.retain(|id, _| seen.contains(id));
         denied
     }
+
+    /// The last `count` decisions of the job's egress proxy, oldest first (the dashboard's
+    /// job page); empty for a job without a proxy. Reads at most the log's last 256 KiB.
+    pub async fn egress_decisions(&self, id: &str, count: usize) -> Result<Vec<Decision>> {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        const TAIL: u64 = 256 * 1024;
+        let record = self.load(id)?;
+        let path = self.home.logs_dir(&record.id).join("egress.jsonl");
+        let Ok(mut file) = tokio::fs::File::open(&path).await else {
+            return Ok(Vec::new());
+        };
+        let length = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+        let from = length.saturating_sub(TAIL);
+        let mut tail = Vec::new();
+        if file.seek(std::io::SeekFrom::Start(from)).await.is_err()
+            || file.read_to_end(&mut tail).await.is_err()
+        {
+            return Ok(Vec::new());
+        }
+        // A cut first line (the tail started mid-line) does not parse and is skipped.
+        let mut decisions: Vec<Decision> = tail
+            .split(|b| *b == b'\n')
+            .filter_map(|line| serde_json::from_slice(line).ok())
+            .collect();
+        let skip = decisions.len().saturating_sub(count);
+        decisions.drain(..skip);
+        Ok(decisions)
+    }
 }

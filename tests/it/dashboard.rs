@@ -247,6 +247,28 @@ fn dashboard_in_a_browser_shows_jobs_live_and_a_diff_only_after_sign_in() {
     );
     browser.screenshot(&artifacts().join("dashboard-job.png"));
 
+    // An allowlist job's page lists what its proxy refused.
+    home.create(
+        &repo,
+        &[
+            "--id",
+            "dash-five",
+            "--allow",
+            "example.org",
+            "--image",
+            &image,
+        ],
+    );
+    home.sh(
+        "dash-five",
+        r#"bash -c 'h=${HTTPS_PROXY#http://}; exec 3<>/dev/tcp/${h%:*}/${h##*:}; printf "CONNECT denied.example:443 HTTP/1.1\r\nHost: denied.example\r\n\r\n" >&3; read -r -t 5 status <&3; echo "$status"'"#,
+    );
+    browser.navigate(&format!("{root}jobs/dash-five"));
+    browser.wait_for(
+        "document.getElementById('egress')?.innerText.includes('denied.example') && document.getElementById('egress').innerText.includes('refused')",
+        "the proxy's refusal",
+    );
+
     // Sweep, dry run first: nothing is removed by looking.
     browser.navigate(&format!("{root}sweep"));
     browser.wait_for(
@@ -254,7 +276,7 @@ fn dashboard_in_a_browser_shows_jobs_live_and_a_diff_only_after_sign_in() {
         "the dry run",
     );
     browser.screenshot(&artifacts().join("dashboard-sweep.png"));
-    assert_eq!(home.job_records(), 4);
+    assert_eq!(home.job_records(), 5);
 
     drop(browser);
     drop(dashboard);
