@@ -128,7 +128,7 @@ impl Paddock {
         let Ok(mut file) = tokio::fs::File::open(&path).await else {
             return Ok(Vec::new());
         };
-        let length = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+        let length = file.metadata().await.map_or(0, |m| m.len());
         let from = length.saturating_sub(TAIL);
         let mut tail = Vec::new();
         if file.seek(std::io::SeekFrom::Start(from)).await.is_err()
