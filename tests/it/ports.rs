@@ -17,9 +17,10 @@ fn serve_hello(home: &TestHome, id: &str) {
     home.ok(&["exec", id, "--", "sh", "-c", &script]);
 }
 
-/// What `address` answers, retried while the server inside starts.
-fn fetch(address: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
+/// What `address` answers, retried while the server inside starts (a loaded machine can
+/// take long to start perl in a container).
+fn fetch(address: &str, job: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let answer = TcpStream::connect(address).and_then(|mut stream| {
             stream.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -30,7 +31,20 @@ fn fetch(address: &str) -> String {
         });
         match answer {
             Ok(answer) if answer.contains("hello") => return answer,
-            _ if Instant::now() > deadline => panic!("{address} never answered: {answer:?}"),
+            _ if Instant::now() > deadline => {
+                let containers = std::process::Command::new("docker")
+                    .args([
+                        "ps",
+                        "-a",
+                        "--filter",
+                        &format!("name={job}"),
+                        "--format",
+                        "{{.Names}} {{.Status}} {{.Ports}}",
+                    ])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+                panic!("{address} of {job} never answered: {answer:?}; containers: {containers:?}")
+            }
             _ => std::thread::sleep(Duration::from_millis(200)),
         }
     }
@@ -64,7 +78,7 @@ fn jobs_serve_the_same_port_on_different_host_ports_whatever_their_network() {
             .clone();
         assert_eq!(listed["ports"], job["ports"], "{listed}");
         serve_hello(&home, &id);
-        let answer = fetch(&address);
+        let answer = fetch(&address, &id);
         assert!(answer.contains(&format!("hello from {id}")), "{answer}");
         addresses.push((id, address));
     }
@@ -88,7 +102,7 @@ fn jobs_serve_the_same_port_on_different_host_ports_whatever_their_network() {
     // A stopped job keeps its address and serves again once it runs.
     home.ok(&["stop", none_job]);
     serve_hello(&home, none_job);
-    assert!(fetch(none_address).contains(none_job.as_str()));
+    assert!(fetch(none_address, none_job).contains(none_job.as_str()));
     let shown = home.ok(&["show", none_job]);
     assert!(
         shown.contains(&format!("port      3000 -> {none_address}")),
