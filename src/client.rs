@@ -183,10 +183,7 @@ impl DaemonClient {
             .send(Method::POST, path, Some(body), "application/x-ndjson")
             .await?;
         if !response.status().is_success() {
-            let bytes = read_body(response).await?;
-            return Err(daemon_error(
-                &serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            ));
+            return Err(refusal(response).await);
         }
         let mut body = response.into_body();
         let mut pending = Vec::new();
@@ -239,10 +236,7 @@ impl DaemonClient {
             )
             .await?;
         if !response.status().is_success() {
-            let bytes = read_body(response).await?;
-            return Err(daemon_error(
-                &serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            ));
+            return Err(refusal(response).await);
         }
         let mut body = response.into_body();
         let mut pending = Vec::new();
@@ -277,10 +271,7 @@ impl DaemonClient {
     ) -> Result<(), Error> {
         let response = self.send(Method::GET, path, None, accept).await?;
         if !response.status().is_success() {
-            let bytes = read_body(response).await?;
-            return Err(daemon_error(
-                &serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            ));
+            return Err(refusal(response).await);
         }
         let mut body = response.into_body();
         while let Some(frame) = body.frame().await {
@@ -595,5 +586,13 @@ impl Operations for DaemonClient {
             encode(path)
         );
         self.call(Method::GET, &route, None).await
+    }
+}
+
+/// The daemon's error of a response that is not a success (its JSON body), read whole.
+async fn refusal(response: hyper::Response<hyper::body::Incoming>) -> Error {
+    match read_body(response).await {
+        Ok(bytes) => daemon_error(&serde_json::from_slice(&bytes).unwrap_or(Value::Null)),
+        Err(error) => error,
     }
 }

@@ -21,11 +21,13 @@ use crate::job::{JobId, JobRecord, JobState, Limits};
 use crate::units::{ByteSize, Cpus, HumanDuration};
 
 pub use crate::git::merge::ConflictFile;
+pub use files::{FileEntry, FileKind, FileList, FileWritten};
 pub use merges::{
     ApplyReport, ConflictsQuery, ConflictsReport, JobConflicts, JobPair, MergeReport, MergeRequest,
     MergeStatus, MergeStrategy,
 };
 
+mod files;
 mod merges;
 pub use crate::git::sync::WorkState;
 pub use crate::git::{CommitInfo, FileChange};
@@ -282,6 +284,30 @@ pub struct RemoveOptions {
     pub force: bool,
 }
 
+impl RemoveOptions {
+    /// The options of `rm`'s flags (and the same fields of the API, MCP and dashboard):
+    /// `--delete-branch` and `--keep-branch` win over a policy named, which wins over the
+    /// default (delete only a branch without commits).
+    pub fn from_flags(
+        delete_branch: bool,
+        keep_branch: bool,
+        policy: Option<BranchPolicy>,
+        force: bool,
+    ) -> RemoveOptions {
+        let branch_policy = if delete_branch {
+            BranchPolicy::Delete
+        } else if keep_branch {
+            BranchPolicy::Keep
+        } else {
+            policy.unwrap_or_default()
+        };
+        RemoveOptions {
+            branch_policy,
+            force,
+        }
+    }
+}
+
 /// What `remove` did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RemoveReport {
@@ -517,49 +543,6 @@ pub struct ExecInfo {
     pub pid: u32,
     /// Its deadline after `started_at` (timeout plus grace), in milliseconds.
     pub deadline_ms: u64,
-}
-
-/// What an entry of a job's workspace is (`file_list`, `GET /v1/jobs/{id}/files?list=true`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum FileKind {
-    File,
-    Dir,
-    /// Listed with its target, never followed by the file API.
-    Symlink,
-    /// A socket, FIFO or device.
-    Other,
-}
-
-/// One entry of a directory of a job's workspace.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct FileEntry {
-    pub name: String,
-    pub kind: FileKind,
-    /// Bytes (of a file; 0 for the others).
-    pub size: u64,
-    /// A symlink's target, as written in the link.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
-}
-
-/// A directory of a job's workspace, its entries sorted by name.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct FileList {
-    /// The directory, relative to the workspace (`""` for the workspace itself).
-    pub path: String,
-    pub entries: Vec<FileEntry>,
-}
-
-/// What a write to a job's workspace did: `PUT /v1/jobs/{id}/files`, `file_write`.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct FileWritten {
-    /// The file, relative to the workspace.
-    pub path: String,
-    /// Bytes written.
-    pub size: u64,
-    /// True when the file did not exist before.
-    pub created: bool,
 }
 
 /// The body of `POST /v1/dashboard` (`paddock dashboard`): where the dashboard listener

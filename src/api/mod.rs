@@ -357,16 +357,12 @@ pub(crate) struct RemoveQuery {
 
 impl RemoveQuery {
     pub(crate) fn options(&self) -> RemoveOptions {
-        RemoveOptions {
-            branch_policy: if self.delete_branch {
-                BranchPolicy::Delete
-            } else if self.keep_branch {
-                BranchPolicy::Keep
-            } else {
-                self.branch_policy.unwrap_or_default()
-            },
-            force: self.force,
-        }
+        RemoveOptions::from_flags(
+            self.delete_branch,
+            self.keep_branch,
+            self.branch_policy,
+            self.force,
+        )
     }
 }
 

@@ -4,7 +4,6 @@ use clap::Args;
 
 use super::exit;
 use super::render::print_json;
-use crate::config::BranchPolicy;
 use crate::error::Result;
 use crate::ops::Operations;
 use crate::wire::RemoveOptions;
@@ -26,17 +25,7 @@ pub struct RmArgs {
 }
 
 pub async fn run(ops: &impl Operations, args: RmArgs) -> Result<i32> {
-    let branch_policy = if args.delete_branch {
-        BranchPolicy::Delete
-    } else if args.keep_branch {
-        BranchPolicy::Keep
-    } else {
-        BranchPolicy::DeleteIfNoCommits
-    };
-    let options = RemoveOptions {
-        branch_policy,
-        force: args.force,
-    };
+    let options = RemoveOptions::from_flags(args.delete_branch, args.keep_branch, None, args.force);
     let report = ops.remove(&args.job, options).await?;
     if args.json {
         print_json(&report);

@@ -16,7 +16,6 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::{INVALID_PARAMS, RpcError};
-use crate::config::BranchPolicy;
 use crate::error::Error;
 use crate::ops::Operations;
 use crate::output::Discard;
@@ -461,17 +460,8 @@ async fn run_job_tool(
             json!({"job": job, "stopped": stopped})
         }
         Parsed::Remove(args) => {
-            let branch_policy = if args.delete_branch {
-                BranchPolicy::Delete
-            } else if args.keep_branch {
-                BranchPolicy::Keep
-            } else {
-                BranchPolicy::DeleteIfNoCommits
-            };
-            let options = RemoveOptions {
-                branch_policy,
-                force: args.force,
-            };
+            let options =
+                RemoveOptions::from_flags(args.delete_branch, args.keep_branch, None, args.force);
             value(ops.remove(job, options).await?)
         }
         Parsed::Read(args) => {

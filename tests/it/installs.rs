@@ -26,34 +26,6 @@ fn container_running(name: &str) -> bool {
     String::from_utf8_lossy(&out.stdout).trim() == "true"
 }
 
-/// Names of the containers and networks labelled with this install's home id.
-fn labelled(home: &TestHome) -> Vec<String> {
-    let Ok(id) = std::fs::read_to_string(home.root().join("home-id")) else {
-        return Vec::new();
-    };
-    let filter = format!("label=dev.paddock.home={}", id.trim());
-    let mut names = Vec::new();
-    for args in [
-        vec!["ps", "-a", "--format", "{{.Names}}", "--filter", &filter],
-        vec![
-            "network",
-            "ls",
-            "--format",
-            "{{.Name}}",
-            "--filter",
-            &filter,
-        ],
-    ] {
-        let out = Command::new("docker").args(&args).output().unwrap();
-        names.extend(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .map(str::to_string),
-        );
-    }
-    names
-}
-
 /// Ownership markers (`.<id>.paddock`) left under the worktree root.
 fn markers(home: &TestHome) -> Vec<String> {
     let Ok(keys) = std::fs::read_dir(home.root().join("worktrees")) else {
@@ -90,7 +62,7 @@ fn assert_nothing_left(home: &TestHome, repo: &FixtureRepo, context: &str) {
     );
     if docker_ok(&["version"]) {
         assert_eq!(
-            labelled(home),
+            home.docker_objects(),
             Vec::<String>::new(),
             "{context}: Docker objects left"
         );
@@ -136,7 +108,7 @@ fn two_installs_on_one_daemon_each_run_and_remove_their_own_job_of_the_same_id()
         !docker_ok(&["container", "inspect", &name_b]),
         "B's container is gone"
     );
-    assert!(labelled(&home_a).is_empty() && labelled(&home_b).is_empty());
+    assert!(home_a.docker_objects().is_empty() && home_b.docker_objects().is_empty());
 }
 
 #[test]
@@ -173,7 +145,7 @@ fn a_job_recorded_before_names_carried_the_install_keeps_its_old_container() {
         "no name recorded"
     );
     assert_eq!(
-        labelled(&home),
+        home.docker_objects(),
         vec![old_name.clone()],
         "no second container"
     );
@@ -187,7 +159,7 @@ fn a_job_recorded_before_names_carried_the_install_keeps_its_old_container() {
         !docker_ok(&["container", "inspect", &old_name]),
         "rm removed it"
     );
-    assert!(labelled(&home).is_empty());
+    assert!(home.docker_objects().is_empty());
 }
 
 /// A repository whose config gives every job a cache, so cache placement is a real step.

@@ -3,8 +3,6 @@
 //! repository refused before anything exists, a failing setup that rolls the create back
 //! whole with its output in the error, and an optional one that `show` reports.
 
-use std::process::Command;
-
 use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image, text};
 use serde_json::Value;
 
@@ -23,34 +21,6 @@ fn repo_with(config: &str) -> FixtureRepo {
     .unwrap();
     repo.write("config/local.toml", "port = 7000\n");
     repo
-}
-
-/// Containers and networks this install made that still exist.
-fn docker_objects(home: &TestHome) -> Vec<String> {
-    let Ok(id) = std::fs::read_to_string(home.root().join("home-id")) else {
-        return Vec::new();
-    };
-    let filter = format!("label=dev.paddock.home={}", id.trim());
-    let mut names = Vec::new();
-    for args in [
-        vec!["ps", "-a", "--format", "{{.Names}}", "--filter", &filter],
-        vec![
-            "network",
-            "ls",
-            "--format",
-            "{{.Name}}",
-            "--filter",
-            &filter,
-        ],
-    ] {
-        let out = Command::new("docker").args(&args).output().unwrap();
-        names.extend(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .map(str::to_string),
-        );
-    }
-    names
 }
 
 /// No record, job dir, checkout, marker, branch or Docker object of a failed create.
@@ -74,7 +44,7 @@ fn assert_nothing_left(home: &TestHome, repo: &FixtureRepo, docker: bool, contex
     assert_eq!(markers, 0, "{context}: marker left");
     if docker {
         assert_eq!(
-            docker_objects(home),
+            home.docker_objects(),
             Vec::<String>::new(),
             "{context}: Docker objects left"
         );
