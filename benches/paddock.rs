@@ -5,7 +5,8 @@
 //! p95 over at least 5 runs. Results go to `target/bench/results.json` and
 //! `docs/BENCHMARKS.md`. Set `PADDOCK_BENCH_QUICK=1` for a smoke run (5,000-file repo only),
 //! `PADDOCK_BENCH_REPO=/path` to add a repository of your own, `PADDOCK_BENCH_ONLY=egress`
-//! to run only the egress proxy rows (`=queue`: the 100 queued runs), printed, not written.
+//! to run only the egress proxy rows (`=queue`: the 100 queued runs; `=marks`: `ls` with the
+//! merged and conflicts marks), printed, not written.
 
 #[path = "../fixtures/mod.rs"]
 mod fixtures;
@@ -585,6 +586,70 @@ fn ls_and_sweep(rows: &mut Vec<Row>) {
     });
 }
 
+/// `ls --json` of 200 jobs that each have a commit, so every row carries a computed merged
+/// and conflicts mark (issue 16): the first `ls` computes each job's merge with its base
+/// (cold), the next ones read the cached answers (warm). The baseline is git's own listing
+/// of the 200 branches with their tips (`git for-each-ref`), the least any `ls` must do.
+fn ls_with_marks(rows: &mut Vec<Row>) {
+    let repo = FixtureRepo::with_files(100, 200);
+    let home = TestHome::new();
+    many_jobs(&home, &repo, 200, "mk");
+    let jobs: Value = serde_json::from_str(&run(&mut home.cmd(&["ls", "--json"]))).unwrap();
+    for job in jobs.as_array().unwrap() {
+        let id = job["id"].as_str().unwrap();
+        run(&mut home.cmd(&[
+            "exec",
+            id,
+            "--",
+            "sh",
+            "-c",
+            "echo change >> README.md && git commit -qam change",
+        ]));
+    }
+    let mut cold = Vec::new();
+    let mut warm = Vec::new();
+    let mut baseline = Vec::new();
+    for round in 0..RUNS {
+        if round > 0 {
+            // Cold again: move main, so every cached answer's key is stale.
+            repo.write("base.txt", &format!("round {round}\n"));
+            repo.commit_all("move main");
+        }
+        let (elapsed, out) = timed(&mut home.cmd(&["ls", "--json"]));
+        let listed: Value = serde_json::from_str(&out).unwrap();
+        assert!(
+            listed
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|j| j["conflicts"].is_boolean()),
+            "{listed}"
+        );
+        cold.push(ms(elapsed));
+        warm.push(ms(timed(&mut home.cmd(&["ls", "--json"])).0));
+        let mut git = Command::new("git");
+        git.args([
+            "-C",
+            &repo.path().display().to_string(),
+            "for-each-ref",
+            "refs/heads/agent/",
+        ]);
+        baseline.push(ms(timed(&mut git).0));
+    }
+    for (name, samples) in [("cold", cold), ("warm", warm)] {
+        let met = median(&samples) <= 150.0;
+        rows.push(Row {
+            name: format!("ls --json, 200 jobs with a commit each, marks {name}"),
+            paddock: samples,
+            baseline: Some(baseline.clone()),
+            unit: "ms",
+            target: "≤ 150 ms".into(),
+            met,
+            note: "merged and conflicts marks of each job against its base (merge-tree, cached per tip)".into(),
+        });
+    }
+}
+
 fn rss_kib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
@@ -903,12 +968,15 @@ fn main() {
     let quick = std::env::var("PADDOCK_BENCH_QUICK").as_deref() == Ok("1");
     let mut rows = Vec::new();
     let only = std::env::var("PADDOCK_BENCH_ONLY").ok();
-    if let Some(only) = only.as_deref().filter(|o| matches!(*o, "egress" | "queue")) {
+    if let Some(only) = only
+        .as_deref()
+        .filter(|o| matches!(*o, "egress" | "queue" | "marks"))
+    {
         // A check of some rows alone; the results file and table are left as they are.
-        if only == "egress" {
-            egress_overhead(&mut rows);
-        } else {
-            queue_drain(&mut rows);
+        match only {
+            "egress" => egress_overhead(&mut rows),
+            "queue" => queue_drain(&mut rows),
+            _ => ls_with_marks(&mut rows),
         }
         for row in &rows {
             println!("{}\n  {}", row.markdown(), row.note);
@@ -956,6 +1024,8 @@ fn main() {
     parallel_creates(&small, &mut rows);
     eprintln!("ls and sweep with 200 jobs");
     ls_and_sweep(&mut rows);
+    eprintln!("ls with merged and conflicts marks");
+    ls_with_marks(&mut rows);
     eprintln!("daemon memory");
     daemon_memory(&mut rows);
     if docker {
