@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::fixtures::{FixtureRepo, TestHome, docker_available, text};
+use crate::fixtures::{FixtureRepo, TestHome, bridge_gateway, docker_available, text};
 
 /// Starts, detached inside the job, a server on port 3000 (all the job's addresses) that
 /// answers every connection with `hello from <job>`.
@@ -87,16 +87,19 @@ fn jobs_serve_the_same_port_on_different_host_ports_whatever_their_network() {
     distinct.dedup();
     assert_eq!(distinct.len(), 3, "{addresses:?}");
 
-    // The network-none job still reaches nothing: its only neighbour is its relay.
+    // The network-none job still reaches nothing (here: a listener of this test on the
+    // host's bridge address, which an open job reaches): its only neighbour is its relay.
+    let gateway = bridge_gateway();
+    let listener = std::net::TcpListener::bind((gateway.as_str(), 0)).unwrap();
+    let probe_target = format!("{gateway}/{}", listener.local_addr().unwrap().port());
+    let probe_script = format!(
+        "timeout 3 bash -c 'exec 3<>/dev/tcp/{probe_target}' && echo reached || echo unreachable"
+    );
+    let (open_job, _) = &addresses[1];
+    let reached = home.run(&["exec", open_job, "--", "bash", "-c", &probe_script]);
+    assert_eq!(String::from_utf8_lossy(&reached.stdout).trim(), "reached");
     let (none_job, none_address) = &addresses[0];
-    let probe = home.run(&[
-        "exec",
-        none_job,
-        "--",
-        "bash",
-        "-c",
-        "timeout 3 bash -c 'exec 3<>/dev/tcp/1.1.1.1/80' && echo reached || echo unreachable",
-    ]);
+    let probe = home.run(&["exec", none_job, "--", "bash", "-c", &probe_script]);
     assert_eq!(String::from_utf8_lossy(&probe.stdout).trim(), "unreachable");
 
     // A stopped job keeps its address and serves again once it runs.
