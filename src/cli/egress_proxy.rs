@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::exit;
 use crate::egress::proxy::{ProxyFiles, serve};
-use crate::egress::relay::{RelaySpec, serve_relay};
+use crate::egress::relay::{RelaySpec, default_gateway, serve_relay};
 use crate::error::{Error, Result};
 
 #[derive(Debug, Args)]
@@ -41,11 +41,18 @@ pub async fn run(args: EgressProxyArgs) -> Result<i32> {
         };
         servers.spawn(async move { ("the egress proxy", serve(listener, files).await) });
     }
+    // Relays serve the host only (see `egress::relay`): its address on the bridge.
+    let host = default_gateway();
     for relay in args.relays {
         let listener = tokio::net::TcpListener::bind(("0.0.0.0", relay.listen_port))
             .await
             .map_err(|e| failed(format!("cannot listen on port {}: {e}", relay.listen_port)))?;
-        servers.spawn(async move { ("a port relay", serve_relay(listener, relay.target).await) });
+        servers.spawn(async move {
+            (
+                "a port relay",
+                serve_relay(listener, relay.target, host).await,
+            )
+        });
     }
     if servers.is_empty() {
         return Err(failed("nothing to serve: give --listen or --relay".into()));

@@ -102,6 +102,38 @@ fn jobs_serve_the_same_port_on_different_host_ports_whatever_their_network() {
     let probe = home.run(&["exec", none_job, "--", "bash", "-c", &probe_script]);
     assert_eq!(String::from_utf8_lossy(&probe.stdout).trim(), "unreachable");
 
+    // Another container on Docker's bridge (the open job) cannot use the none job's relay,
+    // which serves the host only.
+    let none_view = home.json(&["show", none_job, "--json"]);
+    let sidecar = format!(
+        "{}-egress",
+        none_view["job"]["container_name"].as_str().unwrap()
+    );
+    let out = std::process::Command::new("docker")
+        .args([
+            "inspect",
+            "-f",
+            "{{.NetworkSettings.Networks.bridge.IPAddress}}",
+            &sidecar,
+        ])
+        .output()
+        .unwrap();
+    let sidecar_ip = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(!sidecar_ip.is_empty(), "{out:?}");
+    let stranger = home.run(&[
+        "exec",
+        open_job,
+        "--",
+        "bash",
+        "-c",
+        &format!("timeout 5 bash -c 'exec 3<>/dev/tcp/{sidecar_ip}/41000; printf \"GET / HTTP/1.0\\r\\n\\r\\n\" >&3; cat <&3' || true"),
+    ]);
+    let stranger = String::from_utf8_lossy(&stranger.stdout);
+    assert!(
+        !stranger.contains("hello"),
+        "a bridge neighbour reached the job: {stranger}"
+    );
+
     // A stopped job keeps its address and serves again once it runs.
     home.ok(&["stop", none_job]);
     serve_hello(&home, none_job);

@@ -421,7 +421,10 @@ fn sidecar_body(
     };
     let mut cmd = vec!["egress-proxy".to_string()];
     if record.limits.network == NetworkMode::Allowlist {
-        cmd.extend(["--listen".into(), format!("0.0.0.0:{PROXY_PORT}")]);
+        // Only on the job's sealed network, where it has a fixed address: the sidecar is also
+        // on Docker's shared bridge, whose other containers must not use the job's proxy.
+        let address = subnet.map_or_else(|| "0.0.0.0".to_string(), |s| s.proxy().to_string());
+        cmd.extend(["--listen".into(), format!("{address}:{PROXY_PORT}")]);
     }
     cmd.extend([
         "--policy".into(),
