@@ -124,6 +124,8 @@ pub enum Error {
     InvalidBranch { branch: String, template: String },
     #[error("branch `{branch}` already exists in `{repo}`")]
     BranchExists { branch: String, repo: PathBuf },
+    #[error("branch `{branch}` is held by job `{job}`")]
+    BranchHeld { branch: String, job: JobId },
     #[error("worktree path `{path}` already exists")]
     WorktreeExists { path: PathBuf },
     #[error("refusing to remove job `{id}`: failed to save its uncommitted work")]
@@ -243,6 +245,7 @@ impl Error {
             Error::Git(_) | Error::Sync { .. } => K::Git,
             Error::InvalidBranch { .. } | Error::Serve { .. } => K::InvalidInput,
             Error::BranchExists { .. }
+            | Error::BranchHeld { .. }
             | Error::WorktreeExists { .. }
             | Error::NotRunnable { .. } => K::Conflict,
             Error::SnapshotFailed { .. } | Error::NotOurs { .. } | Error::Legacy { .. } => {

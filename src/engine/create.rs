@@ -78,6 +78,22 @@ impl Paddock {
                 repo: repo.root.clone(),
             });
         }
+        // A reused branch is never one a job holds: its syncs would rewrite each other's work.
+        if branch_exists {
+            let repo_key = repo.key();
+            if let Some(holder) = self
+                .store
+                .list()?
+                .0
+                .into_iter()
+                .find(|r| r.repo_key == repo_key && r.branch == branch)
+            {
+                return Err(Error::BranchHeld {
+                    branch,
+                    job: holder.id,
+                });
+            }
+        }
         if self.store.exists(&id) {
             return Err(StoreError::Exists { id }.into());
         }

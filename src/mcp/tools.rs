@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::{INVALID_PARAMS, RpcError};
+use crate::config::RuntimeChoice;
 use crate::error::Error;
 use crate::ops::Operations;
 use crate::output::Discard;
@@ -322,6 +323,28 @@ async fn job_create(
     session: &Session,
     mut request: CreateRequest,
 ) -> Result<Value, Failure> {
+    if !session.all_jobs {
+        // A session works in its own jobs only: not on a branch another job may hold, and
+        // never outside a container (the process runtime runs commands on the host as the
+        // user, from which every job and file is within reach).
+        let refused = |message: &str| Failure {
+            code: "refused",
+            message: format!("{message} (start `paddock mcp --all-jobs` to allow it)"),
+        };
+        if request.reuse_branch {
+            return Err(refused("an MCP session cannot reuse an existing branch"));
+        }
+        match request.runtime {
+            Some(RuntimeChoice::Process) => {
+                return Err(refused(
+                    "an MCP session's jobs run in containers: the process runtime runs commands on the host",
+                ));
+            }
+            // `auto` would fall back to the process runtime where Docker is missing.
+            None | Some(RuntimeChoice::Auto) => request.runtime = Some(RuntimeChoice::Docker),
+            Some(RuntimeChoice::Docker | RuntimeChoice::Runsc) => {}
+        }
+    }
     request.labels.retain(|label| label.key != SESSION_LABEL);
     request
         .labels

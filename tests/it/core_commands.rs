@@ -348,6 +348,26 @@ fn bad_input_fails_cleanly_and_leaves_nothing_behind() {
         &["--task", "taken", "--reuse-branch", "--runtime", "process"],
     );
     assert_eq!(text(&reused, "branch"), "agent/agent/taken");
+    // ...but never a branch a live job holds (their syncs would rewrite each other's work).
+    let before = repo.branches();
+    assert_fails(
+        &home,
+        &[
+            "create",
+            "--repo",
+            &path,
+            "--task",
+            "taken",
+            "--id",
+            "second-holder",
+            "--reuse-branch",
+            "--runtime",
+            "process",
+        ],
+        6,
+        "is held by job",
+    );
+    assert_eq!(repo.branches(), before);
     // rm of a reused branch with no new commits keeps the branch that existed before.
     home.ok(&["rm", &text(&reused, "id")]);
     assert!(repo.branches().contains(&"agent/agent/taken".to_string()));

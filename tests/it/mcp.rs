@@ -7,7 +7,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 
-use crate::fixtures::{FixtureRepo, TestHome};
+use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image};
 use serde_json::{Value, json};
 
 struct McpClient {
@@ -144,6 +144,9 @@ fn check_schema(tool: &str, schema: &Value) {
 
 #[test]
 fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
+    if !docker_available("an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it") {
+        return;
+    }
     let repo = FixtureRepo::new();
     let home = TestHome::new();
     let mut mcp = McpClient::start(&home, &[]);
@@ -200,10 +203,28 @@ fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
             && write["properties"]["content_base64"].is_object()
     );
 
+    // A session's jobs run in containers, on branches of their own.
+    for (arguments, needle) in [
+        (
+            json!({"repo": repo.path(), "runtime": "process", "task": "mcp-0"}),
+            "process runtime",
+        ),
+        (
+            json!({"repo": repo.path(), "reuse_branch": true, "task": "mcp-0"}),
+            "reuse an existing branch",
+        ),
+    ] {
+        let refused = mcp.call("job_create", &arguments);
+        assert_eq!(refused["isError"], true, "{refused}");
+        let message = refused["structuredContent"]["error"]["message"].to_string();
+        assert!(message.contains(needle), "{message}");
+    }
+    assert_eq!(home.job_records(), 0);
     let job = mcp.ok(
         "job_create",
-        &json!({"repo": repo.path(), "runtime": "process", "task": "mcp-1"}),
+        &json!({"repo": repo.path(), "image": test_image(), "task": "mcp-1"}),
     );
+    assert_eq!(job["runtime"], "docker", "{job}");
     let id = job["id"].as_str().unwrap().to_string();
     assert!(job["labels"]["mcp-session"].is_string(), "{job}");
     let written = mcp.ok(
