@@ -236,7 +236,11 @@ impl Error {
                 | GitError::InvalidBranch { .. },
             ) => K::InvalidInput,
             Error::Git(GitError::BranchExists { .. } | GitError::Lock { .. }) => K::Conflict,
-            Error::Git(GitError::DirtyCheckout { .. }) => K::Refused,
+            Error::Git(
+                GitError::DirtyCheckout { .. }
+                | GitError::InTheWay { .. }
+                | GitError::JobCheckout { .. },
+            ) => K::Refused,
             Error::Git(GitError::NoCheckout { .. } | GitError::NoSuchBranch { .. }) => {
                 K::InvalidInput
             }
@@ -330,6 +334,9 @@ impl Error {
             }
             Error::NoTargetBranch { .. } => "pass --into BRANCH",
             Error::RebaseMerges { .. } => "use --merge or --squash",
+            Error::Git(GitError::InTheWay { .. }) => {
+                "move those files aside (or delete them) in that checkout, then merge again"
+            }
             Error::Git(GitError::DirtyCheckout { .. }) => {
                 "commit or stash the changes in that checkout, then merge again"
             }

@@ -69,6 +69,19 @@ impl Paddock {
                 facts.base.clone()
             }
         };
+        // A branch a job holds is that job's: its next sync would put it back.
+        if let Some(holder) = self
+            .store
+            .list()?
+            .0
+            .into_iter()
+            .find(|r| r.repo_key == record.repo_key && r.branch == into)
+        {
+            return Err(Error::BranchHeld {
+                branch: into,
+                job: holder.id,
+            });
+        }
         let previous = repo
             .ref_target(&format!("refs/heads/{into}"))
             .await?
@@ -107,7 +120,13 @@ impl Paddock {
                 .land_in(&writing, &record, &request, &into, &previous, &tip)
                 .await?;
             report.checkouts = repo.checkouts_of(&into).await?;
-            repo.land(&into, &previous, &landing.commit).await?;
+            repo.land(
+                &into,
+                &previous,
+                &landing.commit,
+                &self.home.worktrees_dir(),
+            )
+            .await?;
             report.landed = true;
             report.fast_forward = landing.fast_forward;
             report.commit = landing.commit;
@@ -124,8 +143,11 @@ impl Paddock {
                 )
                 .await?;
             // The removal synced the branch once more: delete it only if that brought
-            // nothing new, so work that is not in the target is never deleted.
-            if repo.ref_target(&branch_ref).await?.as_deref() == Some(tip.as_str()) {
+            // nothing new, so work that is not in the target is never deleted; and, as `rm`
+            // does, never a branch that existed before the job (`--reuse-branch`).
+            if record.branch_created
+                && repo.ref_target(&branch_ref).await?.as_deref() == Some(tip.as_str())
+            {
                 repo.delete_branch(&record.branch).await?;
                 removed.branch_kept = false;
             }

@@ -92,6 +92,17 @@ pub enum GitError {
         path: PathBuf,
         files: Vec<String>,
     },
+    #[error(
+        "checkout `{path}` of `{branch}` has files the merge would overwrite (untracked or ignored, or a link on the way): {}",
+        files.join(", ")
+    )]
+    InTheWay {
+        branch: String,
+        path: PathBuf,
+        files: Vec<String>,
+    },
+    #[error("checkout `{path}` of `{branch}` is a job's worktree (paddock never runs git there)")]
+    JobCheckout { branch: String, path: PathBuf },
     #[error("`{repo}` is a bare repository: there is no working tree to apply to")]
     NoCheckout { repo: PathBuf },
     #[error("git read task failed: {0}")]

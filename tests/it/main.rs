@@ -23,6 +23,7 @@ mod installs;
 mod jobsetup;
 mod mcp;
 mod merge;
+mod merge_safety;
 mod ports;
 mod process;
 mod setup_network;
