@@ -34,7 +34,16 @@ pub(super) async fn get_file(
         return Ok(axum::Json(list).into_response());
     }
     let bytes = with_deadline(REQUEST_TIMEOUT, state.paddock.read_file(&id, &query.path)).await?;
-    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+    // The agent's bytes, from the dashboard's origin: never sniffed into a script or a page.
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CONTENT_DISPOSITION, "attachment"),
+        ],
+        bytes,
+    )
+        .into_response())
 }
 
 pub(super) async fn put_file(

@@ -14,7 +14,8 @@ use crate::wire::DashboardRequest;
 
 #[derive(Debug, Args)]
 pub struct DashboardArgs {
-    /// The loopback address to listen on (default: 127.0.0.1 and a free port).
+    /// The loopback address to listen on (default: 127.0.0.2 and a free port; not 127.0.0.1,
+    /// where jobs' ports are served).
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
     /// Print `{"address", "url"}` as JSON instead of the URL alone.

@@ -51,13 +51,20 @@ pub(super) async fn open(
     } else {
         serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(e.to_string()))?
     };
-    let listen = request.listen.unwrap_or_else(|| "127.0.0.1:0".into());
+    // Not 127.0.0.1, where jobs' ports are served: a browser sends a host's cookies to all
+    // its ports, so the session cookie would reach an agent's dev server.
+    let listen = request.listen.unwrap_or_else(|| "127.0.0.2:0".into());
     let wanted: SocketAddr = listen.parse().map_err(|_| {
-        ApiError::bad_request(format!("`{listen}` is not an address like 127.0.0.1:0"))
+        ApiError::bad_request(format!("`{listen}` is not an address like 127.0.0.2:0"))
     })?;
     if !wanted.ip().is_loopback() {
         return Err(ApiError::bad_request(format!(
             "`{listen}` is not a loopback address: the dashboard listener stays on this host"
+        )));
+    }
+    if wanted.ip() == std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) {
+        return Err(ApiError::bad_request(format!(
+            "`{listen}`: jobs' ports are served on 127.0.0.1, and a browser would send the dashboard's cookie to them; use another loopback address such as 127.0.0.2"
         )));
     }
     let listener = tokio::net::TcpListener::bind(wanted).await.map_err(|e| {

@@ -110,7 +110,7 @@ fn dashboard_in_a_browser_shows_jobs_live_and_a_diff_only_after_sign_in() {
     repo.commit_all("main edits the readme");
     let dashboard = DashboardCommand::start(&home);
     assert!(
-        dashboard.url.starts_with("http://127.0.0.1:"),
+        dashboard.url.starts_with("http://127.0.0.2:"),
         "{}",
         dashboard.url
     );
