@@ -103,8 +103,10 @@ impl Paddock {
         }
         let ran = self.run_setup_commands(record, setup, &place).await;
         if matches!(place, SetupPlace::Widened(_)) {
-            // The agent never gets setup's list: a failure to narrow it again fails the create.
+            // The agent never gets setup's list: a failure to narrow it again fails the create,
+            // and tunnels setup opened (a process it left running could hold one) are cut.
             self.runtime_of(record).apply_network(record).await?;
+            self.runtime_of(record).cut_connections(record).await?;
         }
         ran
     }

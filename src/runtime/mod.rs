@@ -225,6 +225,14 @@ pub trait Runtime: Send + Sync {
         Ok(())
     }
 
+    /// Ends every connection the job's network policy let through so far (its proxy's open
+    /// tunnels), so a narrower policy holds for everything from now on, not only for new
+    /// connections. Nothing for runtimes without one.
+    async fn cut_connections(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        let _ = record;
+        Ok(())
+    }
+
     /// Every sandbox this install has on the machine, including ones no record names.
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {
         Ok(Vec::new())

@@ -145,6 +145,10 @@ impl Runtime for DockerRuntime {
         super::egress::write_policy(&self.home, record)
     }
 
+    async fn cut_connections(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        super::restart_sidecar(&self.home, record).await
+    }
+
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {
         list_job_containers(&self.home).await
     }
