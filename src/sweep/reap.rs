@@ -68,7 +68,14 @@ impl Paddock {
         container: runtime::Sandbox,
         report: &mut SweepReport,
     ) {
+        // A setup container beside a job still being created by a live process is at work,
+        // however long its setup takes (`setup_timeout` may exceed an hour).
+        let creating = self.store().load(&container.job).is_ok_and(|record| {
+            record.state == JobState::Creating
+                && record.owner.as_ref().is_some_and(|owner| owner.is_alive())
+        });
         let outlived = container.role == SandboxRole::Sync
+            && !creating
             && container
                 .created
                 .is_some_and(|created| age(options.now, created) > SYNC_CONTAINER_MAX_AGE);
