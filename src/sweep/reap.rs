@@ -72,7 +72,10 @@ impl Paddock {
         // however long its setup takes (`setup_timeout` may exceed an hour).
         let creating = self.store().load(&container.job).is_ok_and(|record| {
             record.state == JobState::Creating
-                && record.owner.as_ref().is_some_and(|owner| owner.is_alive())
+                && record
+                    .owner
+                    .as_ref()
+                    .is_some_and(crate::job::ProcessId::is_alive)
         });
         let outlived = container.role == SandboxRole::Sync
             && !creating
