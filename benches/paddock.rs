@@ -603,7 +603,7 @@ fn ls_with_marks(rows: &mut Vec<Row>) {
             "--",
             "sh",
             "-c",
-            "echo change >> README.md && git commit -qam change",
+            "echo change >> change.txt && git add change.txt && git commit -qm change",
         ]));
     }
     let mut cold = Vec::new();
