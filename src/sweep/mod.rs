@@ -59,6 +59,8 @@ pub struct SweepOptions {
     pub index_lock_age: Duration,
     /// Jobs whose branch is merged into their base branch are removed, with the branch.
     pub merged: bool,
+    /// A pristine checkout no record names is removed once unused for this long.
+    pub pristine_max_age: Duration,
 }
 
 /// One thing the sweep found.

@@ -271,6 +271,8 @@ impl Paddock {
             setup: Vec::new(),
             queue_seq: None,
             ports: Vec::new(),
+            checkout: crate::config::CheckoutMode::Worktree,
+            pristine: None,
         })
     }
 
