@@ -82,6 +82,20 @@ pub fn driver() -> Result<Driver, OverlayError> {
         if !Path::new("/dev/fuse").exists() {
             return Err(unavailable("`/dev/fuse` is missing"));
         }
+        // Without root, fuse mounts go through the setuid `fusermount3` (or `fusermount`).
+        let setuid = ["fusermount3", "fusermount"]
+            .into_iter()
+            .filter_map(find_program)
+            .any(|path| {
+                std::fs::metadata(path).is_ok_and(|m| {
+                    std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o4000 != 0
+                })
+            });
+        if !crate::sys::is_root() && !setuid {
+            return Err(unavailable(
+                "not root and `fusermount3` is not setuid root, so fuse-overlayfs cannot mount",
+            ));
+        }
         Ok(Driver::Fuse)
     };
     let forced_fuse = std::env::var("PADDOCK_OVERLAY_DRIVER").as_deref() == Ok("fuse");
@@ -292,7 +306,6 @@ pub async fn mount(
         Driver::Kernel => crate::sys::mount_overlay(&marker(home), target, &options)
             .map_err(|e| failed(e.to_string())),
         Driver::Fuse => {
-            let options = format!("{options},fsname={}", marker(home));
             let mut command = tokio::process::Command::new("fuse-overlayfs");
             command.arg("-o").arg(&options).arg(target);
             run_helper(command, target).await.map_err(failed)

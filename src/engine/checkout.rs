@@ -50,7 +50,9 @@ impl Paddock {
         )
         .await?;
         crash_point("mounted");
-        job_git.adopt_index(&pristine.join("index"), &record.worktree, owner)?;
+        // Shared where the agent cannot write it: another uid, or no isolation to keep.
+        let share = owner.is_some() || !record.runtime.uses_docker();
+        job_git.adopt_index(&pristine.join("index"), &record.worktree, owner, share)?;
         job_git.write_link(&record.worktree, &link_target)?;
         if let Some((uid, gid)) = owner {
             let link = record.worktree.join(".git");

@@ -136,19 +136,29 @@ impl JobGitDir {
         std::fs::write(&link, format!("gitdir: {}\n", link_target.display())).map_err(io(&link))
     }
 
-    /// Gives the git dir `index` (a copy of a pristine checkout's index, whose entries match
-    /// the files an overlay shows) and, with `owner`, hands the git dir and the checkout's
-    /// root to that uid as [`checkout`](Self::checkout) does. Runs before any agent has.
+    /// Gives the git dir `index` (the pristine checkout's index, whose entries match the
+    /// files an overlay shows) and, with `owner`, hands the git dir and the checkout's root
+    /// to that uid as [`checkout`](Self::checkout) does. Runs before any agent has.
+    ///
+    /// With `share` the index is a hard link to the pristine one, which is paddock's and
+    /// read-only: git never writes an index in place (it renames `index.lock` over it), so
+    /// twenty jobs cost one index. The caller shares only where the agent cannot write the
+    /// shared file: it runs as another uid (it can replace the link, not write or chmod the
+    /// file), or it is not isolated at all (the process runtime). Otherwise it is a copy.
     pub fn adopt_index(
         &self,
         index: &Path,
         worktree: &Path,
         owner: Option<(u32, u32)>,
+        share: bool,
     ) -> Result<(), GitError> {
         let target = self.path.join("index");
-        std::fs::copy(index, &target).map_err(io(&target))?;
+        let linked = share && std::fs::hard_link(index, &target).is_ok();
+        if !linked {
+            std::fs::copy(index, &target).map_err(io(&target))?;
+        }
         if let Some((uid, gid)) = owner {
-            for path in [worktree, self.path.as_path(), target.as_path()] {
+            for path in [worktree, self.path.as_path()] {
                 std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(io(path))?;
             }
         }

@@ -45,5 +45,13 @@ pub async fn make(
         .open(&index)
         .and_then(|file| file.set_modified(SystemTime::now()))
         .map_err(io(&index))?;
+    // Paddock's and read-only: jobs of another uid share it through hard links.
+    let (uid, gid) = crate::sys::effective_ids();
+    std::os::unix::fs::chown(&index, Some(uid), Some(gid)).map_err(io(&index))?;
+    std::fs::set_permissions(
+        &index,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o444),
+    )
+    .map_err(io(&index))?;
     std::fs::remove_dir_all(&git.path).map_err(io(&git.path))
 }
