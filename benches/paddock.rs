@@ -6,7 +6,8 @@
 //! `docs/BENCHMARKS.md`. Set `PADDOCK_BENCH_QUICK=1` for a smoke run (5,000-file repo only),
 //! `PADDOCK_BENCH_REPO=/path` to add a repository of your own, `PADDOCK_BENCH_ONLY=egress`
 //! to run only the egress proxy rows (`=queue`: the 100 queued runs; `=marks`: `ls` with the
-//! merged and conflicts marks), printed, not written.
+//! merged and conflicts marks; `=overlay`: the overlay checkout rows on the 50,000-file
+//! repository), printed, not written.
 
 #[path = "../fixtures/mod.rs"]
 mod fixtures;
@@ -406,6 +407,105 @@ fn process_create(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
             median(&their_cpu),
             median(&our_cpu) / median(&their_cpu)
         ),
+    });
+}
+
+/// Bytes a directory tree takes on disk, not crossing into other mounts (`du -sx`): an
+/// overlay checkout's files are counted once, in the pristine checkout.
+fn disk_bytes(path: &Path) -> f64 {
+    let out = run(Command::new("du").args(["-sx", "--block-size=1"]).arg(path));
+    out.split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// `create --checkout overlay` (process runtime, the commit's pristine checkout already
+/// made) against `git worktree add -b`, interleaved; then the disk of 20 overlay jobs
+/// against one `git worktree add` checkout.
+fn overlay_create(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
+    let home = TestHome::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let path = repo.path().display().to_string();
+    let create = |task: &str| -> String {
+        let out = run(&mut home.cmd(&[
+            "create",
+            "--repo",
+            &path,
+            "--task",
+            task,
+            "--runtime",
+            "process",
+            "--checkout",
+            "overlay",
+            "--json",
+        ]));
+        serde_json::from_str::<Value>(&out).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // The pristine checkout, made once (it stays after the job goes).
+    let first = create("overlay-warm");
+    run(&mut home.cmd(&["rm", &first]));
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let mut paddock_run = |i: usize| {
+        let task = format!("overlay-{i}");
+        settle();
+        let started = Instant::now();
+        let id = create(&task);
+        ours.push(ms(started.elapsed()));
+        run(&mut home.cmd(&["rm", &id]));
+    };
+    let mut baseline_run = |i: usize| {
+        let dir = scratch.path().join(format!("raw-{i}"));
+        let branch = format!("raw/overlay-{i}");
+        let (elapsed, _) = timed(&mut raw_worktree(repo.path(), &dir, &branch));
+        theirs.push(ms(elapsed));
+        cleanup_raw(repo.path(), &dir, &branch);
+    };
+    for i in 0..RUNS {
+        if i % 2 == 0 {
+            paddock_run(i);
+            baseline_run(i);
+        } else {
+            baseline_run(i);
+            paddock_run(i);
+        }
+    }
+    let ratio = median(&ours) / median(&theirs);
+    rows.push(Row {
+        name: format!("overlay create ({label})"),
+        paddock: ours,
+        baseline: Some(theirs),
+        unit: "ms",
+        target: "≤ 0.10 × git worktree add".into(),
+        met: ratio <= 0.10,
+        note: "paddock create --runtime process --checkout overlay (pristine checkout already made) vs git worktree add -b".into(),
+    });
+
+    // Disk: 20 overlay jobs (pristine checkout, job dirs and upper dirs; mounts not crossed)
+    // against one checkout made by git worktree add.
+    let dir = scratch.path().join("raw-disk");
+    run(&mut raw_worktree(repo.path(), &dir, "raw/overlay-disk"));
+    let one = disk_bytes(&dir);
+    cleanup_raw(repo.path(), &dir, "raw/overlay-disk");
+    let ids: Vec<String> = (0..20)
+        .map(|i| create(&format!("overlay-disk-{i}")))
+        .collect();
+    let twenty = disk_bytes(&home.root());
+    for id in &ids {
+        run(&mut home.cmd(&["rm", id]));
+    }
+    let mib = |b: f64| b / (1024.0 * 1024.0);
+    rows.push(Row {
+        name: format!("disk of 20 overlay jobs ({label})"),
+        paddock: vec![mib(twenty)],
+        baseline: Some(vec![mib(one)]),
+        unit: "MiB",
+        target: "< 1.2 × one checkout".into(),
+        met: twenty / one < 1.2,
+        note: "du -sx of $PADDOCK_HOME with 20 overlay jobs (the pristine checkout, job dirs, upper dirs) vs du -s of one git worktree add checkout".into(),
     });
 }
 
@@ -970,10 +1070,17 @@ fn main() {
     let only = std::env::var("PADDOCK_BENCH_ONLY").ok();
     if let Some(only) = only
         .as_deref()
-        .filter(|o| matches!(*o, "egress" | "queue" | "marks"))
+        .filter(|o| matches!(*o, "egress" | "queue" | "marks" | "overlay"))
     {
         // A check of some rows alone; the results file and table are left as they are.
         match only {
+            "overlay" => {
+                let large = std::env::var("PADDOCK_BENCH_QUICK").as_deref() != Ok("1");
+                let files = if large { 50_000 } else { 5_000 };
+                eprintln!("generating the {files}-file fixture repository");
+                let repo = FixtureRepo::with_files(files, 2_000);
+                overlay_create(&repo, &format!("{files} files"), &mut rows);
+            }
             "egress" => egress_overhead(&mut rows),
             "queue" => queue_drain(&mut rows),
             _ => ls_with_marks(&mut rows),
@@ -998,6 +1105,8 @@ fn main() {
     for (repo, label) in &repos {
         eprintln!("process runtime create, {label}");
         process_create(repo, label, &mut rows);
+        eprintln!("overlay create and disk, {label}");
+        overlay_create(repo, label, &mut rows);
         if docker {
             eprintln!("cold job ready, {label}");
             cold_ready_docker(repo, label, &mut rows);

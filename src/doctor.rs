@@ -54,6 +54,7 @@ pub async fn run(home: &PaddockHome, runtimes: &Runtimes, config: &Config) -> Ve
     checks.extend(docker_checks(runtimes.of(RuntimeKind::Docker), &image).await);
     checks.push(disk_check(home));
     checks.push(legacy_jobs_check(home));
+    checks.push(overlay_check());
     checks.push(check(
         "process runtime",
         Status::Ok,
@@ -61,6 +62,25 @@ pub async fn run(home: &PaddockHome, runtimes: &Runtimes, config: &Config) -> Ve
         None,
     ));
     checks
+}
+
+/// Whether `checkout: overlay` works here, and with which driver. Only a warning when it
+/// does not: `worktree` (the default) needs nothing.
+fn overlay_check() -> Check {
+    match crate::overlay::driver() {
+        Ok(driver) => check(
+            "overlay checkout",
+            Status::Ok,
+            format!("`checkout: overlay` mounts with {driver}"),
+            None,
+        ),
+        Err(error) => check(
+            "overlay checkout",
+            Status::Warn,
+            format!("{error}; `--checkout overlay` is refused (worktree checkouts work)"),
+            Some("as root, a kernel with overlayfs; otherwise apt-get install fuse-overlayfs"),
+        ),
+    }
 }
 
 /// Jobs made before private git dirs share the user's git metadata with their container.

@@ -16,6 +16,7 @@ use crate::config::ConfigError;
 use crate::copy_files::CopyError;
 pub use crate::git::GitError;
 use crate::job::{JobError, JobId, JobState};
+use crate::overlay::OverlayError;
 use crate::runtime::RuntimeError;
 use crate::store::StoreError;
 
@@ -104,6 +105,8 @@ pub enum Error {
     Admission(#[from] AdmissionError),
     #[error(transparent)]
     Copy(#[from] CopyError),
+    #[error(transparent)]
+    Overlay(#[from] OverlayError),
     /// A setup command failed; `output` is its stderr and stdout (capped), `log` the file
     /// that keeps all of it.
     #[error(
@@ -279,6 +282,10 @@ impl Error {
             Error::Copy(CopyError::Missing { .. } | CopyError::Special { .. }) => K::InvalidInput,
             Error::Copy(_) => K::Refused,
             Error::SetupFailed { .. } => K::SetupFailed,
+            Error::Overlay(OverlayError::Unavailable { .. }) => K::InvalidInput,
+            Error::Overlay(OverlayError::Store(StoreError::LockTimeout { .. })) => K::Conflict,
+            Error::Overlay(OverlayError::Git(_)) => K::Git,
+            Error::Overlay(_) => K::Internal,
             Error::Runtime(
                 RuntimeError::DockerUnavailable { .. }
                 | RuntimeError::DockerTimeout { .. }
@@ -320,6 +327,9 @@ impl Error {
                 "fix the worktree, or pass --force to remove it without saving"
             }
             Error::Legacy { .. } => "`paddock doctor` says how to move it to this version",
+            Error::Overlay(OverlayError::Unavailable { .. }) => {
+                "use `--checkout worktree`, or see `paddock doctor` (as root: a kernel with overlayfs; otherwise install fuse-overlayfs)"
+            }
             Error::PathEscapes { .. } => {
                 "name a path inside the workspace: relative to it, or absolute under it, without `..`"
             }

@@ -279,6 +279,17 @@ pub struct JobRecord {
     /// The setup commands run at create, in order, and what each did.
     #[serde(default)]
     pub setup: Vec<SetupRun>,
+    /// How the checkout is made: its own files (`worktree`) or an overlay mount of a
+    /// pristine checkout (`overlay`).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::config::CheckoutMode::is_worktree"
+    )]
+    pub checkout: crate::config::CheckoutMode,
+    /// With `checkout: overlay`: the pristine checkout the overlay's lower layer is. The
+    /// records that name one are its reference count (nothing to drift).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pristine: Option<PathBuf>,
 }
 
 /// A port of the job served to the host: `host_ip:host_port` reaches `port` inside the job.

@@ -27,6 +27,7 @@ pub mod mcp;
 mod metrics;
 pub mod ops;
 pub mod output;
+pub mod overlay;
 pub mod runtime;
 pub(crate) mod serve;
 pub mod store;

@@ -316,3 +316,43 @@ pub fn mkdirat(
     }
     Ok(())
 }
+
+/// Mounts a kernel overlayfs at `target` (`options`: `lowerdir=…,upperdir=…,workdir=…`),
+/// naming it `source` in the mount table (paddock's marker). Needs CAP_SYS_ADMIN.
+pub fn mount_overlay(source: &str, target: &Path, options: &str) -> std::io::Result<()> {
+    let source = c_string(source.as_bytes())?;
+    let target = c_string(target.as_os_str().as_encoded_bytes())?;
+    let fstype = c_string(b"overlay")?;
+    let options = c_string(options.as_bytes())?;
+    // SAFETY: every pointer is a NUL-terminated string we own for the duration of the call;
+    // mount(2) copies them.
+    let done = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            libc::MS_NODEV | libc::MS_NOSUID,
+            options.as_ptr().cast(),
+        )
+    };
+    if done != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Unmounts the mount at `target`; with `detach`, lazily (it goes once nothing uses it).
+pub fn unmount(target: &Path, detach: bool) -> std::io::Result<()> {
+    let target = c_string(target.as_os_str().as_encoded_bytes())?;
+    let flags = if detach { libc::MNT_DETACH } else { 0 } | libc::UMOUNT_NOFOLLOW;
+    // SAFETY: the path is a NUL-terminated string we own for the duration of the call.
+    if unsafe { libc::umount2(target.as_ptr(), flags) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn c_string(bytes: &[u8]) -> std::io::Result<std::ffi::CString> {
+    std::ffi::CString::new(bytes)
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+}

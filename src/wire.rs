@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BranchPolicy, NetworkMode, ProfileLayer, RuntimeChoice};
+use crate::config::{BranchPolicy, CheckoutMode, NetworkMode, ProfileLayer, RuntimeChoice};
 use crate::egress::AllowEntry;
 pub use crate::git::ChangeSummary;
 pub use crate::job::PublishedPort;
@@ -69,6 +69,13 @@ pub struct CreateRequest {
     #[serde(default, with = "by_text")]
     #[schemars(with = "Option<String>")]
     pub runtime: Option<RuntimeChoice>,
+    /// worktree | overlay: the job's own checkout, or an overlay mount of a shared
+    /// read-only checkout of the commit (Linux; kernel overlayfs as root, fuse-overlayfs
+    /// otherwise).
+    #[arg(long)]
+    #[serde(default, with = "by_text")]
+    #[schemars(with = "Option<String>")]
+    pub checkout: Option<CheckoutMode>,
     #[arg(long)]
     #[serde(default)]
     pub image: Option<String>,
@@ -194,6 +201,7 @@ impl CreateRequest {
         ProfileLayer {
             image: self.image.clone(),
             runtime: self.runtime,
+            checkout: self.checkout,
             memory: self.memory,
             cpus: self.cpus,
             pids: self.pids,

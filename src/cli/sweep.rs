@@ -68,6 +68,7 @@ impl SweepArgs {
             health_check,
             merged: self.merged || sweep.merged.value,
             index_lock_age: std::time::Duration::from_secs(600),
+            pristine_max_age: sweep.pristine_max_age.value.0,
         }
     }
 }

@@ -113,6 +113,40 @@ fn not_a_branch_policy(input: &str) -> UnitError {
     }
 }
 
+/// How a job's checkout is made. `worktree`: the job's own files, checked out by
+/// `git read-tree` (portable, the default). `overlay`: an overlay mount of a read-only
+/// pristine checkout shared by every job of the same repository and commit, with the job's
+/// own upper dir (kernel overlayfs as root, `fuse-overlayfs` otherwise).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, EnumString, Display,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(
+    serialize_all = "lowercase",
+    parse_err_ty = UnitError,
+    parse_err_fn = not_a_checkout
+)]
+pub enum CheckoutMode {
+    #[default]
+    Worktree,
+    Overlay,
+}
+
+impl CheckoutMode {
+    /// Whether this is the default (records leave the default out of their JSON).
+    pub fn is_worktree(&self) -> bool {
+        *self == CheckoutMode::Worktree
+    }
+}
+
+fn not_a_checkout(input: &str) -> UnitError {
+    UnitError {
+        what: "checkout",
+        input: input.to_string(),
+        expected: "worktree or overlay",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +165,8 @@ mod tests {
             Ok(BranchPolicy::DeleteIfNoCommits)
         );
         assert_eq!(KillPolicy::Graceful.to_string(), "graceful");
+        assert_eq!("overlay".parse::<CheckoutMode>(), Ok(CheckoutMode::Overlay));
+        assert_eq!(CheckoutMode::Worktree.to_string(), "worktree");
         let error = "kvm".parse::<RuntimeChoice>().unwrap_err();
         assert_eq!(
             error.to_string(),

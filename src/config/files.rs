@@ -31,6 +31,8 @@ pub(super) struct SweepFile {
     pub(super) interval: Option<HumanDuration>,
     /// Remove jobs whose branch is merged into their base branch.
     pub(super) merged: Option<bool>,
+    /// Unused pristine checkouts (overlay jobs) go after this long.
+    pub(super) pristine_max_age: Option<HumanDuration>,
 }
 
 /// The on-disk shape of both the user file and the repo file.
@@ -84,6 +86,7 @@ pub(super) fn env_layers(layer: &ProfileLayer) -> Vec<(&'static str, ProfileLaye
     one!(network, "PADDOCK_NETWORK");
     one!(timeout, "PADDOCK_TIMEOUT");
     one!(kill_policy, "PADDOCK_KILL_POLICY");
+    one!(checkout, "PADDOCK_CHECKOUT");
     out
 }
 

@@ -21,7 +21,7 @@ mod profile;
 mod rows;
 mod setup;
 use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
-pub use choices::{BranchPolicy, KillPolicy, NetworkMode, RuntimeChoice};
+pub use choices::{BranchPolicy, CheckoutMode, KillPolicy, NetworkMode, RuntimeChoice};
 pub use files::check_branch_template;
 use files::{
     ConfigFile, cache_names, check_caches, check_profile_name, env_layers, read_file, source_origin,
@@ -122,6 +122,9 @@ pub struct SweepSettings {
     pub interval: Sourced<HumanDuration>,
     /// Jobs whose branch is merged into their base branch are stale (`sweep --merged`).
     pub merged: Sourced<bool>,
+    /// A pristine checkout (of `checkout: overlay` jobs) that no job uses goes once it was
+    /// last used this long ago.
+    pub pristine_max_age: Sourced<HumanDuration>,
 }
 
 impl Default for SweepSettings {
@@ -134,6 +137,7 @@ impl Default for SweepSettings {
             branch_policy: Sourced::default_value(BranchPolicy::DeleteIfNoCommits),
             interval: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(300))),
             merged: Sourced::default_value(false),
+            pristine_max_age: Sourced::default_value(hour),
         }
     }
 }
@@ -308,6 +312,9 @@ impl Config {
             if let Some(v) = sweep.interval {
                 self.sweep.interval = sourced(v);
             }
+            if let Some(v) = sweep.pristine_max_age {
+                self.sweep.pristine_max_age = sourced(v);
+            }
             if let Some(value) = sweep.merged {
                 self.sweep.merged = Sourced {
                     value,
@@ -390,6 +397,7 @@ impl Config {
             network: parse(env, "PADDOCK_NETWORK")?,
             timeout: parse(env, "PADDOCK_TIMEOUT")?,
             kill_policy: parse(env, "PADDOCK_KILL_POLICY")?,
+            checkout: parse(env, "PADDOCK_CHECKOUT")?,
             ..ProfileLayer::default()
         };
         // Environment overrides apply to whichever profile a job ends up with; each value is

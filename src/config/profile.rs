@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::{DEFAULT_IMAGE, KillPolicy, NetworkMode, RuntimeChoice, Source, Sourced, cache_names};
+use super::{
+    CheckoutMode, DEFAULT_IMAGE, KillPolicy, NetworkMode, RuntimeChoice, Source, Sourced,
+    cache_names,
+};
 use crate::cache::CacheSpec;
 use crate::egress::AllowEntry;
 use crate::units::{ByteSize, Cpus, HumanDuration};
@@ -16,6 +19,8 @@ use crate::units::{ByteSize, Cpus, HumanDuration};
 pub struct ProfileLayer {
     pub image: Option<String>,
     pub runtime: Option<RuntimeChoice>,
+    /// How the job's checkout is made: `worktree` (default) or `overlay`.
+    pub checkout: Option<CheckoutMode>,
     pub memory: Option<ByteSize>,
     pub cpus: Option<Cpus>,
     pub pids: Option<u32>,
@@ -53,6 +58,7 @@ pub struct ProfileLayer {
 pub struct Profile {
     pub image: Sourced<String>,
     pub runtime: Sourced<RuntimeChoice>,
+    pub checkout: Sourced<CheckoutMode>,
     pub memory: Sourced<ByteSize>,
     pub cpus: Sourced<Cpus>,
     pub pids: Sourced<u32>,
@@ -81,6 +87,7 @@ impl Default for Profile {
         Profile {
             image: Sourced::default_value(DEFAULT_IMAGE.to_string()),
             runtime: Sourced::default_value(RuntimeChoice::Auto),
+            checkout: Sourced::default_value(CheckoutMode::Worktree),
             memory: Sourced::default_value(ByteSize(2 << 30)),
             cpus: Sourced::default_value(Cpus(2.0)),
             pids: Sourced::default_value(512),
@@ -117,6 +124,7 @@ impl Profile {
         set!(
             image,
             runtime,
+            checkout,
             memory,
             cpus,
             pids,
@@ -176,6 +184,11 @@ impl Profile {
                 "runtime".into(),
                 self.runtime.value.to_string(),
                 &self.runtime.source,
+            ),
+            (
+                "checkout".into(),
+                self.checkout.value.to_string(),
+                &self.checkout.source,
             ),
             (
                 "memory".into(),

@@ -82,6 +82,11 @@ impl Config {
                 sweep.merged.value.to_string(),
                 &sweep.merged.source,
             ),
+            (
+                "pristine_max_age",
+                sweep.pristine_max_age.value.to_string(),
+                &sweep.pristine_max_age.source,
+            ),
         ] {
             rows.push((format!("sweep.{key}"), value, source.clone()));
         }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use chrono::Utc;
 
 use super::{CreateRequest, Created, Error, Paddock, Result};
-use crate::config::NetworkMode;
+use crate::config::{CheckoutMode, NetworkMode};
 use crate::git::jobdir::JobGitDir;
 use crate::git::{self, GitRepo};
 use crate::job::{JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
@@ -103,6 +103,9 @@ impl Paddock {
             return Err(Error::WorktreeExists { path: worktree });
         }
         check_network(&request, profile.network.value)?;
+        if profile.checkout.value == CheckoutMode::Overlay {
+            crate::overlay::driver()?;
+        }
         // A bad `copy` entry (missing, a link out of the repository) fails before anything
         // is reserved; the copy itself checks again.
         let setup = config.job_setup(&profile_name);
@@ -160,6 +163,8 @@ impl Paddock {
             setup: Vec::new(),
             queue_seq: None,
             ports: Vec::new(),
+            checkout: profile.checkout.value,
+            pristine: None,
         };
         let record = self
             .admit_create(record, &request, &config.admission, client)
@@ -263,17 +268,7 @@ impl Paddock {
             })?;
         }
         crash_point("recorded");
-        let (link_target, _) = self
-            .runtime_of(record)
-            .sandbox_git_paths(record)
-            .expect("the record names its git dir");
-        job_git
-            .checkout(
-                &record.worktree,
-                &link_target,
-                self.runtime_of(record).files_owner(record),
-            )
-            .await?;
+        self.check_out(repo, record, &job_git, &tip).await?;
         crash_point("checked-out");
         fail_point("checkout")?;
         // Copied files go in before the caches (a cache may not land on one) and before the
@@ -333,67 +328,12 @@ impl Paddock {
         self.store.remove(&record.id)?;
         Ok(())
     }
-
-    /// Removes a job's checkout and its private git dir and scratch repository; idempotent.
-    /// The checkout is deleted only after checking it is ours (under our root, our marker).
-    pub(super) async fn remove_checkout(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
-        if record.is_legacy() {
-            // A linked worktree of the user's repository: git removes it and its admin dir.
-            if repo.remove_worktree(&record.worktree).await.is_ok() || !record.worktree.exists() {
-                return Ok(());
-            }
-        }
-        if std::fs::symlink_metadata(&record.worktree).is_ok() {
-            if !self.home.owns_worktree(&record.worktree) {
-                return Err(Error::NotOurs {
-                    path: record.worktree.clone(),
-                });
-            }
-            remove_tree(&record.worktree)
-                .await
-                .map_err(|source| Error::RemoveDir {
-                    path: record.worktree.clone(),
-                    source,
-                })?;
-        }
-        if record.is_legacy() {
-            repo.prune_worktrees().await?;
-            return Ok(());
-        }
-        // Everything under the job's own dir in $PADDOCK_HOME is paddock's by construction
-        // (remove_dir_all does not follow the symlinks an agent may have left in its git dir).
-        let job_dir = self.home.job_dir(&record.id);
-        match remove_tree(&job_dir).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(Error::RemoveDir {
-                path: job_dir,
-                source,
-            }),
-        }
-    }
-}
-
-/// Deletes a directory tree (never following symlinks). A create that was killed can leave
-/// git's parallel checkout workers finishing their batch for a moment (they outlive their
-/// killed parent); a removal that races them is retried for a few seconds.
-async fn remove_tree(path: &std::path::Path) -> std::io::Result<()> {
-    let mut tries = 0;
-    loop {
-        match std::fs::remove_dir_all(path) {
-            Err(error) if error.kind() == std::io::ErrorKind::DirectoryNotEmpty && tries < 50 => {
-                tries += 1;
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            other => return other,
-        }
-    }
 }
 
 /// A test-only failpoint: when `PADDOCK_CRASH_AT` names this point, the process SIGKILLs
 /// itself there, so tests can prove that every interruption of `create` is cleaned up by a
 /// sweep. Costs one environment lookup per point otherwise.
-fn crash_point(name: &str) {
+pub(super) fn crash_point(name: &str) {
     if std::env::var("PADDOCK_CRASH_AT").as_deref() == Ok(name) {
         crate::sys::kill_self();
     }
@@ -424,12 +364,16 @@ pub const FAIL_POINTS: &[&str] = &[
     "record",
 ];
 
-/// The points `PADDOCK_CRASH_AT` accepts, in the order `create` passes them.
+/// The points `PADDOCK_CRASH_AT` accepts, in the order `create` passes them (`pristine`,
+/// after the pristine checkout is made and named in the record, and `mounted`, right after
+/// the overlay is mounted, are passed by `checkout: overlay` jobs only).
 pub const CRASH_POINTS: &[&str] = &[
     "reserved",
     "marked",
     "registered",
     "recorded",
+    "pristine",
+    "mounted",
     "checked-out",
     "started",
 ];

@@ -28,6 +28,7 @@ use crate::store::{JobStore, PaddockHome};
 mod admit;
 pub use admit::ClientGone;
 mod caches;
+mod checkout;
 mod conflicts;
 mod create;
 mod events;

@@ -242,6 +242,7 @@ async fn sweep_removes_sandboxes_no_record_names_and_keeps_the_others() {
         now: chrono::Utc::now(),
         health_check: false,
         index_lock_age: Duration::from_secs(3600),
+        pristine_max_age: Duration::from_secs(3600),
         merged: false,
     };
     let report = paddock.sweep(&options).await.unwrap();

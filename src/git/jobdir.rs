@@ -24,7 +24,7 @@ pub struct JobGitDir {
     pub path: PathBuf,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GitError + '_ {
+pub(super) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GitError + '_ {
     move |error| GitError::Command {
         args: "prepare the job's git dir".into(),
         dir: path.to_path_buf(),
@@ -103,6 +103,17 @@ impl JobGitDir {
         link_target: &Path,
         owner: Option<(u32, u32)>,
     ) -> Result<(), GitError> {
+        self.check_out_files(worktree, owner).await?;
+        self.write_link(worktree, link_target)
+    }
+
+    /// The files of [`checkout`](Self::checkout) without the `.git` link (a pristine
+    /// checkout has none: each job writes its own).
+    pub(super) async fn check_out_files(
+        &self,
+        worktree: &Path,
+        owner: Option<(u32, u32)>,
+    ) -> Result<(), GitError> {
         std::fs::create_dir_all(worktree).map_err(io(worktree))?;
         if let Some((uid, gid)) = owner {
             for dir in [worktree, self.path.as_path()] {
@@ -116,8 +127,42 @@ impl JobGitDir {
             .run_as(owner)
             .run()
             .await?;
+        Ok(())
+    }
+
+    /// Writes the checkout's `.git` link naming `link_target`.
+    pub fn write_link(&self, worktree: &Path, link_target: &Path) -> Result<(), GitError> {
         let link = worktree.join(".git");
         std::fs::write(&link, format!("gitdir: {}\n", link_target.display())).map_err(io(&link))
+    }
+
+    /// Gives the git dir `index` (the pristine checkout's index, whose entries match the
+    /// files an overlay shows) and, with `owner`, hands the git dir and the checkout's root
+    /// to that uid as [`checkout`](Self::checkout) does. Runs before any agent has.
+    ///
+    /// With `share` the index is a hard link to the pristine one, which is paddock's and
+    /// read-only: git never writes an index in place (it renames `index.lock` over it), so
+    /// twenty jobs cost one index. The caller shares only where the agent cannot write the
+    /// shared file: it runs as another uid (it can replace the link, not write or chmod the
+    /// file), or it is not isolated at all (the process runtime). Otherwise it is a copy.
+    pub fn adopt_index(
+        &self,
+        index: &Path,
+        worktree: &Path,
+        owner: Option<(u32, u32)>,
+        share: bool,
+    ) -> Result<(), GitError> {
+        let target = self.path.join("index");
+        let linked = share && std::fs::hard_link(index, &target).is_ok();
+        if !linked {
+            std::fs::copy(index, &target).map_err(io(&target))?;
+        }
+        if let Some((uid, gid)) = owner {
+            for path in [worktree, self.path.as_path()] {
+                std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(io(path))?;
+            }
+        }
+        Ok(())
     }
 
     /// Adds `patterns` to the job's own `info/exclude` (never the user's), so cache links and

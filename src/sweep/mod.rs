@@ -17,6 +17,8 @@
 //! | git worktree entry under our root whose directory is gone (even if locked) | unlock and prune |
 //! | `index.lock` in a job's git dir older than the threshold and open by no process | remove it |
 //! | a merge quarantine (`tmp/merge-*`) older than an hour | remove it |
+//! | an overlay mounted at a checkout being removed (the job's, or one a killed create left) | unmount it first |
+//! | a pristine checkout no record names, unused for `pristine_max_age`, or a partial one | remove it under its lock |
 //!
 //! One lock per install (`sweep.lock`) keeps a cron sweep and the daemon's sweeper from acting
 //! at once: the second waits for the first, then finds nothing left to do.
@@ -35,6 +37,7 @@ use crate::runtime;
 use crate::store::FileLock;
 use crate::units::format_age;
 
+mod pristine;
 mod reap;
 use crate::wire::EventKind;
 
@@ -59,12 +62,14 @@ pub struct SweepOptions {
     pub index_lock_age: Duration,
     /// Jobs whose branch is merged into their base branch are removed, with the branch.
     pub merged: bool,
+    /// A pristine checkout no record names is removed once unused for this long.
+    pub pristine_max_age: Duration,
 }
 
 /// One thing the sweep found.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SweepItem {
-    /// `job`, `container`, `worktree`, `git-worktree` or `index-lock`.
+    /// `job`, `container`, `worktree`, `git-worktree`, `index-lock` or `pristine`.
     pub kind: String,
     pub name: String,
     pub reason: String,
@@ -273,6 +278,7 @@ impl Paddock {
         self.reap_orphan_worktrees(options, &mut report).await;
         self.prune_git_worktrees(options, &mut report).await;
         self.clear_stale_index_locks(options, &mut report);
+        self.reap_pristines(options, &mut report).await;
         if !options.dry_run {
             self.clear_stale_quarantines();
         }

@@ -206,6 +206,8 @@ impl Paddock {
                 path: path.to_path_buf(),
             });
         }
+        // A killed create's overlay: its upper dir goes with the job dir below.
+        crate::overlay::unmount(path).await?;
         std::fs::remove_dir_all(path).map_err(|source| crate::engine::Error::RemoveDir {
             path: path.to_path_buf(),
             source,
@@ -281,6 +283,8 @@ impl Paddock {
             setup: Vec::new(),
             queue_seq: None,
             ports: Vec::new(),
+            checkout: crate::config::CheckoutMode::Worktree,
+            pristine: None,
         })
     }
 

@@ -520,7 +520,18 @@ fn config_show_reports_sources_and_bad_files_name_the_key() {
 fn jobs_of_the_old_shared_git_layout_are_reported_and_removed_safely() {
     let repo = FixtureRepo::new();
     let home = TestHome::new();
-    let job = home.create(&repo, &["--task", "old", "--runtime", "process"]);
+    // The old layout had no overlay checkouts (this test rebuilds one by hand).
+    let job = home.create(
+        &repo,
+        &[
+            "--task",
+            "old",
+            "--runtime",
+            "process",
+            "--checkout",
+            "worktree",
+        ],
+    );
     let id = text(&job, "id");
     let branch = text(&job, "branch");
     let worktree = text(&job, "worktree");

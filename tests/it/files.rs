@@ -178,13 +178,16 @@ fn paths_out_of_the_workspace_are_refused_and_nothing_outside_changes() {
     let outside_dir = outside.path().display().to_string();
     // The agent plants links out: to the host's /etc/passwd, to a file and a directory
     // outside, up the tree, a hard link to the outside file, and a dangling link where a
-    // write would create a file outside.
+    // write would create a file outside. (An overlay checkout is a filesystem of its own: no
+    // hard link reaches out of it, so there the agent links a file of its own, whose two
+    // names are refused all the same.)
     home.sh(
         &id,
         &format!(
             "ln -s /etc/passwd passwd && ln -s {secret_path} secret && ln -s {outside_dir} out \
              && ln -s .. up && mkdir -p sub && ln -s ../../.. sub/climb \
-             && ln {secret_path} hard && ln -s {outside_dir}/created dangling"
+             && {{ ln {secret_path} hard 2>/dev/null || {{ echo mine > own && ln own hard; }}; }} \
+             && ln -s {outside_dir}/created dangling"
         ),
     );
     let before_passwd = std::fs::read("/etc/passwd").unwrap();

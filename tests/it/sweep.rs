@@ -90,6 +90,7 @@ fn assert_swept_clean(home: &TestHome, repo: &FixtureRepo, context: &str) {
         "{context}: branch left"
     );
     assert_eq!(home.job_records(), 0, "{context}: record left");
+    assert_eq!(home.mounts(), Vec::<String>::new(), "{context}: mount left");
     let again = sweep(home, &[]);
     assert!(
         again["removed"].as_array().unwrap().is_empty(),
@@ -123,6 +124,36 @@ fn crash_at_every_point(runtime: &[&str]) {
 #[test]
 fn creates_killed_at_every_step_are_swept_clean_process_runtime() {
     crash_at_every_point(&["--runtime", "process"]);
+}
+
+#[test]
+fn overlay_creates_killed_at_every_step_are_swept_clean_process_runtime() {
+    if !crate::fixtures::overlay_available(
+        "overlay_creates_killed_at_every_step_are_swept_clean_process_runtime",
+    ) {
+        return;
+    }
+    crash_at_every_point(&["--runtime", "process", "--checkout", "overlay"]);
+}
+
+#[test]
+fn overlay_creates_killed_at_every_step_are_swept_clean_docker_runtime() {
+    if !docker_available("overlay_creates_killed_at_every_step_are_swept_clean_docker_runtime")
+        || !crate::fixtures::overlay_available(
+            "overlay_creates_killed_at_every_step_are_swept_clean_docker_runtime",
+        )
+    {
+        return;
+    }
+    let image = test_image();
+    crash_at_every_point(&[
+        "--runtime",
+        "docker",
+        "--image",
+        &image,
+        "--checkout",
+        "overlay",
+    ]);
 }
 
 #[test]

@@ -264,6 +264,22 @@ pub async fn ensure(
     Ok(Some(sealed))
 }
 
+/// Restarts the job's sidecar (a short grace), ending its proxy's tunnels, when it runs.
+pub async fn restart_sidecar(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
+    if !has_sealed_network(record) {
+        return Ok(());
+    }
+    let docker = super::connect()?;
+    let name = sidecar_name(&job_container(record));
+    if let Some(status) = inspect_named(&docker, home, &name, record.id.as_str()).await?
+        && status.running
+    {
+        super::stop_container(&docker, &name, std::time::Duration::from_secs(1)).await?;
+        start_named(&docker, &name).await?;
+    }
+    Ok(())
+}
+
 /// The network `name`, if it exists; refused when it does not carry this install's labels
 /// with `job` as its job.
 async fn our_network(

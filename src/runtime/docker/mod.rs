@@ -477,22 +477,6 @@ async fn stop_container(docker: &Docker, name: &str, grace: Duration) -> Result<
     .await
 }
 
-/// Restarts the job's sidecar (a short grace), ending its proxy's tunnels, when it runs.
-pub async fn restart_sidecar(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
-    if !egress::has_sealed_network(record) {
-        return Ok(());
-    }
-    let docker = connect()?;
-    let name = egress::sidecar_name(&job_container(record));
-    if let Some(status) = inspect_named(&docker, home, &name, record.id.as_str()).await?
-        && status.running
-    {
-        stop_container(&docker, &name, Duration::from_secs(1)).await?;
-        start_named(&docker, &name).await?;
-    }
-    Ok(())
-}
-
 /// `paddock stop`: stops the job's container (SIGTERM, `grace`, then SIGKILL).
 pub async fn stop_job(
     home: &PaddockHome,

@@ -1,6 +1,7 @@
 //! What a job container sees: the mounts (see the module docs of `docker` for why each one
 //! is there) and, when paddock runs as root, handing the job's own files to the agent's uid.
 
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use bollard::models::{Mount, MountTypeEnum};
@@ -118,6 +119,14 @@ pub(super) fn grant_agent_access(record: &JobRecord, uid: u32) -> Result<(), Run
         }
     }
     for path in paths {
+        // A file of the git dir with another name elsewhere (an overlay job's index, a hard
+        // link to its pristine checkout's) is not the job's to give: owned by the agent, it
+        // could be chmodded and written in place under every job sharing it. git needs only
+        // to read it and rename a new index over it, which the git dir's owner may do.
+        let meta = std::fs::symlink_metadata(&path).map_err(io_error(&path))?;
+        if meta.is_file() && meta.nlink() > 1 && path.starts_with(git_dir) {
+            continue;
+        }
         std::os::unix::fs::lchown(&path, Some(uid), Some(uid)).map_err(io_error(&path))?;
     }
     Ok(())

@@ -146,7 +146,7 @@ impl Runtime for DockerRuntime {
     }
 
     async fn cut_connections(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        super::restart_sidecar(&self.home, record).await
+        super::egress::restart_sidecar(&self.home, record).await
     }
 
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {

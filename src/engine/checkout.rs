@@ -1,0 +1,122 @@
+//! A job's checkout: made at create (`worktree`: `git read-tree` into the job's own
+//! directory; `overlay`: an overlay mount of the commit's pristine checkout, see `overlay`)
+//! and removed by `rm`, the create's rollback and the sweep. Either way the checkout is a
+//! plain directory at `record.worktree` to everything else (container mounts, caches, sync,
+//! the file API); an overlay is unmounted before anything under it is deleted.
+
+use super::create::crash_point;
+use super::{Error, Paddock, Result};
+use crate::config::CheckoutMode;
+use crate::git::GitRepo;
+use crate::git::jobdir::JobGitDir;
+use crate::job::JobRecord;
+use crate::overlay::Pristines;
+
+impl Paddock {
+    /// Checks `tip` out at the job's worktree with its `.git` link, before any agent runs.
+    pub(super) async fn check_out(
+        &self,
+        repo: &GitRepo,
+        record: &mut JobRecord,
+        job_git: &JobGitDir,
+        tip: &str,
+    ) -> Result<()> {
+        let runtime = self.runtime_of(record);
+        let (link_target, _) = runtime
+            .sandbox_git_paths(record)
+            .expect("the record names its git dir");
+        let owner = runtime.files_owner(record);
+        if record.checkout == CheckoutMode::Worktree {
+            job_git
+                .checkout(&record.worktree, &link_target, owner)
+                .await?;
+            return Ok(());
+        }
+        let driver = crate::overlay::driver()?;
+        let pristines = Pristines::of(self.home());
+        let (pristine, lock) = pristines.ensure(repo, &record.repo_key, tip, owner).await?;
+        // Named in the record before the lock goes: from here the sweep sees it used.
+        record.pristine = Some(pristine.clone());
+        self.store().save(record)?;
+        drop(lock);
+        crash_point("pristine");
+        crate::overlay::mount(
+            driver,
+            self.home(),
+            &pristine.join("tree"),
+            &self.home().job_dir(&record.id),
+            &record.worktree,
+            owner,
+        )
+        .await?;
+        crash_point("mounted");
+        // Shared where the agent cannot write it: another uid, or no isolation to keep.
+        let share = owner.is_some() || !record.runtime.uses_docker();
+        job_git.adopt_index(&pristine.join("index"), &record.worktree, owner, share)?;
+        job_git.write_link(&record.worktree, &link_target)?;
+        if let Some((uid, gid)) = owner {
+            let link = record.worktree.join(".git");
+            std::os::unix::fs::chown(&link, Some(uid), Some(gid))
+                .map_err(|source| crate::store::StoreError::Io { path: link, source })?;
+        }
+        Ok(())
+    }
+
+    /// Removes a job's checkout and its private git dir and scratch repository; idempotent.
+    /// The checkout is deleted only after checking it is ours (under our root, our marker).
+    pub(super) async fn remove_checkout(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
+        if record.is_legacy() {
+            // A linked worktree of the user's repository: git removes it and its admin dir.
+            if repo.remove_worktree(&record.worktree).await.is_ok() || !record.worktree.exists() {
+                return Ok(());
+            }
+        }
+        if std::fs::symlink_metadata(&record.worktree).is_ok() {
+            if !self.home.owns_worktree(&record.worktree) {
+                return Err(Error::NotOurs {
+                    path: record.worktree.clone(),
+                });
+            }
+            // An overlay (of this job, or left by a killed create) goes before its files:
+            // deleting through it would only write whiteouts into the upper dir.
+            crate::overlay::unmount(&record.worktree).await?;
+            remove_tree(&record.worktree)
+                .await
+                .map_err(|source| Error::RemoveDir {
+                    path: record.worktree.clone(),
+                    source,
+                })?;
+        }
+        if record.is_legacy() {
+            repo.prune_worktrees().await?;
+            return Ok(());
+        }
+        // Everything under the job's own dir in $PADDOCK_HOME is paddock's by construction
+        // (remove_dir_all does not follow the symlinks an agent may have left in its git dir).
+        let job_dir = self.home.job_dir(&record.id);
+        match remove_tree(&job_dir).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(Error::RemoveDir {
+                path: job_dir,
+                source,
+            }),
+        }
+    }
+}
+
+/// Deletes a directory tree (never following symlinks). A create that was killed can leave
+/// git's parallel checkout workers finishing their batch for a moment (they outlive their
+/// killed parent); a removal that races them is retried for a few seconds.
+pub(super) async fn remove_tree(path: &std::path::Path) -> std::io::Result<()> {
+    let mut tries = 0;
+    loop {
+        match std::fs::remove_dir_all(path) {
+            Err(error) if error.kind() == std::io::ErrorKind::DirectoryNotEmpty && tries < 50 => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
