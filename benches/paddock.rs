@@ -241,16 +241,9 @@ fn cold_ready_docker(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
         cleanup_raw(repo.path(), &dir, &branch);
         elapsed
     };
-    for i in 0..RUNS {
-        // Alternate which side goes first, so neither always inherits the other's page cache.
-        if i % 2 == 0 {
-            ours.push(paddock_run(i));
-            theirs.push(baseline_run(i));
-        } else {
-            theirs.push(baseline_run(i));
-            ours.push(paddock_run(i));
-        }
-    }
+    interleaved(&mut |i| ours.push(paddock_run(i)), &mut |i| {
+        theirs.push(baseline_run(i))
+    });
     let ratio = median(&ours) / median(&theirs);
     rows.push(Row {
         name: format!("cold job ready, Docker ({label})"),
@@ -384,15 +377,7 @@ fn process_create(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
         theirs.push(ms(elapsed));
         cleanup_raw(repo.path(), &dir, &branch);
     };
-    for i in 0..RUNS {
-        if i % 2 == 0 {
-            paddock_run(i);
-            baseline_run(i);
-        } else {
-            baseline_run(i);
-            paddock_run(i);
-        }
-    }
+    interleaved(&mut paddock_run, &mut baseline_run);
     let ratio = median(&ours) / median(&theirs);
     rows.push(Row {
         name: format!("process runtime create ({label})"),
@@ -464,15 +449,7 @@ fn overlay_create(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
         theirs.push(ms(elapsed));
         cleanup_raw(repo.path(), &dir, &branch);
     };
-    for i in 0..RUNS {
-        if i % 2 == 0 {
-            paddock_run(i);
-            baseline_run(i);
-        } else {
-            baseline_run(i);
-            paddock_run(i);
-        }
-    }
+    interleaved(&mut paddock_run, &mut baseline_run);
     let ratio = median(&ours) / median(&theirs);
     rows.push(Row {
         name: format!("overlay create ({label})"),
@@ -602,6 +579,20 @@ fn remove_all(home: &TestHome) {
     let jobs: Value = serde_json::from_str(&run(&mut home.cmd(&["ls", "--json"]))).unwrap();
     for job in jobs.as_array().unwrap() {
         run(&mut home.cmd(&["rm", "--delete-branch", job["id"].as_str().unwrap()]));
+    }
+}
+
+/// Runs `paddock` and `baseline` `RUNS` times each, alternating which goes first, so
+/// neither always inherits the other's page cache.
+fn interleaved(paddock: &mut dyn FnMut(usize), baseline: &mut dyn FnMut(usize)) {
+    for i in 0..RUNS {
+        if i % 2 == 0 {
+            paddock(i);
+            baseline(i);
+        } else {
+            baseline(i);
+            paddock(i);
+        }
     }
 }
 
