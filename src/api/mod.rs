@@ -341,22 +341,22 @@ async fn stop_job(
     Ok(axum::Json(json!({"id": id, "stopped": stopped})).into_response())
 }
 
-/// The options of a removal: the query of `DELETE /v1/jobs/{id}`, and the dashboard's form.
+/// The options of a removal: the query of `DELETE /v1/jobs/{id}`.
 #[derive(Deserialize, Default)]
-pub(crate) struct RemoveQuery {
+struct RemoveQuery {
     #[serde(default)]
-    pub(crate) delete_branch: bool,
+    delete_branch: bool,
     #[serde(default)]
-    pub(crate) keep_branch: bool,
+    keep_branch: bool,
     #[serde(default)]
-    pub(crate) force: bool,
+    force: bool,
     /// Any policy by name (`delete-if-merged`); the two flags above win.
     #[serde(default)]
-    pub(crate) branch_policy: Option<BranchPolicy>,
+    branch_policy: Option<BranchPolicy>,
 }
 
 impl RemoveQuery {
-    pub(crate) fn options(&self) -> RemoveOptions {
+    fn options(&self) -> RemoveOptions {
         RemoveOptions::from_flags(
             self.delete_branch,
             self.keep_branch,

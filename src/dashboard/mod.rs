@@ -21,8 +21,9 @@ use axum::routing::{get, post};
 use axum::{Router, http::HeaderName};
 
 use crate::api::auth::{self, Access, Caller};
-use crate::api::{ApiError, ApiState, REQUEST_TIMEOUT, RemoveQuery, with_deadline};
+use crate::api::{ApiError, ApiState, REQUEST_TIMEOUT, with_deadline};
 use crate::ops::Operations;
+use crate::wire::RemoveOptions;
 
 mod html;
 mod job;
@@ -254,13 +255,13 @@ async fn remove(
         return refused;
     }
     let branch = fields.get("branch").map_or("default", String::as_str);
-    let query = RemoveQuery {
-        delete_branch: branch == "delete",
-        keep_branch: branch == "keep",
-        force: fields.get("force").is_some_and(|v| v == "on"),
-        branch_policy: None,
-    };
-    let removal = Operations::remove(&*state.paddock, &id, query.options());
+    let options = RemoveOptions::from_flags(
+        branch == "delete",
+        branch == "keep",
+        None,
+        fields.get("force").is_some_and(|v| v == "on"),
+    );
+    let removal = Operations::remove(&*state.paddock, &id, options);
     match with_deadline(REQUEST_TIMEOUT, removal).await {
         Ok(report) => {
             let wip = match (&report.wip_ref, &report.wip_commit) {

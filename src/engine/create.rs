@@ -17,6 +17,24 @@ use crate::runtime::RuntimeError;
 use crate::store::StoreError;
 use crate::wire::EventKind;
 
+impl Paddock {
+    /// Refuses `branch` of the repository `repo_key` when a job holds it (as its own
+    /// branch): another job's syncs, or a merge into it, would rewrite that job's work.
+    pub(super) fn refuse_held_branch(&self, repo_key: &str, branch: &str) -> Result<()> {
+        let (records, _) = self.store.list()?;
+        match records
+            .into_iter()
+            .find(|r| r.repo_key == repo_key && r.branch == branch)
+        {
+            Some(holder) => Err(Error::BranchHeld {
+                branch: branch.to_string(),
+                job: holder.id,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Refuses `--allow` together with an explicit network other than `allowlist` (the
 /// runtime's readiness check then says whether it can give the network at all).
 fn check_network(request: &CreateRequest, network: NetworkMode) -> Result<()> {
@@ -80,19 +98,7 @@ impl Paddock {
         }
         // A reused branch is never one a job holds: its syncs would rewrite each other's work.
         if branch_exists {
-            let repo_key = repo.key();
-            if let Some(holder) = self
-                .store
-                .list()?
-                .0
-                .into_iter()
-                .find(|r| r.repo_key == repo_key && r.branch == branch)
-            {
-                return Err(Error::BranchHeld {
-                    branch,
-                    job: holder.id,
-                });
-            }
+            self.refuse_held_branch(&repo.key(), &branch)?;
         }
         if self.store.exists(&id) {
             return Err(StoreError::Exists { id }.into());

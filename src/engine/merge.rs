@@ -70,18 +70,7 @@ impl Paddock {
             }
         };
         // A branch a job holds is that job's: its next sync would put it back.
-        if let Some(holder) = self
-            .store
-            .list()?
-            .0
-            .into_iter()
-            .find(|r| r.repo_key == record.repo_key && r.branch == into)
-        {
-            return Err(Error::BranchHeld {
-                branch: into,
-                job: holder.id,
-            });
-        }
+        self.refuse_held_branch(&record.repo_key, &into)?;
         let previous = repo
             .ref_target(&format!("refs/heads/{into}"))
             .await?
