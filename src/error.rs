@@ -17,6 +17,7 @@ use crate::copy_files::CopyError;
 pub use crate::git::GitError;
 use crate::job::{JobError, JobId, JobState};
 use crate::overlay::OverlayError;
+use crate::pool::PoolError;
 use crate::runtime::RuntimeError;
 use crate::store::StoreError;
 
@@ -107,6 +108,8 @@ pub enum Error {
     Copy(#[from] CopyError),
     #[error(transparent)]
     Overlay(#[from] OverlayError),
+    #[error(transparent)]
+    Pool(#[from] PoolError),
     /// A setup command failed; `output` is its stderr and stdout (capped), `log` the file
     /// that keeps all of it.
     #[error(
@@ -286,6 +289,9 @@ impl Error {
             Error::Overlay(OverlayError::Store(StoreError::LockTimeout { .. })) => K::Conflict,
             Error::Overlay(OverlayError::Git(_)) => K::Git,
             Error::Overlay(_) => K::Internal,
+            Error::Pool(PoolError::NotRoot) => K::InvalidInput,
+            Error::Pool(PoolError::Store(StoreError::LockTimeout { .. })) => K::Conflict,
+            Error::Pool(_) => K::Internal,
             Error::Runtime(
                 RuntimeError::DockerUnavailable { .. }
                 | RuntimeError::DockerTimeout { .. }

@@ -290,6 +290,37 @@ pub struct JobRecord {
     /// records that name one are its reference count (nothing to drift).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pristine: Option<PathBuf>,
+    /// How the job's container started: from a warm pool slot (its id, also the
+    /// container's job label) or cold, and why cold when a pool was asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolStart>,
+}
+
+/// A job's container start when its profile has a pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "start", rename_all = "snake_case")]
+pub enum PoolStart {
+    /// Claimed the pool slot `slot`: its container (labelled with the slot's id) is the
+    /// job's, and the job's files are mounted into the slot's directory.
+    Warm { slot: String },
+    /// Started cold, for `reason`.
+    Cold { reason: String },
+}
+
+impl JobRecord {
+    /// The pool slot whose container and mounts the job holds, if it started warm.
+    pub fn pool_slot(&self) -> Option<&str> {
+        match &self.pool {
+            Some(PoolStart::Warm { slot }) => Some(slot),
+            _ => None,
+        }
+    }
+
+    /// The job label its container carries: the pool slot's id for a warm start (labels
+    /// cannot change after a container is made), else the job's id.
+    pub fn container_label(&self) -> &str {
+        self.pool_slot().unwrap_or(self.id.as_str())
+    }
 }
 
 /// A port of the job served to the host: `host_ip:host_port` reaches `port` inside the job.

@@ -28,6 +28,7 @@ mod metrics;
 pub mod ops;
 pub mod output;
 pub mod overlay;
+pub mod pool;
 pub mod runtime;
 pub(crate) mod serve;
 pub mod store;

@@ -361,6 +361,19 @@ pub fn mounts_under(root: &Path) -> Vec<Mounted> {
     found
 }
 
+/// Every mount point (of any type) at or under `root`, deepest first.
+pub fn mount_points_under(root: &Path) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut found: Vec<PathBuf> = text
+        .lines()
+        .filter_map(parse_mountinfo)
+        .map(|m| m.path)
+        .filter(|path| path.starts_with(root))
+        .collect();
+    found.sort_by_key(|path| std::cmp::Reverse(path.components().count()));
+    found
+}
+
 /// Whether an overlay is mounted at `path`.
 pub fn is_mounted(path: &Path) -> bool {
     mounts_under(path).iter().any(|m| m.path == path)

@@ -146,12 +146,15 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         (None, None) => None,
     };
     let (events, _) = tokio::sync::broadcast::channel(4096);
+    let (refills, refill_requests) = tokio::sync::mpsc::unbounded_channel();
     let paddock = Arc::new(
         Paddock::from_env()?
             .with_events(events)
             .with_build_limit(options.max_concurrent_creates)
+            .with_pool_refills(refills)
             .as_daemon(),
     );
+    tokio::spawn(refill_pools(paddock.clone(), refill_requests));
     let socket = options
         .socket
         .clone()
@@ -257,4 +260,25 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
     }
     let _ = std::fs::remove_file(&socket);
     Ok(())
+}
+
+/// Refills the pools that creates claimed from, one fill at a time (requests that arrive
+/// during a fill for the same pool are one refill).
+async fn refill_pools(
+    paddock: Arc<Paddock>,
+    mut requests: tokio::sync::mpsc::UnboundedReceiver<crate::engine::PoolKey>,
+) {
+    while let Some(first) = requests.recv().await {
+        let mut wanted = vec![first];
+        while let Ok(more) = requests.try_recv() {
+            if !wanted.contains(&more) {
+                wanted.push(more);
+            }
+        }
+        for (profile, repo) in wanted {
+            if let Err(error) = paddock.pool_fill(&repo, Some(&profile)).await {
+                tracing::warn!(%error, profile, repo = %repo.display(), "pool refill failed");
+            }
+        }
+    }
 }

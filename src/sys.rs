@@ -341,6 +341,56 @@ pub fn mount_overlay(source: &str, target: &Path, options: &str) -> std::io::Res
     Ok(())
 }
 
+/// Bind-mounts `source` at `target` (not recursively). Needs CAP_SYS_ADMIN.
+pub fn bind_mount(source: &Path, target: &Path) -> std::io::Result<()> {
+    raw_mount(Some(source), target, libc::MS_BIND)
+}
+
+/// Makes the mount at `target` and every mount under it shared, so mounts made under it
+/// later reach its slaves (a container's bind mount of it with `rslave` propagation).
+pub fn make_rshared(target: &Path) -> std::io::Result<()> {
+    raw_mount(None, target, libc::MS_SHARED | libc::MS_REC)
+}
+
+/// Makes the bind mount at `target` read-only. The flag is the mount's own: it does not
+/// reach copies of it that propagation already made (see `move_mount`).
+pub fn remount_read_only(target: &Path) -> std::io::Result<()> {
+    raw_mount(
+        None,
+        target,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+    )
+}
+
+/// Moves the mount at `from` to `to`; moved into a shared mount, it propagates with the
+/// flags it has (a read-only bind stays read-only in every copy).
+pub fn move_mount(from: &Path, to: &Path) -> std::io::Result<()> {
+    raw_mount(Some(from), to, libc::MS_MOVE)
+}
+
+fn raw_mount(source: Option<&Path>, target: &Path, flags: libc::c_ulong) -> std::io::Result<()> {
+    let source = source
+        .map(|s| c_string(s.as_os_str().as_encoded_bytes()))
+        .transpose()?;
+    let target = c_string(target.as_os_str().as_encoded_bytes())?;
+    let source_ptr = source.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+    // SAFETY: every pointer is null or a NUL-terminated string we own for the duration of
+    // the call; bind, move and propagation changes read no fstype or data.
+    let done = unsafe {
+        libc::mount(
+            source_ptr,
+            target.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        )
+    };
+    if done != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Unmounts the mount at `target`; with `detach`, lazily (it goes once nothing uses it).
 pub fn unmount(target: &Path, detach: bool) -> std::io::Result<()> {
     let target = c_string(target.as_os_str().as_encoded_bytes())?;

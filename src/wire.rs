@@ -29,9 +29,11 @@ pub use merges::{
 
 mod files;
 mod merges;
+mod pool;
 pub use crate::git::sync::WorkState;
 pub use crate::git::{CommitInfo, FileChange};
 pub use crate::runtime::exec::ExecResult;
+pub use pool::{PoolChange, PoolSlotView};
 
 /// The inputs of `create`: `paddock create` flags, the body of `POST /v1/jobs`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, clap::Args, JsonSchema)]
@@ -378,6 +380,10 @@ pub struct JobView {
     /// (`ls`, `show`; `paddock conflicts` lists the files).
     #[serde(default)]
     pub conflicts: Option<bool>,
+    /// With a profile that has a warm pool: `{"start": "warm", "slot": ID}` when the job's
+    /// container came from the pool, `{"start": "cold", "reason": TEXT}` when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<crate::job::PoolStart>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -411,6 +417,7 @@ impl From<&JobRecord> for JobView {
             setup: record.setup.clone(),
             merged: None,
             conflicts: None,
+            pool: record.pool.clone(),
         }
     }
 }

@@ -68,7 +68,7 @@ impl Budget {
         }
     }
 
-    pub(super) fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let jobs = self
             .max_jobs
             .map_or(String::new(), |n| format!(", {n} jobs"));
@@ -126,7 +126,16 @@ impl Held {
         held
     }
 
-    pub(super) fn fits(&self, demand: &Demand, budget: &Budget) -> bool {
+    /// Counts one more job's share as held (a warm pool slot's container).
+    pub fn hold(&mut self, demand: &Demand) {
+        if let Demand::Job { memory, cpus } = demand {
+            self.memory = self.memory.saturating_add(*memory);
+            self.cpus += cpus;
+            self.jobs += 1;
+        }
+    }
+
+    pub(crate) fn fits(&self, demand: &Demand, budget: &Budget) -> bool {
         match demand {
             Demand::Job { memory, cpus } => {
                 self.memory.saturating_add(*memory) <= budget.memory

@@ -35,6 +35,7 @@ mod ls;
 mod mcp;
 mod merge;
 mod net;
+mod pool;
 mod port;
 mod render;
 mod rm;
@@ -121,6 +122,11 @@ pub(crate) enum Command {
     Doctor(doctor::DoctorArgs),
     /// Remove stale jobs and orphans (containers, worktrees, git metadata); never loses work.
     Sweep(sweep::SweepArgs),
+    /// Warm pools: containers started ahead of creates (`pool: {size: N}` in a profile).
+    Pool {
+        #[command(subcommand)]
+        command: pool::PoolCommand,
+    },
     /// Run the activity watcher and a sweep every interval, until SIGTERM.
     Serve(serve::ServeArgs),
     /// Open the web dashboard of the running daemon on a loopback port and print its URL.
@@ -201,6 +207,7 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Image { command } => image::run(paddock, command).await,
         Command::Doctor(args) => doctor::run(paddock, args).await,
         Command::Sweep(args) => sweep::run(paddock, args).await,
+        Command::Pool { command } => pool::run(paddock, command).await,
         Command::Serve(args) => serve::run(paddock, args).await,
         Command::Dashboard(args) => dashboard::run(paddock, args).await,
         Command::EgressProxy(args) => egress_proxy::run(args).await,

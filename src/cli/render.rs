@@ -169,6 +169,15 @@ pub fn print_details(details: &JobDetails) {
     if let Some(id) = &v.container_id {
         println!("container {}", &id[..id.len().min(12)]);
     }
+    match &v.pool {
+        Some(crate::job::PoolStart::Warm { slot }) => {
+            println!("pool      warm start (slot {slot})");
+        }
+        Some(crate::job::PoolStart::Cold { reason }) => {
+            println!("pool      cold start: {reason}");
+        }
+        None => {}
+    }
     if !v.copied.is_empty() {
         println!("copied    {}", v.copied.join(", "));
     }

@@ -51,6 +51,32 @@ pub struct ProfileLayer {
     pub setup_network: Option<NetworkMode>,
     /// With `setup_network: allowlist`: what setup may reach besides the job's allow-list.
     pub setup_allow: Option<Vec<AllowEntry>>,
+    /// A warm pool of this profile's containers, started ahead of creates.
+    pub pool: Option<PoolSettings>,
+}
+
+/// `pool:` of a profile: how many containers wait, started ahead, for this profile's jobs
+/// (per repository), and how long an unused pool stays before it drains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSettings {
+    pub size: u32,
+    /// No claim for this long and the pool drains (default 30m).
+    #[serde(default = "default_pool_idle")]
+    pub idle: HumanDuration,
+}
+
+fn default_pool_idle() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(1800))
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            size: 0,
+            idle: default_pool_idle(),
+        }
+    }
 }
 
 /// The effective settings a job runs with.
@@ -80,6 +106,7 @@ pub struct Profile {
     pub setup_timeout: Option<Sourced<HumanDuration>>,
     pub setup_network: Option<Sourced<NetworkMode>>,
     pub setup_allow: Option<Sourced<Vec<AllowEntry>>>,
+    pub pool: Sourced<PoolSettings>,
 }
 
 impl Default for Profile {
@@ -107,6 +134,7 @@ impl Default for Profile {
             setup_timeout: None,
             setup_network: None,
             setup_allow: None,
+            pool: Sourced::default_value(PoolSettings::default()),
         }
     }
 }
@@ -138,7 +166,8 @@ impl Profile {
             caches,
             ports,
             copy,
-            setup
+            setup,
+            pool
         );
         let sourced = |value| Sourced {
             value,
@@ -255,6 +284,16 @@ impl Profile {
                     .collect::<Vec<_>>()
                     .join(", "),
                 &self.ports.source,
+            ));
+        }
+        if self.pool.value.size > 0 {
+            rows.push((
+                "pool".into(),
+                format!(
+                    "size {}, drains after {} unused",
+                    self.pool.value.size, self.pool.value.idle
+                ),
+                &self.pool.source,
             ));
         }
         if !self.caches.value.is_empty() {

@@ -65,6 +65,8 @@ impl Paddock {
     /// Removes a job's checkout and its private git dir and scratch repository; idempotent.
     /// The checkout is deleted only after checking it is ours (under our root, our marker).
     pub(super) async fn remove_checkout(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
+        // A warm-started job's files are mounted into its pool slot too: those go first.
+        self.release_pool_slot(record).await?;
         if record.is_legacy() {
             // A linked worktree of the user's repository: git removes it and its admin dir.
             if repo.remove_worktree(&record.worktree).await.is_ok() || !record.worktree.exists() {

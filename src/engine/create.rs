@@ -171,6 +171,7 @@ impl Paddock {
             ports: Vec::new(),
             checkout: profile.checkout.value,
             pristine: None,
+            pool: None,
         };
         let record = self
             .admit_create(record, &request, &config.admission, client)
@@ -211,7 +212,14 @@ impl Paddock {
             .cloned()
             .collect();
         let setup = config.job_setup(&record.profile);
-        match self.build(&repo, &mut record, &cache_specs, &setup).await {
+        let pool = config
+            .select_profile(Some(&record.profile), &record.agent, record.task.as_deref())
+            .map(|(_, profile)| profile.pool.value)
+            .unwrap_or_default();
+        match self
+            .build(&repo, &mut record, &cache_specs, &setup, pool)
+            .await
+        {
             Ok(()) => {
                 self.emit(
                     EventKind::JobCreated,
@@ -240,6 +248,7 @@ impl Paddock {
         record: &mut JobRecord,
         cache_specs: &[crate::cache::CacheSpec],
         setup: &crate::config::JobSetup,
+        pool: crate::config::PoolSettings,
     ) -> Result<()> {
         crash_point("reserved");
         self.home
@@ -296,7 +305,10 @@ impl Paddock {
         }
         fail_point("caches")?;
         self.publish_ports(record)?;
-        record.container_id = self.runtime_of(record).start(record).await?;
+        record.container_id = match self.start_warm(record, pool).await? {
+            Some(id) => Some(id),
+            None => self.runtime_of(record).start(record).await?,
+        };
         crash_point("started");
         // The job is `ready` only once its setup ran (a failure here is rolled back whole).
         self.run_setup(record, setup).await?;
@@ -372,7 +384,9 @@ pub const FAIL_POINTS: &[&str] = &[
 
 /// The points `PADDOCK_CRASH_AT` accepts, in the order `create` passes them (`pristine`,
 /// after the pristine checkout is made and named in the record, and `mounted`, right after
-/// the overlay is mounted, are passed by `checkout: overlay` jobs only).
+/// the overlay is mounted, are passed by `checkout: overlay` jobs only; `claimed`, after a
+/// pool slot is claimed and named in the record, and `pool-mounted`, after the job's files
+/// are mounted into it, by warm starts only).
 pub const CRASH_POINTS: &[&str] = &[
     "reserved",
     "marked",
@@ -381,6 +395,8 @@ pub const CRASH_POINTS: &[&str] = &[
     "pristine",
     "mounted",
     "checked-out",
+    "claimed",
+    "pool-mounted",
     "started",
 ];
 

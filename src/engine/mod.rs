@@ -38,6 +38,8 @@ mod files;
 mod inspect;
 mod merge;
 mod network;
+mod pool;
+pub use pool::PoolKey;
 mod ports;
 mod remove;
 mod setup;
@@ -80,6 +82,9 @@ pub struct Paddock {
     build_slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
     /// Set when a daemon stops: its queued creates keep their places for the next one.
     stopping: std::sync::atomic::AtomicBool,
+    /// A daemon's refill task: pools to refill after a claim (a CLI process starts a
+    /// detached `paddock pool fill` instead).
+    pool_refills: Option<tokio::sync::mpsc::UnboundedSender<PoolKey>>,
 }
 
 impl Paddock {
@@ -102,7 +107,17 @@ impl Paddock {
             adopts_queue: false,
             build_slots: None,
             stopping: std::sync::atomic::AtomicBool::new(false),
+            pool_refills: None,
         })
+    }
+
+    /// Sends the pools to refill after each claim to `refills` (the daemon's refill task).
+    pub fn with_pool_refills(
+        mut self,
+        refills: tokio::sync::mpsc::UnboundedSender<PoolKey>,
+    ) -> Paddock {
+        self.pool_refills = Some(refills);
+        self
     }
 
     /// Publishes events of every operation to `events` (the daemon's event stream).

@@ -117,6 +117,9 @@ pub enum SandboxRole {
     Sync,
     /// The egress proxy of an `allowlist` job.
     Egress,
+    /// A warm pool slot's container: waiting (its job label is the slot's id), or claimed
+    /// by the job whose record names that slot.
+    Pool,
 }
 
 /// What `doctor` reports of a runtime's engine (the Docker daemon).
@@ -230,6 +233,47 @@ pub trait Runtime: Send + Sync {
     /// connections. Nothing for runtimes without one.
     async fn cut_connections(&self, record: &JobRecord) -> Result<(), RuntimeError> {
         let _ = record;
+        Ok(())
+    }
+
+    /// Starts a warm pool slot's sandbox (see `crate::pool`); returns its container id.
+    async fn start_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
+        let _ = slot;
+        Err(RuntimeError::Unsupported {
+            runtime: "process",
+            what: "keep a warm pool",
+        })
+    }
+
+    /// The host binds that make `record`'s files appear in a pool slot's sandbox, or why
+    /// the job cannot start in one.
+    fn pool_binds(&self, record: &JobRecord) -> Result<Vec<crate::pool::HostBind>, String> {
+        let _ = record;
+        Err("the process runtime has no containers".into())
+    }
+
+    /// Hands a claimed pool slot's sandbox (the job's files already mounted into it) to
+    /// `record`: limits, name, file owners. Returns the container id.
+    async fn adopt_pool_slot(
+        &self,
+        record: &JobRecord,
+        slot: &crate::pool::PoolSlot,
+    ) -> Result<String, RuntimeError> {
+        let _ = (record, slot);
+        Err(RuntimeError::Unsupported {
+            runtime: "process",
+            what: "keep a warm pool",
+        })
+    }
+
+    /// Removes a pool slot's sandbox (under its waiting name, or `job_name` once claimed),
+    /// after checking it carries this install's labels with the slot's id.
+    async fn remove_pool_slot(
+        &self,
+        slot: &crate::pool::PoolSlot,
+        job_name: Option<&str>,
+    ) -> Result<(), RuntimeError> {
+        let _ = (slot, job_name);
         Ok(())
     }
 
@@ -389,6 +433,17 @@ impl Runtimes {
             kind,
             warning: None,
         })
+    }
+}
+
+/// Why a job of `runtime` cannot start in a warm pool slot, if it cannot.
+pub fn pool_unsupported(runtime: RuntimeKind) -> Option<&'static str> {
+    match runtime {
+        RuntimeKind::Runsc => Some(
+            "gVisor serves a container's files through its own gofer: mounts made on the host after the start never reach it",
+        ),
+        RuntimeKind::Process => Some("the process runtime has no containers"),
+        RuntimeKind::Docker => None,
     }
 }
 

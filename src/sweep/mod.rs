@@ -37,6 +37,7 @@ use crate::runtime;
 use crate::store::FileLock;
 use crate::units::format_age;
 
+mod pool;
 mod pristine;
 mod reap;
 use crate::wire::EventKind;
@@ -274,6 +275,7 @@ impl Paddock {
             }
         }
 
+        self.reap_pool_slots(options, &mut report).await;
         self.reap_orphan_containers(options, &mut report).await;
         self.reap_orphan_worktrees(options, &mut report).await;
         self.prune_git_worktrees(options, &mut report).await;
@@ -363,8 +365,13 @@ impl Paddock {
             return Some(reason);
         }
         let container = containers.and_then(|all| {
-            all.iter()
-                .find(|c| c.job == record.id.as_str() && c.role == runtime::SandboxRole::Job)
+            all.iter().find(|c| {
+                c.job == record.container_label()
+                    && matches!(
+                        c.role,
+                        runtime::SandboxRole::Job | runtime::SandboxRole::Pool
+                    )
+            })
         });
         if record.runtime.uses_docker() && containers.is_some() && container.is_none() {
             report.kept(

@@ -26,6 +26,11 @@ impl Paddock {
             return;
         };
         for container in containers {
+            if container.role == SandboxRole::Pool {
+                self.reap_orphan_pool_container(options, container, report)
+                    .await;
+                continue;
+            }
             if container.role != SandboxRole::Job {
                 self.reap_helper_container(options, container, report).await;
                 continue;
@@ -285,6 +290,7 @@ impl Paddock {
             ports: Vec::new(),
             checkout: crate::config::CheckoutMode::Worktree,
             pristine: None,
+            pool: None,
         })
     }
 

@@ -24,6 +24,7 @@ mod jobsetup;
 mod mcp;
 mod merge;
 mod merge_safety;
+mod pool;
 mod ports;
 mod process;
 mod setup_network;

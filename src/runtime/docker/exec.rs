@@ -130,6 +130,8 @@ pub async fn exec_beside(
         NetworkMode::None | NetworkMode::Allowlist => NetworkMode::None,
     };
     stand_in.ports.clear();
+    // Labelled with the job's id (not a pool slot's): it is the job's helper, removed below by that.
+    stand_in.pool = None;
     let mut body = container_body(home, &stand_in, None)?;
     if let Some(labels) = &mut body.labels {
         labels.insert(LABEL_ROLE.to_string(), role.to_string());
@@ -178,10 +180,11 @@ async fn exec_in(
         ],
     };
     cmd.extend(request.cmd.iter().cloned());
-    let mut env: Vec<String> = record
-        .limits
-        .env
+    let warm = super::warm_env(record);
+    let mut env: Vec<String> = warm
         .iter()
+        .map(|(k, v)| (k, v))
+        .chain(&record.limits.env)
         .chain(&request.env)
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
@@ -410,9 +413,14 @@ async fn stopped_container(docker: &Docker, name: &str) -> Option<bool> {
 /// the `docker` CLI: it owns the terminal handling (raw mode, resize) that a shell needs.
 pub fn interactive_shell(record: &JobRecord) -> tokio::process::Command {
     let mut command = tokio::process::Command::new("docker");
+    command.args(["exec", "-it"]);
+    for (key, value) in super::warm_env(record)
+        .into_iter()
+        .chain(crate::runtime::job_env(record))
+    {
+        command.arg("-e").arg(format!("{key}={value}"));
+    }
     command.args([
-        "exec",
-        "-it",
         "-w",
         &record.limits.workspace_dir,
         &job_container(record),

@@ -43,6 +43,7 @@ mod facts;
 pub use facts::misconfiguration;
 mod image;
 mod mounts;
+mod pool;
 mod ports;
 mod sandbox;
 mod stats;
@@ -208,10 +209,7 @@ fn container_body(
     let subnet = sealed.and_then(|s| s.subnet);
     let limits = &record.limits;
     let (uid, gid) = agent_user(limits.uid);
-    let mut env = vec![
-        format!("HOME={CONTAINER_HOME}"),
-        format!("PADDOCK_WORKSPACE={}", limits.workspace_dir),
-    ];
+    let mut env = base_env(limits);
     // Git's identity and settings are part of the container, so the first exec has them
     // (no entrypoint script that could race it).
     env.extend(
@@ -258,21 +256,7 @@ fn container_body(
         }),
         _ => None,
     };
-    let tmpfs_opts = |size: &str| format!("rw,nosuid,nodev,size={size},mode=1777");
-    let memory = i64::try_from(limits.memory.0).unwrap_or(i64::MAX);
     let host_config = HostConfig {
-        mounts: Some(job_mounts(record)?),
-        cap_drop: Some(vec!["ALL".into()]),
-        security_opt: Some(vec!["no-new-privileges".into()]),
-        readonly_rootfs: Some(true),
-        tmpfs: Some(HashMap::from([
-            ("/tmp".to_string(), tmpfs_opts("512m")),
-            (CONTAINER_HOME.to_string(), tmpfs_opts("256m")),
-        ])),
-        pids_limit: Some(i64::from(limits.pids) + pids_headroom(record.runtime)),
-        memory: Some(memory),
-        memory_swap: Some(memory),
-        nano_cpus: Some(limits.cpus.nano_cpus()),
         network_mode: Some(match (sealed, limits.network) {
             (Some(sealed), _) => sealed.name.clone(),
             (None, NetworkMode::Open) => "bridge".into(),
@@ -283,15 +267,7 @@ fn container_body(
         // other name resolves and no query leaves the job.
         dns: sealed.is_some().then(|| vec!["127.0.0.1".into()]),
         port_bindings: published.port_bindings,
-        init: Some(true),
-        runtime: Some(
-            match record.runtime {
-                RuntimeKind::Runsc => "runsc",
-                _ => "runc",
-            }
-            .into(),
-        ),
-        ..Default::default()
+        ..hardened_host_config(limits, record.runtime, job_mounts(record)?)
     };
     Ok(ContainerCreateBody {
         image: Some(limits.image.clone()),
@@ -299,7 +275,7 @@ fn container_body(
         working_dir: Some(limits.workspace_dir.clone()),
         env: Some(env),
         labels: Some(HashMap::from([
-            (LABEL_JOB.to_string(), record.id.to_string()),
+            (LABEL_JOB.to_string(), record.container_label().to_string()),
             (LABEL_HOME.to_string(), home.id().to_string()),
         ])),
         stop_signal: Some("SIGTERM".into()),
@@ -308,6 +284,60 @@ fn container_body(
         networking_config,
         ..Default::default()
     })
+}
+
+/// What a warm-started job's execs add to their environment: the part of a job
+/// container's own environment that a pool slot's container, made before the job, lacks.
+fn warm_env(record: &JobRecord) -> Vec<(String, String)> {
+    if record.pool_slot().is_none() {
+        return Vec::new();
+    }
+    let mut env = super::agent_git_env(record);
+    env.extend(crate::cache::env_vars(&record.caches));
+    env
+}
+
+/// What every container of paddock's starts with in its environment.
+fn base_env(limits: &crate::job::Limits) -> Vec<String> {
+    vec![
+        format!("HOME={CONTAINER_HOME}"),
+        format!("PADDOCK_WORKSPACE={}", limits.workspace_dir),
+    ]
+}
+
+/// The hardening and limits every job container has (see the module docs), with `mounts`
+/// and no network; callers add the network.
+fn hardened_host_config(
+    limits: &crate::job::Limits,
+    runtime: RuntimeKind,
+    mounts: Vec<bollard::models::Mount>,
+) -> HostConfig {
+    let tmpfs_opts = |size: &str| format!("rw,nosuid,nodev,size={size},mode=1777");
+    let memory = i64::try_from(limits.memory.0).unwrap_or(i64::MAX);
+    HostConfig {
+        mounts: Some(mounts),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        readonly_rootfs: Some(true),
+        tmpfs: Some(HashMap::from([
+            ("/tmp".to_string(), tmpfs_opts("512m")),
+            (CONTAINER_HOME.to_string(), tmpfs_opts("256m")),
+        ])),
+        pids_limit: Some(i64::from(limits.pids) + pids_headroom(runtime)),
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        nano_cpus: Some(limits.cpus.nano_cpus()),
+        network_mode: Some("none".into()),
+        init: Some(true),
+        runtime: Some(
+            match runtime {
+                RuntimeKind::Runsc => "runsc",
+                _ => "runc",
+            }
+            .into(),
+        ),
+        ..Default::default()
+    }
 }
 
 /// Gives the job's files to the agent's uid (see [`grant_agent_access`]), then creates and
@@ -356,7 +386,13 @@ async fn inspect_ours(
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<Option<ContainerStatus>, RuntimeError> {
-    inspect_named(docker, home, &job_container(record), record.id.as_str()).await
+    inspect_named(
+        docker,
+        home,
+        &job_container(record),
+        record.container_label(),
+    )
+    .await
 }
 
 /// Inspects the container `name`; `None` when it does not exist. Refuses one that does not
@@ -429,7 +465,7 @@ pub async fn ensure_running(
                 Err(error) => {
                     // A container that cannot start (say a mount source moved) is replaced.
                     tracing::warn!(job = %record.id, %error, "recreating a container that would not start");
-                    remove_labelled_container(home, &name, record.id.as_str()).await?;
+                    remove_labelled_container(home, &name, record.container_label()).await?;
                     create_job_container(home, record).await
                 }
             }
@@ -501,7 +537,7 @@ pub async fn remove_job_container(
 ) -> Result<(), RuntimeError> {
     let name = job_container(record);
     first_error([
-        remove_labelled_container(home, &name, record.id.as_str()).await,
+        remove_labelled_container(home, &name, record.container_label()).await,
         remove_egress(home, &name, record.id.as_str()).await,
     ])
 }
@@ -578,6 +614,7 @@ pub async fn list_job_containers(home: &PaddockHome) -> Result<Vec<Sandbox>, Run
                 role: match labels.get(LABEL_ROLE).map(String::as_str) {
                     Some("sync" | "setup") => SandboxRole::Sync,
                     Some("egress") => SandboxRole::Egress,
+                    Some("pool") => SandboxRole::Pool,
                     _ => SandboxRole::Job,
                 },
                 created: c

@@ -117,6 +117,30 @@ impl Runtime for DockerRuntime {
         })
     }
 
+    async fn start_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
+        super::pool::start_slot(&self.home, slot).await
+    }
+
+    fn pool_binds(&self, record: &JobRecord) -> Result<Vec<crate::pool::HostBind>, String> {
+        super::pool::claim_binds(record)
+    }
+
+    async fn adopt_pool_slot(
+        &self,
+        record: &JobRecord,
+        slot: &crate::pool::PoolSlot,
+    ) -> Result<String, RuntimeError> {
+        super::pool::adopt_slot(record, slot).await
+    }
+
+    async fn remove_pool_slot(
+        &self,
+        slot: &crate::pool::PoolSlot,
+        job_name: Option<&str>,
+    ) -> Result<(), RuntimeError> {
+        super::pool::remove_slot_container(&self.home, slot, job_name).await
+    }
+
     async fn shell_command(
         &self,
         record: &JobRecord,
@@ -168,7 +192,9 @@ impl Runtime for DockerRuntime {
                 Some(base) => remove_egress(home, base, job).await,
                 None => remove_labelled_container(home, name, job).await,
             },
-            SandboxRole::Sync => remove_labelled_container(home, name, job).await,
+            SandboxRole::Sync | SandboxRole::Pool => {
+                remove_labelled_container(home, name, job).await
+            }
         }
     }
 

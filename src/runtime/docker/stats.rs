@@ -36,7 +36,7 @@ async fn look(home: &PaddockHome, record: &JobRecord) -> Option<SandboxStatus> {
         }
     };
     let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
-    if labels.get(LABEL_JOB) != Some(&record.id.to_string())
+    if labels.get(LABEL_JOB) != Some(&record.container_label().to_string())
         || labels.get(LABEL_HOME).map(String::as_str) != Some(home.id())
     {
         return None;

@@ -1,0 +1,354 @@
+//! The warm pool (`pool: {size: N}` per profile; see `crate::pool` for slots and their
+//! mounts): `pool_fill` starts slots of a profile for a repository up to its size, within
+//! the admission budget (every waiting slot counts as a job's share); a create claims a
+//! ready slot (`start_warm`) and asks for a refill; `pool_drain` and the sweep remove slots.
+//! A job that cannot start in a slot (gVisor, published ports, a cache at its own path, an
+//! empty pool) starts cold, and its record says why (`show`).
+
+use std::path::{Path, PathBuf};
+
+use chrono::Utc;
+
+use super::create::crash_point;
+use super::{Paddock, Result};
+use crate::admission::{Budget, Demand, Held, HostCapacity};
+use crate::config::PoolSettings;
+use crate::git::GitRepo;
+use crate::job::{JobRecord, Limits, PoolStart, ProcessId};
+use crate::pool::{PoolSlot, PoolSlots, SLOT_SCHEMA, SlotState};
+use crate::wire::{PoolChange, PoolSlotView};
+
+/// A pool to refill: (profile, repository root).
+pub type PoolKey = (String, PathBuf);
+
+/// Runs blocking lock-holding work off the async workers where the runtime allows.
+fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
+
+impl Paddock {
+    fn slots(&self) -> PoolSlots {
+        PoolSlots::of(self.home())
+    }
+
+    /// Every pool slot of the install.
+    pub fn pool_status(&self) -> Vec<PoolSlotView> {
+        self.slots()
+            .list()
+            .into_iter()
+            .filter_map(|(_, slot)| slot.ok())
+            .map(|slot| {
+                let (state, job) = match &slot.state {
+                    SlotState::Starting { .. } => ("starting", None),
+                    SlotState::Ready => ("ready", None),
+                    SlotState::Claimed { job } => ("claimed", Some(job.clone())),
+                };
+                PoolSlotView {
+                    container: match &job {
+                        Some(job) => crate::job::JobId::parse(job).map_or_else(
+                            |_| slot.container_name.clone(),
+                            |id| crate::runtime::container_name(self.home(), &id),
+                        ),
+                        None => slot.container_name.clone(),
+                    },
+                    id: slot.id,
+                    profile: slot.profile,
+                    repo_key: slot.repo_key,
+                    state: state.to_string(),
+                    job,
+                    image: slot.limits.image,
+                    created_at: slot.created_at,
+                }
+            })
+            .collect()
+    }
+
+    /// Starts slots of `profile` (the default profile when `None`) for the repository at
+    /// `repo` until the pool has its size or the budget has no room for another.
+    pub async fn pool_fill(&self, repo: &Path, profile: Option<&str>) -> Result<PoolChange> {
+        let repo = GitRepo::open(repo, &self.home().locks_dir()).await?;
+        let config = self.config(Some(&repo.root))?;
+        let (profile_name, profile) = config.select_profile(profile, "agent", None)?;
+        let settings = profile.pool.value;
+        let mut change = PoolChange::default();
+        if settings.size == 0 {
+            change.note = Some(format!(
+                "profile `{profile_name}` has no pool (`pool: {{size: N}}`)"
+            ));
+            return Ok(change);
+        }
+        let runtime = self
+            .runtimes()
+            .resolve(
+                profile.runtime.value,
+                &profile.image.value,
+                profile.network.value,
+            )
+            .await?;
+        let limits = Limits::from(&profile);
+        if let Some(reason) = crate::runtime::pool_unsupported(runtime.kind) {
+            change.note = Some(reason.to_string());
+            return Ok(change);
+        }
+        if !limits.ports.is_empty() {
+            change.note = Some(
+                "a profile with ports starts cold (ports are set when a container is made)".into(),
+            );
+            return Ok(change);
+        }
+        if !crate::sys::is_root() {
+            return Err(crate::pool::PoolError::NotRoot.into());
+        }
+        self.home()
+            .register_repo(&repo.key(), &repo.root, &repo.common_dir)?;
+        let slots = self.slots();
+        let budget = Budget::new(&config.admission, HostCapacity::read());
+        loop {
+            let next = blocking(|| -> Result<std::result::Result<PoolSlot, String>> {
+                let _lock = slots.lock()?;
+                let live = live_slots(&slots);
+                let mine = live
+                    .iter()
+                    .filter(|s| s.profile == profile_name && s.repo_key == repo.key())
+                    .count();
+                if mine >= settings.size as usize {
+                    return Ok(Err(String::new()));
+                }
+                let host = HostCapacity::read();
+                let mut held = Held::of(&self.store().list()?.0, 0, &host);
+                for slot in &live {
+                    held.hold(&Demand::of_job(&slot.limits, &host));
+                }
+                if !held.fits(&Demand::of_job(&limits, &host), &budget) {
+                    return Ok(Err(format!(
+                        "the admission budget ({}) has no room for another waiting container",
+                        budget.describe()
+                    )));
+                }
+                let id = PoolSlots::new_id();
+                let slot = PoolSlot {
+                    schema: SLOT_SCHEMA,
+                    container_name: format!("paddock-{}-{id}", self.home().tag()),
+                    id,
+                    profile: profile_name.clone(),
+                    repo_key: repo.key(),
+                    git_common_dir: repo.common_dir.clone(),
+                    runtime: runtime.kind,
+                    limits: limits.clone(),
+                    idle: settings.idle,
+                    container_id: None,
+                    state: SlotState::Starting {
+                        owner: ProcessId::current(),
+                    },
+                    created_at: Utc::now(),
+                };
+                slots.save(&slot)?;
+                Ok(Ok(slot))
+            })?;
+            let mut slot = match next {
+                Ok(slot) => slot,
+                Err(note) => {
+                    change.note = (!note.is_empty()).then_some(note);
+                    break;
+                }
+            };
+            let started = async {
+                blocking(|| slots.prepare(&slot.id))?;
+                let id = self
+                    .runtimes()
+                    .of(slot.runtime)
+                    .start_pool_slot(&slot)
+                    .await?;
+                Result::Ok(id)
+            }
+            .await;
+            match started {
+                Ok(id) => {
+                    slot.container_id = Some(id);
+                    slot.state = SlotState::Ready;
+                    slots.save(&slot)?;
+                    change.started.push(slot.id);
+                }
+                Err(error) => {
+                    let _ = self.remove_slot(&slot, None).await;
+                    return Err(error);
+                }
+            }
+        }
+        slots.touch_used(&profile_name, &repo.key());
+        Ok(change)
+    }
+
+    /// Removes the waiting slots (of `profile` when given); claimed ones are their jobs'.
+    pub async fn pool_drain(&self, profile: Option<&str>) -> Result<PoolChange> {
+        let slots = self.slots();
+        let mut change = PoolChange::default();
+        let taken = blocking(|| -> Result<Vec<PoolSlot>> {
+            let _lock = slots.lock()?;
+            let mut taken = Vec::new();
+            for (_, slot) in slots.list() {
+                let Ok(mut slot) = slot else { continue };
+                if slot.state == SlotState::Ready && profile.is_none_or(|p| p == slot.profile) {
+                    // Marked as being removed by us, so no claim takes it meanwhile.
+                    slot.state = SlotState::Starting {
+                        owner: ProcessId::current(),
+                    };
+                    slots.save(&slot)?;
+                    taken.push(slot);
+                }
+            }
+            Ok(taken)
+        })?;
+        for slot in taken {
+            self.remove_slot(&slot, None).await?;
+            change.removed.push(slot.id);
+        }
+        Ok(change)
+    }
+
+    /// Removes a slot: its container (under its waiting name or `job_name`), its mounts and
+    /// its directory.
+    pub(crate) async fn remove_slot(&self, slot: &PoolSlot, job_name: Option<&str>) -> Result<()> {
+        self.runtimes()
+            .of(slot.runtime)
+            .remove_pool_slot(slot, job_name)
+            .await?;
+        let slots = self.slots();
+        blocking(|| slots.remove(&slot.id))?;
+        Ok(())
+    }
+
+    /// Starts the job's container from a ready pool slot when its profile has a pool and
+    /// the job can start in one; returns the container id, or `None` to start cold (the
+    /// record's `pool` then says why).
+    pub(super) async fn start_warm(
+        &self,
+        record: &mut JobRecord,
+        settings: PoolSettings,
+    ) -> Result<Option<String>> {
+        if settings.size == 0 {
+            return Ok(None);
+        }
+        let runtime = self.runtime_of(record);
+        let binds = match runtime.pool_binds(record) {
+            Ok(binds) => binds,
+            Err(reason) => {
+                record.pool = Some(PoolStart::Cold { reason });
+                return Ok(None);
+            }
+        };
+        let slots = self.slots();
+        let claimed = blocking(|| -> Result<Option<PoolSlot>> {
+            let _lock = slots.lock()?;
+            for (_, slot) in slots.list() {
+                let Ok(mut slot) = slot else { continue };
+                if slot.fits(
+                    &record.profile,
+                    &record.repo_key,
+                    record.runtime,
+                    &record.limits,
+                ) {
+                    slot.state = SlotState::Claimed {
+                        job: record.id.to_string(),
+                    };
+                    slots.save(&slot)?;
+                    return Ok(Some(slot));
+                }
+            }
+            Ok(None)
+        })?;
+        slots.touch_used(&record.profile, &record.repo_key);
+        self.request_refill(&record.profile, &record.repo);
+        let Some(slot) = claimed else {
+            record.pool = Some(PoolStart::Cold {
+                reason: "the pool had no ready container".into(),
+            });
+            return Ok(None);
+        };
+        // Named in the record before anything of the job's goes into the slot: from here
+        // the slot is the job's, and a removal (rm, rollback, sweep) takes it along.
+        record.pool = Some(PoolStart::Warm {
+            slot: slot.id.clone(),
+        });
+        self.store().save(record)?;
+        crash_point("claimed");
+        blocking(|| slots.attach(&slot.id, &binds))?;
+        crash_point("pool-mounted");
+        match runtime.adopt_pool_slot(record, &slot).await {
+            Ok(id) => Ok(Some(id)),
+            Err(error) => {
+                // A slot whose container died while it waited: the job starts cold.
+                tracing::warn!(job = %record.id, slot = %slot.id, %error, "a claimed pool container could not be adopted");
+                self.release_pool_slot(record).await?;
+                record.pool = Some(PoolStart::Cold {
+                    reason: format!("the claimed pool container failed: {error}"),
+                });
+                self.store().save(record)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Removes the pool slot a job holds (its container, if still there, and the slot's
+    /// mounts and directory); nothing when the job started cold.
+    pub(super) async fn release_pool_slot(&self, record: &JobRecord) -> Result<()> {
+        let Some(id) = record.pool_slot() else {
+            return Ok(());
+        };
+        let job_name = record.container_name.as_deref();
+        match self.slots().load(id) {
+            Ok(slot) => self.remove_slot(&slot, job_name).await,
+            // A slot without a readable record: its mounts and directory still go.
+            Err(_) => {
+                let slots = self.slots();
+                blocking(|| slots.remove(id))?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Asks for the pool of (`profile`, `repo`) to be refilled in the background: by the
+    /// daemon's refill task, or (in a CLI process, which is about to exit) by a detached
+    /// `paddock pool fill`.
+    fn request_refill(&self, profile: &str, repo: &Path) {
+        if let Some(refills) = &self.pool_refills {
+            let _ = refills.send((profile.to_string(), repo.to_path_buf()));
+            return;
+        }
+        if self.env.var("PADDOCK_POOL_REFILL").as_deref() == Some("off") {
+            return;
+        }
+        let Ok(exe) = std::env::current_exe() else {
+            return;
+        };
+        let mut command = std::process::Command::new(exe);
+        command
+            .args(["pool", "fill", "--quiet", "--profile", profile, "--repo"])
+            .arg(repo)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        if let Err(error) = command.spawn() {
+            tracing::warn!(%error, "could not start a background pool refill");
+        }
+    }
+}
+
+/// The slots that are, or are becoming, waiting containers: ready ones and those a live
+/// process is making.
+fn live_slots(slots: &PoolSlots) -> Vec<PoolSlot> {
+    slots
+        .list()
+        .into_iter()
+        .filter_map(|(_, slot)| slot.ok())
+        .filter(|slot| match &slot.state {
+            SlotState::Ready => true,
+            SlotState::Starting { owner } => owner.as_ref().is_some_and(ProcessId::is_alive),
+            SlotState::Claimed { .. } => false,
+        })
+        .collect()
+}

@@ -1,0 +1,348 @@
+//! Warm pool slots: containers of a profile started ahead of creates, each waiting with
+//! empty mount points, so a create only has to make the job's files appear in one.
+//!
+//! A slot is `$PADDOCK_HOME/pool/<slot>/` holding `slot.json` (its versioned record, written
+//! atomically), `mnt/` and `stage/`. `mnt/` is bind-mounted on itself and made shared; the
+//! slot's container mounts `mnt/workspace` at the job's workspace and `mnt/paddock` at
+//! `/paddock` with `rslave` propagation, so mounts made under `mnt/` on the host later (a
+//! claim's) appear inside, while nothing the container does reaches the host. A read-only
+//! bind is made read-only in `stage/` (not shared) and then moved into `mnt/`: a remount's
+//! flag would not reach the copy propagation already made.
+//!
+//! States: `starting` (its filler's pid recorded, so a sweep can tell a killed fill),
+//! `ready`, `claimed` (by a job, whose record names the slot: from then on the slot's
+//! container and mounts are that job's and go with it). A claimed slot is never handed
+//! out again. Decisions over the set of slots (claim, fill, drain) are taken under
+//! `locks/pool.lock`. Everything under `pool/` is paddock's by construction; the slot's
+//! container carries the install's labels with the slot's id as its job label.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::job::{Limits, ProcessId, RuntimeKind};
+use crate::store::{FileLock, PaddockHome};
+
+/// The version of `slot.json`.
+pub const SLOT_SCHEMA: u32 = 1;
+/// How long a pool decision waits for another process's.
+const LOCK_WAIT: Duration = Duration::from_secs(60);
+
+/// What went wrong with a pool slot.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("pool slot `{path}`: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot mount `{source_path}` at `{target}` in a pool slot: {source}")]
+    Mount {
+        source_path: PathBuf,
+        target: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("pool slot `{path}` has an unreadable record: {message}")]
+    Record { path: PathBuf, message: String },
+    #[error("a warm pool needs root to mount into its containers")]
+    NotRoot,
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PoolError + '_ {
+    move |source| PoolError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Where a slot is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum SlotState {
+    /// Being made by the process `owner`.
+    Starting { owner: Option<ProcessId> },
+    /// Its container runs and waits for a job.
+    Ready,
+    /// Handed to the job `job` (for good).
+    Claimed { job: String },
+}
+
+/// The record of one slot (`pool/<slot>/slot.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PoolSlot {
+    pub schema: u32,
+    /// `pool-<hex>`: the slot's directory name and its container's job label.
+    pub id: String,
+    pub profile: String,
+    pub repo_key: String,
+    /// The repository's git common dir (its object stores are mounted read-only, at their
+    /// own paths, as in every job's container).
+    pub git_common_dir: PathBuf,
+    pub runtime: RuntimeKind,
+    /// The profile's limits the container started with (a claim updates CPU, memory and
+    /// pids to the job's).
+    pub limits: Limits,
+    /// The profile's `pool.idle`: the pool drains after this long without a claim.
+    pub idle: crate::units::HumanDuration,
+    /// The container's name while it waits (a claim renames it to the job's).
+    pub container_name: String,
+    pub container_id: Option<String>,
+    pub state: SlotState,
+    pub created_at: DateTime<Utc>,
+}
+
+impl PoolSlot {
+    /// Whether this slot's container can become a job with `limits` of `profile` in the
+    /// repository `repo_key` on `runtime` (what a claim cannot change afterwards: image,
+    /// user, workspace, network, environment).
+    pub fn fits(
+        &self,
+        profile: &str,
+        repo_key: &str,
+        runtime: RuntimeKind,
+        limits: &Limits,
+    ) -> bool {
+        self.state == SlotState::Ready
+            && self.profile == profile
+            && self.repo_key == repo_key
+            && self.runtime == runtime
+            && self.limits.image == limits.image
+            && self.limits.uid == limits.uid
+            && self.limits.workspace_dir == limits.workspace_dir
+            && self.limits.network == limits.network
+            && self.limits.env == limits.env
+    }
+}
+
+/// One host bind a claim makes: `source` at `target` (relative to the slot's `mnt/`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostBind {
+    pub source: PathBuf,
+    pub target: PathBuf,
+    pub read_only: bool,
+}
+
+/// The install's pool slots.
+#[derive(Debug, Clone)]
+pub struct PoolSlots {
+    root: PathBuf,
+    lock: PathBuf,
+}
+
+impl PoolSlots {
+    pub fn of(home: &PaddockHome) -> PoolSlots {
+        PoolSlots {
+            root: home.root().join("pool"),
+            lock: home.locks_dir().join("pool.lock"),
+        }
+    }
+
+    /// A new slot id.
+    pub fn new_id() -> String {
+        format!("pool-{}", crate::ids::random_hex(8))
+    }
+
+    pub fn dir(&self, id: &str) -> PathBuf {
+        self.root.join(id)
+    }
+
+    /// The slot's shared mount (`mnt/`), whose `workspace` and `paddock` its container mounts.
+    pub fn mnt(&self, id: &str) -> PathBuf {
+        self.dir(id).join("mnt")
+    }
+
+    fn record_path(&self, id: &str) -> PathBuf {
+        self.dir(id).join("slot.json")
+    }
+
+    /// Takes the pool lock (blocking; call off the async workers).
+    pub fn lock(&self) -> Result<FileLock, PoolError> {
+        Ok(FileLock::acquire(&self.lock, LOCK_WAIT)?)
+    }
+
+    /// Writes a slot's record atomically (its directory made when missing).
+    pub fn save(&self, slot: &PoolSlot) -> Result<(), PoolError> {
+        let dir = self.dir(&slot.id);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let path = self.record_path(&slot.id);
+        let bytes = serde_json::to_vec_pretty(slot).map_err(|e| PoolError::Record {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        crate::atomic::write_atomic(&path, &bytes, false).map_err(io(&path))
+    }
+
+    pub fn load(&self, id: &str) -> Result<PoolSlot, PoolError> {
+        let path = self.record_path(id);
+        let bytes = std::fs::read(&path).map_err(io(&path))?;
+        let slot: PoolSlot = serde_json::from_slice(&bytes).map_err(|e| PoolError::Record {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        if slot.schema != SLOT_SCHEMA {
+            return Err(PoolError::Record {
+                path,
+                message: format!("schema {} (this paddock reads {SLOT_SCHEMA})", slot.schema),
+            });
+        }
+        Ok(slot)
+    }
+
+    /// Every slot directory, with its record (or why it has none readable: a fill killed
+    /// before its first write leaves a directory without one).
+    pub fn list(&self) -> Vec<(String, Result<PoolSlot, PoolError>)> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        let mut slots: Vec<(String, Result<PoolSlot, PoolError>)> = entries
+            .flatten()
+            .filter(|e| e.path().is_dir() && !e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| {
+                let id = e.file_name().to_string_lossy().into_owned();
+                let slot = self.load(&id);
+                (id, slot)
+            })
+            .collect();
+        slots.sort_by(|a, b| a.0.cmp(&b.0));
+        slots
+    }
+
+    /// Makes the slot's directories and its shared mount, ready for a container to mount.
+    pub fn prepare(&self, id: &str) -> Result<(), PoolError> {
+        if !crate::sys::is_root() {
+            return Err(PoolError::NotRoot);
+        }
+        let mnt = self.mnt(id);
+        for dir in [
+            mnt.join("workspace"),
+            mnt.join("paddock/git"),
+            mnt.join("paddock/outbox"),
+            self.dir(id).join("stage"),
+        ] {
+            std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        }
+        let failed = |source| PoolError::Mount {
+            source_path: mnt.clone(),
+            target: mnt.clone(),
+            source,
+        };
+        crate::sys::bind_mount(&mnt, &mnt).map_err(failed)?;
+        crate::sys::make_rshared(&mnt).map_err(|source| PoolError::Mount {
+            source_path: mnt.clone(),
+            target: mnt.clone(),
+            source,
+        })
+    }
+
+    /// Makes a job's files appear in the slot's container: each bind in order (a bind's
+    /// target may lie inside an earlier one's).
+    pub fn attach(&self, id: &str, binds: &[HostBind]) -> Result<(), PoolError> {
+        let mnt = self.mnt(id);
+        let stage_dir = self.dir(id).join("stage");
+        for (n, bind) in binds.iter().enumerate() {
+            let target = mnt.join(&bind.target);
+            let is_dir = std::fs::metadata(&bind.source)
+                .map_err(io(&bind.source))?
+                .is_dir();
+            make_mount_point(&target, is_dir)?;
+            let failed = |source| PoolError::Mount {
+                source_path: bind.source.clone(),
+                target: target.clone(),
+                source,
+            };
+            if !bind.read_only {
+                crate::sys::bind_mount(&bind.source, &target).map_err(failed)?;
+                continue;
+            }
+            let stage = stage_dir.join(n.to_string());
+            make_mount_point(&stage, is_dir)?;
+            crate::sys::bind_mount(&bind.source, &stage).map_err(failed)?;
+            let placed = crate::sys::remount_read_only(&stage)
+                .and_then(|()| crate::sys::move_mount(&stage, &target));
+            if let Err(source) = placed {
+                let _ = crate::sys::unmount(&stage, true);
+                return Err(failed(source));
+            }
+        }
+        Ok(())
+    }
+
+    /// Unmounts everything under the slot's directory (deepest first; lazily when busy).
+    pub fn unmount_all(&self, id: &str) -> Result<(), PoolError> {
+        let dir = self.dir(id);
+        for path in crate::overlay::mount_points_under(&dir) {
+            match crate::sys::unmount(&path, false) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    crate::sys::unmount(&path, true).map_err(io(&path))?;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                other => other.map_err(io(&path))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes a slot's directory after unmounting what is under it; idempotent.
+    pub fn remove(&self, id: &str) -> Result<(), PoolError> {
+        let dir = self.dir(id);
+        if id.is_empty() || id.contains('/') || !dir.starts_with(&self.root) {
+            return Err(PoolError::Io {
+                path: dir,
+                source: std::io::Error::other("not a pool slot of this install"),
+            });
+        }
+        self.unmount_all(id)?;
+        if !crate::overlay::mount_points_under(&dir).is_empty() {
+            return Err(PoolError::Io {
+                path: dir,
+                source: std::io::Error::other("still mounted"),
+            });
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&dir)(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// When a job last claimed from the pool of (`profile`, `repo_key`), or when the pool
+    /// was last filled if later: the pool drains after its `idle` time without one.
+    pub fn last_used(&self, profile: &str, repo_key: &str) -> Option<std::time::SystemTime> {
+        std::fs::metadata(self.used_path(profile, repo_key))
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
+    /// Notes a claim (or a fill) of the pool of (`profile`, `repo_key`).
+    pub fn touch_used(&self, profile: &str, repo_key: &str) {
+        let path = self.used_path(profile, repo_key);
+        if let Some(parent) = path.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        let _ = std::fs::write(&path, b"");
+    }
+
+    fn used_path(&self, profile: &str, repo_key: &str) -> PathBuf {
+        self.root
+            .join(".used")
+            .join(format!("{repo_key}-{profile}"))
+    }
+}
+
+/// Makes an empty file or directory at `path` for a mount to land on, unless one is there.
+fn make_mount_point(path: &Path, dir: bool) -> Result<(), PoolError> {
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Ok(());
+    }
+    if dir {
+        std::fs::create_dir_all(path).map_err(io(path))
+    } else {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        std::fs::File::create(path).map(drop).map_err(io(path))
+    }
+}

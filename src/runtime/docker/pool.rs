@@ -1,0 +1,181 @@
+//! Warm pool containers (see `crate::pool`): a slot's container is a job container in
+//! every hardening and limit, whose job-specific mounts are replaced by two mount points
+//! that receive the job's files later, by propagation from the host: the slot's
+//! `mnt/workspace` at the workspace and `mnt/paddock` at `/paddock` (`rslave`: host mounts
+//! reach the container, nothing the container does reaches the host). The repository's
+//! object stores are mounted read-only at their own paths from the start, as in every job's
+//! container, so a slot is of one repository.
+//!
+//! A claim makes the job's container mounts ([`job_mounts`]) appear through those two
+//! points ([`claim_binds`]: a job that needs a mount anywhere else cannot be claimed into a
+//! slot and starts cold), gives the job's files to the agent's uid, updates the container's
+//! limits to the job's and renames it to the job's container name. Its job label stays the
+//! slot's id (labels cannot change), which the job's record names (`JobRecord::pool`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bollard::models::{
+    ContainerCreateBody, ContainerUpdateBody, MountBindOptions, MountBindOptionsPropagationEnum,
+};
+use bollard::query_parameters::RenameContainerOptionsBuilder;
+
+use super::calls::{call, create_named, start_named};
+use super::mounts::{bind, grant_agent_access, job_mounts};
+use super::{
+    API_TIMEOUT, CONTAINER_GIT_DIR, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, base_env,
+    connect, hardened_host_config, job_container, remove_labelled_container,
+};
+use crate::job::JobRecord;
+use crate::pool::{HostBind, PoolSlot, PoolSlots};
+use crate::runtime::RuntimeError;
+use crate::store::PaddockHome;
+
+/// The container paths a slot receives mounts under, with the slot's directory of each.
+fn propagated(workspace_dir: &str) -> [(PathBuf, &'static str); 2] {
+    let paddock = Path::new(CONTAINER_GIT_DIR)
+        .parent()
+        .expect("the git dir is under /paddock")
+        .to_path_buf();
+    [
+        (PathBuf::from(workspace_dir), "workspace"),
+        (paddock, "paddock"),
+    ]
+}
+
+/// Creates and starts a slot's container; returns its id.
+pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, RuntimeError> {
+    if let Some(reason) = crate::runtime::pool_unsupported(slot.runtime) {
+        return Err(RuntimeError::Unsupported {
+            runtime: "pool",
+            what: reason,
+        });
+    }
+    let mnt = PoolSlots::of(home).mnt(&slot.id);
+    let limits = &slot.limits;
+    let mut mounts: Vec<_> = propagated(&limits.workspace_dir)
+        .into_iter()
+        .map(|(target, dir)| {
+            let mut mount = bind(&mnt.join(dir), &target, false);
+            mount.bind_options = Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RSLAVE),
+                ..Default::default()
+            });
+            mount
+        })
+        .collect();
+    for objects in crate::git::object_dirs(&slot.git_common_dir) {
+        mounts.push(bind(&objects, &objects, true));
+    }
+    let (uid, gid) = agent_user(limits.uid);
+    let mut env = base_env(limits);
+    env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
+    let body = ContainerCreateBody {
+        image: Some(limits.image.clone()),
+        user: Some(format!("{uid}:{gid}")),
+        working_dir: Some(limits.workspace_dir.clone()),
+        env: Some(env),
+        labels: Some(HashMap::from([
+            (LABEL_JOB.to_string(), slot.id.clone()),
+            (LABEL_HOME.to_string(), home.id().to_string()),
+            (LABEL_ROLE.to_string(), "pool".to_string()),
+        ])),
+        stop_signal: Some("SIGTERM".into()),
+        host_config: Some(hardened_host_config(limits, slot.runtime, mounts)),
+        ..Default::default()
+    };
+    let docker = connect()?;
+    let id = create_named(&docker, &slot.container_name, body).await?;
+    start_named(&docker, &slot.container_name).await?;
+    Ok(id)
+}
+
+/// The host binds that make `record`'s container mounts appear in a slot's container, or
+/// why some mount cannot (it lies outside the two propagated points and is not one the
+/// slot's container already has).
+pub fn claim_binds(record: &JobRecord) -> Result<Vec<HostBind>, String> {
+    if let Some(reason) = crate::runtime::pool_unsupported(record.runtime) {
+        return Err(reason.to_string());
+    }
+    if !record.ports.is_empty() {
+        return Err("published ports are set when a container is made".into());
+    }
+    let objects = crate::git::object_dirs(&record.git_common_dir);
+    let points = propagated(&record.limits.workspace_dir);
+    let mut binds = Vec::new();
+    for mount in job_mounts(record).map_err(|e| e.to_string())? {
+        let source = PathBuf::from(mount.source.unwrap_or_default());
+        let target = PathBuf::from(mount.target.unwrap_or_default());
+        if objects.contains(&target) && source == target {
+            continue;
+        }
+        let Some((rest, dir)) = points
+            .iter()
+            .find_map(|(point, dir)| target.strip_prefix(point).ok().map(|rest| (rest, dir)))
+        else {
+            return Err(format!(
+                "`{}` is mounted outside the workspace and /paddock (a cache kept at its own path)",
+                target.display()
+            ));
+        };
+        binds.push(HostBind {
+            source,
+            target: Path::new(dir).join(rest),
+            read_only: mount.read_only.unwrap_or(false),
+        });
+    }
+    Ok(binds)
+}
+
+/// Hands a claimed slot's container to `record` (whose files are already mounted into the
+/// slot): the job's files to the agent's uid, the job's limits, the job's container name.
+/// Returns the container id.
+pub async fn adopt_slot(record: &JobRecord, slot: &PoolSlot) -> Result<String, RuntimeError> {
+    grant_agent_access(record, agent_user(record.limits.uid).0)?;
+    let docker = connect()?;
+    let name = slot.container_name.clone();
+    let wanted = &record.limits;
+    if (wanted.memory, wanted.cpus, wanted.pids)
+        != (slot.limits.memory, slot.limits.cpus, slot.limits.pids)
+    {
+        let full = hardened_host_config(wanted, record.runtime, Vec::new());
+        let update = ContainerUpdateBody {
+            memory: full.memory,
+            memory_swap: full.memory_swap,
+            nano_cpus: full.nano_cpus,
+            pids_limit: full.pids_limit,
+            ..Default::default()
+        };
+        call(
+            "update container",
+            &name,
+            API_TIMEOUT,
+            docker.update_container(&name, update),
+        )
+        .await?;
+    }
+    let job_name = job_container(record);
+    let options = RenameContainerOptionsBuilder::new().name(&job_name).build();
+    call(
+        "rename container",
+        &name,
+        API_TIMEOUT,
+        docker.rename_container(&name, options),
+    )
+    .await?;
+    Ok(slot.container_id.clone().unwrap_or(job_name))
+}
+
+/// Removes a slot's container, under its waiting name or the job name a claim gave it,
+/// when it carries this install's labels with the slot's id.
+pub async fn remove_slot_container(
+    home: &PaddockHome,
+    slot: &PoolSlot,
+    job_name: Option<&str>,
+) -> Result<(), RuntimeError> {
+    remove_labelled_container(home, &slot.container_name, &slot.id).await?;
+    if let Some(name) = job_name {
+        remove_labelled_container(home, name, &slot.id).await?;
+    }
+    Ok(())
+}

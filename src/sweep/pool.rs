@@ -1,0 +1,155 @@
+//! The sweep's part of the warm pool (see `crate::pool`): slots a killed fill left
+//! (`starting` with a dead filler), waiting slots whose container is gone or whose pool saw
+//! no claim for its `idle` time, slots claimed by a job that has no record (a create killed
+//! mid-claim), and pool containers whose slot directory is gone. Each decision is taken
+//! under the pool lock, after looking at the records again; a slot claimed by a recorded
+//! job is that job's and goes with it.
+
+use super::{SweepOptions, SweepReport};
+use crate::engine::Paddock;
+use crate::job::ProcessId;
+use crate::pool::{PoolSlots, SlotState};
+use crate::runtime::{Sandbox, SandboxRole};
+
+impl Paddock {
+    pub(super) async fn reap_pool_slots(&self, options: &SweepOptions, report: &mut SweepReport) {
+        let slots = PoolSlots::of(self.home());
+        let containers = self.runtimes().with_sandboxes().list_sandboxes().await.ok();
+        for (id, _) in slots.list() {
+            let verdict = {
+                let Ok(_lock) = slots.lock() else { return };
+                match slots.load(&id) {
+                    Err(_) if slots.dir(&id).join("slot.json").exists() => {
+                        Some((None, "a pool slot with an unreadable record".to_string()))
+                    }
+                    Err(_) => Some((None, "a pool slot a killed fill left".to_string())),
+                    Ok(slot) => {
+                        let reason = self.slot_verdict(&slot, options, containers.as_deref());
+                        if let Some(reason) = &reason
+                            && !options.dry_run
+                        {
+                            // Ours to remove from here: no claim can take it meanwhile.
+                            let mut taken = slot.clone();
+                            taken.state = SlotState::Starting {
+                                owner: ProcessId::current(),
+                            };
+                            if let Err(error) = slots.save(&taken) {
+                                report.error("pool", id.clone(), reason.clone(), error);
+                                continue;
+                            }
+                        }
+                        reason.map(|reason| (Some(slot), reason))
+                    }
+                }
+            };
+            let Some((slot, reason)) = verdict else {
+                continue;
+            };
+            if options.dry_run {
+                report.removed("pool", id, reason);
+                continue;
+            }
+            let removed = match &slot {
+                Some(slot) => {
+                    let job_name = match &slot.state {
+                        SlotState::Claimed { job } => crate::job::JobId::parse(job)
+                            .ok()
+                            .map(|job| crate::runtime::container_name(self.home(), &job)),
+                        _ => None,
+                    };
+                    self.remove_slot(slot, job_name.as_deref()).await
+                }
+                None => slots.remove(&id).map_err(Into::into),
+            };
+            match removed {
+                Ok(()) => report.removed("pool", id, reason),
+                Err(error) => report.error("pool", id, reason, error),
+            }
+        }
+    }
+
+    /// Why a slot goes, or `None` to keep it.
+    fn slot_verdict(
+        &self,
+        slot: &crate::pool::PoolSlot,
+        options: &SweepOptions,
+        containers: Option<&[Sandbox]>,
+    ) -> Option<String> {
+        match &slot.state {
+            SlotState::Starting { owner } => {
+                if owner.as_ref().is_some_and(ProcessId::is_alive) {
+                    return None;
+                }
+                Some("a pool slot a killed fill left".into())
+            }
+            SlotState::Claimed { job } => {
+                let held = self
+                    .store()
+                    .load(job)
+                    .is_ok_and(|record| record.pool_slot() == Some(slot.id.as_str()));
+                (!held).then(|| format!("claimed by job {job}, which has no record"))
+            }
+            SlotState::Ready => {
+                let running = containers.map(|all| {
+                    all.iter()
+                        .any(|c| c.job == slot.id && c.role == SandboxRole::Pool && c.running)
+                });
+                if running == Some(false) {
+                    return Some("a waiting pool container that is gone or stopped".into());
+                }
+                let idle = PoolSlots::of(self.home())
+                    .last_used(&slot.profile, &slot.repo_key)
+                    .map(|used| {
+                        options
+                            .now
+                            .signed_duration_since(chrono::DateTime::<chrono::Utc>::from(used))
+                            .to_std()
+                            .unwrap_or_default()
+                    })
+                    .unwrap_or_default();
+                (idle > slot.idle.0).then(|| {
+                    format!(
+                        "the pool of profile {} saw no claim for {}",
+                        slot.profile,
+                        crate::units::HumanDuration(idle)
+                    )
+                })
+            }
+        }
+    }
+
+    /// A pool container whose slot directory is gone (its slot's sweep above keeps the
+    /// others).
+    pub(super) async fn reap_orphan_pool_container(
+        &self,
+        options: &SweepOptions,
+        container: Sandbox,
+        report: &mut SweepReport,
+    ) {
+        if PoolSlots::of(self.home()).dir(&container.job).exists() {
+            return;
+        }
+        // A job's container started from a slot carries the slot's id: its record names it.
+        let (records, _) = self.store().list().unwrap_or_default();
+        if records
+            .iter()
+            .any(|r| r.pool_slot() == Some(container.job.as_str()))
+        {
+            return;
+        }
+        let reason = "pool container with no pool slot";
+        if options.dry_run {
+            report.removed("container", container.name, reason);
+            return;
+        }
+        match self
+            .runtimes()
+            .with_sandboxes()
+            .remove_sandbox(&container)
+            .await
+        {
+            Ok(()) => report.removed("container", container.name, reason),
+            Err(error) => report.error("container", container.name, reason, error),
+        }
+    }
+}
