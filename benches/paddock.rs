@@ -7,7 +7,8 @@
 //! `PADDOCK_BENCH_REPO=/path` to add a repository of your own, `PADDOCK_BENCH_ONLY=egress`
 //! to run only the egress proxy rows (`=queue`: the 100 queued runs; `=marks`: `ls` with the
 //! merged and conflicts marks; `=overlay`: the overlay checkout rows on the 50,000-file
-//! repository), printed, not written.
+//! repository; `=ready`: job ready and first exec, cold and warm, on 1, 5,000 and 50,000
+//! files), printed, not written.
 
 #[path = "../fixtures/mod.rs"]
 mod fixtures;
@@ -483,6 +484,152 @@ fn overlay_create(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
         target: "< 1.2 × one checkout".into(),
         met: twenty / one < 1.2,
         note: "du -sx of $PADDOCK_HOME with 20 overlay jobs (the pristine checkout, job dirs, upper dirs) vs du -s of one git worktree add checkout".into(),
+    });
+}
+
+/// Time to a ready job and to its first exec's result, side by side with the raw tools:
+/// `git worktree add -b` + `docker run -d` (+ `docker exec true`) against paddock cold with
+/// a worktree checkout, cold with an overlay checkout (the pristine checkout made once
+/// beforehand), and warm (an overlay checkout claimed into a waiting pool container; the
+/// pool is filled, untimed, before each run). Also the first `git status` inside the warm
+/// job. Ready = `create` returned (the first exec can start).
+fn job_ready(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
+    let home = TestHome::new().env("PADDOCK_POOL_REFILL", "off");
+    let image = test_image();
+    std::fs::write(
+        home.dir.path().join("config/paddock/config.yaml"),
+        format!(
+            "admission:\n  memory: 1024g\n  cpus: 1000\nprofiles:\n  pooled:\n    runtime: docker\n    image: {image}\n    checkout: overlay\n    pool: {{size: 1}}\n"
+        ),
+    )
+    .unwrap();
+    let common = repo.path().join(".git").canonicalize().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let path = repo.path().display().to_string();
+    let create = |task: &str, flags: &[&str]| -> String {
+        let mut args = vec!["create", "--repo", &path, "--task", task, "--json"];
+        args.extend_from_slice(flags);
+        let out = run(&mut home.cmd(&args));
+        serde_json::from_str::<Value>(&out).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let docker_flags = ["--runtime", "docker", "--image", image.as_str()];
+    let overlay_flags = [
+        "--runtime",
+        "docker",
+        "--image",
+        image.as_str(),
+        "--checkout",
+        "overlay",
+    ];
+    let warm_flags = ["--profile", "pooled"];
+    // The pristine checkout, made once (it stays after the job goes).
+    let first = create("ready-pristine", &overlay_flags);
+    run(&mut home.cmd(&["rm", "--delete-branch", &first]));
+    let mut samples: [(Vec<f64>, Vec<f64>); 4] = Default::default();
+    let mut git_status = Vec::new();
+    let mut one = |variant: usize, i: usize| {
+        let task = format!("ready-{variant}-{i}");
+        if variant == 3 {
+            run(&mut home.cmd(&["pool", "fill", "--profile", "pooled", "--repo", &path]));
+        }
+        settle();
+        let started = Instant::now();
+        let (ready, first_exec, cleanup): (f64, f64, Box<dyn Fn()>) = if variant == 0 {
+            let dir = scratch.path().join(format!("raw-{i}"));
+            let branch = format!("raw/ready-{i}");
+            let name = format!("paddock-bench-ready-{i}-{}", std::process::id());
+            run(&mut raw_worktree(repo.path(), &dir, &branch));
+            run(&mut raw_docker_run(&name, &dir, &common));
+            let ready = ms(started.elapsed());
+            run(Command::new("docker").args(["exec", &name, "true"]));
+            let first_exec = ms(started.elapsed());
+            let repo_path = repo.path().to_path_buf();
+            (
+                ready,
+                first_exec,
+                Box::new(move || {
+                    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+                    cleanup_raw(&repo_path, &dir, &branch);
+                }),
+            )
+        } else {
+            let flags: &[&str] = match variant {
+                1 => &docker_flags,
+                2 => &overlay_flags,
+                _ => &warm_flags,
+            };
+            let id = create(&task, flags);
+            let ready = ms(started.elapsed());
+            run(&mut home.cmd(&["exec", &id, "--", "true"]));
+            let first_exec = ms(started.elapsed());
+            if variant == 3 {
+                let status = Instant::now();
+                run(&mut home.cmd(&["exec", &id, "--", "git", "status", "--porcelain"]));
+                git_status.push(ms(status.elapsed()));
+            }
+            let home = &home;
+            let id = id.clone();
+            run(&mut home.cmd(&["rm", "--delete-branch", &id]));
+            (ready, first_exec, Box::new(|| {}))
+        };
+        cleanup();
+        samples[variant].0.push(ready);
+        samples[variant].1.push(first_exec);
+    };
+    for i in 0..RUNS {
+        // The order of the four rotates from run to run.
+        for k in 0..4 {
+            one((i + k) % 4, i);
+        }
+    }
+    run(&mut home.cmd(&["pool", "drain"]));
+    let (baseline_ready, baseline_exec) = samples[0].clone();
+    let names = ["", "cold, worktree", "cold, overlay", "warm pool, overlay"];
+    for variant in 1..4 {
+        let (ready, first_exec) = samples[variant].clone();
+        let warm = variant == 3;
+        let p50 = median(&ready);
+        let p95 = percentile(&ready, 0.95);
+        rows.push(Row {
+            name: format!("job ready, {} ({label})", names[variant]),
+            paddock: ready,
+            baseline: Some(baseline_ready.clone()),
+            unit: "ms",
+            target: if warm {
+                "p50 < 100 ms, p95 < 200 ms".into()
+            } else {
+                "< baseline".into()
+            },
+            met: if warm {
+                p50 < 100.0 && p95 < 200.0
+            } else {
+                p50 < median(&baseline_ready)
+            },
+            note: "paddock create --json returned vs git worktree add -b + docker run -d returned".into(),
+        });
+        let exec_p50 = median(&first_exec);
+        rows.push(Row {
+            name: format!("first exec result, {} ({label})", names[variant]),
+            paddock: first_exec,
+            baseline: Some(baseline_exec.clone()),
+            unit: "ms",
+            target: "< baseline".into(),
+            met: exec_p50 < median(&baseline_exec),
+            note: "create + paddock exec true vs git worktree add -b + docker run -d + docker exec true".into(),
+        });
+    }
+    let status_p50 = median(&git_status);
+    rows.push(Row {
+        name: format!("first git status in a warm job ({label})"),
+        paddock: git_status,
+        baseline: None,
+        unit: "ms",
+        target: "< 500 ms".into(),
+        met: status_p50 < 500.0,
+        note: "paddock exec JOB -- git status --porcelain, the job's first git command".into(),
     });
 }
 
@@ -1061,7 +1208,7 @@ fn main() {
     let only = std::env::var("PADDOCK_BENCH_ONLY").ok();
     if let Some(only) = only
         .as_deref()
-        .filter(|o| matches!(*o, "egress" | "queue" | "marks" | "overlay"))
+        .filter(|o| matches!(*o, "egress" | "queue" | "marks" | "overlay" | "ready"))
     {
         // A check of some rows alone; the results file and table are left as they are.
         match only {
@@ -1071,6 +1218,16 @@ fn main() {
                 eprintln!("generating the {files}-file fixture repository");
                 let repo = FixtureRepo::with_files(files, 2_000);
                 overlay_create(&repo, &format!("{files} files"), &mut rows);
+            }
+            "ready" => {
+                for files in [1, 5_000, 50_000] {
+                    eprintln!("generating the {files}-file fixture repository");
+                    let repo = FixtureRepo::with_files(files, 2_000);
+                    job_ready(&repo, &format!("{files} files"), &mut rows);
+                    for row in &rows {
+                        eprintln!("{}", row.markdown());
+                    }
+                }
             }
             "egress" => egress_overhead(&mut rows),
             "queue" => queue_drain(&mut rows),
@@ -1101,6 +1258,8 @@ fn main() {
         if docker {
             eprintln!("cold job ready, {label}");
             cold_ready_docker(repo, label, &mut rows);
+            eprintln!("job ready: cold worktree, cold overlay, warm pool, {label}");
+            job_ready(repo, label, &mut rows);
             eprintln!("exec sync cost, {label}");
             exec_sync_cost(repo, label, &mut rows);
         }
