@@ -290,6 +290,10 @@ pub struct JobRecord {
     /// records that name one are its reference count (nothing to drift).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pristine: Option<PathBuf>,
+    /// The job's disk limit (`disk`): its overlay's layers live in a filesystem of this size
+    /// (see `disk`). Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<ByteSize>,
 }
 
 /// A port of the job served to the host: `host_ip:host_port` reaches `port` inside the job.

@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BranchPolicy, CheckoutMode, NetworkMode, ProfileLayer, RuntimeChoice};
+pub use crate::disk::DiskUsage;
 use crate::egress::AllowEntry;
 pub use crate::git::ChangeSummary;
 pub use crate::job::PublishedPort;
@@ -84,6 +85,13 @@ pub struct CreateRequest {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub memory: Option<ByteSize>,
+    /// The most the job's checkout may hold, e.g. 10g: writing past it fails inside the job
+    /// with "No space left on device". Implies `--checkout overlay` (root only; a
+    /// loop-mounted ext4 image per job).
+    #[arg(long)]
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub disk: Option<ByteSize>,
     /// CPU limit, e.g. 1.5.
     #[arg(long)]
     #[serde(default)]
@@ -203,6 +211,7 @@ impl CreateRequest {
             runtime: self.runtime,
             checkout: self.checkout,
             memory: self.memory,
+            disk: self.disk,
             cpus: self.cpus,
             pids: self.pids,
             // `--allow` alone means allowlist.
@@ -378,6 +387,9 @@ pub struct JobView {
     /// (`ls`, `show`; `paddock conflicts` lists the files).
     #[serde(default)]
     pub conflicts: Option<bool>,
+    /// The job's disk limit and what its checkout holds of it; null without a limit.
+    #[serde(default)]
+    pub disk: Option<DiskUsage>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -411,6 +423,11 @@ impl From<&JobRecord> for JobView {
             setup: record.setup.clone(),
             merged: None,
             conflicts: None,
+            disk: record.disk.map(|limit| DiskUsage {
+                limit_bytes: limit.0,
+                used_bytes: None,
+                free_bytes: None,
+            }),
         }
     }
 }
