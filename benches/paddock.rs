@@ -608,7 +608,8 @@ fn job_ready(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
             } else {
                 p50 < median(&baseline_ready)
             },
-            note: "paddock create --json returned vs git worktree add -b + docker run -d returned".into(),
+            note: "paddock create --json returned vs git worktree add -b + docker run -d returned"
+                .into(),
         });
         let exec_p50 = median(&first_exec);
         rows.push(Row {

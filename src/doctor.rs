@@ -55,6 +55,7 @@ pub async fn run(home: &PaddockHome, runtimes: &Runtimes, config: &Config) -> Ve
     checks.push(disk_check(home));
     checks.push(legacy_jobs_check(home));
     checks.push(overlay_check());
+    checks.push(disk_limit_check());
     checks.push(check(
         "process runtime",
         Status::Ok,
@@ -79,6 +80,35 @@ fn overlay_check() -> Check {
             Status::Warn,
             format!("{error}; `--checkout overlay` is refused (worktree checkouts work)"),
             Some("as root, a kernel with overlayfs; otherwise apt-get install fuse-overlayfs"),
+        ),
+    }
+}
+
+/// Whether jobs can have a disk limit (`disk`, `--disk`), and by which mechanism. A warning
+/// when not: jobs without a limit need nothing.
+fn disk_limit_check() -> Check {
+    let problem = match (crate::disk::available(), crate::overlay::driver()) {
+        (Err(error), _) => Some(error.to_string()),
+        (Ok(_), Err(error)) => Some(format!("a disk limit needs the overlay checkout: {error}")),
+        (Ok(_), Ok(_)) => None,
+    };
+    match problem {
+        None => check(
+            "disk limit",
+            Status::Ok,
+            format!(
+                "`disk` limits a job's checkout with a {}",
+                crate::disk::MECHANISM
+            ),
+            None,
+        ),
+        Some(problem) => check(
+            "disk limit",
+            Status::Warn,
+            format!("{problem}; `--disk` is refused (jobs without a limit work)"),
+            Some(
+                "run paddock as root on a kernel with loop devices, ext4 and overlayfs, with mkfs.ext4 (apt-get install e2fsprogs)",
+            ),
         ),
     }
 }

@@ -14,6 +14,7 @@ use crate::admission::AdmissionError;
 use crate::cache::CacheError;
 use crate::config::ConfigError;
 use crate::copy_files::CopyError;
+use crate::disk::DiskError;
 pub use crate::git::GitError;
 use crate::job::{JobError, JobId, JobState};
 use crate::overlay::OverlayError;
@@ -110,6 +111,8 @@ pub enum Error {
     Overlay(#[from] OverlayError),
     #[error(transparent)]
     Pool(#[from] PoolError),
+    #[error(transparent)]
+    Disk(#[from] DiskError),
     /// A setup command failed; `output` is its stderr and stdout (capped), `log` the file
     /// that keeps all of it.
     #[error(
@@ -292,6 +295,12 @@ impl Error {
             Error::Pool(PoolError::NotRoot) => K::InvalidInput,
             Error::Pool(PoolError::Store(StoreError::LockTimeout { .. })) => K::Conflict,
             Error::Pool(_) => K::Internal,
+            Error::Disk(
+                DiskError::Unavailable { .. }
+                | DiskError::NeedsOverlay { .. }
+                | DiskError::TooSmall { .. },
+            ) => K::InvalidInput,
+            Error::Disk(_) => K::Internal,
             Error::Runtime(
                 RuntimeError::DockerUnavailable { .. }
                 | RuntimeError::DockerTimeout { .. }
@@ -335,6 +344,12 @@ impl Error {
             Error::Legacy { .. } => "`paddock doctor` says how to move it to this version",
             Error::Overlay(OverlayError::Unavailable { .. }) => {
                 "use `--checkout worktree`, or see `paddock doctor` (as root: a kernel with overlayfs; otherwise install fuse-overlayfs)"
+            }
+            Error::Disk(DiskError::Unavailable { .. }) => {
+                "create without --disk, or see `paddock doctor` (a disk limit needs paddock as root, loop devices, ext4 and mkfs.ext4)"
+            }
+            Error::Disk(DiskError::NeedsOverlay { .. }) => {
+                "a disk limit needs `--checkout overlay` (or leave `checkout` unset: a disk limit implies it)"
             }
             Error::PathEscapes { .. } => {
                 "name a path inside the workspace: relative to it, or absolute under it, without `..`"

@@ -294,6 +294,10 @@ pub struct JobRecord {
     /// container's job label) or cold, and why cold when a pool was asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<PoolStart>,
+    /// The job's disk limit (`disk`): its overlay's layers live in a filesystem of this size
+    /// (see `disk`). Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<ByteSize>,
 }
 
 /// A job's container start when its profile has a pool.

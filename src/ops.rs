@@ -151,7 +151,7 @@ pub trait Operations {
 impl Operations for Paddock {
     async fn create(&self, request: CreateRequest) -> Result<(JobView, Option<String>)> {
         let created = Paddock::create(self, request).await?;
-        Ok((JobView::from(&created.record), created.warning))
+        Ok((self.view_of(&created.record), created.warning))
     }
 
     async fn list(&self, repo: Option<&Path>) -> Result<Vec<JobView>> {
@@ -171,7 +171,7 @@ impl Operations for Paddock {
     }
 
     async fn view(&self, id: &str) -> Result<JobView> {
-        Ok(JobView::from(&self.load(id)?))
+        Ok(self.view_of(&self.load(id)?))
     }
 
     async fn show(&self, id: &str) -> Result<JobDetails> {

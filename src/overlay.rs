@@ -6,7 +6,8 @@
 //! `locks/pristine-<repo-key>-<name>.lock`, in a temporary directory renamed into place, so
 //! it is whole or absent. Its directory is mode 0700 and paddock's: no agent uid can reach
 //! the tree, and no container mounts it; a job sees it only as the lower layer of its
-//! overlay, whose writes land in the job's own upper dir (`jobs/<id>/overlay/upper`).
+//! overlay, whose writes land in the job's own upper dir (`jobs/<id>/overlay/upper`, or
+//! `jobs/<id>/overlay/layers/upper` inside the job's disk when it has a limit: `disk`).
 //!
 //! The records that name a pristine checkout (`JobRecord::pristine`) are its reference
 //! count: a create names it in its record while holding the lock, and the sweep removes it,
@@ -112,7 +113,7 @@ pub fn driver() -> Result<Driver, OverlayError> {
     fuse()
 }
 
-fn find_program(name: &str) -> Option<PathBuf> {
+pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|dir| dir.join(name))
@@ -259,24 +260,24 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), OverlayError> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io(path))
 }
 
-/// The overlay's own directories under the job's dir: `upper` (the job's changes) and
-/// `work` (overlayfs' scratch space).
-pub fn job_layers(job_dir: &Path) -> (PathBuf, PathBuf) {
-    let dir = job_dir.join("overlay");
-    (dir.join("upper"), dir.join("work"))
+/// The directory of a job's own layers: `jobs/<id>/overlay/`, holding `upper` (the job's
+/// changes) and `work` (overlayfs' scratch space). With a disk limit they live one level
+/// down, in the job's disk (`overlay/layers/`, see `disk`).
+pub fn layers_dir(job_dir: &Path) -> PathBuf {
+    job_dir.join("overlay")
 }
 
-/// Mounts `lower` (a pristine tree) with the job's layers at `target`, whose root (the
-/// upper dir) belongs to `owner`.
+/// Mounts `lower` (a pristine tree) with the layers in `layers` (see [`layers_dir`]) at
+/// `target`, whose root (the upper dir) belongs to `owner`.
 pub async fn mount(
     driver: Driver,
     home: &PaddockHome,
     lower: &Path,
-    job_dir: &Path,
+    layers: &Path,
     target: &Path,
     owner: Option<(u32, u32)>,
 ) -> Result<(), OverlayError> {
-    let (upper, work) = job_layers(job_dir);
+    let (upper, work) = (layers.join("upper"), layers.join("work"));
     for dir in [&upper, &work, &target.to_path_buf()] {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
     }
@@ -318,7 +319,12 @@ fn marker(home: &PaddockHome) -> String {
     format!("paddock-{}", home.tag())
 }
 
-async fn run_helper(mut command: tokio::process::Command, target: &Path) -> Result<(), String> {
+/// Runs a helper program (`fuse-overlayfs`, `fusermount`, `mkfs.ext4`) about `target`, with
+/// a deadline; its stderr is the error.
+pub(crate) async fn run_helper(
+    mut command: tokio::process::Command,
+    target: &Path,
+) -> Result<(), String> {
     command
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -348,30 +354,31 @@ pub struct Mounted {
     pub fstype: String,
 }
 
-/// The overlay mounts (kernel or fuse) at or under `root`, deepest first.
-pub fn mounts_under(root: &Path) -> Vec<Mounted> {
+/// Every mount at or under `root` (any type), deepest first.
+pub fn mount_table_under(root: &Path) -> Vec<Mounted> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut found: Vec<Mounted> = text
         .lines()
         .filter_map(parse_mountinfo)
         .filter(|m| m.path.starts_with(root))
-        .filter(|m| m.fstype == "overlay" || m.fstype == "fuse.fuse-overlayfs")
         .collect();
     found.sort_by_key(|m| std::cmp::Reverse(m.path.components().count()));
     found
 }
 
+/// The overlay mounts (kernel or fuse) at or under `root`, deepest first.
+pub fn mounts_under(root: &Path) -> Vec<Mounted> {
+    let mut found = mount_table_under(root);
+    found.retain(|m| m.fstype == "overlay" || m.fstype == "fuse.fuse-overlayfs");
+    found
+}
+
 /// Every mount point (of any type) at or under `root`, deepest first.
 pub fn mount_points_under(root: &Path) -> Vec<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut found: Vec<PathBuf> = text
-        .lines()
-        .filter_map(parse_mountinfo)
+    mount_table_under(root)
+        .into_iter()
         .map(|m| m.path)
-        .filter(|path| path.starts_with(root))
-        .collect();
-    found.sort_by_key(|path| std::cmp::Reverse(path.components().count()));
-    found
+        .collect()
 }
 
 /// Whether an overlay is mounted at `path`.

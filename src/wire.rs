@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BranchPolicy, CheckoutMode, NetworkMode, ProfileLayer, RuntimeChoice};
+pub use crate::disk::DiskUsage;
 use crate::egress::AllowEntry;
 pub use crate::git::ChangeSummary;
 pub use crate::job::PublishedPort;
@@ -86,6 +87,13 @@ pub struct CreateRequest {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub memory: Option<ByteSize>,
+    /// The most the job's checkout may hold, e.g. 10g: writing past it fails inside the job
+    /// with "No space left on device". Implies `--checkout overlay` (root only; a
+    /// loop-mounted ext4 image per job).
+    #[arg(long)]
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub disk: Option<ByteSize>,
     /// CPU limit, e.g. 1.5.
     #[arg(long)]
     #[serde(default)]
@@ -205,6 +213,7 @@ impl CreateRequest {
             runtime: self.runtime,
             checkout: self.checkout,
             memory: self.memory,
+            disk: self.disk,
             cpus: self.cpus,
             pids: self.pids,
             // `--allow` alone means allowlist.
@@ -384,6 +393,9 @@ pub struct JobView {
     /// container came from the pool, `{"start": "cold", "reason": TEXT}` when it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<crate::job::PoolStart>,
+    /// The job's disk limit and what its checkout holds of it; null without a limit.
+    #[serde(default)]
+    pub disk: Option<DiskUsage>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -418,6 +430,11 @@ impl From<&JobRecord> for JobView {
             merged: None,
             conflicts: None,
             pool: record.pool.clone(),
+            disk: record.disk.map(|limit| DiskUsage {
+                limit_bytes: limit.0,
+                used_bytes: None,
+                free_bytes: None,
+            }),
         }
     }
 }

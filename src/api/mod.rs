@@ -261,7 +261,8 @@ async fn create_job(
             retry_after: None,
         })??;
     state.metrics.observe_create(started.elapsed());
-    let mut body = serde_json::to_value(JobView::from(&created.record)).expect("views serialize");
+    let mut body =
+        serde_json::to_value(state.paddock.view_of(&created.record)).expect("views serialize");
     if let Some(warning) = created.warning {
         body["warning"] = json!(warning);
     }

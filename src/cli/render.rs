@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::exit;
 use crate::output::{OutputSink, StreamKind};
-use crate::units::format_age;
+use crate::units::{format_age, format_size};
 use crate::wire::{ExecResult, JobDetails, JobView};
 
 /// Progress of long work on stderr: drawn only on a terminal and never under `--json`, so
@@ -165,6 +165,17 @@ pub fn print_details(details: &JobDetails) {
     }
     for port in &v.ports {
         println!("port      {} -> {}", port.port, port.address());
+    }
+    if let Some(disk) = &v.disk {
+        let limit = format_size(disk.limit_bytes);
+        match (disk.used_bytes, disk.free_bytes) {
+            (Some(used), Some(free)) => println!(
+                "disk      {} of {limit} ({} free)",
+                format_size(used),
+                format_size(free)
+            ),
+            _ => println!("disk      limit {limit} (not mounted)"),
+        }
     }
     if let Some(id) = &v.container_id {
         println!("container {}", &id[..id.len().min(12)]);

@@ -13,6 +13,9 @@ use crate::cache::CacheSpec;
 use crate::egress::AllowEntry;
 use crate::units::{ByteSize, Cpus, HumanDuration};
 
+/// The source of a setting no layer set.
+static UNSET: Source = Source::Default;
+
 /// One layer's view of a profile: every field optional, so layers can be stacked.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -22,6 +25,9 @@ pub struct ProfileLayer {
     /// How the job's checkout is made: `worktree` (default) or `overlay`.
     pub checkout: Option<CheckoutMode>,
     pub memory: Option<ByteSize>,
+    /// The most the job's checkout may hold (its changes, in a filesystem of this size);
+    /// implies `checkout: overlay`.
+    pub disk: Option<ByteSize>,
     pub cpus: Option<Cpus>,
     pub pids: Option<u32>,
     pub network: Option<NetworkMode>,
@@ -86,6 +92,8 @@ pub struct Profile {
     pub runtime: Sourced<RuntimeChoice>,
     pub checkout: Sourced<CheckoutMode>,
     pub memory: Sourced<ByteSize>,
+    /// Unset (no limit) unless a layer sets it.
+    pub disk: Option<Sourced<ByteSize>>,
     pub cpus: Sourced<Cpus>,
     pub pids: Sourced<u32>,
     pub network: Sourced<NetworkMode>,
@@ -116,6 +124,7 @@ impl Default for Profile {
             runtime: Sourced::default_value(RuntimeChoice::Auto),
             checkout: Sourced::default_value(CheckoutMode::Worktree),
             memory: Sourced::default_value(ByteSize(2 << 30)),
+            disk: None,
             cpus: Sourced::default_value(Cpus(2.0)),
             pids: Sourced::default_value(512),
             network: Sourced::default_value(NetworkMode::None),
@@ -176,6 +185,12 @@ impl Profile {
         if let Some(value) = layer.setup_optional {
             self.setup_optional = Some(sourced(value));
         }
+        if let Some(value) = layer.disk {
+            self.disk = Some(Sourced {
+                value,
+                source: source.clone(),
+            });
+        }
         if let Some(value) = layer.setup_timeout {
             self.setup_timeout = Some(Sourced {
                 value,
@@ -224,6 +239,10 @@ impl Profile {
                 self.memory.value.to_string(),
                 &self.memory.source,
             ),
+            match &self.disk {
+                Some(disk) => ("disk".into(), disk.value.to_string(), &disk.source),
+                None => ("disk".into(), "none".into(), &UNSET),
+            },
             (
                 "cpus".into(),
                 self.cpus.value.to_string(),

@@ -155,3 +155,43 @@ fn copy_and_setup_stack_top_level_then_profile() {
         .to_string();
     assert!(error.contains("setup[0]"), "{error}");
 }
+
+#[test]
+fn a_disk_limit_comes_from_a_layer_with_its_source_and_is_unset_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let user = write(
+        dir.path(),
+        "user.yaml",
+        "profiles:\n  big:\n    disk: 10g\n",
+    );
+    write(
+        dir.path(),
+        REPO_CONFIG_FILE,
+        "profiles:\n  big:\n    disk: 200m\n",
+    );
+    let vars = env(&[("PADDOCK_CONFIG", user.to_str().unwrap())]);
+    let config = Config::load(Some(dir.path()), &vars).unwrap();
+    let (_, default) = config.select_profile(None, "agent", None).unwrap();
+    assert_eq!(default.disk, None);
+    let (_, big) = config.select_profile(Some("big"), "agent", None).unwrap();
+    let disk = big.disk.expect("the repo file sets it");
+    assert_eq!(disk.value, ByteSize(200 << 20));
+    assert!(matches!(disk.source, Source::RepoFile(_)));
+    let rows = config.rows();
+    assert!(rows.iter().any(|(k, v, s)| k == "profiles.big.disk"
+        && v == "200m"
+        && matches!(s, Source::RepoFile(_))));
+    assert!(
+        rows.iter()
+            .any(|(k, v, s)| k == "profiles.default.disk" && v == "none" && *s == Source::Default)
+    );
+    write(
+        dir.path(),
+        REPO_CONFIG_FILE,
+        "profiles:\n  big:\n    disk: lots\n",
+    );
+    let error = Config::load(Some(dir.path()), &vars)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("disk"), "{error}");
+}

@@ -2,7 +2,9 @@
 //! directory; `overlay`: an overlay mount of the commit's pristine checkout, see `overlay`)
 //! and removed by `rm`, the create's rollback and the sweep. Either way the checkout is a
 //! plain directory at `record.worktree` to everything else (container mounts, caches, sync,
-//! the file API); an overlay is unmounted before anything under it is deleted.
+//! the file API); an overlay is unmounted before anything under it is deleted. A job with a
+//! disk limit (`record.disk`) has its overlay's layers in its own filesystem (`disk`), made
+//! before the overlay and unmounted after it.
 
 use super::create::crash_point;
 use super::{Error, Paddock, Result};
@@ -33,6 +35,16 @@ impl Paddock {
             return Ok(());
         }
         let driver = crate::overlay::driver()?;
+        // With a disk limit, the job's layers live in its own filesystem of that size.
+        let job_dir = self.home().job_dir(&record.id);
+        let layers = match record.disk {
+            Some(limit) => {
+                let layers = crate::disk::make(&job_dir, limit).await?;
+                crash_point("disk");
+                layers
+            }
+            None => crate::overlay::layers_dir(&job_dir),
+        };
         let pristines = Pristines::of(self.home());
         let (pristine, lock) = pristines.ensure(repo, &record.repo_key, tip, owner).await?;
         // Named in the record before the lock goes: from here the sweep sees it used.
@@ -44,7 +56,7 @@ impl Paddock {
             driver,
             self.home(),
             &pristine.join("tree"),
-            &self.home().job_dir(&record.id),
+            &layers,
             &record.worktree,
             owner,
         )
@@ -96,6 +108,9 @@ impl Paddock {
         // Everything under the job's own dir in $PADDOCK_HOME is paddock's by construction
         // (remove_dir_all does not follow the symlinks an agent may have left in its git dir).
         let job_dir = self.home.job_dir(&record.id);
+        // The job's disk (or one a killed create left), now that no overlay stands on it:
+        // deleting through it would only empty it.
+        crate::disk::unmount(&job_dir)?;
         match remove_tree(&job_dir).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

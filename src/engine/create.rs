@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use chrono::Utc;
 
 use super::{CreateRequest, Created, Error, Paddock, Result};
-use crate::config::{CheckoutMode, NetworkMode};
+use crate::config::{CheckoutMode, NetworkMode, Profile, Source};
 use crate::git::jobdir::JobGitDir;
 use crate::git::{self, GitRepo};
 use crate::job::{JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
@@ -45,6 +45,25 @@ fn check_network(request: &CreateRequest, network: NetworkMode) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The checkout a job of `profile` gets: a disk limit needs the overlay checkout, and implies
+/// it unless some layer asked for `worktree` (then the create is refused, before anything is
+/// reserved).
+fn checkout_of(profile: &Profile) -> Result<CheckoutMode> {
+    let checkout = &profile.checkout;
+    if profile.disk.is_none() || checkout.value != CheckoutMode::Worktree {
+        return Ok(checkout.value);
+    }
+    let set_by = match &checkout.source {
+        Source::Default => return Ok(CheckoutMode::Overlay),
+        Source::Flag(_) => "`--checkout worktree`".to_string(),
+        Source::Env(var) => format!("`{var}=worktree`"),
+        Source::UserFile(path) | Source::RepoFile(path) => {
+            format!("`checkout: worktree` in `{}`", path.display())
+        }
+    };
+    Err(crate::disk::DiskError::NeedsOverlay { set_by }.into())
 }
 
 impl Paddock {
@@ -109,7 +128,13 @@ impl Paddock {
             return Err(Error::WorktreeExists { path: worktree });
         }
         check_network(&request, profile.network.value)?;
-        if profile.checkout.value == CheckoutMode::Overlay {
+        let checkout = checkout_of(&profile)?;
+        let disk = profile.disk.as_ref().map(|disk| disk.value);
+        if let Some(limit) = disk {
+            crate::disk::check_limit(limit)?;
+            crate::disk::available()?;
+        }
+        if checkout == CheckoutMode::Overlay {
             crate::overlay::driver()?;
         }
         // A bad `copy` entry (missing, a link out of the repository) fails before anything
@@ -169,9 +194,10 @@ impl Paddock {
             setup: Vec::new(),
             queue_seq: None,
             ports: Vec::new(),
-            checkout: profile.checkout.value,
+            checkout,
             pristine: None,
             pool: None,
+            disk,
         };
         let record = self
             .admit_create(record, &request, &config.admission, client)
@@ -384,14 +410,16 @@ pub const FAIL_POINTS: &[&str] = &[
 
 /// The points `PADDOCK_CRASH_AT` accepts, in the order `create` passes them (`pristine`,
 /// after the pristine checkout is made and named in the record, and `mounted`, right after
-/// the overlay is mounted, are passed by `checkout: overlay` jobs only; `claimed`, after a
-/// pool slot is claimed and named in the record, and `pool-mounted`, after the job's files
-/// are mounted into it, by warm starts only).
+/// the overlay is mounted, are passed by `checkout: overlay` jobs only; `disk`, right after
+/// the job's disk is mounted, by jobs with a disk limit only; `claimed`, after a pool slot
+/// is claimed and named in the record, and `pool-mounted`, after the job's files are
+/// mounted into it, by warm starts only).
 pub const CRASH_POINTS: &[&str] = &[
     "reserved",
     "marked",
     "registered",
     "recorded",
+    "disk",
     "pristine",
     "mounted",
     "checked-out",
@@ -417,6 +445,26 @@ pub fn render_branch(template: &str, agent: &str, task: Option<&str>, id: &JobId
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_disk_limit_implies_overlay_unless_worktree_was_asked_for() {
+        let mut profile = Profile::default();
+        assert_eq!(checkout_of(&profile).unwrap(), CheckoutMode::Worktree);
+        profile.disk = Some(crate::config::Sourced {
+            value: crate::units::ByteSize(200 << 20),
+            source: Source::Flag("create".into()),
+        });
+        assert_eq!(checkout_of(&profile).unwrap(), CheckoutMode::Overlay);
+        profile.checkout.source = Source::Env("PADDOCK_CHECKOUT".into());
+        let error = checkout_of(&profile).unwrap_err();
+        assert_eq!(error.kind(), crate::error::ErrorKind::InvalidInput);
+        assert!(
+            error.to_string().contains("`PADDOCK_CHECKOUT=worktree`"),
+            "{error}"
+        );
+        profile.checkout.value = CheckoutMode::Overlay;
+        assert_eq!(checkout_of(&profile).unwrap(), CheckoutMode::Overlay);
+    }
 
     #[test]
     fn branch_template_defaults_task_to_id() {

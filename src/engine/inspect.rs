@@ -36,7 +36,8 @@ impl Paddock {
         Ok(views)
     }
 
-    /// The views of `records`, with the queue positions of queued ones.
+    /// The views of `records`, with the queue positions of queued ones and the usage of the
+    /// disks of those with a limit.
     pub fn views(&self, records: &[JobRecord]) -> Vec<JobView> {
         let positions = if records.iter().any(|r| r.state == JobState::Queued) {
             self.queue_positions()
@@ -51,9 +52,19 @@ impl Paddock {
                     .iter()
                     .find(|(id, _)| *id == record.id)
                     .map(|(_, place)| *place);
+                if let Some(limit) = record.disk {
+                    view.disk = Some(crate::disk::usage(&self.home.job_dir(&record.id), limit));
+                }
                 view
             })
             .collect()
+    }
+
+    /// The view of one record, as [`views`](Self::views) makes it.
+    pub fn view_of(&self, record: &JobRecord) -> JobView {
+        self.views(std::slice::from_ref(record))
+            .pop()
+            .expect("one view per record")
     }
 
     /// A job with its commits ahead and changed files, as of a sync made for this call. When
@@ -66,10 +77,7 @@ impl Paddock {
             Err(e) => (None, Some(e.to_string())),
         };
         let record = self.load(id).unwrap_or(record);
-        let mut view = self
-            .views(std::slice::from_ref(&record))
-            .pop()
-            .expect("one view per record");
+        let mut view = self.view_of(&record);
         let merge = if matches!(record.state, JobState::Queued | JobState::Creating) {
             None
         } else {

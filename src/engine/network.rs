@@ -50,7 +50,7 @@ impl Paddock {
             }
         })?;
         self.runtime_of(&record).apply_network(&record).await?;
-        Ok(JobView::from(&record))
+        Ok(self.view_of(&record))
     }
 
     /// Emits `egress.denied` for each refusal logged by the proxies of live jobs since the

@@ -18,6 +18,8 @@
 //! | `index.lock` in a job's git dir older than the threshold and open by no process | remove it |
 //! | a merge quarantine (`tmp/merge-*`) older than an hour | remove it |
 //! | an overlay mounted at a checkout being removed (the job's, or one a killed create left) | unmount it first |
+//! | a job's disk (`disk`) mounted under a job dir being removed | unmount it after the overlay, before deleting |
+//! | a job's disk mounted with no record and no checkout | unmount it, remove the job dir |
 //! | a pristine checkout no record names, unused for `pristine_max_age`, or a partial one | remove it under its lock |
 //!
 //! One lock per install (`sweep.lock`) keeps a cron sweep and the daemon's sweeper from acting
@@ -70,7 +72,7 @@ pub struct SweepOptions {
 /// One thing the sweep found.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SweepItem {
-    /// `job`, `container`, `worktree`, `git-worktree`, `index-lock` or `pristine`.
+    /// `job`, `container`, `worktree`, `git-worktree`, `index-lock`, `pristine` or `disk`.
     pub kind: String,
     pub name: String,
     pub reason: String,
@@ -281,6 +283,7 @@ impl Paddock {
         self.prune_git_worktrees(options, &mut report).await;
         self.clear_stale_index_locks(options, &mut report);
         self.reap_pristines(options, &mut report).await;
+        self.reap_orphan_disks(options, &mut report);
         if !options.dry_run {
             self.clear_stale_quarantines();
         }

@@ -1,7 +1,8 @@
 //! The sweep's part of copy-on-write checkouts: pristine checkouts no job uses any more
 //! (no record names them) and unused for `sweep.pristine_max_age`, and partial ones a killed
 //! create left. Each is removed under its own lock (held by a create while it makes one and
-//! names it in its record), after looking at the records again.
+//! names it in its record), after looking at the records again. And job disks (`disk`)
+//! still mounted with neither a record nor a checkout left.
 
 use std::time::Duration;
 
@@ -77,6 +78,52 @@ impl Paddock {
             match pristines.remove(&found.dir) {
                 Ok(()) => report.removed("pristine", name, reason),
                 Err(error) => report.error("pristine", name, reason, error),
+            }
+        }
+    }
+
+    /// A job's disk mounted under `jobs/` with no record and no checkout (a removal
+    /// interrupted between the two, a record deleted by hand): unmounted, its job dir
+    /// removed. A create reserves its record before it makes a disk, and a removal unmounts
+    /// the disk before it drops the record, so neither is in flight here. One whose checkout
+    /// is still there is left to the orphan checkout's removal, which saves its work first.
+    pub(super) fn reap_orphan_disks(&self, options: &SweepOptions, report: &mut SweepReport) {
+        for job_dir in crate::disk::mounted_job_dirs(&self.home().jobs_dir()) {
+            let id = job_dir
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            if self.store().exists_str(&id) {
+                continue;
+            }
+            let checkout = std::fs::read_dir(self.home().worktrees_dir())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|key| key.path().join(&id).exists());
+            if checkout {
+                report.kept("disk", id, "its checkout is still there");
+                continue;
+            }
+            let reason = "job disk mounted with no job record";
+            if options.dry_run {
+                report.removed("disk", id, reason);
+                continue;
+            }
+            let removed = crate::disk::unmount(&job_dir)
+                .map_err(crate::error::Error::from)
+                .and_then(|()| {
+                    std::fs::remove_dir_all(&job_dir).map_err(|source| {
+                        crate::error::Error::RemoveDir {
+                            path: job_dir.clone(),
+                            source,
+                        }
+                    })
+                });
+            match removed {
+                Ok(()) => report.removed("disk", id, reason),
+                Err(error) => report.error("disk", id, reason, error),
             }
         }
     }

@@ -224,6 +224,7 @@ impl Paddock {
                 std::fs::remove_file(parent.join(format!(".{}.paddock", name.to_string_lossy())));
         }
         let job_dir = self.home().job_dir(&job_id);
+        crate::disk::unmount(&job_dir)?;
         if job_dir.exists() {
             std::fs::remove_dir_all(&job_dir).map_err(|source| {
                 crate::engine::Error::RemoveDir {
@@ -291,6 +292,7 @@ impl Paddock {
             checkout: crate::config::CheckoutMode::Worktree,
             pristine: None,
             pool: None,
+            disk: None,
         })
     }
 

@@ -60,6 +60,12 @@ fn assert_nothing_left(home: &TestHome, repo: &FixtureRepo, context: &str) {
         1,
         "{context}: git worktree entry left"
     );
+    assert_eq!(home.mounts(), Vec::<String>::new(), "{context}: mount left");
+    assert_eq!(
+        home.loop_devices(),
+        Vec::<String>::new(),
+        "{context}: loop device left"
+    );
     if docker_ok(&["version"]) {
         assert_eq!(
             home.docker_objects(),
@@ -173,7 +179,9 @@ fn repo_with_cache() -> FixtureRepo {
     repo
 }
 
-fn fail_at_every_point(runtime: &[&str], docker: bool) {
+/// Makes a create (with these extra flags) fail at each of its failpoints in turn, and checks
+/// that its rollback leaves nothing.
+pub(crate) fn fail_at_every_point(runtime: &[&str], docker: bool) {
     let repo = repo_with_cache();
     let home = TestHome::new();
     let path = repo.path().display().to_string();

@@ -13,6 +13,7 @@ mod browser;
 mod cache;
 mod core_commands;
 mod dashboard;
+mod disk;
 mod docker;
 mod egress;
 mod events;

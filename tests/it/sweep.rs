@@ -91,6 +91,11 @@ pub(crate) fn assert_swept_clean(home: &TestHome, repo: &FixtureRepo, context: &
     );
     assert_eq!(home.job_records(), 0, "{context}: record left");
     assert_eq!(home.mounts(), Vec::<String>::new(), "{context}: mount left");
+    assert_eq!(
+        home.loop_devices(),
+        Vec::<String>::new(),
+        "{context}: loop device left"
+    );
     let again = sweep(home, &[]);
     assert!(
         again["removed"].as_array().unwrap().is_empty(),
@@ -102,15 +107,20 @@ pub(crate) fn assert_swept_clean(home: &TestHome, repo: &FixtureRepo, context: &
     );
 }
 
-fn crash_at_every_point(runtime: &[&str]) {
+/// Kills a create (with these extra flags) at each of its crash points in turn, and checks
+/// that one sweep after each leaves nothing.
+pub(crate) fn crash_at_every_point(runtime: &[&str]) {
     let repo = FixtureRepo::with_files(200, 300);
     let home = TestHome::new();
     let path = repo.path().display().to_string();
-    // The pristine checkout and the mount are steps of overlay checkouts only.
-    let overlay = runtime.contains(&"overlay")
+    // The pristine checkout and the mount are steps of overlay checkouts only (a disk limit
+    // implies one), the disk a step of jobs with a disk limit only.
+    let disk = runtime.contains(&"--disk");
+    let overlay = disk
+        || runtime.contains(&"overlay")
         || std::env::var("PADDOCK_CHECKOUT").as_deref() == Ok("overlay");
     for point in CRASH_POINTS {
-        if !overlay && matches!(*point, "pristine" | "mounted") {
+        if !overlay && matches!(*point, "pristine" | "mounted") || !disk && *point == "disk" {
             continue;
         }
         // Passed by warm starts only (tests/it/pool.rs kills creates there).

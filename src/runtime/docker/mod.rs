@@ -29,13 +29,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::models::{
-    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkingConfig,
-};
 use bollard::query_parameters::{
     ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
 
+mod body;
 mod calls;
 mod egress;
 mod exec;
@@ -48,7 +46,8 @@ mod ports;
 mod sandbox;
 mod stats;
 
-use mounts::{grant_agent_access, job_mounts};
+use body::{base_env, container_body, hardened_host_config, warm_env};
+use mounts::grant_agent_access;
 pub use sandbox::DockerRuntime;
 
 use super::{RuntimeError, Sandbox, SandboxRole};
@@ -196,147 +195,6 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
     move |source| RuntimeError::Io {
         path: path.to_path_buf(),
         source,
-    }
-}
-
-/// The container's configuration, derived from the record alone (and, for a job on a
-/// sealed network, that network's subnet) so a container can be recreated identically.
-fn container_body(
-    home: &PaddockHome,
-    record: &JobRecord,
-    sealed: Option<&egress::SealedNetwork>,
-) -> Result<ContainerCreateBody, RuntimeError> {
-    let subnet = sealed.and_then(|s| s.subnet);
-    let limits = &record.limits;
-    let (uid, gid) = agent_user(limits.uid);
-    let mut env = base_env(limits);
-    // Git's identity and settings are part of the container, so the first exec has them
-    // (no entrypoint script that could race it).
-    env.extend(
-        super::agent_git_env(record)
-            .into_iter()
-            .map(|(k, v)| format!("{k}={v}")),
-    );
-    env.extend(
-        crate::cache::env_vars(&record.caches)
-            .iter()
-            .map(|(k, v)| format!("{k}={v}")),
-    );
-    if limits.network == NetworkMode::Allowlist {
-        env.extend(egress::proxy_env(
-            record,
-            subnet.map(egress::JobSubnet::proxy),
-        ));
-    }
-    env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
-    // paddock's own facts last, so no profile variable can misstate them.
-    env.extend(
-        super::job_env(record)
-            .into_iter()
-            .map(|(k, v)| format!("{k}={v}")),
-    );
-    let published = if sealed.is_none() && limits.network == NetworkMode::Open {
-        ports::job_container(&record.ports)
-    } else {
-        ports::Published::default()
-    };
-    // With ports on a sealed network the job has a fixed address, where its sidecar relays.
-    let networking_config = match (sealed, subnet) {
-        (Some(sealed), Some(subnet)) if !record.ports.is_empty() => Some(NetworkingConfig {
-            endpoints_config: Some(HashMap::from([(
-                sealed.name.clone(),
-                EndpointSettings {
-                    ipam_config: Some(EndpointIpamConfig {
-                        ipv4_address: Some(subnet.job().to_string()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            )])),
-        }),
-        _ => None,
-    };
-    let host_config = HostConfig {
-        network_mode: Some(match (sealed, limits.network) {
-            (Some(sealed), _) => sealed.name.clone(),
-            (None, NetworkMode::Open) => "bridge".into(),
-            (None, _) => "none".into(),
-        }),
-        // On the sealed network Docker's resolver answers only container names there (the
-        // proxy's); its upstream is the job's own loopback, where nothing answers, so no
-        // other name resolves and no query leaves the job.
-        dns: sealed.is_some().then(|| vec!["127.0.0.1".into()]),
-        port_bindings: published.port_bindings,
-        ..hardened_host_config(limits, record.runtime, job_mounts(record)?)
-    };
-    Ok(ContainerCreateBody {
-        image: Some(limits.image.clone()),
-        user: Some(format!("{uid}:{gid}")),
-        working_dir: Some(limits.workspace_dir.clone()),
-        env: Some(env),
-        labels: Some(HashMap::from([
-            (LABEL_JOB.to_string(), record.container_label().to_string()),
-            (LABEL_HOME.to_string(), home.id().to_string()),
-        ])),
-        stop_signal: Some("SIGTERM".into()),
-        exposed_ports: published.exposed_ports,
-        host_config: Some(host_config),
-        networking_config,
-        ..Default::default()
-    })
-}
-
-/// What a warm-started job's execs add to their environment: the part of a job
-/// container's own environment that a pool slot's container, made before the job, lacks.
-fn warm_env(record: &JobRecord) -> Vec<(String, String)> {
-    if record.pool_slot().is_none() {
-        return Vec::new();
-    }
-    let mut env = super::agent_git_env(record);
-    env.extend(crate::cache::env_vars(&record.caches));
-    env
-}
-
-/// What every container of paddock's starts with in its environment.
-fn base_env(limits: &crate::job::Limits) -> Vec<String> {
-    vec![
-        format!("HOME={CONTAINER_HOME}"),
-        format!("PADDOCK_WORKSPACE={}", limits.workspace_dir),
-    ]
-}
-
-/// The hardening and limits every job container has (see the module docs), with `mounts`
-/// and no network; callers add the network.
-fn hardened_host_config(
-    limits: &crate::job::Limits,
-    runtime: RuntimeKind,
-    mounts: Vec<bollard::models::Mount>,
-) -> HostConfig {
-    let tmpfs_opts = |size: &str| format!("rw,nosuid,nodev,size={size},mode=1777");
-    let memory = i64::try_from(limits.memory.0).unwrap_or(i64::MAX);
-    HostConfig {
-        mounts: Some(mounts),
-        cap_drop: Some(vec!["ALL".into()]),
-        security_opt: Some(vec!["no-new-privileges".into()]),
-        readonly_rootfs: Some(true),
-        tmpfs: Some(HashMap::from([
-            ("/tmp".to_string(), tmpfs_opts("512m")),
-            (CONTAINER_HOME.to_string(), tmpfs_opts("256m")),
-        ])),
-        pids_limit: Some(i64::from(limits.pids) + pids_headroom(runtime)),
-        memory: Some(memory),
-        memory_swap: Some(memory),
-        nano_cpus: Some(limits.cpus.nano_cpus()),
-        network_mode: Some("none".into()),
-        init: Some(true),
-        runtime: Some(
-            match runtime {
-                RuntimeKind::Runsc => "runsc",
-                _ => "runc",
-            }
-            .into(),
-        ),
-        ..Default::default()
     }
 }
 
