@@ -93,6 +93,12 @@ impl Paddock {
             change.note = Some(reason.to_string());
             return Ok(change);
         }
+        if limits.network == crate::config::NetworkMode::Allowlist {
+            change.note = Some(
+                "an allowlist profile starts cold (its sealed network and proxy are made with each container)".into(),
+            );
+            return Ok(change);
+        }
         if !limits.ports.is_empty() {
             change.note = Some(
                 "a profile with ports starts cold (ports are set when a container is made)".into(),

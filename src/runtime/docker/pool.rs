@@ -16,7 +16,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use bollard::models::{
-    ContainerCreateBody, ContainerUpdateBody, MountBindOptions, MountBindOptionsPropagationEnum,
+    ContainerCreateBody, ContainerUpdateBody, HostConfig, MountBindOptions,
+    MountBindOptionsPropagationEnum,
 };
 use bollard::query_parameters::RenameContainerOptionsBuilder;
 
@@ -26,6 +27,7 @@ use super::{
     API_TIMEOUT, CONTAINER_GIT_DIR, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, base_env,
     connect, hardened_host_config, job_container, remove_labelled_container,
 };
+use crate::config::NetworkMode;
 use crate::job::JobRecord;
 use crate::pool::{HostBind, PoolSlot, PoolSlots};
 use crate::runtime::RuntimeError;
@@ -81,7 +83,17 @@ pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, R
             (LABEL_ROLE.to_string(), "pool".to_string()),
         ])),
         stop_signal: Some("SIGTERM".into()),
-        host_config: Some(hardened_host_config(limits, slot.runtime, mounts)),
+        host_config: Some(HostConfig {
+            network_mode: Some(
+                if limits.network == NetworkMode::Open {
+                    "bridge"
+                } else {
+                    "none"
+                }
+                .into(),
+            ),
+            ..hardened_host_config(limits, slot.runtime, mounts)
+        }),
         ..Default::default()
     };
     let docker = connect()?;
@@ -99,6 +111,11 @@ pub fn claim_binds(record: &JobRecord) -> Result<Vec<HostBind>, String> {
     }
     if !record.ports.is_empty() {
         return Err("published ports are set when a container is made".into());
+    }
+    if record.limits.network == NetworkMode::Allowlist {
+        return Err(
+            "an allowlist job's sealed network and egress proxy are made with its container".into(),
+        );
     }
     let objects = crate::git::object_dirs(&record.git_common_dir);
     let points = propagated(&record.limits.workspace_dir);
