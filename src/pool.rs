@@ -211,62 +211,81 @@ impl PoolSlots {
         slots
     }
 
-    /// Makes the slot's directories and its shared mount, ready for a container to mount.
+    /// Makes the slot's directories and its mounts: `mnt/` bound on itself, made private
+    /// (out of any peer group it joined: a shared host root has one) and then shared, so its
+    /// only peers are the slot container's slave copies; `stage/` bound on itself and
+    /// private, where a claim assembles what it moves into `mnt/`.
     pub fn prepare(&self, id: &str) -> Result<(), PoolError> {
         if !crate::sys::is_root() {
             return Err(PoolError::NotRoot);
         }
         let mnt = self.mnt(id);
+        let stage = self.dir(id).join("stage");
         for dir in [
             mnt.join("workspace"),
-            mnt.join("paddock/git"),
-            mnt.join("paddock/outbox"),
-            self.dir(id).join("stage"),
+            mnt.join("paddock"),
+            stage.clone(),
+            self.dir(id).join("paddock-root/git"),
+            self.dir(id).join("paddock-root/outbox"),
         ] {
             std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         }
-        let failed = |source| PoolError::Mount {
-            source_path: mnt.clone(),
-            target: mnt.clone(),
-            source,
+        let failed = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| PoolError::Mount {
+                source_path: path.clone(),
+                target: path,
+                source,
+            }
         };
-        crate::sys::bind_mount(&mnt, &mnt).map_err(failed)?;
-        crate::sys::make_rshared(&mnt).map_err(|source| PoolError::Mount {
-            source_path: mnt.clone(),
-            target: mnt.clone(),
-            source,
-        })
+        crate::sys::bind_mount(&mnt, &mnt).map_err(failed(&mnt))?;
+        crate::sys::make_rprivate(&mnt).map_err(failed(&mnt))?;
+        crate::sys::make_rshared(&mnt).map_err(failed(&mnt))?;
+        crate::sys::bind_mount(&stage, &stage).map_err(failed(&stage))?;
+        crate::sys::make_rprivate(&stage).map_err(failed(&stage))
     }
 
-    /// Makes a job's files appear in the slot's container: each bind in order (a bind's
-    /// target may lie inside an earlier one's).
+    /// Makes a job's files appear in the slot's container. Each of the two trees
+    /// (`workspace`, `paddock`) is assembled in the private `stage/`, where the container
+    /// sees nothing and so cannot swap a path for a link while the host mounts through it,
+    /// with its read-only parts made read-only there; then it moves into `mnt/` whole, and
+    /// propagation gives the container a copy with the same flags.
     pub fn attach(&self, id: &str, binds: &[HostBind]) -> Result<(), PoolError> {
         let mnt = self.mnt(id);
-        let stage_dir = self.dir(id).join("stage");
-        for (n, bind) in binds.iter().enumerate() {
-            let target = mnt.join(&bind.target);
-            let is_dir = std::fs::metadata(&bind.source)
-                .map_err(io(&bind.source))?
-                .is_dir();
-            make_mount_point(&target, is_dir)?;
-            let failed = |source| PoolError::Mount {
-                source_path: bind.source.clone(),
-                target: target.clone(),
-                source,
-            };
-            if !bind.read_only {
-                crate::sys::bind_mount(&bind.source, &target).map_err(failed)?;
+        let stage = self.dir(id).join("stage");
+        for top in ["workspace", "paddock"] {
+            let tree: Vec<&HostBind> = binds.iter().filter(|b| b.target.starts_with(top)).collect();
+            if tree.is_empty() {
                 continue;
             }
-            let stage = stage_dir.join(n.to_string());
-            make_mount_point(&stage, is_dir)?;
-            crate::sys::bind_mount(&bind.source, &stage).map_err(failed)?;
-            let placed = crate::sys::remount_read_only(&stage)
-                .and_then(|()| crate::sys::move_mount(&stage, &target));
-            if let Err(source) = placed {
-                let _ = crate::sys::unmount(&stage, true);
-                return Err(failed(source));
+            let staged = stage.join(top);
+            std::fs::create_dir_all(&staged).map_err(io(&staged))?;
+            // The tree's root: the bind at `top` itself (the checkout), else the slot's own
+            // skeleton of mount points (`paddock-root`: git/, outbox/).
+            let skeleton = self.dir(id).join("paddock-root");
+            let root_source = tree
+                .iter()
+                .find(|b| b.target == Path::new(top))
+                .map_or(skeleton.as_path(), |b| b.source.as_path());
+            mount_private(root_source, &staged, false)?;
+            for bind in tree.iter().filter(|b| b.target != Path::new(top)) {
+                let relative = bind.target.strip_prefix(top).expect("filtered by prefix");
+                // The host resolves the target: a link on the way (a checkout may hold
+                // committed symlinks) would put the mount outside the slot.
+                refuse_links(&staged, relative)?;
+                let target = staged.join(relative);
+                let is_dir = std::fs::metadata(&bind.source)
+                    .map_err(io(&bind.source))?
+                    .is_dir();
+                make_mount_point(&target, is_dir)?;
+                mount_private(&bind.source, &target, bind.read_only)?;
             }
+            let into = mnt.join(top);
+            crate::sys::move_mount(&staged, &into).map_err(|source| PoolError::Mount {
+                source_path: staged.clone(),
+                target: into.clone(),
+                source,
+            })?;
         }
         Ok(())
     }
@@ -332,6 +351,42 @@ impl PoolSlots {
     }
 }
 
+/// Bind-mounts `source` at `target`, private (and read-only when asked).
+fn mount_private(source: &Path, target: &Path, read_only: bool) -> Result<(), PoolError> {
+    let failed = |source_error| PoolError::Mount {
+        source_path: source.to_path_buf(),
+        target: target.to_path_buf(),
+        source: source_error,
+    };
+    crate::sys::bind_mount(source, target).map_err(failed)?;
+    crate::sys::make_rprivate(target).map_err(failed)?;
+    if read_only {
+        crate::sys::remount_read_only(target).map_err(failed)?;
+    }
+    Ok(())
+}
+
+/// Refuses a target with a symbolic link at any component below `root`.
+fn refuse_links(root: &Path, relative: &Path) -> Result<(), PoolError> {
+    let mut path = root.to_path_buf();
+    for component in relative.components() {
+        let std::path::Component::Normal(name) = component else {
+            return Err(PoolError::Io {
+                path: root.join(relative),
+                source: std::io::Error::other("not a plain path below the slot"),
+            });
+        };
+        path.push(name);
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(PoolError::Io {
+                path,
+                source: std::io::Error::other("a symbolic link where a mount would go"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Makes an empty file or directory at `path` for a mount to land on, unless one is there.
 fn make_mount_point(path: &Path, dir: bool) -> Result<(), PoolError> {
     if std::fs::symlink_metadata(path).is_ok() {
@@ -344,5 +399,21 @@ fn make_mount_point(path: &Path, dir: bool) -> Result<(), PoolError> {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
         std::fs::File::create(path).map(drop).map_err(io(path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_on_the_way_to_a_mount_target_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("workspace/dir")).unwrap();
+        std::os::unix::fs::symlink("/etc", root.path().join("workspace/node_modules")).unwrap();
+        assert!(refuse_links(root.path(), Path::new("workspace/dir/x")).is_ok());
+        assert!(refuse_links(root.path(), Path::new("workspace/node_modules")).is_err());
+        assert!(refuse_links(root.path(), Path::new("workspace/node_modules/a")).is_err());
+        assert!(refuse_links(root.path(), Path::new("workspace/../x")).is_err());
     }
 }

@@ -524,6 +524,13 @@ pub fn make_rshared(target: &Path) -> std::io::Result<()> {
     raw_mount(None, target, libc::MS_SHARED | libc::MS_REC)
 }
 
+/// Makes the mount at `target` and every mount under it private: nothing mounted there
+/// later propagates anywhere, and it leaves any peer group (a bind of a shared mount joins
+/// the source's group).
+pub fn make_rprivate(target: &Path) -> std::io::Result<()> {
+    raw_mount(None, target, libc::MS_PRIVATE | libc::MS_REC)
+}
+
 /// Makes the bind mount at `target` read-only. The flag is the mount's own: it does not
 /// reach copies of it that propagation already made (see `move_mount`).
 pub fn remount_read_only(target: &Path) -> std::io::Result<()> {

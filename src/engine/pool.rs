@@ -257,6 +257,12 @@ impl Paddock {
                     record.runtime,
                     &record.limits,
                 ) {
+                    // The record names the slot before the slot says it is claimed, both
+                    // under the pool lock: a sweep never sees a claim without its job.
+                    record.pool = Some(PoolStart::Warm {
+                        slot: slot.id.clone(),
+                    });
+                    self.store().save(record)?;
                     slot.state = SlotState::Claimed {
                         job: record.id.to_string(),
                     };
@@ -274,19 +280,23 @@ impl Paddock {
             });
             return Ok(None);
         };
-        // Named in the record before anything of the job's goes into the slot: from here
-        // the slot is the job's, and a removal (rm, rollback, sweep) takes it along.
-        record.pool = Some(PoolStart::Warm {
-            slot: slot.id.clone(),
-        });
-        self.store().save(record)?;
+        // Named in the record (above) before anything of the job's goes into the slot: from
+        // here the slot is the job's, and a removal (rm, rollback, sweep) takes it along.
         crash_point("claimed");
-        blocking(|| slots.attach(&slot.id, &binds))?;
-        crash_point("pool-mounted");
-        match runtime.adopt_pool_slot(record, &slot).await {
+        // The job's files go to the agent's uid, and the container gets the job's limits
+        // and name, before any of them is mounted where the container can see it.
+        let adopted = async {
+            let id = runtime.adopt_pool_slot(record, &slot).await?;
+            blocking(|| slots.attach(&slot.id, &binds))?;
+            crash_point("pool-mounted");
+            Result::<String>::Ok(id)
+        }
+        .await;
+        match adopted {
             Ok(id) => Ok(Some(id)),
             Err(error) => {
-                // A slot whose container died while it waited: the job starts cold.
+                // A slot whose container died while it waited, or a mount refused (a link
+                // in the checkout where a mount would go): the job starts cold.
                 tracing::warn!(job = %record.id, slot = %slot.id, %error, "a claimed pool container could not be adopted");
                 self.release_pool_slot(record).await?;
                 record.pool = Some(PoolStart::Cold {

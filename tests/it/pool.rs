@@ -230,6 +230,17 @@ fn drain_and_an_idle_sweep_remove_waiting_containers_only() {
     assert_eq!(slots_in(&home, "claimed"), 1);
     let (code, out) = exec_status(&home, &text(&job, "id"), "git status --short");
     assert_eq!(code, 0, "{out}");
+    // A stopped warm job (a reboot loses the slot's host mounts) comes back in a container
+    // that mounts its files itself, still found as the slot's by the sweep.
+    home.ok(&["stop", &text(&job, "id")]);
+    let (code, out) = exec_status(
+        &home,
+        &text(&job, "id"),
+        "test -f src/lib.rs && git status --short",
+    );
+    assert_eq!(code, 0, "{out}");
+    let report = home.json(&["sweep", "--json"]);
+    assert!(report["removed"].as_array().unwrap().is_empty(), "{report}");
     // The pool's size counts waiting containers: a claimed one is a job's.
     fill(&home, &repo);
     assert_eq!(slots_in(&home, "ready"), 2);

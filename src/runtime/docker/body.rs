@@ -9,7 +9,9 @@ use bollard::models::{
 };
 
 use super::mounts::job_mounts;
-use super::{CONTAINER_HOME, LABEL_HOME, LABEL_JOB, agent_user, egress, pids_headroom, ports};
+use super::{
+    CONTAINER_HOME, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, egress, pids_headroom, ports,
+};
 use crate::config::NetworkMode;
 use crate::job::{JobRecord, RuntimeKind};
 use crate::runtime::RuntimeError;
@@ -90,10 +92,17 @@ pub(super) fn container_body(
         user: Some(format!("{uid}:{gid}")),
         working_dir: Some(limits.workspace_dir.clone()),
         env: Some(env),
-        labels: Some(HashMap::from([
-            (LABEL_JOB.to_string(), record.container_label().to_string()),
-            (LABEL_HOME.to_string(), home.id().to_string()),
-        ])),
+        labels: Some({
+            let mut labels = HashMap::from([
+                (LABEL_JOB.to_string(), record.container_label().to_string()),
+                (LABEL_HOME.to_string(), home.id().to_string()),
+            ]);
+            // A warm job's container, recreated, is still found as its slot's.
+            if record.pool_slot().is_some() {
+                labels.insert(LABEL_ROLE.to_string(), "pool".to_string());
+            }
+            labels
+        }),
         stop_signal: Some("SIGTERM".into()),
         exposed_ports: published.exposed_ports,
         host_config: Some(host_config),

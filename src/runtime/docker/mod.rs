@@ -315,6 +315,12 @@ pub async fn ensure_running(
     let name = job_container(record);
     match inspect_ours(&docker, home, record).await? {
         Some(status) if status.running => Ok(status.id),
+        Some(_) if record.pool_slot().is_some() => {
+            // A stopped warm container gets the job's files through its slot's host mounts,
+            // which a reboot does not keep: it is replaced by one that mounts them itself.
+            remove_labelled_container(home, &name, record.container_label()).await?;
+            create_job_container(home, record).await
+        }
         Some(status) => {
             // A stopped job (a stop, a daemon restart) has a stopped proxy too.
             egress::ensure(&docker, home, record).await?;
