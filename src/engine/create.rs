@@ -47,11 +47,19 @@ fn check_network(request: &CreateRequest, network: NetworkMode) -> Result<()> {
     Ok(())
 }
 
-/// The checkout a job of `profile` gets: a disk limit needs the overlay checkout, and implies
-/// it unless some layer asked for `worktree` (then the create is refused, before anything is
-/// reserved).
-fn checkout_of(profile: &Profile) -> Result<CheckoutMode> {
+/// The checkout a job of `profile` gets. Unset anywhere, it is `overlay` where that is
+/// proven (`kernel_overlay`: kernel overlayfs, paddock is root) and the portable `worktree`
+/// elsewhere. A disk limit needs the overlay checkout, and implies it unless some layer
+/// asked for `worktree` (then the create is refused, before anything is reserved).
+fn checkout_of(profile: &Profile, kernel_overlay: bool) -> Result<CheckoutMode> {
     let checkout = &profile.checkout;
+    if checkout.source == Source::Default {
+        return Ok(if kernel_overlay || profile.disk.is_some() {
+            CheckoutMode::Overlay
+        } else {
+            CheckoutMode::Worktree
+        });
+    }
     if profile.disk.is_none() || checkout.value != CheckoutMode::Worktree {
         return Ok(checkout.value);
     }
@@ -91,6 +99,10 @@ impl Paddock {
         );
 
         let id = match &request.id {
+            // `pool-…` names warm pool slots (their containers and labels).
+            Some(id) if id.starts_with("pool-") => {
+                return Err(crate::job::JobError::InvalidId { id: id.clone() }.into());
+            }
             Some(id) => JobId::parse(id)?,
             None => JobId::generate(request.task.as_deref().unwrap_or(&agent)),
         };
@@ -128,7 +140,9 @@ impl Paddock {
             return Err(Error::WorktreeExists { path: worktree });
         }
         check_network(&request, profile.network.value)?;
-        let checkout = checkout_of(&profile)?;
+        let kernel_overlay =
+            crate::overlay::driver().is_ok_and(|driver| driver == crate::overlay::Driver::Kernel);
+        let checkout = checkout_of(&profile, kernel_overlay)?;
         let disk = profile.disk.as_ref().map(|disk| disk.value);
         if let Some(limit) = disk {
             crate::disk::check_limit(limit)?;
@@ -449,21 +463,29 @@ mod tests {
     #[test]
     fn a_disk_limit_implies_overlay_unless_worktree_was_asked_for() {
         let mut profile = Profile::default();
-        assert_eq!(checkout_of(&profile).unwrap(), CheckoutMode::Worktree);
+        assert_eq!(
+            checkout_of(&profile, false).unwrap(),
+            CheckoutMode::Worktree
+        );
+        // Unset anywhere: overlay where kernel overlayfs works.
+        assert_eq!(checkout_of(&profile, true).unwrap(), CheckoutMode::Overlay);
+        profile.checkout.source = Source::Flag("create".into());
+        assert_eq!(checkout_of(&profile, true).unwrap(), CheckoutMode::Worktree);
+        profile.checkout.source = Source::Default;
         profile.disk = Some(crate::config::Sourced {
             value: crate::units::ByteSize(200 << 20),
             source: Source::Flag("create".into()),
         });
-        assert_eq!(checkout_of(&profile).unwrap(), CheckoutMode::Overlay);
+        assert_eq!(checkout_of(&profile, false).unwrap(), CheckoutMode::Overlay);
         profile.checkout.source = Source::Env("PADDOCK_CHECKOUT".into());
-        let error = checkout_of(&profile).unwrap_err();
+        let error = checkout_of(&profile, false).unwrap_err();
         assert_eq!(error.kind(), crate::error::ErrorKind::InvalidInput);
         assert!(
             error.to_string().contains("`PADDOCK_CHECKOUT=worktree`"),
             "{error}"
         );
         profile.checkout.value = CheckoutMode::Overlay;
-        assert_eq!(checkout_of(&profile).unwrap(), CheckoutMode::Overlay);
+        assert_eq!(checkout_of(&profile, false).unwrap(), CheckoutMode::Overlay);
     }
 
     #[test]
