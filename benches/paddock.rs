@@ -515,7 +515,14 @@ fn job_ready(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
             .unwrap()
             .to_string()
     };
-    let docker_flags = ["--runtime", "docker", "--image", image.as_str()];
+    let docker_flags = [
+        "--runtime",
+        "docker",
+        "--image",
+        image.as_str(),
+        "--checkout",
+        "worktree",
+    ];
     let overlay_flags = [
         "--runtime",
         "docker",
