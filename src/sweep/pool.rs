@@ -138,18 +138,7 @@ impl Paddock {
             return;
         }
         let reason = "pool container with no pool slot";
-        if options.dry_run {
-            report.removed("container", container.name, reason);
-            return;
-        }
-        match self
-            .runtimes()
-            .with_sandboxes()
-            .remove_sandbox(&container)
-            .await
-        {
-            Ok(()) => report.removed("container", container.name, reason),
-            Err(error) => report.error("container", container.name, reason, error),
-        }
+        self.remove_listed_sandbox(options, container, reason, report)
+            .await;
     }
 }

@@ -95,6 +95,18 @@ impl Paddock {
         } else {
             "egress proxy of a job that is gone"
         };
+        self.remove_listed_sandbox(options, container, reason, report)
+            .await;
+    }
+
+    /// Removes a sandbox the sweep listed (or, on a dry run, says it would), into `report`.
+    pub(super) async fn remove_listed_sandbox(
+        &self,
+        options: &SweepOptions,
+        container: runtime::Sandbox,
+        reason: &str,
+        report: &mut SweepReport,
+    ) {
         if options.dry_run {
             report.removed("container", container.name, reason);
             return;
