@@ -226,3 +226,59 @@ fn the_readme_first_command_runs_a_job_end_to_end() {
     );
     assert_eq!(home.job_records(), 0);
 }
+
+/// The first `git status` in an overlay job reads no tracked file: the job's index is the
+/// pristine checkout's, stamped after its files, and its git dir compares only size and
+/// mtime, so git has nothing to rehash (strace shows every file git opens).
+#[test]
+fn the_first_git_status_in_an_overlay_job_opens_no_tracked_file() {
+    if !crate::fixtures::overlay_available(
+        "the_first_git_status_in_an_overlay_job_opens_no_tracked_file",
+    ) {
+        return;
+    }
+    let repo = FixtureRepo::with_files(2_000, 200);
+    let home = TestHome::new();
+    for task in ["first", "second"] {
+        let job = home.create(
+            &repo,
+            &[
+                "--runtime",
+                "process",
+                "--checkout",
+                "overlay",
+                "--task",
+                task,
+            ],
+        );
+        let worktree = job["worktree"].as_str().unwrap().to_string();
+        let trace = home.dir.path().join(format!("strace-{task}.txt"));
+        let output = std::process::Command::new("strace")
+            .args(["-f", "-qq", "-e", "trace=openat", "-o"])
+            .arg(&trace)
+            .args(["git", "-C", &worktree, "status", "--porcelain"])
+            .output()
+            .expect("strace runs (Debian package strace; .ci/run installs it)");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            output.stdout.is_empty(),
+            "a clean checkout: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        let opened: Vec<String> = std::fs::read_to_string(&trace)
+            .unwrap()
+            .lines()
+            .filter(|line| line.contains(".rs\""))
+            .map(str::to_string)
+            .collect();
+        assert!(
+            opened.is_empty(),
+            "{task} job: git status opened tracked files: {:?}",
+            &opened[..opened.len().min(5)]
+        );
+    }
+}
