@@ -69,6 +69,9 @@ pub enum SlotState {
     Ready,
     /// Handed to the job `job` (for good).
     Claimed { job: String },
+    /// Being removed (a drain, a sweep, a release): never claimed again, and a sweep
+    /// finishes the removal if it failed.
+    Removing,
 }
 
 /// The record of one slot (`pool/<slot>/slot.json`).
@@ -253,8 +256,22 @@ impl PoolSlots {
     pub fn attach(&self, id: &str, binds: &[HostBind]) -> Result<(), PoolError> {
         let mnt = self.mnt(id);
         let stage = self.dir(id).join("stage");
+        // After a reboot both are plain directories: a move would then land nowhere a
+        // container sees (or, under a shared root, the stage would propagate).
+        let mounted = crate::overlay::mount_points_under(&self.dir(id));
+        for point in [&mnt, &stage] {
+            if !mounted.contains(point) {
+                return Err(PoolError::Io {
+                    path: point.clone(),
+                    source: std::io::Error::other("the slot's mount is gone (a reboot?)"),
+                });
+            }
+        }
         for top in ["workspace", "paddock"] {
-            let tree: Vec<&HostBind> = binds.iter().filter(|b| b.target.starts_with(top)).collect();
+            let mut tree: Vec<&HostBind> =
+                binds.iter().filter(|b| b.target.starts_with(top)).collect();
+            // Parents before what is mounted inside them, as Docker orders a container's.
+            tree.sort_by_key(|b| b.target.components().count());
             if tree.is_empty() {
                 continue;
             }
@@ -306,25 +323,40 @@ impl PoolSlots {
     }
 
     /// Removes a slot's directory after unmounting what is under it; idempotent.
+    /// Removes a slot's directory after unmounting what is under it; idempotent. Only the
+    /// slot's own skeleton goes (its record, and directories, each removed empty): a mount
+    /// still in place, or anything else found there, stops the removal rather than being
+    /// deleted through.
     pub fn remove(&self, id: &str) -> Result<(), PoolError> {
         let dir = self.dir(id);
-        if id.is_empty() || id.contains('/') || !dir.starts_with(&self.root) {
+        let well_formed = id
+            .strip_prefix("pool-")
+            .is_some_and(|hex| !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()));
+        if !well_formed {
             return Err(PoolError::Io {
                 path: dir,
                 source: std::io::Error::other("not a pool slot of this install"),
             });
         }
+        if !dir.exists() {
+            return Ok(());
+        }
         self.unmount_all(id)?;
-        if !crate::overlay::mount_points_under(&dir).is_empty() {
+        let table = std::fs::read_to_string("/proc/self/mountinfo").map_err(io(&dir))?;
+        if table.is_empty() || !crate::overlay::mount_points_under(&dir).is_empty() {
             return Err(PoolError::Io {
                 path: dir,
-                source: std::io::Error::other("still mounted"),
+                source: std::io::Error::other("still mounted (or the mount table is unreadable)"),
             });
         }
-        match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&dir)(e)),
-            _ => Ok(()),
+        for file in ["slot.json", "slot.json.tmp"] {
+            let path = dir.join(file);
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&path)(e)),
+                _ => {}
+            }
         }
+        remove_empty_dirs(&dir)
     }
 
     /// When a job last claimed from the pool of (`profile`, `repo_key`), or when the pool
@@ -349,6 +381,28 @@ impl PoolSlots {
             .join(".used")
             .join(format!("{repo_key}-{profile}"))
     }
+}
+
+/// Removes `dir` and the directories under it, each only once empty (rmdir): a file, or a
+/// mount point in use, stops it with an error instead of being deleted.
+fn remove_empty_dirs(dir: &Path) -> Result<(), PoolError> {
+    let entries = match std::fs::read_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        other => other.map_err(io(dir))?,
+    };
+    for entry in entries {
+        let entry = entry.map_err(io(dir))?;
+        let path = entry.path();
+        if entry.file_type().map_err(io(&path))?.is_dir() {
+            remove_empty_dirs(&path)?;
+        } else {
+            return Err(PoolError::Io {
+                path,
+                source: std::io::Error::other("a file in a pool slot's skeleton: left for a look"),
+            });
+        }
+    }
+    std::fs::remove_dir(dir).map_err(io(dir))
 }
 
 /// Bind-mounts `source` at `target`, private (and read-only when asked).
@@ -415,5 +469,33 @@ mod tests {
         assert!(refuse_links(root.path(), Path::new("workspace/node_modules")).is_err());
         assert!(refuse_links(root.path(), Path::new("workspace/node_modules/a")).is_err());
         assert!(refuse_links(root.path(), Path::new("workspace/../x")).is_err());
+    }
+
+    #[test]
+    fn removal_takes_only_the_skeleton_and_never_a_file_found_in_it() {
+        let root = tempfile::tempdir().unwrap();
+        let home = PaddockHome::open_at(root.path()).unwrap();
+        let slots = PoolSlots::of(&home);
+        for bad in ["..", "", "pool-", "pool-xyz", "other"] {
+            assert!(slots.remove(bad).is_err(), "{bad:?} accepted");
+        }
+        let id = "pool-0a1b";
+        for dir in [
+            "mnt/workspace",
+            "mnt/paddock",
+            "stage/workspace",
+            "paddock-root/git",
+        ] {
+            std::fs::create_dir_all(slots.dir(id).join(dir)).unwrap();
+        }
+        std::fs::write(slots.dir(id).join("slot.json"), b"{}").unwrap();
+        // A job's file where only an empty mount point should be: left, and the removal fails.
+        std::fs::write(slots.dir(id).join("mnt/workspace/work.txt"), b"work").unwrap();
+        assert!(slots.remove(id).is_err());
+        assert!(slots.dir(id).join("mnt/workspace/work.txt").exists());
+        std::fs::remove_file(slots.dir(id).join("mnt/workspace/work.txt")).unwrap();
+        slots.remove(id).unwrap();
+        assert!(!slots.dir(id).exists());
+        slots.remove(id).unwrap();
     }
 }

@@ -43,6 +43,7 @@ impl Paddock {
             .map(|slot| {
                 let (state, job) = match &slot.state {
                     SlotState::Starting { .. } => ("starting", None),
+                    SlotState::Removing => ("removing", None),
                     SlotState::Ready => ("ready", None),
                     SlotState::Claimed { job } => ("claimed", Some(job.clone())),
                 };
@@ -179,6 +180,8 @@ impl Paddock {
                     change.started.push(slot.id);
                 }
                 Err(error) => {
+                    slot.state = SlotState::Removing;
+                    let _ = slots.save(&slot);
                     let _ = self.remove_slot(&slot, None).await;
                     return Err(error);
                 }
@@ -198,10 +201,9 @@ impl Paddock {
             for (_, slot) in slots.list() {
                 let Ok(mut slot) = slot else { continue };
                 if slot.state == SlotState::Ready && profile.is_none_or(|p| p == slot.profile) {
-                    // Marked as being removed by us, so no claim takes it meanwhile.
-                    slot.state = SlotState::Starting {
-                        owner: ProcessId::current(),
-                    };
+                    // Marked as being removed, so no claim takes it meanwhile (and a sweep
+                    // finishes the removal if this one fails).
+                    slot.state = SlotState::Removing;
                     slots.save(&slot)?;
                     taken.push(slot);
                 }
@@ -315,11 +317,40 @@ impl Paddock {
             return Ok(());
         };
         let job_name = record.container_name.as_deref();
-        match self.slots().load(id) {
-            Ok(slot) => self.remove_slot(&slot, job_name).await,
-            // A slot without a readable record: its mounts and directory still go.
-            Err(_) => {
-                let slots = self.slots();
+        let slots = self.slots();
+        // Under the pool lock: only a slot this job claimed is this job's to remove (a
+        // create that failed before its claim was written names a slot another job may
+        // hold by now); marked `removing` so nothing claims it meanwhile.
+        let mine = blocking(|| -> Result<Option<Option<PoolSlot>>> {
+            let _lock = slots.lock()?;
+            match slots.load(id) {
+                Ok(mut slot) => {
+                    let claimed_by_me = matches!(&slot.state, SlotState::Claimed { job } if job == record.id.as_str())
+                        || slot.state == SlotState::Removing;
+                    if !claimed_by_me {
+                        return Ok(None);
+                    }
+                    let original = slot.clone();
+                    slot.state = SlotState::Removing;
+                    slots.save(&slot)?;
+                    Ok(Some(Some(original)))
+                }
+                Err(_) if !slots.dir(id).exists() => Ok(None),
+                // A slot without a readable record that no other record names: its mounts
+                // and skeleton still go.
+                Err(_) => {
+                    let (records, _) = self.store().list()?;
+                    let other = records
+                        .iter()
+                        .any(|r| r.id != record.id && r.pool_slot() == Some(id));
+                    Ok((!other).then_some(None))
+                }
+            }
+        })?;
+        match mine {
+            None => Ok(()),
+            Some(Some(slot)) => self.remove_slot(&slot, job_name).await,
+            Some(None) => {
                 blocking(|| slots.remove(id))?;
                 Ok(())
             }
@@ -364,7 +395,7 @@ fn live_slots(slots: &PoolSlots) -> Vec<PoolSlot> {
         .filter(|slot| match &slot.state {
             SlotState::Ready => true,
             SlotState::Starting { owner } => owner.as_ref().is_some_and(ProcessId::is_alive),
-            SlotState::Claimed { .. } => false,
+            SlotState::Claimed { .. } | SlotState::Removing => false,
         })
         .collect()
 }

@@ -14,25 +14,36 @@ use crate::runtime::{Sandbox, SandboxRole};
 impl Paddock {
     pub(super) async fn reap_pool_slots(&self, options: &SweepOptions, report: &mut SweepReport) {
         let slots = PoolSlots::of(self.home());
+        let listed_at = chrono::Utc::now();
         let containers = self.runtimes().with_sandboxes().list_sandboxes().await.ok();
         for (id, _) in slots.list() {
             let verdict = {
                 let Ok(_lock) = slots.lock() else { return };
                 match slots.load(&id) {
+                    // A record naming it makes it a job's, whatever its own record says.
+                    Err(_)
+                        if self.store().list().is_ok_and(|(records, _)| {
+                            records.iter().any(|r| r.pool_slot() == Some(id.as_str()))
+                        }) =>
+                    {
+                        None
+                    }
                     Err(_) if slots.dir(&id).join("slot.json").exists() => {
                         Some((None, "a pool slot with an unreadable record".to_string()))
                     }
                     Err(_) => Some((None, "a pool slot a killed fill left".to_string())),
                     Ok(slot) => {
-                        let reason = self.slot_verdict(&slot, options, containers.as_deref());
+                        // Containers were listed before this slot may have been filled.
+                        let listed = containers
+                            .as_deref()
+                            .filter(|_| slot.created_at < listed_at);
+                        let reason = self.slot_verdict(&slot, options, listed);
                         if let Some(reason) = &reason
                             && !options.dry_run
                         {
                             // Ours to remove from here: no claim can take it meanwhile.
                             let mut taken = slot.clone();
-                            taken.state = SlotState::Starting {
-                                owner: ProcessId::current(),
-                            };
+                            taken.state = SlotState::Removing;
                             if let Err(error) = slots.save(&taken) {
                                 report.error("pool", id.clone(), reason.clone(), error);
                                 continue;
@@ -76,6 +87,7 @@ impl Paddock {
         containers: Option<&[Sandbox]>,
     ) -> Option<String> {
         match &slot.state {
+            SlotState::Removing => Some("a pool slot whose removal did not finish".into()),
             SlotState::Starting { owner } => {
                 if owner.as_ref().is_some_and(ProcessId::is_alive) {
                     return None;

@@ -230,15 +230,45 @@ fn drain_and_an_idle_sweep_remove_waiting_containers_only() {
     assert_eq!(slots_in(&home, "claimed"), 1);
     let (code, out) = exec_status(&home, &text(&job, "id"), "git status --short");
     assert_eq!(code, 0, "{out}");
-    // A stopped warm job (a reboot loses the slot's host mounts) comes back in a container
-    // that mounts its files itself, still found as the slot's by the sweep.
-    home.ok(&["stop", &text(&job, "id")]);
-    let (code, out) = exec_status(
-        &home,
-        &text(&job, "id"),
-        "test -f src/lib.rs && git status --short",
-    );
+    // A stopped warm job starts again in its container; after a reboot (which loses the
+    // slot's host mounts: unmounted here) it comes back in a container that mounts its
+    // files itself, still found as the slot's by the sweep.
+    let id = text(&job, "id");
+    let name = text(&job, "container_name");
+    let container_id = inspect(&name, "{{.Id}}");
+    home.ok(&["stop", &id]);
+    let (code, out) = exec_status(&home, &id, "test -f src/lib.rs && git status --short");
     assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        inspect(&name, "{{.Id}}"),
+        container_id,
+        "restarted, not replaced"
+    );
+    home.ok(&["stop", &id]);
+    let slot = text(&job["pool"], "slot");
+    let mnt = home.root().join("pool").join(&slot).join("mnt");
+    let mut points: Vec<String> = home
+        .mounts()
+        .into_iter()
+        .filter(|m| m.starts_with(mnt.to_str().unwrap()))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for point in points {
+        assert!(
+            Command::new("umount")
+                .args(["-l", &point])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    let (code, out) = exec_status(&home, &id, "test -f src/lib.rs && git status --short");
+    assert_eq!(code, 0, "{out}");
+    assert_ne!(
+        inspect(&name, "{{.Id}}"),
+        container_id,
+        "replaced after its mounts went"
+    );
     let report = home.json(&["sweep", "--json"]);
     assert!(report["removed"].as_array().unwrap().is_empty(), "{report}");
     // The pool's size counts waiting containers: a claimed one is a job's.

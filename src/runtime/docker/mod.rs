@@ -315,7 +315,11 @@ pub async fn ensure_running(
     let name = job_container(record);
     match inspect_ours(&docker, home, record).await? {
         Some(status) if status.running => Ok(status.id),
-        Some(_) if record.pool_slot().is_some() => {
+        Some(_)
+            if record
+                .pool_slot()
+                .is_some_and(|slot| !slot_still_mounted(home, slot)) =>
+        {
             // A stopped warm container gets the job's files through its slot's host mounts,
             // which a reboot does not keep: it is replaced by one that mounts them itself.
             remove_labelled_container(home, &name, record.container_label()).await?;
@@ -336,6 +340,13 @@ pub async fn ensure_running(
         }
         None => create_job_container(home, record).await,
     }
+}
+
+/// Whether a warm job's slot still has the job's checkout mounted where its container
+/// sees it (a stop or a daemon restart keeps it; a reboot does not).
+fn slot_still_mounted(home: &PaddockHome, slot: &str) -> bool {
+    let workspace = crate::pool::PoolSlots::of(home).mnt(slot).join("workspace");
+    crate::overlay::mount_points_under(&workspace).contains(&workspace)
 }
 
 /// Records the container's exit code and OOM flag in the job, then stops the container.
