@@ -228,13 +228,7 @@ fn a_disk_limit_is_refused_when_paddock_is_not_root() {
     let uid = "4242";
     let repo = FixtureRepo::new();
     let home = TestHome::new();
-    for path in [repo.path(), home.dir.path()] {
-        let status = Command::new("chown")
-            .args(["-R", &format!("{uid}:{uid}"), path.to_str().unwrap()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
+    crate::fixtures::chown_trees(&[repo.path(), home.dir.path()], 4242);
     let output = Command::new("setpriv")
         .args([
             &format!("--reuid={uid}"),
