@@ -365,7 +365,7 @@ pub type ClientGone = tokio::sync::watch::Receiver<()>;
 
 /// Runs a short decision under a file lock without stalling the runtime's other tasks: on a
 /// multi-threaded runtime the worker hands its other tasks off while it waits.
-fn blocking<T>(work: impl FnOnce() -> T) -> T {
+pub(super) fn blocking<T>(work: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
         _ => work(),

@@ -140,8 +140,8 @@ impl Paddock {
             return Err(Error::WorktreeExists { path: worktree });
         }
         check_network(&request, profile.network.value)?;
-        let kernel_overlay =
-            crate::overlay::driver().is_ok_and(|driver| driver == crate::overlay::Driver::Kernel);
+        let driver = crate::overlay::driver();
+        let kernel_overlay = matches!(driver, Ok(crate::overlay::Driver::Kernel));
         let checkout = checkout_of(&profile, kernel_overlay)?;
         let disk = profile.disk.as_ref().map(|disk| disk.value);
         if let Some(limit) = disk {
@@ -149,7 +149,7 @@ impl Paddock {
             crate::disk::available()?;
         }
         if checkout == CheckoutMode::Overlay {
-            crate::overlay::driver()?;
+            driver?;
         }
         // A bad `copy` entry (missing, a link out of the repository) fails before anything
         // is reserved; the copy itself checks again.

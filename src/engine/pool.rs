@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use chrono::Utc;
 
+use super::admit::blocking;
 use super::create::crash_point;
 use super::{Paddock, Result};
 use crate::admission::{Budget, Demand, Held, HostCapacity};
@@ -20,14 +21,6 @@ use crate::wire::{PoolChange, PoolSlotView};
 
 /// A pool to refill: (profile, repository root).
 pub type PoolKey = (String, PathBuf);
-
-/// Runs blocking lock-holding work off the async workers where the runtime allows.
-fn blocking<T>(work: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        _ => work(),
-    }
-}
 
 impl Paddock {
     fn slots(&self) -> PoolSlots {
