@@ -74,8 +74,17 @@ def run_feature(socket_path, repo, n, runtime=None, image=None):
 
 
 def default_socket():
-    home = os.environ.get("PADDOCK_HOME") or os.path.join(
-        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "paddock")
+    """The socket of `paddock serve` in paddock's default state root (README: where its
+    state lives): $PADDOCK_HOME, else /var/lib/paddock as root, else
+    $XDG_DATA_HOME/paddock or ~/.local/share/paddock."""
+    home = os.environ.get("PADDOCK_HOME")
+    if not home and os.geteuid() == 0:
+        home = "/var/lib/paddock"
+    if not home:
+        data = os.environ.get("XDG_DATA_HOME")
+        if not data or not os.path.isabs(data):
+            data = os.path.expanduser("~/.local/share")
+        home = os.path.join(data, "paddock")
     return os.path.join(home, "paddock.sock")
 
 

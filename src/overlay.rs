@@ -113,6 +113,16 @@ pub fn driver() -> Result<Driver, OverlayError> {
     fuse()
 }
 
+/// Whether fuse-overlayfs may mount for other uids (`allow_other`): always as root, else
+/// only where `/etc/fuse.conf` says `user_allow_other`.
+pub fn fuse_shares() -> bool {
+    crate::sys::is_root()
+        || std::fs::read_to_string("/etc/fuse.conf").is_ok_and(|text| {
+            text.lines()
+                .any(|line| line.split('#').next().unwrap_or_default().trim() == "user_allow_other")
+        })
+}
+
 pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
@@ -268,7 +278,9 @@ pub fn layers_dir(job_dir: &Path) -> PathBuf {
 }
 
 /// Mounts `lower` (a pristine tree) with the layers in `layers` (see [`layers_dir`]) at
-/// `target`, whose root (the upper dir) belongs to `owner`.
+/// `target`, whose root (the upper dir) belongs to `owner`. With `shared`, uids other than
+/// paddock's open the checkout (a container engine running as root, the agent's uid), which
+/// a FUSE mount refuses unless mounted `allow_other` (see [`fuse_shares`]).
 pub async fn mount(
     driver: Driver,
     home: &PaddockHome,
@@ -276,7 +288,13 @@ pub async fn mount(
     layers: &Path,
     target: &Path,
     owner: Option<(u32, u32)>,
+    shared: bool,
 ) -> Result<(), OverlayError> {
+    if driver == Driver::Fuse && shared && !fuse_shares() {
+        return Err(OverlayError::Unavailable {
+            reason: "not root and `/etc/fuse.conf` has no `user_allow_other`, so a container cannot open a fuse-overlayfs checkout (add that line, or use `--checkout worktree`)".into(),
+        });
+    }
     let (upper, work) = (layers.join("upper"), layers.join("work"));
     for dir in [&upper, &work, &target.to_path_buf()] {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
@@ -308,6 +326,13 @@ pub async fn mount(
             .map_err(|e| failed(e.to_string())),
         Driver::Fuse => {
             let mut command = tokio::process::Command::new("fuse-overlayfs");
+            // The kernel still checks every access against the files' modes; the checkout
+            // sits below the state root, which only paddock's user can enter.
+            let options = if shared {
+                format!("{options},allow_other,default_permissions")
+            } else {
+                options
+            };
             command.arg("-o").arg(&options).arg(target);
             run_helper(command, target).await.map_err(failed)
         }

@@ -102,6 +102,32 @@ impl FileLock {
     }
 }
 
+/// Where root keeps its state when `PADDOCK_HOME` is not set.
+pub const SYSTEM_ROOT: &str = "/var/lib/paddock";
+
+/// The state root paddock uses: `$PADDOCK_HOME`; else, as root, [`SYSTEM_ROOT`] (as system
+/// tools keep theirs in `/var/lib/<name>`: root's home is mode 0700, and whether `$HOME` is
+/// root's or the caller's depends on how `sudo` was run); else `$XDG_DATA_HOME/paddock`, else
+/// `~/.local/share/paddock`. Nothing here needs the agent's uid to enter the state root or
+/// anything above it: host-side files are made by paddock's own user and handed to the agent
+/// below the root (see `runtime::docker::mounts`).
+pub fn default_root(env: &dyn EnvLookup, root: bool) -> Option<PathBuf> {
+    if let Some(home) = env.var("PADDOCK_HOME").filter(|h| !h.is_empty()) {
+        return Some(PathBuf::from(home));
+    }
+    if root {
+        return Some(PathBuf::from(SYSTEM_ROOT));
+    }
+    env.var("XDG_DATA_HOME")
+        .filter(|d| Path::new(d).is_absolute())
+        .map(|d| Path::new(&d).join("paddock"))
+        .or_else(|| {
+            env.var("HOME")
+                .filter(|h| !h.is_empty())
+                .map(|h| Path::new(&h).join(".local/share/paddock"))
+        })
+}
+
 /// The resolved state root of one install.
 #[derive(Debug, Clone)]
 pub struct PaddockHome {
@@ -111,25 +137,33 @@ pub struct PaddockHome {
 }
 
 impl PaddockHome {
-    /// `$PADDOCK_HOME`, else `$XDG_DATA_HOME/paddock`, else `~/.local/share/paddock`; created
-    /// with its subdirectories and a random install id on first use.
+    /// The state root (see [`default_root`]); created with its subdirectories and a random
+    /// install id on first use.
     pub fn open(env: &dyn EnvLookup) -> Result<PaddockHome, StoreError> {
-        let root = env
-            .var("PADDOCK_HOME")
-            .map(PathBuf::from)
-            .or_else(|| {
-                env.var("XDG_DATA_HOME")
-                    .map(|d| Path::new(&d).join("paddock"))
-            })
-            .or_else(|| {
-                env.var("HOME")
-                    .map(|h| Path::new(&h).join(".local/share/paddock"))
-            })
-            .ok_or(StoreError::NoHome)?;
+        let root = default_root(env, crate::sys::is_root()).ok_or(StoreError::NoHome)?;
         Self::open_at(&root)
     }
 
     pub fn open_at(root: &Path) -> Result<PaddockHome, StoreError> {
+        // A root paddock makes is its user's alone: it holds what agents printed and the
+        // daemon's token. Nothing needs another uid to enter it (see [`default_root`]).
+        if !root.exists() {
+            use std::os::unix::fs::DirBuilderExt as _;
+            match fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(root)
+            {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(source) => {
+                    return Err(StoreError::Io {
+                        path: root.to_path_buf(),
+                        source,
+                    });
+                }
+            }
+        }
         for sub in ["jobs", "worktrees", "logs", "locks"] {
             let dir = root.join(sub);
             fs::create_dir_all(&dir).map_err(io_err(&dir))?;
@@ -470,4 +504,51 @@ fn parse_record(path: &Path, bytes: &[u8]) -> Result<JobRecord, StoreError> {
         path: path.to_path_buf(),
         message: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use super::default_root;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn root_keeps_its_state_in_var_lib_unless_told() {
+        let home = env(&[("HOME", "/root"), ("XDG_DATA_HOME", "/root/.data")]);
+        assert_eq!(
+            default_root(&home, true),
+            Some(PathBuf::from("/var/lib/paddock"))
+        );
+        let told = env(&[("HOME", "/root"), ("PADDOCK_HOME", "/srv/p")]);
+        assert_eq!(default_root(&told, true), Some(PathBuf::from("/srv/p")));
+    }
+
+    #[test]
+    fn a_user_keeps_its_state_in_its_data_dir() {
+        let home = env(&[("HOME", "/home/u")]);
+        assert_eq!(
+            default_root(&home, false),
+            Some(PathBuf::from("/home/u/.local/share/paddock"))
+        );
+        let xdg = env(&[("HOME", "/home/u"), ("XDG_DATA_HOME", "/home/u/data")]);
+        assert_eq!(
+            default_root(&xdg, false),
+            Some(PathBuf::from("/home/u/data/paddock"))
+        );
+        // A relative XDG_DATA_HOME is invalid by the spec and ignored.
+        let relative = env(&[("HOME", "/home/u"), ("XDG_DATA_HOME", "data")]);
+        assert_eq!(
+            default_root(&relative, false),
+            Some(PathBuf::from("/home/u/.local/share/paddock"))
+        );
+        assert_eq!(default_root(&env(&[]), false), None);
+    }
 }

@@ -10,17 +10,26 @@ use crate::error::Result;
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
+    /// The repository whose jobs to check for (its config, whether the agent can read its
+    /// objects).
+    #[arg(long, default_value = ".")]
+    repo: std::path::PathBuf,
     #[arg(long)]
     json: bool,
 }
 
 pub async fn run(paddock: &Paddock, args: DoctorArgs) -> Result<i32> {
-    let root = crate::git::GitRepo::open(std::path::Path::new("."), &paddock.home().locks_dir())
+    let repo = crate::git::GitRepo::open(&args.repo, &paddock.home().locks_dir())
         .await
-        .ok()
-        .map(|r| r.root);
-    let config = paddock.config(root.as_deref())?;
-    let checks = crate::doctor::run(paddock.home(), paddock.runtimes(), &config).await;
+        .ok();
+    let config = paddock.config(repo.as_ref().map(|r| r.root.as_path()))?;
+    let checks = crate::doctor::run(
+        paddock.home(),
+        paddock.runtimes(),
+        &config,
+        repo.as_ref().map(|r| r.common_dir.as_path()),
+    )
+    .await;
     if args.json {
         print_json(&checks);
     } else {

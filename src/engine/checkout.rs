@@ -32,8 +32,26 @@ impl Paddock {
             job_git
                 .checkout(&record.worktree, &link_target, owner)
                 .await?;
-            return Ok(());
+        } else {
+            self.mount_overlay(repo, record, job_git, tip, &link_target, owner)
+                .await?;
         }
+        if let Some(objects) = runtime.sandbox_objects() {
+            job_git.point_alternates(&objects)?;
+        }
+        Ok(())
+    }
+
+    /// The overlay half of [`check_out`](Self::check_out).
+    async fn mount_overlay(
+        &self,
+        repo: &GitRepo,
+        record: &mut JobRecord,
+        job_git: &JobGitDir,
+        tip: &str,
+        link_target: &std::path::Path,
+        owner: Option<(u32, u32)>,
+    ) -> Result<()> {
         let driver = crate::overlay::driver()?;
         // With a disk limit, the job's layers live in its own filesystem of that size.
         let job_dir = self.home().job_dir(&record.id);
@@ -59,13 +77,14 @@ impl Paddock {
             &layers,
             &record.worktree,
             owner,
+            record.runtime.uses_docker(),
         )
         .await?;
         crash_point("mounted");
         // Shared where the agent cannot write it: another uid, or no isolation to keep.
         let share = owner.is_some() || !record.runtime.uses_docker();
         job_git.adopt_index(&pristine.join("index"), &record.worktree, owner, share)?;
-        job_git.write_link(&record.worktree, &link_target)?;
+        job_git.write_link(&record.worktree, link_target)?;
         if let Some((uid, gid)) = owner {
             let link = record.worktree.join(".git");
             std::os::unix::fs::chown(&link, Some(uid), Some(gid))

@@ -40,8 +40,6 @@ pub(super) struct GitCall<'a> {
     timeout: Duration,
     /// A file to feed on standard input, from this offset.
     stdin: Option<(PathBuf, u64)>,
-    /// Run as this uid and gid (paddock as root making files for the agent's uid).
-    user: Option<(u32, u32)>,
 }
 
 impl<'a> GitCall<'a> {
@@ -54,13 +52,7 @@ impl<'a> GitCall<'a> {
             env: Vec::new(),
             timeout: METADATA_TIMEOUT,
             stdin: None,
-            user: None,
         }
-    }
-
-    pub(super) fn run_as(mut self, user: Option<(u32, u32)>) -> Self {
-        self.user = user;
-        self
     }
 
     pub(super) fn stdin_from(mut self, file: &Path, offset: u64) -> Self {
@@ -142,15 +134,8 @@ impl<'a> GitCall<'a> {
             .kill_on_drop(true);
         // If paddock is killed mid-operation, git dies with it rather than finishing
         // unsupervised after a sweep has already cleaned up.
-        if self.user.is_some() {
-            // Another uid cannot read root's global config; the checkout needs none.
-            command
-                .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .env("GIT_CONFIG_NOSYSTEM", "1");
-        }
         crate::sys::ChildSetup {
             die_with_parent: true,
-            user: self.user,
             ..Default::default()
         }
         .apply(&mut command);

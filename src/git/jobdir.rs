@@ -32,6 +32,23 @@ pub(super) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GitError + '_ {
     }
 }
 
+/// Gives every entry under `root` (itself included; links themselves, never what they
+/// name) to `owner`. Iterative, so a deep tree costs no stack. Runs on a tree paddock just
+/// wrote, before any agent has run, so nothing can swap an entry during the walk.
+fn give_tree(root: &Path, (uid, gid): (u32, u32)) -> Result<(), GitError> {
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let meta = std::fs::symlink_metadata(&path).map_err(io(&path))?;
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&path).map_err(io(&path))? {
+                pending.push(entry.map_err(io(&path))?.path());
+            }
+        }
+        std::os::unix::fs::lchown(&path, Some(uid), Some(gid)).map_err(io(&path))?;
+    }
+    Ok(())
+}
+
 impl JobGitDir {
     /// Writes a fresh git dir at `path` whose `HEAD` is `branch` at `tip`, borrowing
     /// `repo`'s objects.
@@ -95,8 +112,7 @@ impl JobGitDir {
     /// Checks out HEAD into `worktree` (parallel checkout) and writes the worktree's `.git`
     /// link naming `link_target`, the git dir's path as the job's commands see it. Runs
     /// before any agent has, so host-side git may still use this git dir here. With `owner`
-    /// (paddock is root, the agent is not) the checkout runs as that uid, so its files need
-    /// no change of owner afterwards.
+    /// (paddock is root, the agent is not) the files are then given to that uid.
     pub async fn checkout(
         &self,
         worktree: &Path,
@@ -115,19 +131,38 @@ impl JobGitDir {
         owner: Option<(u32, u32)>,
     ) -> Result<(), GitError> {
         std::fs::create_dir_all(worktree).map_err(io(worktree))?;
-        if let Some((uid, gid)) = owner {
-            for dir in [worktree, self.path.as_path()] {
-                std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(io(dir))?;
-            }
-        }
+        // git runs as paddock's own user, never as the agent's: the agent's uid may not
+        // enter a directory above the state root or the repository (root's 0700 home, a
+        // `mktemp -d` state root), and it needs to reach neither, only the files below.
         GitCall::new(worktree, &["read-tree", "--reset", "-u", "HEAD"])
             .git_dir(&self.path)
             .work_tree(worktree)
             .timeout(CHECKOUT_TIMEOUT)
-            .run_as(owner)
             .run()
             .await?;
+        if let Some(owner) = owner {
+            let (root, git_dir) = (worktree.to_path_buf(), self.path.clone());
+            tokio::task::spawn_blocking(move || {
+                give_tree(&root, owner)?;
+                std::os::unix::fs::chown(&git_dir, Some(owner.0), Some(owner.1))
+                    .map_err(io(&git_dir))
+            })
+            .await
+            .map_err(|e| GitError::Command {
+                args: "give the checkout to the agent's uid".into(),
+                dir: worktree.to_path_buf(),
+                stderr: e.to_string(),
+            })??;
+        }
         Ok(())
+    }
+
+    /// Points the git dir's alternates at `objects`, where the repository's object store is
+    /// as the job's commands see it (a container mounts it at a neutral path). After this no
+    /// host-side git can use the git dir, which none does once the checkout is made.
+    pub fn point_alternates(&self, objects: &Path) -> Result<(), GitError> {
+        let path = self.path.join("objects/info/alternates");
+        std::fs::write(&path, format!("{}\n", objects.display())).map_err(io(&path))
     }
 
     /// Writes the checkout's `.git` link naming `link_target`.

@@ -150,6 +150,12 @@ pub trait Runtime: Send + Sync {
     /// The job's git dir and work tree as commands in its sandbox see them.
     fn sandbox_git_paths(&self, record: &JobRecord) -> Option<(PathBuf, PathBuf)>;
 
+    /// Where the repository's object store is as the sandbox sees it, when not at its host
+    /// path (the job git dir's alternates then name this path).
+    fn sandbox_objects(&self) -> Option<PathBuf> {
+        None
+    }
+
     /// Where the job's outbox is as the sandbox sees it, when this runtime can run paddock's
     /// snippet after an exec (see [`ExecRequest::after`]); `None` when it cannot.
     fn sandbox_outbox(&self) -> Option<PathBuf>;

@@ -228,7 +228,7 @@ fn a_disk_limit_is_refused_when_paddock_is_not_root() {
     let uid = "4242";
     let repo = FixtureRepo::new();
     let home = TestHome::new();
-    crate::fixtures::chown_trees(&[repo.path(), home.dir.path()], 4242);
+    crate::fixtures::chown_trees(&[repo.dir.path(), home.dir.path()], 4242);
     let output = Command::new("setpriv")
         .args([
             &format!("--reuid={uid}"),

@@ -549,7 +549,7 @@ fn git_inside_works_when_paddock_is_not_root() {
     let home = TestHome::new();
     let user_home = home.dir.path().join("user");
     std::fs::create_dir_all(&user_home).unwrap();
-    crate::fixtures::chown_trees(&[repo.path(), home.dir.path()], uid);
+    crate::fixtures::chown_trees(&[repo.dir.path(), home.dir.path()], uid);
     let as_user = |args: &[&str]| -> Value {
         let output = Command::new("setpriv")
             .args([

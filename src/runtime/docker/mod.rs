@@ -15,7 +15,10 @@
 //! Git inside the container works without the user's repository being mounted: the job's
 //! private git dir is mounted read-write at [`CONTAINER_GIT_DIR`] (the worktree's `.git` link
 //! names that path, which exists only inside), and the user's object store, which it borrows
-//! through alternates, is mounted read-only at its own path. The git dir's `config`, `hooks/`,
+//! through alternates, is mounted read-only at [`CONTAINER_OBJECTS`] (a neutral path: the
+//! repository's own may pass through a directory the agent's uid cannot enter inside the
+//! image, such as Debian's 0700 `/root`); stores that one borrows in turn stay at their own
+//! paths, which its `info/alternates` names. The git dir's `config`, `hooks/`,
 //! `info/` and `objects/info/alternates`, and the worktree's `.git` link, are mounted
 //! read-only again over the writable mounts, so git keeps working and the agent cannot
 //! re-point them. Nothing else of the user's repository (refs, config, hooks, other
@@ -62,6 +65,9 @@ pub const LABEL_HOME: &str = "dev.paddock.home";
 pub const CONTAINER_HOME: &str = "/home/agent";
 /// Where the job's private git dir is inside its container.
 pub const CONTAINER_GIT_DIR: &str = "/paddock/git";
+/// Where the repository's object store is inside job containers (the job git dir's
+/// alternates name it).
+pub const CONTAINER_OBJECTS: &str = "/paddock-objects";
 /// Where the job's outbox is inside its container.
 pub const CONTAINER_OUTBOX: &str = "/paddock/outbox";
 /// Marks the short-lived containers that run a sync of a stopped job.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use bollard::models::{Mount, MountTypeEnum};
 
-use super::{CONTAINER_GIT_DIR, CONTAINER_OUTBOX, io_error};
+use super::{CONTAINER_GIT_DIR, CONTAINER_OBJECTS, CONTAINER_OUTBOX, io_error};
 use crate::cache::Strategy;
 use crate::job::JobRecord;
 use crate::runtime::RuntimeError;
@@ -40,9 +40,7 @@ pub(super) fn job_mounts(record: &JobRecord) -> Result<Vec<Mount>, RuntimeError>
     if let Some(outbox) = outbox_of(record) {
         mounts.push(bind(&outbox, Path::new(CONTAINER_OUTBOX), false));
     }
-    for objects in crate::git::object_dirs(&record.git_common_dir) {
-        mounts.push(bind(&objects, &objects, true));
-    }
+    mounts.extend(object_mounts(&record.git_common_dir));
     // Caches: a symlinked entry is mounted at its own path so the link resolves inside as
     // outside; an env entry likewise; a mount entry at its place in the workspace.
     for cache in &record.caches {
@@ -57,6 +55,24 @@ pub(super) fn job_mounts(record: &JobRecord) -> Result<Vec<Mount>, RuntimeError>
         }
     }
     Ok(mounts)
+}
+
+/// The read-only mounts of a repository's object stores: its own at [`CONTAINER_OBJECTS`],
+/// where a job git dir's alternates point, and the stores that one borrows in turn at their
+/// own paths, which its `info/alternates` names.
+pub(super) fn object_mounts(common_dir: &Path) -> Vec<Mount> {
+    crate::git::object_dirs(common_dir)
+        .into_iter()
+        .enumerate()
+        .map(|(n, objects)| {
+            let target = if n == 0 {
+                PathBuf::from(CONTAINER_OBJECTS)
+            } else {
+                objects.clone()
+            };
+            bind(&objects, &target, true)
+        })
+        .collect()
 }
 
 /// The job's outbox on the host (beside its git dir), when it has one.

@@ -22,7 +22,7 @@ use bollard::models::{
 use bollard::query_parameters::RenameContainerOptionsBuilder;
 
 use super::calls::{call, create_named, start_named};
-use super::mounts::{bind, grant_agent_access, job_mounts};
+use super::mounts::{bind, grant_agent_access, job_mounts, object_mounts};
 use super::{
     API_TIMEOUT, CONTAINER_GIT_DIR, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, base_env,
     connect, hardened_host_config, job_container, remove_labelled_container,
@@ -66,9 +66,7 @@ pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, R
             mount
         })
         .collect();
-    for objects in crate::git::object_dirs(&slot.git_common_dir) {
-        mounts.push(bind(&objects, &objects, true));
-    }
+    mounts.extend(object_mounts(&slot.git_common_dir));
     let (uid, gid) = agent_user(limits.uid);
     let mut env = base_env(limits);
     env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
@@ -117,15 +115,19 @@ pub fn claim_binds(record: &JobRecord) -> Result<Vec<HostBind>, String> {
             "an allowlist job's sealed network and egress proxy are made with its container".into(),
         );
     }
-    let objects = crate::git::object_dirs(&record.git_common_dir);
+    // The slot's container has the repository's object stores already, where a job's have.
+    let objects: Vec<(Option<String>, Option<String>)> = object_mounts(&record.git_common_dir)
+        .into_iter()
+        .map(|m| (m.source, m.target))
+        .collect();
     let points = propagated(&record.limits.workspace_dir);
     let mut binds = Vec::new();
     for mount in job_mounts(record).map_err(|e| e.to_string())? {
-        let source = PathBuf::from(mount.source.unwrap_or_default());
-        let target = PathBuf::from(mount.target.unwrap_or_default());
-        if objects.contains(&target) && source == target {
+        if objects.contains(&(mount.source.clone(), mount.target.clone())) {
             continue;
         }
+        let source = PathBuf::from(mount.source.unwrap_or_default());
+        let target = PathBuf::from(mount.target.unwrap_or_default());
         let Some((rest, dir)) = points
             .iter()
             .find_map(|(point, dir)| target.strip_prefix(point).ok().map(|rest| (rest, dir)))

@@ -61,6 +61,10 @@ impl Runtime for DockerRuntime {
         ))
     }
 
+    fn sandbox_objects(&self) -> Option<PathBuf> {
+        Some(super::CONTAINER_OBJECTS.into())
+    }
+
     fn sandbox_outbox(&self) -> Option<PathBuf> {
         Some(CONTAINER_OUTBOX.into())
     }

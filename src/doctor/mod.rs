@@ -1,6 +1,8 @@
 //! `paddock doctor`: checks what paddock needs on this machine and says how to fix what is
 //! missing. Each check is `ok`, `warn` or `fail`; only `fail` makes the command exit non-zero.
 
+use std::path::Path;
+
 use serde::Serialize;
 
 use crate::config::Config;
@@ -8,6 +10,8 @@ use crate::job::RuntimeKind;
 use crate::runtime::{Runtime, Runtimes};
 use crate::store::PaddockHome;
 use crate::units::format_size;
+
+mod access;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -42,16 +46,23 @@ fn check(
 
 /// Runs every check. Docker checks are skipped (as warnings) when the daemon is unreachable,
 /// since the process runtime still works.
-pub async fn run(home: &PaddockHome, runtimes: &Runtimes, config: &Config) -> Vec<Check> {
+/// `repo` is the common dir (`.git`) of the repository doctor runs in, if any.
+pub async fn run(
+    home: &PaddockHome,
+    runtimes: &Runtimes,
+    config: &Config,
+    repo: Option<&Path>,
+) -> Vec<Check> {
     let mut checks = vec![git_check().await];
-    let image = config
-        .profiles
-        .get(&config.default_profile.value)
-        .map_or_else(
-            || crate::config::DEFAULT_IMAGE.to_string(),
-            |p| p.image.value.clone(),
-        );
+    let profile = config.profiles.get(&config.default_profile.value);
+    let image = profile.map_or_else(
+        || crate::config::DEFAULT_IMAGE.to_string(),
+        |p| p.image.value.clone(),
+    );
+    let uid = profile.map_or(1000, |p| p.uid.value);
     checks.extend(docker_checks(runtimes.of(RuntimeKind::Docker), &image).await);
+    checks.push(state_root_check(home, &crate::env::ProcessEnv));
+    checks.push(access::object_store_check(repo, uid));
     checks.push(disk_check(home));
     checks.push(legacy_jobs_check(home));
     checks.push(overlay_check());
@@ -69,6 +80,14 @@ pub async fn run(home: &PaddockHome, runtimes: &Runtimes, config: &Config) -> Ve
 /// does not: `worktree` (the default) needs nothing.
 fn overlay_check() -> Check {
     match crate::overlay::driver() {
+        Ok(crate::overlay::Driver::Fuse) if !crate::overlay::fuse_shares() => check(
+            "overlay checkout",
+            Status::Warn,
+            "`checkout: overlay` mounts with fuse-overlayfs, but only for the process runtime: `/etc/fuse.conf` has no `user_allow_other`, so a container cannot open the checkout",
+            Some(
+                "echo user_allow_other >> /etc/fuse.conf (as root), or keep `checkout: worktree` for container jobs",
+            ),
+        ),
         Ok(driver) => check(
             "overlay checkout",
             Status::Ok,
@@ -277,5 +296,45 @@ fn disk_check(home: &PaddockHome) -> Check {
         )
     } else {
         check("disk", Status::Ok, detail, None)
+    }
+}
+
+/// Where the state root is and why; a warning when a state root an older paddock used
+/// (before root's moved to [`crate::store::SYSTEM_ROOT`]) still holds jobs.
+fn state_root_check(home: &PaddockHome, env: &dyn crate::env::EnvLookup) -> Check {
+    let root = home.root();
+    let why = if env.var("PADDOCK_HOME").is_some() {
+        "PADDOCK_HOME"
+    } else if crate::sys::is_root() {
+        "root's default"
+    } else {
+        "your user's default"
+    };
+    let detail = format!("{} ({why})", root.display());
+    let older = crate::store::default_root(env, false).filter(|older| {
+        crate::sys::is_root() && env.var("PADDOCK_HOME").is_none() && older != root
+    });
+    let jobs = older.as_ref().map_or(0, |older| {
+        std::fs::read_dir(older.join("jobs")).map_or(0, |entries| {
+            entries
+                .filter_map(std::result::Result::ok)
+                .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                .count()
+        })
+    });
+    match older {
+        Some(older) if jobs > 0 => check(
+            "state root",
+            Status::Warn,
+            format!(
+                "{detail}; {jobs} job(s) are still in `{}`, where paddock kept root's state before",
+                older.display()
+            ),
+            Some(&format!(
+                "PADDOCK_HOME={} paddock ls   (remove them there with `paddock rm`, or keep using that root by setting PADDOCK_HOME)",
+                older.display()
+            )),
+        ),
+        _ => check("state root", Status::Ok, detail, None),
     }
 }
