@@ -113,6 +113,27 @@ pub fn driver() -> Result<Driver, OverlayError> {
     fuse()
 }
 
+/// Whether a job of `runtime` can use an overlay checkout mounted by `driver`. gVisor's
+/// gofer cannot open a FUSE mount as a bind source (`stat` answers EINVAL, creates EPERM),
+/// and a container needs `allow_other` (see [`fuse_shares`]). Checked at create, before
+/// anything is made.
+pub fn check_sandbox(driver: Driver, runtime: crate::job::RuntimeKind) -> Result<(), OverlayError> {
+    use crate::job::RuntimeKind;
+    let reason = match (driver, runtime) {
+        (Driver::Kernel, _) | (Driver::Fuse, RuntimeKind::Process) => return Ok(()),
+        (Driver::Fuse, RuntimeKind::Runsc) => {
+            "gVisor (runsc) cannot open a fuse-overlayfs checkout; use `--checkout worktree` (the default without root), or run paddock as root (kernel overlayfs)"
+        }
+        (Driver::Fuse, RuntimeKind::Docker) if !fuse_shares() => {
+            "not root and `/etc/fuse.conf` has no `user_allow_other`, so a container cannot open a fuse-overlayfs checkout (add that line, or use `--checkout worktree`)"
+        }
+        (Driver::Fuse, RuntimeKind::Docker) => return Ok(()),
+    };
+    Err(OverlayError::Unavailable {
+        reason: reason.to_string(),
+    })
+}
+
 /// Whether fuse-overlayfs may mount for other uids (`allow_other`): always as root, else
 /// only where `/etc/fuse.conf` says `user_allow_other`.
 pub fn fuse_shares() -> bool {
@@ -290,11 +311,6 @@ pub async fn mount(
     owner: Option<(u32, u32)>,
     shared: bool,
 ) -> Result<(), OverlayError> {
-    if driver == Driver::Fuse && shared && !fuse_shares() {
-        return Err(OverlayError::Unavailable {
-            reason: "not root and `/etc/fuse.conf` has no `user_allow_other`, so a container cannot open a fuse-overlayfs checkout (add that line, or use `--checkout worktree`)".into(),
-        });
-    }
     let (upper, work) = (layers.join("upper"), layers.join("work"));
     for dir in [&upper, &work, &target.to_path_buf()] {
         std::fs::create_dir_all(dir).map_err(io(dir))?;

@@ -91,7 +91,14 @@ fn overlay_check() -> Check {
         Ok(driver) => check(
             "overlay checkout",
             Status::Ok,
-            format!("`checkout: overlay` mounts with {driver}"),
+            match driver {
+                crate::overlay::Driver::Kernel => {
+                    format!("`checkout: overlay` mounts with {driver}")
+                }
+                crate::overlay::Driver::Fuse => format!(
+                    "`checkout: overlay` mounts with {driver} (for runc and process jobs; gVisor cannot open a FUSE checkout)"
+                ),
+            },
             None,
         ),
         Err(error) => check(

@@ -148,9 +148,10 @@ impl Paddock {
             crate::disk::check_limit(limit)?;
             crate::disk::available()?;
         }
-        if checkout == CheckoutMode::Overlay {
-            driver?;
-        }
+        let overlay_driver = match checkout {
+            CheckoutMode::Overlay => Some(driver?),
+            CheckoutMode::Worktree => None,
+        };
         // A bad `copy` entry (missing, a link out of the repository) fails before anything
         // is reserved; the copy itself checks again.
         let setup = config.job_setup(&profile_name);
@@ -167,6 +168,9 @@ impl Paddock {
             )
             .await?;
         super::ports::check_ports(&profile.ports.value, runtime.kind)?;
+        if let Some(driver) = overlay_driver {
+            crate::overlay::check_sandbox(driver, runtime.kind)?;
+        }
 
         let now = Utc::now();
         let record = JobRecord {

@@ -1,0 +1,396 @@
+//! The way people run paddock: no `PADDOCK_HOME`, so the state root is the default one
+//! (`/var/lib/paddock` as root, `~/.local/share/paddock` for a user), with the repository
+//! under a closed (0700) directory, as root and as an unprivileged user in the docker group,
+//! for every runtime (runc, runsc, process) and both checkouts (worktree, overlay). Each case
+//! runs the real binary: create, a committing exec, the commit on the branch in the user's
+//! repository, `rm`, and nothing of the repository changed owner or mode.
+//!
+//! The unprivileged cases need what `.ci/run` sets up: a setuid `fusermount3` and
+//! `user_allow_other` in `/etc/fuse.conf` for their overlay checkouts (Debian's defaults but
+//! for the last line), a user of uid 4243 (fusermount3 asks for a name), and `setpriv`. Docker cases skip with PADDOCK_SKIP_DOCKER_TESTS=1,
+//! overlay cases with PADDOCK_SKIP_OVERLAY_TESTS=1; otherwise a missing piece fails them.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+use crate::fixtures::{closed_dir, docker_available, git, overlay_available, test_image, text};
+
+/// The unprivileged user of these tests (no passwd entry needed: paddock asks for none).
+const USER_UID: u32 = 4243;
+/// Where root's state lives with no `PADDOCK_HOME` (see the README).
+const ROOT_STATE: &str = "/var/lib/paddock";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Who {
+    Root,
+    User,
+}
+
+/// One person's machine: a closed directory holding their home (0700), their repository
+/// inside it, and their user config; paddock run with no `PADDOCK_HOME`.
+struct Machine {
+    who: Who,
+    _top: tempfile::TempDir,
+    home: PathBuf,
+    repo: PathBuf,
+}
+
+impl Machine {
+    fn new(who: Who) -> Machine {
+        Self::new_in(who, closed_dir("paddock-default-"))
+    }
+
+    fn new_in(who: Who, top: tempfile::TempDir) -> Machine {
+        let home = top.path().join("home");
+        std::fs::create_dir(&home).expect("mkdir");
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let repo = home.join("work/app");
+        std::fs::create_dir_all(&repo).expect("mkdir");
+        git(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("README.md"), "# app\n").expect("write");
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", "initial commit"]);
+        // Tests must not depend on this machine's size (see `TestHome`).
+        let config = home.join(".config/paddock");
+        std::fs::create_dir_all(&config).expect("mkdir");
+        std::fs::write(
+            config.join("config.yaml"),
+            "admission:\n  memory: 1024g\n  cpus: 1000\n",
+        )
+        .expect("write the user config");
+        if who == Who::User {
+            crate::fixtures::chown_trees(&[top.path()], USER_UID);
+        }
+        Machine {
+            who,
+            _top: top,
+            home,
+            repo,
+        }
+    }
+
+    /// Where paddock keeps this person's state with no `PADDOCK_HOME`.
+    fn state_root(&self) -> PathBuf {
+        match self.who {
+            Who::Root => PathBuf::from(ROOT_STATE),
+            Who::User => self.home.join(".local/share/paddock"),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut command = match self.who {
+            Who::Root => Command::new(env!("CARGO_BIN_EXE_paddock")),
+            Who::User => {
+                let socket_group = std::fs::metadata("/var/run/docker.sock")
+                    .map(|m| m.gid())
+                    .unwrap_or(USER_UID);
+                let mut command = Command::new("setpriv");
+                command
+                    .arg(format!("--reuid={USER_UID}"))
+                    .arg(format!("--regid={USER_UID}"))
+                    .arg(format!("--groups={socket_group}"))
+                    .arg("--")
+                    .arg(env!("CARGO_BIN_EXE_paddock"));
+                command
+            }
+        };
+        command
+            .args(args)
+            .current_dir(&self.repo)
+            .env_remove("PADDOCK_HOME")
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("PADDOCK_CONFIG")
+            .env_remove("PADDOCK_PROFILE")
+            .env_remove("PADDOCK_RUNTIME")
+            .env_remove("PADDOCK_CHECKOUT")
+            .env_remove("PADDOCK_NO_DAEMON")
+            .env("HOME", &self.home)
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("paddock runs")
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let output = self.run(args);
+        assert!(
+            output.status.success(),
+            "paddock {args:?} as {:?} failed ({:?}):\nstdout: {}\nstderr: {}",
+            self.who,
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).expect("JSON")
+    }
+
+    /// Owner, group and mode of every file of the repository but what a job may change
+    /// (its branch's ref and reflog, fetched objects, paddock's refs).
+    fn repo_modes(&self) -> BTreeMap<PathBuf, (u32, u32, u32)> {
+        let mut modes = BTreeMap::new();
+        let mut pending = vec![self.repo.clone()];
+        while let Some(path) = pending.pop() {
+            let meta = std::fs::symlink_metadata(&path).expect("stat");
+            let relative = path.strip_prefix(&self.repo).expect("below").to_path_buf();
+            let text = relative.to_string_lossy();
+            if text.starts_with(".git/objects/")
+                || text.starts_with(".git/refs/")
+                || text.starts_with(".git/logs/")
+                || text == ".git/packed-refs"
+                || text == ".git/FETCH_HEAD"
+            {
+                continue;
+            }
+            if meta.is_dir() {
+                for entry in std::fs::read_dir(&path).expect("readdir") {
+                    pending.push(entry.expect("entry").path());
+                }
+            }
+            modes.insert(relative, (meta.uid(), meta.gid(), meta.mode()));
+        }
+        modes
+    }
+}
+
+/// Whether this case can run here; says why when it skips.
+fn runnable(test: &str, who: Who, runtime: &str, checkout: &str) -> bool {
+    if runtime != "process" && !docker_available(test) {
+        return false;
+    }
+    if checkout == "overlay" && !overlay_available(test) {
+        return false;
+    }
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root {
+        // Already unprivileged: the root cases and the switch to another uid need root.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: these cases switch users and use /var/lib/paddock, which needs root"
+        );
+        return false;
+    }
+    if who == Who::User && checkout == "overlay" {
+        let setuid =
+            std::fs::metadata("/usr/bin/fusermount3").is_ok_and(|m| m.mode() & 0o4000 != 0);
+        let shares = std::fs::read_to_string("/etc/fuse.conf")
+            .is_ok_and(|t| t.lines().any(|l| l.trim() == "user_allow_other"));
+        // fusermount3 asks for the user's name.
+        let named = Command::new("getent")
+            .args(["passwd", &USER_UID.to_string()])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(
+            setuid && named && (shares || runtime == "process"),
+            "{test} needs a setuid /usr/bin/fusermount3, `user_allow_other` in /etc/fuse.conf and a user of uid {USER_UID} (.ci/run sets all three up: `useradd --uid {USER_UID} paddock-ci`), or PADDOCK_SKIP_OVERLAY_TESTS=1"
+        );
+    }
+    true
+}
+
+fn case(test: &str, who: Who, runtime: &str, checkout: &str) {
+    if !runnable(test, who, runtime, checkout) {
+        return;
+    }
+    run_case(&Machine::new(who), runtime, checkout);
+}
+
+/// The README's first command as root from a repository in root's own home (`/root`, mode
+/// 0700 on the host and in Debian images alike).
+#[test]
+fn root_with_the_repository_in_roots_home() {
+    let test = "root_with_the_repository_in_roots_home";
+    if !runnable(test, Who::Root, "runc", "worktree") {
+        return;
+    }
+    let top = tempfile::Builder::new()
+        .prefix(".paddock-test-")
+        .tempdir_in("/root")
+        .expect("a directory in /root");
+    run_case(&Machine::new_in(Who::Root, top), "runc", "worktree");
+}
+
+fn run_case(machine: &Machine, runtime: &str, checkout: &str) {
+    let who = machine.who;
+    let before = machine.repo_modes();
+    let task = format!("{runtime}-{checkout}");
+    let repo = machine.repo.display().to_string();
+    let image = test_image();
+    let mut args = vec![
+        "create",
+        "--json",
+        "--repo",
+        &repo,
+        "--task",
+        &task,
+        "--runtime",
+        runtime,
+        "--checkout",
+        checkout,
+    ];
+    if runtime != "process" {
+        args.extend(["--image", &image]);
+    }
+    if who == Who::User && runtime == "runsc" && checkout == "overlay" {
+        // Without root the overlay is fuse-overlayfs, which gVisor's gofer cannot open: the
+        // create is refused before anything is made, naming the way out.
+        let output = machine.run(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("gVisor (runsc) cannot open a fuse-overlayfs checkout")
+                && stderr.contains("--checkout worktree"),
+            "{stderr}"
+        );
+        let branches = Command::new("git")
+            .args(["-c", "safe.directory=*", "branch", "--format=%(refname:short)"])
+            .current_dir(&machine.repo)
+            .output()
+            .expect("git runs");
+        assert_eq!(
+            String::from_utf8_lossy(&branches.stdout).trim(),
+            "main",
+            "no branch was made"
+        );
+        assert_eq!(machine.repo_modes(), before);
+        return;
+    }
+    let job = machine.json(&args);
+    let id = text(&job, "id");
+    assert_eq!(job["runtime"], runtime_word(runtime), "{job}");
+    let record = machine.state_root().join(format!("jobs/{id}.json"));
+    assert!(
+        record.is_file(),
+        "the record is in the default state root: {job}"
+    );
+    let root_meta = std::fs::metadata(machine.state_root()).expect("the state root exists");
+    assert_eq!(
+        root_meta.mode() & 0o777,
+        0o700,
+        "the state root is its user's alone"
+    );
+
+    let result = machine.json(&[
+        "exec",
+        "--json",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo hi > hello.txt && git add hello.txt && git commit -q -m 'hello from paddock' && git status --porcelain && git log --oneline | wc -l",
+    ]);
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert!(result["sync_error"].is_null(), "{result}");
+    let branch = text(&job, "branch");
+    let subject = Command::new("git")
+        .args([
+            "-c",
+            "safe.directory=*",
+            "log",
+            "-1",
+            "--format=%s",
+            &branch,
+        ])
+        .current_dir(&machine.repo)
+        .output()
+        .expect("git runs");
+    assert_eq!(
+        String::from_utf8_lossy(&subject.stdout).trim(),
+        "hello from paddock",
+        "the commit is on the branch in the user's repository"
+    );
+
+    let removed = machine.json(&["rm", "--json", &id]);
+    assert_eq!(removed["branch_kept"], true, "{removed}");
+    assert!(!record.exists(), "rm removed the record");
+    assert!(
+        !machine.state_root().join("jobs").join(&id).exists(),
+        "rm removed the job's dir"
+    );
+    assert_eq!(
+        machine.repo_modes(),
+        before,
+        "no file of the repository changed owner or mode"
+    );
+}
+
+/// The runtime word a create answers with for a `--runtime` flag.
+fn runtime_word(flag: &str) -> &str {
+    match flag {
+        "runc" => "docker",
+        other => other,
+    }
+}
+
+macro_rules! cases {
+    ($($name:ident: $who:expr, $runtime:literal, $checkout:literal;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                case(stringify!($name), $who, $runtime, $checkout);
+            }
+        )*
+    };
+}
+
+cases! {
+    root_runc_worktree: Who::Root, "runc", "worktree";
+    root_runc_overlay: Who::Root, "runc", "overlay";
+    root_runsc_worktree: Who::Root, "runsc", "worktree";
+    root_runsc_overlay: Who::Root, "runsc", "overlay";
+    root_process_worktree: Who::Root, "process", "worktree";
+    root_process_overlay: Who::Root, "process", "overlay";
+    user_runc_worktree: Who::User, "runc", "worktree";
+    user_runc_overlay: Who::User, "runc", "overlay";
+    user_runsc_worktree: Who::User, "runsc", "worktree";
+    user_runsc_overlay: Who::User, "runsc", "overlay";
+    user_process_worktree: Who::User, "process", "worktree";
+    user_process_overlay: Who::User, "process", "overlay";
+}
+
+/// `doctor` as root names the default state root and checks that the agent's uid can read
+/// the repository's objects; a repository made with umask 077 fails that check, with a fix.
+#[test]
+fn doctor_names_the_state_root_and_the_agent_access() {
+    if !runnable(
+        "doctor_names_the_state_root_and_the_agent_access",
+        Who::Root,
+        "process",
+        "worktree",
+    ) {
+        return;
+    }
+    let machine = Machine::new(Who::Root);
+    let checks = machine.json(&["doctor", "--json"]);
+    let find = |name: &str| -> Value {
+        checks
+            .as_array()
+            .expect("a list")
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no `{name}` check: {checks}"))
+    };
+    let state = find("state root");
+    assert!(text(&state, "detail").starts_with(ROOT_STATE), "{state}");
+    assert_eq!(find("agent access")["status"], "ok", "{checks}");
+    // A private repository: the agent's uid cannot read its objects.
+    let objects = machine.repo.join(".git/objects");
+    std::fs::set_permissions(&objects, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let output = machine.run(&["doctor", "--json"]);
+    assert!(!output.status.success(), "a failed check fails doctor");
+    let checks: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let access = checks
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|c| c["name"] == "agent access")
+        .cloned()
+        .expect("the check");
+    assert_eq!(access["status"], "fail", "{access}");
+    assert!(text(&access, "fix").contains("chmod -R o+rX"), "{access}");
+}
