@@ -15,6 +15,7 @@ mod core_commands;
 mod dashboard;
 mod disk;
 mod docker;
+mod docs;
 mod egress;
 mod events;
 mod files;
