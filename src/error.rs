@@ -405,11 +405,11 @@ impl Error {
                 ));
             }
             Error::Runtime(RuntimeError::OciRuntimeMissing { .. }) => {
-                "register it in /etc/docker/daemon.json (see the README) and reload dockerd"
+                "register it in /etc/docker/daemon.json (see docs/gvisor.md) and reload dockerd"
             }
             Error::Runtime(RuntimeError::OciRuntimeMisconfigured { runtime, flag, .. }) => {
                 return Some(format!(
-                    "remove `{flag}` from the runtimeArgs of `{runtime}` in /etc/docker/daemon.json (the README's gVisor section has a working entry), then reload dockerd (pkill -HUP dockerd)"
+                    "remove `{flag}` from the runtimeArgs of `{runtime}` in /etc/docker/daemon.json (docs/gvisor.md has a working entry), then reload dockerd (pkill -HUP dockerd)"
                 ));
             }
             _ => return None,

@@ -1,4 +1,4 @@
-//! Exit codes: one table over the library's error kinds. The README documents them.
+//! Exit codes: one table over the library's error kinds. docs/commands.md documents them.
 
 use crate::ErrorKind;
 

@@ -255,7 +255,7 @@ async fn docker_checks(docker: &dyn Runtime, image: &str) -> Vec<Check> {
         if has_runsc { Status::Ok } else { Status::Warn },
         facts.oci_runtimes.join(", "),
         (!has_runsc).then_some(
-            "for gVisor: apt-get install runsc, add it to /etc/docker/daemon.json (see the README), reload dockerd",
+            "for gVisor: apt-get install runsc, add it to /etc/docker/daemon.json (see docs/gvisor.md), reload dockerd",
         ),
     ));
     for (runtime, problem) in &facts.misconfigured {
@@ -264,7 +264,7 @@ async fn docker_checks(docker: &dyn Runtime, image: &str) -> Vec<Check> {
             Status::Fail,
             problem.clone(),
             Some(&format!(
-                "edit the runtimeArgs of `{runtime}` in /etc/docker/daemon.json (see the README's gVisor section), then pkill -HUP dockerd"
+                "edit the runtimeArgs of `{runtime}` in /etc/docker/daemon.json (see docs/gvisor.md), then pkill -HUP dockerd"
             )),
         ));
     }

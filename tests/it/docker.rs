@@ -1,7 +1,7 @@
 //! The Docker runtime against the real daemon: git inside the container, isolation, limits,
 //! timeouts, OOM, gVisor, recovery and `paddock run`. These fail when Docker is absent unless
 //! PADDOCK_SKIP_DOCKER_TESTS=1, and then each says it skipped. They need the agent image
-//! (`.ci/run` builds it; see the README).
+//! (`.ci/run` builds it; see docs/testing.md).
 
 use std::process::Command;
 

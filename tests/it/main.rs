@@ -16,6 +16,7 @@ mod dashboard;
 mod default_paths;
 mod disk;
 mod docker;
+mod docs;
 mod egress;
 mod events;
 mod files;
