@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fixtures::{FixtureRepo, TestHome, bridge_gateway, git, test_image};
+use fixtures::{FixtureRepo, TestHome, bridge_gateway, test_image};
 use serde_json::{Value, json};
 
 const RUNS: usize = 7;
@@ -1274,13 +1274,7 @@ fn main() {
     }
     if let Some(path) = extra {
         eprintln!("your repository: {}", path.display());
-        let copy = FixtureRepo {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        git(
-            copy.path(),
-            &["clone", "-q", "--no-hardlinks", path.to_str().unwrap(), "."],
-        );
+        let copy = FixtureRepo::clone_of(&path);
         process_create(&copy, &format!("{}", path.display()), &mut rows);
     }
     if docker {

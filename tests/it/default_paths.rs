@@ -85,9 +85,8 @@ impl Machine {
         let mut command = match self.who {
             Who::Root => Command::new(env!("CARGO_BIN_EXE_paddock")),
             Who::User => {
-                let socket_group = std::fs::metadata("/var/run/docker.sock")
-                    .map(|m| m.gid())
-                    .unwrap_or(USER_UID);
+                let socket_group =
+                    std::fs::metadata("/var/run/docker.sock").map_or(USER_UID, |m| m.gid());
                 let mut command = Command::new("setpriv");
                 command
                     .arg(format!("--reuid={USER_UID}"))
@@ -247,7 +246,12 @@ fn run_case(machine: &Machine, runtime: &str, checkout: &str) {
             "{stderr}"
         );
         let branches = Command::new("git")
-            .args(["-c", "safe.directory=*", "branch", "--format=%(refname:short)"])
+            .args([
+                "-c",
+                "safe.directory=*",
+                "branch",
+                "--format=%(refname:short)",
+            ])
             .current_dir(&machine.repo)
             .output()
             .expect("git runs");
