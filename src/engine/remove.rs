@@ -55,7 +55,10 @@ impl Paddock {
                 }
             }
         }
-        if wip_commit.is_none() {
+        // A repository deleted under its job has nowhere to keep anything: `--force` (which
+        // got past the failed snapshot) removes what is paddock's and touches no ref.
+        let repo_gone = !record.git_common_dir.exists();
+        if wip_commit.is_none() && !repo_gone {
             // A snapshot from an earlier, interrupted rm is still work to keep.
             wip_commit = repo.ref_target(&wip_ref).await?;
         }
@@ -64,9 +67,12 @@ impl Paddock {
         promote_copied_caches(&record);
         self.remove_checkout(&repo, &record).await?;
 
-        let tip = repo
-            .ref_target(&format!("refs/heads/{}", record.branch))
-            .await?;
+        let tip = if repo_gone {
+            None
+        } else {
+            repo.ref_target(&format!("refs/heads/{}", record.branch))
+                .await?
+        };
         let commits_ahead = match &tip {
             Some(tip) => repo.count_ahead(&record.base_commit, tip).await?,
             None => 0,

@@ -282,3 +282,24 @@ fn the_first_git_status_in_an_overlay_job_opens_no_tracked_file() {
         );
     }
 }
+
+/// A repository deleted under its job: `rm` refuses (nowhere to save the work) and names
+/// `--force`, which removes everything of paddock's and no longer fails on the missing repo.
+#[test]
+fn rm_force_removes_a_job_whose_repository_was_deleted() {
+    let home = TestHome::new();
+    let repo = FixtureRepo::new();
+    let id = process_job(&home, &repo);
+    std::fs::remove_dir_all(repo.path()).unwrap();
+    let refused = home.run(&["rm", &id]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--force"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let removed = home.json(&["rm", &id, "--force", "--json"]);
+    assert_eq!(removed["branch_kept"], false, "{removed}");
+    assert_eq!(home.job_records(), 0);
+    assert_eq!(home.job_dirs(), 0);
+}
