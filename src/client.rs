@@ -19,9 +19,9 @@ use crate::ops::Operations;
 use crate::output::{OutputSink, StreamKind};
 use crate::store::PaddockHome;
 use crate::wire::{
-    ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event, EventQuery,
-    ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobView, MergeReport,
-    MergeRequest, NetworkChange, RemoveOptions, RemoveReport,
+    AdmissionView, ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
+    EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobView,
+    MergeReport, MergeRequest, NetworkChange, RemoveOptions, RemoveReport,
 };
 
 /// The body of `POST /v1/jobs` for `request` as this process would run it: the CLI's
@@ -82,11 +82,24 @@ impl DaemonClient {
         body: Option<&Value>,
         accept: &str,
     ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+        self.send_json(method, path, body, accept, None).await
+    }
+
+    /// A JSON request; `waiter` is sent as `X-Paddock-Waiter` (the tag a create or exec that
+    /// waits for room is found by in `GET /v1/admission`).
+    async fn send_json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        accept: &str,
+        waiter: Option<&str>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
         let payload = body
             .map(std::string::ToString::to_string)
             .unwrap_or_default();
         let body = (Bytes::from(payload), "application/json");
-        self.send_bytes(method, path, body, accept).await
+        self.send_request(method, path, body, accept, waiter).await
     }
 
     /// A request whose body is `body.0` of content type `body.1` (a file's raw bytes).
@@ -96,6 +109,17 @@ impl DaemonClient {
         path: &str,
         body: (Bytes, &str),
         accept: &str,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+        self.send_request(method, path, body, accept, None).await
+    }
+
+    async fn send_request(
+        &self,
+        method: Method,
+        path: &str,
+        body: (Bytes, &str),
+        accept: &str,
+        waiter: Option<&str>,
     ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
         let stream = tokio::net::UnixStream::connect(&self.socket)
             .await
@@ -113,6 +137,9 @@ impl DaemonClient {
         let mut request = Request::builder();
         if let (true, Some(key)) = (keyed, &self.idempotency_key) {
             request = request.header("idempotency-key", key);
+        }
+        if let Some(waiter) = waiter {
+            request = request.header(crate::wire::WAITER_HEADER, waiter);
         }
         let request = request
             .method(method)
@@ -135,7 +162,20 @@ impl DaemonClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<T, Error> {
-        let response = self.send(method, path, body, "application/json").await?;
+        self.call_waiting(method, path, body, None).await
+    }
+
+    /// [`call`](Self::call) with the caller's waiter tag (see [`DaemonClient::send_json`]).
+    async fn call_waiting<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        waiter: Option<&str>,
+    ) -> Result<T, Error> {
+        let response = self
+            .send_json(method, path, body, "application/json", waiter)
+            .await?;
         let ok = response.status().is_success();
         let bytes = read_body(response).await?;
         let value: Value = serde_json::from_slice(&bytes)
@@ -177,10 +217,17 @@ impl DaemonClient {
         &self,
         path: &str,
         body: &Value,
+        waiter: Option<&str>,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult, Error> {
         let response = self
-            .send(Method::POST, path, Some(body), "application/x-ndjson")
+            .send_json(
+                Method::POST,
+                path,
+                Some(body),
+                "application/x-ndjson",
+                waiter,
+            )
             .await?;
         if !response.status().is_success() {
             return Err(refusal(response).await);
@@ -374,8 +421,11 @@ fn encode(segment: &str) -> String {
 
 impl Operations for DaemonClient {
     async fn create(&self, request: CreateRequest) -> Result<(JobView, Option<String>), Error> {
+        let waiter = request.waiter.clone();
         let body = create_body(request);
-        let mut value: Value = self.call(Method::POST, "/v1/jobs", Some(&body)).await?;
+        let mut value: Value = self
+            .call_waiting(Method::POST, "/v1/jobs", Some(&body), waiter.as_deref())
+            .await?;
         let warning = value
             .as_object_mut()
             .and_then(|o| o.remove("warning"))
@@ -383,6 +433,10 @@ impl Operations for DaemonClient {
         let view = serde_json::from_value(value)
             .map_err(|e| failed(format!("unexpected answer from the daemon: {e}")))?;
         Ok((view, warning))
+    }
+
+    async fn admission(&self) -> Result<AdmissionView, Error> {
+        self.call(Method::GET, "/v1/admission", None).await
     }
 
     async fn list(&self, repo: Option<&Path>) -> Result<Vec<JobView>, Error> {
@@ -428,7 +482,8 @@ impl Operations for DaemonClient {
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult, Error> {
         let body = serde_json::to_value(&options).expect("exec options serialize");
-        self.exec_streamed(&format!("/v1/jobs/{}/exec", encode(id)), &body, sink)
+        let path = format!("/v1/jobs/{}/exec", encode(id));
+        self.exec_streamed(&path, &body, options.waiter.as_deref(), sink)
             .await
     }
 

@@ -74,8 +74,9 @@ pub(super) async fn exec_job(
     State(state): State<ApiState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    ApiJson(options): ApiJson<ExecOptions>,
+    ApiJson(mut options): ApiJson<ExecOptions>,
 ) -> ApiResult<Response> {
+    options.waiter = super::waiter_tag(&headers);
     if options.cmd.is_empty() {
         return Err(ApiError::bad_request("`cmd` must name a program"));
     }

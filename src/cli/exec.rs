@@ -21,7 +21,8 @@ pub struct ExecArgs {
     /// Print the ExecResult as JSON instead of streaming output.
     #[arg(long)]
     json: bool,
-    /// Fail at once (exit 10) instead of waiting when the budget's running execs are taken.
+    /// Fail at once instead of waiting when every exec slot is busy
+    /// (`admission.max_running_execs`); like every error of paddock's own, exit 125.
     #[arg(long)]
     no_wait: bool,
     /// The command and its arguments.
@@ -61,6 +62,7 @@ impl ExecFlags {
             workdir: self.workdir.clone(),
             no_wait: false,
             output_cap: None,
+            waiter: None,
         })
     }
 }

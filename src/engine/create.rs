@@ -167,6 +167,8 @@ impl Paddock {
             )
             .await?;
         super::ports::check_ports(&profile.ports.value, runtime.kind)?;
+        // A reserve above a limit is refused before anything is reserved.
+        let reserve = profile.reserve()?;
 
         let now = Utc::now();
         let record = JobRecord {
@@ -186,6 +188,7 @@ impl Paddock {
             profile: profile_name,
             runtime: runtime.kind,
             limits: Limits::from(&profile),
+            reserve: Some(reserve),
             container_id: None,
             container_name: self.runtimes.of(runtime.kind).sandbox_name(&id),
             state: JobState::Creating,
