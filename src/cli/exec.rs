@@ -68,9 +68,11 @@ impl ExecFlags {
 }
 
 pub async fn run(ops: &impl Operations, args: ExecArgs) -> Result<i32> {
+    let tag = super::waiting::tag(args.json);
     let options = match args.exec.options(args.cmd, args.timeout) {
         Ok(options) => ExecOptions {
             no_wait: args.no_wait,
+            waiter: tag.clone(),
             ..options
         },
         Err(message) => {
@@ -81,7 +83,9 @@ pub async fn run(ops: &impl Operations, args: ExecArgs) -> Result<i32> {
     let result = if args.json {
         ops.exec(&args.job, options, &mut Discard).await?
     } else {
-        ops.exec(&args.job, options, &mut Terminal).await?
+        let mut terminal = Terminal;
+        let exec = ops.exec(&args.job, options, &mut terminal);
+        super::waiting::noting(ops, tag.as_deref(), exec).await?
     };
     if args.json {
         print_json(&result);
