@@ -527,3 +527,61 @@ fn set_budget(home: &TestHome, section: &str) {
     )
     .expect("write the test's user config");
 }
+
+/// Through a daemon: a waiting exec's terminal line comes from `GET /v1/admission`, where
+/// its place carries the tag the CLI sent (`X-Paddock-Waiter`).
+#[test]
+fn through_the_daemon_a_waiting_exec_says_so_and_the_api_shows_its_place() {
+    use crate::api::{Daemon, api};
+    let repo = FixtureRepo::new();
+    let home = TestHome::new().with_budget("  max_running_execs: 1\n  max_wait: 1m\n");
+    let daemon = Daemon::start(&home, &[]);
+    let path = repo.path().display().to_string();
+    for id in ["d0", "d1"] {
+        home.ok(&[
+            "create",
+            "--repo",
+            &path,
+            "--id",
+            id,
+            "--runtime",
+            "process",
+        ]);
+    }
+    let busy = home
+        .cmd(&["exec", "d0", "--", "sleep", "3"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, view) = api(&daemon.socket, "GET", "/v1/admission", None);
+        assert_eq!(status, 200, "{view}");
+        if view["held"]["execs"] == 1 {
+            assert_eq!(view["running_execs"], serde_json::json!(["d0"]), "{view}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first exec never ran: {view}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut waiting = OnTerminal::start(&home, &["exec", "d1", "--", "echo", "done"]);
+    assert_eq!(
+        waiting.wait_for("waiting for room"),
+        "paddock: waiting for room: 1 of 1 exec slots busy; place 1 of 1; gives up after 1m; --no-wait fails at once"
+    );
+    let (_, view) = api(&daemon.socket, "GET", "/v1/admission", None);
+    let waiter = &view["waiting"][0];
+    assert_eq!(waiter["kind"], "exec", "{view}");
+    assert_eq!(waiter["job"], "d1", "{view}");
+    assert_eq!(waiter["place"], 1, "{view}");
+    assert!(text(waiter, "tag").starts_with("w-"), "{view}");
+    assert_eq!(view["budget"]["exec_slots"], 1, "{view}");
+    let (code, shown) = waiting.finish();
+    assert_eq!(code, Some(0), "{shown:?}");
+    assert_eq!(shown.last().map(String::as_str), Some("done"), "{shown:?}");
+    assert!(busy.wait_with_output().unwrap().status.success());
+    daemon.stop();
+}
