@@ -174,6 +174,7 @@ impl Admission {
             }
             live
         });
+        self.drop_dead_slots();
         let records = records()?;
         let held = Held::of(&records, self.running_execs().len());
         let mut ledger = Ledger::new(self, creates, execs, held);
@@ -255,6 +256,23 @@ impl Admission {
             .collect()
     }
 
+    /// Removes the slot files of execs whose process is gone (killed before its guard ran):
+    /// they hold nothing already, this keeps the directory from growing.
+    fn drop_dead_slots(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.execs_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let dead = std::fs::read(entry.path())
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<ExecSlotFile>(&bytes).ok())
+                .is_some_and(|slot| !slot.owner.is_alive());
+            if dead {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
     /// Takes an exec slot (call only with a grant); released when the guard drops.
     fn take_exec_slot(&self, job: &JobId) -> Result<ExecSlot, StoreError> {
         let owner = ProcessId::current().ok_or_else(|| StoreError::Io {
@@ -318,4 +336,77 @@ fn read_json_dir<T: serde::de::DeserializeOwned>(dir: &Path) -> Vec<T> {
 /// The pause between two looks at the queue.
 pub fn poll_interval() -> Duration {
     POLL
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Exec slots and exec tickets of processes that are gone hold nothing and are removed
+    /// at the next decision; a live exec's slot holds one of the slots.
+    #[test]
+    fn slots_and_exec_tickets_of_dead_processes_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = PaddockHome::open_at(dir.path()).unwrap();
+        let settings = AdmissionSettings {
+            max_running_execs: Some(1),
+            ..AdmissionSettings::default()
+        };
+        let host = HostCapacity {
+            cores: 2,
+            memory: 8 << 30,
+        };
+        let admission = Admission::open(&home, &settings, host).unwrap();
+        let me = ProcessId::current().unwrap();
+        let gone = ProcessId {
+            start: me.start + 1,
+            ..me
+        };
+        let job = JobId::parse("j").unwrap();
+        let dead = ExecSlotFile {
+            job: job.clone(),
+            owner: gone,
+        };
+        let dead_path = admission.execs_dir.join("j.dead.json");
+        std::fs::write(&dead_path, serde_json::to_vec(&dead).unwrap()).unwrap();
+        let ticket = Ticket {
+            schema: TICKET_SCHEMA,
+            seq: 1,
+            job: job.clone(),
+            demand: Demand::Exec,
+            owner: Some(gone),
+            adoptable: false,
+            queued_at: Utc::now(),
+            waiter: None,
+        };
+        admission.write_ticket(Lane::Exec, &ticket, true).unwrap();
+        let slot = admission
+            .with_ledger(
+                || Ok(Vec::new()),
+                |ledger| {
+                    assert_eq!(ledger.held().execs, 0, "a dead exec holds no slot");
+                    ledger.enter_exec(&job, true, None)
+                },
+            )
+            .unwrap()
+            .expect("the one slot is free");
+        assert!(matches!(slot, ExecEntry::Slot(_)));
+        assert!(!dead_path.exists(), "the dead slot's file went");
+        assert!(
+            admission.tickets(Lane::Exec).is_empty(),
+            "the dead ticket went"
+        );
+        let full = admission
+            .with_ledger(
+                || Ok(Vec::new()),
+                |ledger| ledger.enter_exec(&job, true, None),
+            )
+            .unwrap();
+        assert!(
+            matches!(full, Err(AdmissionError::NoRoom { .. })),
+            "{full:?}"
+        );
+        drop(slot);
+        assert_eq!(admission.view(&[]).held.execs, 0, "a dropped slot frees it");
+    }
 }
