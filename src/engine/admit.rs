@@ -128,7 +128,8 @@ impl Paddock {
             seq,
             armed: true,
         };
-        let mut last_full = Instant::now();
+        // The first look is a full one, so a wait always knows why it waits.
+        let mut last_full: Option<Instant> = None;
         let mut reason = String::new();
         loop {
             if self.adopts_queue && self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
@@ -141,8 +142,10 @@ impl Paddock {
             }
             // Cheap look first: someone is ahead by number, and it is not yet time to check
             // that they are all alive.
-            if !admission.any_before(Lane::Create, seq) || last_full.elapsed() >= FULL_LOOK {
-                last_full = Instant::now();
+            if !admission.any_before(Lane::Create, seq)
+                || last_full.is_none_or(|at| at.elapsed() >= FULL_LOOK)
+            {
+                last_full = Some(Instant::now());
                 match blocking(|| self.try_grant(admission, id, seq))?? {
                     None => {
                         guard.armed = false;
@@ -296,11 +299,14 @@ impl Paddock {
             seq,
         };
         let gives_up_at = Utc::now() + max_wait(&admission);
-        let mut last_full = Instant::now();
+        // The first look is a full one, so a wait always knows why it waits.
+        let mut last_full: Option<Instant> = None;
         let mut reason = String::new();
         loop {
-            if !admission.any_before(Lane::Exec, seq) || last_full.elapsed() >= FULL_LOOK {
-                last_full = Instant::now();
+            if !admission.any_before(Lane::Exec, seq)
+                || last_full.is_none_or(|at| at.elapsed() >= FULL_LOOK)
+            {
+                last_full = Some(Instant::now());
                 let decided = blocking(|| {
                     admission.with_ledger(
                         || Ok(Vec::new()),
