@@ -20,7 +20,7 @@ pub async fn run(ops: &impl Operations, mut args: CreateArgs) -> Result<i32> {
     let tag = super::waiting::tag(args.json);
     args.request.waiter.clone_from(&tag);
     let (view, warning) =
-        super::waiting::noting(ops, tag.as_deref(), ops.create(args.request)).await?;
+        super::waiting::noting(ops, tag.as_deref(), None, ops.create(args.request)).await?;
     if let Some(warning) = &warning {
         eprintln!("warning: {warning}");
     }
@@ -65,7 +65,8 @@ pub async fn run_keyed(paddock: &crate::Paddock, key: &str, args: CreateArgs) ->
         }
         Claim::Fresh(pending) => {
             let create = crate::ops::Operations::create(paddock, request);
-            let (view, warning) = super::waiting::noting(paddock, tag.as_deref(), create).await?;
+            let (view, warning) =
+                super::waiting::noting(paddock, tag.as_deref(), None, create).await?;
             if let Some(warning) = &warning {
                 eprintln!("warning: {warning}");
             }

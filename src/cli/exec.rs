@@ -84,8 +84,9 @@ pub async fn run(ops: &impl Operations, args: ExecArgs) -> Result<i32> {
         ops.exec(&args.job, options, &mut Discard).await?
     } else {
         let mut terminal = Terminal;
-        let exec = ops.exec(&args.job, options, &mut terminal);
-        super::waiting::noting(ops, tag.as_deref(), exec).await?
+        let (mut sink, started) = super::waiting::Starts::new(&mut terminal);
+        let exec = ops.exec(&args.job, options, &mut sink);
+        super::waiting::noting(ops, tag.as_deref(), Some(&started), exec).await?
     };
     if args.json {
         print_json(&result);

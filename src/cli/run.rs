@@ -42,8 +42,9 @@ pub async fn run(ops: &impl Operations, args: RunArgs) -> Result<i32> {
         ops.run(request, options, args.keep, &mut Discard).await?
     } else {
         let mut terminal = Terminal;
-        let run = ops.run(request, options, args.keep, &mut terminal);
-        super::waiting::noting(ops, tag.as_deref(), run).await?
+        let (mut sink, started) = super::waiting::Starts::new(&mut terminal);
+        let run = ops.run(request, options, args.keep, &mut sink);
+        super::waiting::noting(ops, tag.as_deref(), Some(&started), run).await?
     };
     if let Some(warning) = warning {
         eprintln!("warning: {warning}");

@@ -9,9 +9,12 @@
 //! works the same with and without a daemon, and the request's answer is not touched.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::ops::Operations;
+use crate::output::{OutputSink, StreamKind};
 
 /// How often the view is read while a request runs.
 const LOOK: Duration = Duration::from_millis(250);
@@ -23,10 +26,12 @@ pub fn tag(json: bool) -> Option<String> {
 }
 
 /// Runs `work` (a request tagged `tag`); meanwhile prints its place in its queue on stderr
-/// whenever the place or the reason changes. Without a tag, just runs it.
+/// whenever the place or the reason changes. Without a tag, just runs it. Once `past` is
+/// set (an exec started: it waits no more), it stops looking.
 pub async fn noting<T>(
     ops: &impl Operations,
     tag: Option<&str>,
+    past: Option<&AtomicBool>,
     work: impl Future<Output = T>,
 ) -> T {
     let Some(tag) = tag else {
@@ -38,6 +43,9 @@ pub async fn noting<T>(
         tokio::select! {
             out = &mut work => return out,
             () = tokio::time::sleep(LOOK) => {}
+        }
+        if past.is_some_and(|past| past.load(Ordering::Relaxed)) {
+            return work.await;
         }
         // A daemon too old to have the view: the request just runs.
         let Ok(view) = ops.admission().await else {
@@ -52,5 +60,34 @@ pub async fn noting<T>(
             eprintln!("paddock: {}", waiter.line());
             shown = Some(now);
         }
+    }
+}
+
+/// An exec's output sink that also tells when the exec started (got its id): past any wait
+/// for an exec slot.
+pub struct Starts<'a> {
+    inner: &'a mut dyn OutputSink,
+    started: Arc<AtomicBool>,
+}
+
+impl<'a> Starts<'a> {
+    pub fn new(inner: &'a mut dyn OutputSink) -> (Starts<'a>, Arc<AtomicBool>) {
+        let started = Arc::new(AtomicBool::new(false));
+        let sink = Starts {
+            inner,
+            started: started.clone(),
+        };
+        (sink, started)
+    }
+}
+
+impl OutputSink for Starts<'_> {
+    fn write(&mut self, stream: StreamKind, bytes: &[u8]) {
+        self.inner.write(stream, bytes);
+    }
+
+    fn started(&mut self, exec: &str) {
+        self.started.store(true, Ordering::Relaxed);
+        self.inner.started(exec);
     }
 }
