@@ -64,7 +64,7 @@ pub enum AdmissionError {
         budget: String,
     },
     #[error(
-        "gave up waiting for room for {what} of job `{job}` after {waited} (admission.max_wait): {reason}"
+        "the {what} of job `{job}` gave up waiting for room after {waited} (admission.max_wait): {reason}"
     )]
     WaitedTooLong {
         job: JobId,

@@ -274,7 +274,7 @@ fn reserves_past_the_budget_and_execs_past_the_slots_queue_or_are_refused() {
     assert_eq!(waited.status.code(), Some(10), "{waited:?}");
     let said = String::from_utf8_lossy(&waited.stderr);
     assert!(
-        said.contains("gave up waiting for room for create of job `r3` after 3s"),
+        said.contains("the create of job `r3` gave up waiting for room after 3s"),
         "{said}"
     );
     assert!(
@@ -349,7 +349,7 @@ fn reserves_past_the_budget_and_execs_past_the_slots_queue_or_are_refused() {
     let gave_up = home.run(&["exec", "r1", "--", "true"]);
     let said = String::from_utf8_lossy(&gave_up.stderr);
     assert!(
-        said.contains("gave up waiting for room for exec of job `r1` after 1s (admission.max_wait): 1 of 1 exec slots busy"),
+        said.contains("the exec of job `r1` gave up waiting for room after 1s (admission.max_wait): 1 of 1 exec slots busy"),
         "{said}"
     );
     let tickets = std::fs::read_dir(home.root().join("exec-queue"))
