@@ -278,7 +278,9 @@ impl Error {
             Error::FileIo { .. } => K::Internal,
             Error::Network { .. } | Error::Port { .. } => K::InvalidInput,
             Error::Daemon { kind, .. } => *kind,
-            Error::Admission(AdmissionError::NoRoom { .. }) => K::QueueFull,
+            Error::Admission(
+                AdmissionError::NoRoom { .. } | AdmissionError::WaitedTooLong { .. },
+            ) => K::QueueFull,
             Error::Admission(AdmissionError::TooBig { .. }) => K::InvalidInput,
             Error::Admission(AdmissionError::Store(_)) => K::Internal,
             Error::Cancelled { .. } | Error::Admitted { .. } => K::Conflict,
@@ -375,10 +377,13 @@ impl Error {
                 "install git 2.38 or newer first on PATH (`paddock doctor` shows the git in use)"
             }
             Error::Admission(AdmissionError::NoRoom { .. }) => {
-                "retry later, or wait in the queue (without --no-wait); `admission:` in the user config sets the budget"
+                "retry later, or wait in the queue (without --no-wait); `admission:` in the user config sets the budget (`paddock doctor` shows what holds it)"
+            }
+            Error::Admission(AdmissionError::WaitedTooLong { .. }) => {
+                "remove jobs you no longer need (`paddock ls`), or raise `admission.max_wait` or the budget in the user config (`paddock doctor` shows what holds it)"
             }
             Error::Admission(AdmissionError::TooBig { .. }) => {
-                "ask for less memory or fewer CPUs, or raise `admission:` in the user config"
+                "ask for a smaller reserve (`--reserve-cpus`, `--reserve-memory`, `reserve:` of the profile), or raise `admission:` in the user config"
             }
             Error::Cache(CacheError::Io { .. }) | Error::Copy(CopyError::Io { .. }) => return None,
             Error::Copy(_) => {

@@ -232,6 +232,11 @@ pub struct JobRecord {
     pub profile: String,
     pub runtime: RuntimeKind,
     pub limits: Limits,
+    /// What the job holds of the host budget while it exists (`reserve` of its profile).
+    /// Records made before reserves have none and hold the default one (see
+    /// [`JobRecord::reserve`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<crate::config::Reserve>,
     pub container_id: Option<String>,
     /// The name of the job's container, carrying the install's tag
     /// (`paddock-<install>-<job>`); its network and egress sidecar are named after it. `None`
@@ -312,6 +317,14 @@ pub enum PoolStart {
 }
 
 impl JobRecord {
+    /// What the job holds of the host budget: its recorded reserve, or (a record made
+    /// before reserves) the default one within its limits.
+    pub fn reserve(&self) -> crate::config::Reserve {
+        self.reserve.unwrap_or_else(|| {
+            crate::config::Reserve::DEFAULT.within(self.limits.cpus, self.limits.memory)
+        })
+    }
+
     /// The pool slot whose container and mounts the job holds, if it started warm.
     pub fn pool_slot(&self) -> Option<&str> {
         match &self.pool {
@@ -435,6 +448,42 @@ impl JobRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A record written before reserves (schema 2, no `reserve`) loads, and holds the
+    /// default reserve within its limits.
+    #[test]
+    fn a_record_without_a_reserve_holds_the_default_one_within_its_limits() {
+        let mut record = serde_json::json!({
+            "schema": 2, "id": "old", "repo": "/r", "git_common_dir": "/r/.git",
+            "git_dir": "/h/jobs/old/git", "repo_key": "r-1", "branch": "agent/a/old",
+            "branch_created": true, "base": "HEAD", "base_commit": "0".repeat(40),
+            "worktree": "/h/worktrees/r-1/old", "agent": "a", "task": null,
+            "profile": "default", "runtime": "process",
+            "limits": {
+                "image": "paddock-agent:latest", "memory": "2g", "cpus": "2", "pids": 512,
+                "network": "none", "timeout": "10m", "kill_policy": "graceful",
+                "grace": "5s", "workspace_dir": "/workspace", "uid": 1000, "env": {}
+            },
+            "container_id": null, "state": "ready",
+            "created_at": "2026-01-01T00:00:00Z", "last_activity_at": "2026-01-01T00:00:00Z",
+            "finished_at": null, "exit_code": null, "oom_killed": false
+        });
+        let old: JobRecord = serde_json::from_value(record.clone()).expect("an old record loads");
+        assert_eq!(old.reserve, None);
+        assert_eq!(old.reserve(), crate::config::Reserve::DEFAULT);
+        record["limits"]["memory"] = "128m".into();
+        record["limits"]["cpus"] = "0.05".into();
+        let small: JobRecord = serde_json::from_value(record).expect("loads");
+        assert_eq!(
+            small.reserve(),
+            crate::config::Reserve {
+                cpus: Cpus(0.05),
+                memory: ByteSize(128 << 20),
+            }
+        );
+        // Written back, a record without a reserve stays without one.
+        assert!(serde_json::to_value(&old).unwrap().get("reserve").is_none());
+    }
 
     #[test]
     fn ids_are_validated() {

@@ -14,9 +14,9 @@ use crate::Paddock;
 use crate::error::Result;
 use crate::output::OutputSink;
 use crate::wire::{
-    ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event, EventQuery,
-    ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobView, MergeReport,
-    MergeRequest, NetworkChange, RemoveOptions, RemoveReport, RunReport,
+    AdmissionView, ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
+    EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobView,
+    MergeReport, MergeRequest, NetworkChange, RemoveOptions, RemoveReport, RunReport,
 };
 
 /// paddock's job operations (see the module docs).
@@ -26,6 +26,9 @@ pub trait Operations {
         &self,
         request: CreateRequest,
     ) -> impl Future<Output = Result<(JobView, Option<String>)>>;
+
+    /// The host budget, what holds it (jobs' reserves, busy exec slots) and who waits.
+    fn admission(&self) -> impl Future<Output = Result<AdmissionView>>;
 
     /// All jobs, or those of one repository.
     fn list(&self, repo: Option<&Path>) -> impl Future<Output = Result<Vec<JobView>>>;
@@ -152,6 +155,10 @@ impl Operations for Paddock {
     async fn create(&self, request: CreateRequest) -> Result<(JobView, Option<String>)> {
         let created = Paddock::create(self, request).await?;
         Ok((self.view_of(&created.record), created.warning))
+    }
+
+    async fn admission(&self) -> Result<AdmissionView> {
+        self.admission_view()
     }
 
     async fn list(&self, repo: Option<&Path>) -> Result<Vec<JobView>> {

@@ -13,7 +13,9 @@ use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BranchPolicy, CheckoutMode, NetworkMode, ProfileLayer, RuntimeChoice};
+use crate::config::{
+    BranchPolicy, CheckoutMode, NetworkMode, ProfileLayer, Reserve, ReserveLayer, RuntimeChoice,
+};
 pub use crate::disk::DiskUsage;
 use crate::egress::AllowEntry;
 pub use crate::git::ChangeSummary;
@@ -29,12 +31,20 @@ pub use merges::{
 };
 
 mod files;
+mod labels;
 mod merges;
 mod pool;
+pub use crate::admission::{AdmissionView, Budget, Held, HostCapacity, WaitKind, Waiter};
 pub use crate::git::sync::WorkState;
 pub use crate::git::{CommitInfo, FileChange};
 pub use crate::runtime::exec::ExecResult;
+pub use labels::Label;
+use labels::label_map;
 pub use pool::{PoolChange, PoolSlotView};
+
+/// The request header of `POST /v1/jobs` and `POST /v1/jobs/{id}/exec` that carries the
+/// caller's waiter tag ([`CreateRequest::waiter`], [`ExecOptions::waiter`]).
+pub const WAITER_HEADER: &str = "x-paddock-waiter";
 
 /// The inputs of `create`: `paddock create` flags, the body of `POST /v1/jobs`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, clap::Args, JsonSchema)]
@@ -99,6 +109,18 @@ pub struct CreateRequest {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub cpus: Option<Cpus>,
+    /// CPUs the job holds of the host budget while it exists, e.g. 0.25 (default: the
+    /// profile's `reserve.cpus`; at most `--cpus`). A reserve, not a cap.
+    #[arg(long, value_name = "CPUS")]
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub reserve_cpus: Option<Cpus>,
+    /// Memory the job holds of the host budget while it exists, e.g. 512m (default: the
+    /// profile's `reserve.memory`; at most `--memory`). A reserve, not a cap.
+    #[arg(long, value_name = "SIZE")]
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub reserve_memory: Option<ByteSize>,
     /// Process count limit.
     #[arg(long)]
     #[serde(default)]
@@ -136,73 +158,13 @@ pub struct CreateRequest {
     #[arg(long)]
     #[serde(default)]
     pub no_wait: bool,
-}
-
-/// One `KEY=VALUE` label of a job. Keys are short words (letters, digits, `.`, `_`, `-`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Label {
-    pub key: String,
-    pub value: String,
-}
-
-impl std::str::FromStr for Label {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Label, String> {
-        let (key, value) = text
-            .split_once('=')
-            .ok_or_else(|| format!("invalid label `{text}`: expected KEY=VALUE"))?;
-        Label::new(key, value)
-    }
-}
-
-impl Label {
-    pub fn new(key: &str, value: &str) -> Result<Label, String> {
-        let key_ok = !key.is_empty()
-            && key.len() <= 63
-            && key
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-        if !key_ok {
-            return Err(format!(
-                "invalid label key `{key}`: use up to 63 letters, digits, `.`, `_` or `-`"
-            ));
-        }
-        if value.len() > 256 || value.chars().any(char::is_control) {
-            return Err(format!(
-                "invalid value of label `{key}`: at most 256 printable characters"
-            ));
-        }
-        Ok(Label {
-            key: key.to_string(),
-            value: value.to_string(),
-        })
-    }
-}
-
-/// Labels are a JSON object (`{"ticket": "FR-7"}`) on the wire, repeatable flags on the
-/// command line.
-mod label_map {
-    use std::collections::BTreeMap;
-
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    use super::Label;
-
-    pub fn serialize<S: Serializer>(labels: &[Label], serializer: S) -> Result<S::Ok, S::Error> {
-        labels
-            .iter()
-            .map(|l| (l.key.as_str(), l.value.as_str()))
-            .collect::<BTreeMap<_, _>>()
-            .serialize(serializer)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Label>, D::Error> {
-        BTreeMap::<String, String>::deserialize(deserializer)?
-            .iter()
-            .map(|(key, value)| Label::new(key, value).map_err(serde::de::Error::custom))
-            .collect()
-    }
+    /// A tag the caller finds its place in the queue by (`AdmissionView::waiting`): the
+    /// CLI's, to say on a terminal that it waits. Not in the body (the daemon takes it from
+    /// the `X-Paddock-Waiter` header), so it never changes what an idempotency key names.
+    #[arg(skip)]
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub waiter: Option<String>,
 }
 
 impl CreateRequest {
@@ -215,6 +177,12 @@ impl CreateRequest {
             memory: self.memory,
             disk: self.disk,
             cpus: self.cpus,
+            reserve: (self.reserve_cpus.is_some() || self.reserve_memory.is_some()).then_some(
+                ReserveLayer {
+                    cpus: self.reserve_cpus,
+                    memory: self.reserve_memory,
+                },
+            ),
             pids: self.pids,
             // `--allow` alone means allowlist.
             network: self
@@ -287,12 +255,17 @@ pub struct ExecOptions {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub workdir: Option<String>,
-    /// Fail at once instead of waiting when `admission.max_running_execs` execs run.
+    /// Fail at once instead of waiting when every exec slot is busy
+    /// (`admission.max_running_execs`).
     #[serde(default)]
     pub no_wait: bool,
     /// Per-stream cap on the output kept in the result (default 1 MiB); not on the wire.
     #[serde(skip)]
     pub output_cap: Option<usize>,
+    /// The caller's tag for its place in the exec queue (see `CreateRequest::waiter`); the
+    /// daemon takes it from the `X-Paddock-Waiter` header.
+    #[serde(skip)]
+    pub waiter: Option<String>,
 }
 
 /// The inputs of `rm` beyond the job id.
@@ -364,6 +337,9 @@ pub struct JobView {
     pub exit_code: Option<i64>,
     pub oom_killed: bool,
     pub limits: Limits,
+    /// What the job holds of the host budget while it exists (its limits are caps).
+    #[serde(default)]
+    pub reserve: Reserve,
     pub caches: Vec<crate::cache::JobCache>,
     /// Why the last sync into the user's repository failed (null when it worked).
     pub sync_error: Option<String>,
@@ -420,6 +396,7 @@ impl From<&JobRecord> for JobView {
             exit_code: record.exit_code,
             oom_killed: record.oom_killed,
             limits: record.limits.clone(),
+            reserve: record.reserve(),
             caches: record.caches.clone(),
             sync_error: record.sync_error.clone(),
             labels: record.labels.clone(),

@@ -1,19 +1,24 @@
-//! Admission: a host-aware budget and one FIFO queue that every paddock process of an install
-//! shares (the CLI without a daemon, the daemon, library users), so none of them can start
-//! more jobs than the host holds and none double-books what another admitted.
+//! Admission: a host-aware budget and two FIFO queues that every paddock process of an
+//! install shares (the CLI without a daemon, the daemon, library users), so none of them can
+//! start more than the host holds and none double-books what another admitted.
 //!
-//! A job holds its share of the budget (its memory limit and CPUs) from the moment it is
-//! admitted until it is removed; a running exec holds an exec slot while it runs. What is held
-//! is read from the records themselves (every state but `queued` and `removed`) and from the
-//! exec slot files, never from a counter that a crash could leave wrong.
+//! Two things are bounded, because agents use a host in two ways: a job *exists* for hours
+//! (its sandbox mostly idle while the agent waits on its model), and now and then it *runs*
+//! a command. A job holds its reserve (a small share, `reserve` of its profile; its limits
+//! are caps, not reservations) from the moment it is admitted until it is removed; a running
+//! exec holds one of a few exec slots (derived from the host's cores) while it runs. What is
+//! held is read from the records themselves (every state but `queued` and `removed`) and
+//! from the exec slot files, never from a counter that a crash could leave wrong.
 //!
-//! A create that does not fit, or that finds others waiting, gets a ticket: a file
-//! `queue/<seq>.json` whose number orders the queue, written under `locks/admission.lock`
-//! together with the job's `queued` record (execs wait for a slot without a ticket). Every decision (grant,
-//! enqueue, drop) is made under that lock, so two processes never admit against the same free
-//! room. A ticket whose owner process is gone no longer holds its place: the next process that
-//! looks drops it (and its queued record), unless it is adoptable (made by a daemon), in which
-//! case a restarted daemon takes it over with its number, so the order survives the restart.
+//! A request that does not fit, or that finds others waiting, gets a ticket in its lane's
+//! queue: a file `queue/<seq>.json` for a create (written under `locks/admission.lock`
+//! together with the job's `queued` record), `exec-queue/<seq>.json` for an exec. The number
+//! orders the queue. Every decision (grant, enqueue, drop) is made under that lock, so two
+//! processes never admit against the same free room. A ticket whose owner process is gone no
+//! longer holds its place: the next process that looks drops it (a create's with its queued
+//! record), unless it is an adoptable create (made by a daemon), which a restarted daemon
+//! takes over with its number, so the order survives the restart. Every wait ends by
+//! `max_wait`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,11 +27,15 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 mod budget;
+mod ledger;
+mod view;
 
 pub use crate::config::AdmissionSettings;
 use crate::job::{JobId, JobRecord, ProcessId};
 use crate::store::{FileLock, PaddockHome, StoreError, io_err};
-pub use budget::{Budget, Demand, Held, HostCapacity, holds_share};
+pub use budget::{Budget, Demand, Held, HostCapacity, cpus, holds_share};
+pub use ledger::{Entry, ExecEntry, Ledger, Turn};
+pub use view::{AdmissionView, WaitKind, Waiter};
 
 /// The ticket layout this build writes and reads.
 const TICKET_SCHEMA: u32 = 1;
@@ -39,13 +48,13 @@ const POLL: Duration = Duration::from_millis(150);
 #[derive(Debug, thiserror::Error)]
 pub enum AdmissionError {
     #[error(
-        "the host budget has no room for job `{job}` now ({needs}; {held} held of {budget}; {waiting} waiting)"
+        "the host budget has no room for job `{job}` now (it needs {needs}; {reason}; {waiting} waiting)"
     )]
     NoRoom {
         job: JobId,
         needs: String,
-        held: String,
-        budget: String,
+        /// Why not, as a waiting request's line says it.
+        reason: String,
         waiting: usize,
     },
     #[error("job `{job}` can never fit the host budget: it needs {needs}, the budget is {budget}")]
@@ -54,11 +63,29 @@ pub enum AdmissionError {
         needs: String,
         budget: String,
     },
+    #[error(
+        "the {what} of job `{job}` gave up waiting for room after {waited} (admission.max_wait): {reason}"
+    )]
+    WaitedTooLong {
+        job: JobId,
+        what: WaitKind,
+        waited: crate::units::HumanDuration,
+        reason: String,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
-/// A place in the queue, persisted as `queue/<seq>.json`.
+/// Which queue a ticket waits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Creates, waiting for room for a job's reserve.
+    Create,
+    /// Execs, waiting for an exec slot.
+    Exec,
+}
+
+/// A place in a queue, persisted as `queue/<seq>.json` or `exec-queue/<seq>.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Ticket {
     pub schema: u32,
@@ -69,36 +96,33 @@ pub struct Ticket {
     /// Made by a daemon: a restarted daemon takes it over instead of dropping it.
     pub adoptable: bool,
     pub queued_at: DateTime<Utc>,
+    /// The caller's tag (`CreateRequest::waiter`), by which it finds its place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiter: Option<String>,
 }
 
 impl Ticket {
     fn is_live(&self) -> bool {
         self.owner.is_some_and(|owner| owner.is_alive())
     }
+
+    /// When its wait ends without room: `max_wait` after it was queued (so an adopted
+    /// create keeps its deadline across a daemon restart).
+    pub fn gives_up_at(&self, budget: &Budget) -> DateTime<Utc> {
+        self.queued_at
+            + chrono::Duration::from_std(budget.max_wait()).unwrap_or(chrono::Duration::MAX)
+    }
 }
 
-/// How a request entered: admitted at once, or queued with a ticket number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Entry {
-    Admitted,
-    Queued { seq: u64, position: usize },
-}
-
-/// The install's queue and budget.
+/// The install's queues and budget.
 #[derive(Debug, Clone)]
 pub struct Admission {
     dir: PathBuf,
+    exec_dir: PathBuf,
     execs_dir: PathBuf,
     lock_path: PathBuf,
     budget: Budget,
     host: HostCapacity,
-}
-
-/// What a decision under the lock sees.
-pub struct Ledger<'a> {
-    admission: &'a Admission,
-    tickets: Vec<Ticket>,
-    held: Held,
 }
 
 impl Admission {
@@ -109,12 +133,14 @@ impl Admission {
     ) -> Result<Admission, StoreError> {
         let budget = Budget::new(settings, host);
         let dir = home.root().join("queue");
+        let exec_dir = home.root().join("exec-queue");
         let execs_dir = home.root().join("execs-running");
-        for d in [&dir, &execs_dir] {
+        for d in [&dir, &exec_dir, &execs_dir] {
             std::fs::create_dir_all(d).map_err(io_err(d))?;
         }
         Ok(Admission {
             dir,
+            exec_dir,
             execs_dir,
             lock_path: home.locks_dir().join("admission.lock"),
             budget,
@@ -130,40 +156,66 @@ impl Admission {
         &self.host
     }
 
-    /// Runs `decide` under the admission lock with the queue and what is held now.
+    /// Runs `decide` under the admission lock with the queues and what is held now.
     /// `records` lists the install's job records (read under the lock, so a grant another
-    /// process just made is counted).
+    /// process just made is counted). Exec tickets whose process is gone are dropped first.
     pub fn with_ledger<T>(
         &self,
         records: impl FnOnce() -> Result<Vec<JobRecord>, StoreError>,
         decide: impl FnOnce(&mut Ledger<'_>) -> T,
     ) -> Result<T, StoreError> {
         let _lock = FileLock::acquire(&self.lock_path, LOCK_WAIT)?;
-        let tickets = self.tickets();
+        let creates = self.tickets(Lane::Create);
+        let mut execs = self.tickets(Lane::Exec);
+        execs.retain(|ticket| {
+            let live = ticket.is_live();
+            if !live {
+                self.remove_ticket(Lane::Exec, ticket.seq);
+            }
+            live
+        });
+        self.drop_dead_slots();
         let records = records()?;
-        let held = Held::of(&records, self.running_execs(), &self.host);
-        let mut ledger = Ledger {
-            admission: self,
-            tickets,
-            held,
-        };
+        let held = Held::of(&records, self.running_execs().len());
+        let mut ledger = Ledger::new(self, creates, execs, held);
         Ok(decide(&mut ledger))
     }
 
-    /// The tickets on disk, in queue order.
-    pub fn tickets(&self) -> Vec<Ticket> {
-        let mut tickets: Vec<Ticket> = read_json_dir(&self.dir);
+    /// What is held and who waits, read without the lock (every file is written whole, so
+    /// a look sees each as it was or as it is): `doctor`, `ls`, and a waiter's own place.
+    pub fn view(&self, records: &[JobRecord]) -> AdmissionView {
+        let held = Held::of(records, self.running_execs().len());
+        AdmissionView::new(
+            self,
+            held,
+            &self.tickets(Lane::Create),
+            &self.tickets(Lane::Exec),
+            self.running_execs(),
+        )
+    }
+
+    fn lane_dir(&self, lane: Lane) -> &Path {
+        match lane {
+            Lane::Create => &self.dir,
+            Lane::Exec => &self.exec_dir,
+        }
+    }
+
+    /// The tickets of `lane` on disk, in queue order.
+    pub fn tickets(&self, lane: Lane) -> Vec<Ticket> {
+        let mut tickets: Vec<Ticket> = read_json_dir(self.lane_dir(lane));
         tickets.sort_by_key(|t| t.seq);
         tickets
     }
 
-    fn ticket_path(&self, seq: u64) -> PathBuf {
-        self.dir.join(format!("{seq:016}.json"))
+    fn ticket_path(&self, lane: Lane, seq: u64) -> PathBuf {
+        self.lane_dir(lane).join(format!("{seq:016}.json"))
     }
 
-    /// Whether a ticket numbered below `seq` exists (file names only: the cheap look).
-    pub fn any_before(&self, seq: u64) -> bool {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+    /// Whether a ticket of `lane` numbered below `seq` exists (file names only: the cheap
+    /// look).
+    pub fn any_before(&self, lane: Lane, seq: u64) -> bool {
+        let Ok(entries) = std::fs::read_dir(self.lane_dir(lane)) else {
             return false;
         };
         entries.flatten().any(|e| {
@@ -175,34 +227,54 @@ impl Admission {
         })
     }
 
-    /// Drops ticket `seq` (granted, cancelled, or its owner gone).
-    pub fn remove_ticket(&self, seq: u64) {
-        let _ = std::fs::remove_file(self.ticket_path(seq));
+    /// Drops ticket `seq` of `lane` (granted, cancelled, given up, or its owner gone).
+    pub fn remove_ticket(&self, lane: Lane, seq: u64) {
+        let _ = std::fs::remove_file(self.ticket_path(lane, seq));
     }
 
-    fn next_seq(&self) -> Result<u64, StoreError> {
-        let path = self.dir.join("next-seq");
+    fn next_seq(&self, lane: Lane) -> Result<u64, StoreError> {
+        let path = self.lane_dir(lane).join("next-seq");
         let last: u64 = std::fs::read_to_string(&path)
             .ok()
             .and_then(|t| t.trim().parse().ok())
             .unwrap_or(0);
         // A lost or damaged counter must not hand out a number a waiting ticket holds.
-        let highest = self.tickets().last().map_or(0, |t| t.seq);
+        let highest = self.tickets(lane).last().map_or(0, |t| t.seq);
         let next = last.max(highest) + 1;
         crate::atomic::write_atomic(&path, next.to_string().as_bytes(), false)
             .map_err(io_err(&path))?;
         Ok(next)
     }
 
-    fn running_execs(&self) -> usize {
+    /// The jobs whose execs hold a slot now (one entry per exec; slots of processes that are
+    /// gone are not counted).
+    fn running_execs(&self) -> Vec<JobId> {
         read_json_dir::<ExecSlotFile>(&self.execs_dir)
-            .iter()
+            .into_iter()
             .filter(|slot| slot.owner.is_alive())
-            .count()
+            .map(|slot| slot.job)
+            .collect()
+    }
+
+    /// Removes the slot files of execs whose process is gone (killed before its guard ran):
+    /// they hold nothing already, this keeps the directory from growing.
+    fn drop_dead_slots(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.execs_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let dead = std::fs::read(entry.path())
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<ExecSlotFile>(&bytes).ok())
+                .is_some_and(|slot| !slot.owner.is_alive());
+            if dead {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// Takes an exec slot (call only with a grant); released when the guard drops.
-    pub fn take_exec_slot(&self, job: &JobId) -> Result<ExecSlot, StoreError> {
+    fn take_exec_slot(&self, job: &JobId) -> Result<ExecSlot, StoreError> {
         let owner = ProcessId::current().ok_or_else(|| StoreError::Io {
             path: PathBuf::from("/proc/self/stat"),
             source: std::io::Error::other("cannot read this process's start time"),
@@ -218,151 +290,13 @@ impl Admission {
         crate::atomic::write_atomic(&path, &text, true).map_err(io_err(&path))?;
         Ok(ExecSlot { path })
     }
-}
 
-impl Ledger<'_> {
-    pub fn held(&self) -> Held {
-        self.held
-    }
-
-    pub fn admission(&self) -> &Admission {
-        self.admission
-    }
-
-    /// An exec: whether a slot is free now; with `no_wait`, a refusal when not.
-    pub fn exec_fits(&self, job: &JobId, no_wait: bool) -> Result<bool, AdmissionError> {
-        if !Held::default().fits(&Demand::Exec, &self.admission.budget) {
-            return Err(AdmissionError::TooBig {
-                job: job.clone(),
-                needs: Demand::Exec.describe(),
-                budget: format!(
-                    "max_running_execs: {}",
-                    self.admission.budget.max_running_execs.unwrap_or(0)
-                ),
-            });
-        }
-        let fits = self.held.fits(&Demand::Exec, &self.admission.budget);
-        if !fits && no_wait {
-            return Err(self.no_room(job, &Demand::Exec, 0));
-        }
-        Ok(fits)
-    }
-
-    fn no_room(&self, job: &JobId, demand: &Demand, waiting: usize) -> AdmissionError {
-        AdmissionError::NoRoom {
-            job: job.clone(),
-            needs: demand.describe(),
-            held: self.held.describe(demand),
-            budget: self.admission.budget.describe(),
-            waiting,
-        }
-    }
-
-    /// Live tickets ahead of `seq` (all of them for a new request). Only creates hold
-    /// tickets; execs wait for a slot without one.
-    fn ahead(&self, seq: Option<u64>) -> usize {
-        self.tickets
-            .iter()
-            .filter(|t| t.is_live())
-            .filter(|t| seq.is_none_or(|seq| t.seq < seq))
-            .count()
-    }
-
-    /// Tickets whose owner is gone and that no daemon will adopt: the caller drops them and
-    /// their queued records.
-    pub fn abandoned(&self) -> Vec<Ticket> {
-        self.tickets
-            .iter()
-            .filter(|t| !t.is_live() && !t.adoptable)
-            .cloned()
-            .collect()
-    }
-
-    /// Tickets a restarted daemon takes over: adoptable ones whose owner is gone.
-    pub fn orphaned_adoptable(&self) -> Vec<Ticket> {
-        self.tickets
-            .iter()
-            .filter(|t| !t.is_live() && t.adoptable)
-            .cloned()
-            .collect()
-    }
-
-    /// Rewrites `ticket` with this process as its owner (same number, same place).
-    pub fn adopt(&mut self, ticket: &Ticket) -> Result<Ticket, StoreError> {
-        let mut adopted = ticket.clone();
-        adopted.owner = ProcessId::current();
-        self.write_ticket(&adopted, false)?;
-        Ok(adopted)
-    }
-
-    /// Writes `ticket`; a `new` one refuses to replace a ticket that holds its number.
-    fn write_ticket(&self, ticket: &Ticket, new: bool) -> Result<(), StoreError> {
-        let path = self.admission.ticket_path(ticket.seq);
+    /// Writes `ticket` into `lane`; a `new` one refuses to replace a ticket that holds its
+    /// number.
+    fn write_ticket(&self, lane: Lane, ticket: &Ticket, new: bool) -> Result<(), StoreError> {
+        let path = self.ticket_path(lane, ticket.seq);
         let text = serde_json::to_vec_pretty(ticket).expect("a ticket serializes");
         crate::atomic::write_atomic(&path, &text, new).map_err(io_err(&path))
-    }
-
-    /// A new create: admitted when nobody waits and it fits, else (unless
-    /// `no_wait`) queued with a new ticket. Refused when it could never fit.
-    pub fn enter(
-        &mut self,
-        job: &JobId,
-        demand: Demand,
-        no_wait: bool,
-        adoptable: bool,
-    ) -> Result<Entry, AdmissionError> {
-        let budget = self.admission.budget;
-        if !Held::default().fits(&demand, &budget) {
-            return Err(AdmissionError::TooBig {
-                job: job.clone(),
-                needs: demand.describe(),
-                budget: budget.describe(),
-            });
-        }
-        let waiting = self.ahead(None);
-        if waiting == 0 && self.held.fits(&demand, &budget) {
-            return Ok(Entry::Admitted);
-        }
-        if no_wait {
-            return Err(self.no_room(job, &demand, waiting));
-        }
-        let ticket = Ticket {
-            schema: TICKET_SCHEMA,
-            seq: self.admission.next_seq()?,
-            job: job.clone(),
-            demand,
-            owner: ProcessId::current(),
-            adoptable,
-            queued_at: Utc::now(),
-        };
-        self.write_ticket(&ticket, true)?;
-        Ok(Entry::Queued {
-            seq: ticket.seq,
-            position: waiting + 1,
-        })
-    }
-
-    /// Whether ticket `seq` may go now: first among live tickets, and it fits.
-    /// `None` when the ticket is gone (cancelled by someone else).
-    pub fn may_go(&self, seq: u64) -> Option<bool> {
-        let ticket = self.tickets.iter().find(|t| t.seq == seq)?;
-        Some(self.ahead(Some(seq)) == 0 && self.held.fits(&ticket.demand, &self.admission.budget))
-    }
-
-    /// Whether ticket `seq` exists.
-    pub fn has_ticket(&self, seq: u64) -> bool {
-        self.tickets.iter().any(|t| t.seq == seq)
-    }
-
-    /// 1-based places of the live tickets, by job (for `ls` and `show`).
-    pub fn positions(&self) -> Vec<(JobId, usize)> {
-        // The same tickets `ahead` counts, so a position is the number of places to go.
-        self.tickets
-            .iter()
-            .filter(|t| t.is_live())
-            .zip(1..)
-            .map(|(t, place)| (t.job.clone(), place))
-            .collect()
     }
 }
 
@@ -402,4 +336,77 @@ fn read_json_dir<T: serde::de::DeserializeOwned>(dir: &Path) -> Vec<T> {
 /// The pause between two looks at the queue.
 pub fn poll_interval() -> Duration {
     POLL
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Exec slots and exec tickets of processes that are gone hold nothing and are removed
+    /// at the next decision; a live exec's slot holds one of the slots.
+    #[test]
+    fn slots_and_exec_tickets_of_dead_processes_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = PaddockHome::open_at(dir.path()).unwrap();
+        let settings = AdmissionSettings {
+            max_running_execs: Some(1),
+            ..AdmissionSettings::default()
+        };
+        let host = HostCapacity {
+            cores: 2,
+            memory: 8 << 30,
+        };
+        let admission = Admission::open(&home, &settings, host).unwrap();
+        let me = ProcessId::current().unwrap();
+        let gone = ProcessId {
+            start: me.start + 1,
+            ..me
+        };
+        let job = JobId::parse("j").unwrap();
+        let dead = ExecSlotFile {
+            job: job.clone(),
+            owner: gone,
+        };
+        let dead_path = admission.execs_dir.join("j.dead.json");
+        std::fs::write(&dead_path, serde_json::to_vec(&dead).unwrap()).unwrap();
+        let ticket = Ticket {
+            schema: TICKET_SCHEMA,
+            seq: 1,
+            job: job.clone(),
+            demand: Demand::Exec,
+            owner: Some(gone),
+            adoptable: false,
+            queued_at: Utc::now(),
+            waiter: None,
+        };
+        admission.write_ticket(Lane::Exec, &ticket, true).unwrap();
+        let slot = admission
+            .with_ledger(
+                || Ok(Vec::new()),
+                |ledger| {
+                    assert_eq!(ledger.held().execs, 0, "a dead exec holds no slot");
+                    ledger.enter_exec(&job, true, None)
+                },
+            )
+            .unwrap()
+            .expect("the one slot is free");
+        assert!(matches!(slot, ExecEntry::Slot(_)));
+        assert!(!dead_path.exists(), "the dead slot's file went");
+        assert!(
+            admission.tickets(Lane::Exec).is_empty(),
+            "the dead ticket went"
+        );
+        let full = admission
+            .with_ledger(
+                || Ok(Vec::new()),
+                |ledger| ledger.enter_exec(&job, true, None),
+            )
+            .unwrap();
+        assert!(
+            matches!(full, Err(AdmissionError::NoRoom { .. })),
+            "{full:?}"
+        );
+        drop(slot);
+        assert_eq!(admission.view(&[]).held.execs, 0, "a dropped slot frees it");
+    }
 }

@@ -211,6 +211,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/metrics", get(metrics))
         .route("/v1/jobs", post(create_job).get(list_jobs))
+        .route("/v1/admission", get(admission))
         .route("/v1/jobs/{id}", get(show_job).delete(remove_job))
         .route("/v1/jobs/{id}/exec", post(streams::exec_job))
         .route("/v1/jobs/{id}/execs", get(streams::list_execs))
@@ -243,13 +244,16 @@ pub fn router(state: ApiState) -> Router {
 
 async fn create_job(
     State(state): State<ApiState>,
-    ApiJson(request): ApiJson<CreateRequest>,
+    headers: axum::http::HeaderMap,
+    ApiJson(mut request): ApiJson<CreateRequest>,
 ) -> ApiResult<Response> {
     let started = Instant::now();
-    // No deadline: a create may wait in the admission queue for as long as jobs hold the
-    // budget. It runs in its own task: a client that gives up while it is queued gives up
-    // its place (the sender below is dropped with this handler); once admitted, the job is
-    // built to the end, never left half made by a closed connection.
+    request.waiter = waiter_tag(&headers);
+    // No deadline here: a create may wait in the admission queue for up to
+    // `admission.max_wait`, which the engine keeps. It runs in its own task: a client that
+    // gives up while it is queued gives up its place (the sender below is dropped with this
+    // handler); once admitted, the job is built to the end, never left half made by a closed
+    // connection.
     let (_client, gone) = tokio::sync::watch::channel(());
     let paddock = state.paddock.clone();
     let created = tokio::spawn(async move { paddock.create_for(request, Some(gone)).await })
@@ -267,6 +271,21 @@ async fn create_job(
         body["warning"] = json!(warning);
     }
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+/// The caller's tag for its place in a queue (`X-Paddock-Waiter`), when it is a short word.
+pub(super) fn waiter_tag(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .get(crate::wire::WAITER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|tag| !tag.is_empty() && tag.len() <= 64)
+        .filter(|tag| tag.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+        .map(str::to_string)
+}
+
+/// The budget, what holds it and who waits (a few small files: no deadline needed).
+async fn admission(State(state): State<ApiState>) -> ApiResult<Response> {
+    Ok(axum::Json(state.paddock.admission_view()?).into_response())
 }
 
 #[derive(Deserialize)]

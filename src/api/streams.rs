@@ -74,15 +74,22 @@ pub(super) async fn exec_job(
     State(state): State<ApiState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    ApiJson(options): ApiJson<ExecOptions>,
+    ApiJson(mut options): ApiJson<ExecOptions>,
 ) -> ApiResult<Response> {
+    options.waiter = super::waiter_tag(&headers);
     if options.cmd.is_empty() {
         return Err(ApiError::bad_request("`cmd` must name a program"));
     }
     let record = state.paddock.load(&id).map_err(ApiError::from)?;
+    // The exec may first wait for an exec slot, for up to `admission.max_wait`.
+    let slot_wait = state
+        .paddock
+        .admission()
+        .map_or(Duration::ZERO, |admission| admission.budget().max_wait());
     let deadline = options.timeout.map_or(record.limits.timeout.0, |t| t.0)
         + record.limits.grace.0
-        + EXEC_MARGIN;
+        + EXEC_MARGIN
+        + slot_wait;
     let streaming = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

@@ -16,8 +16,11 @@ pub struct CreateArgs {
     pub json: bool,
 }
 
-pub async fn run(ops: &impl Operations, args: CreateArgs) -> Result<i32> {
-    let (view, warning) = ops.create(args.request).await?;
+pub async fn run(ops: &impl Operations, mut args: CreateArgs) -> Result<i32> {
+    let tag = super::waiting::tag(args.json);
+    args.request.waiter.clone_from(&tag);
+    let (view, warning) =
+        super::waiting::noting(ops, tag.as_deref(), None, ops.create(args.request)).await?;
     if let Some(warning) = &warning {
         eprintln!("warning: {warning}");
     }
@@ -36,8 +39,11 @@ pub async fn run_keyed(paddock: &crate::Paddock, key: &str, args: CreateArgs) ->
     let store = IdempotencyStore::open(paddock.home())?;
     // The daemon's operation and body: one key, one job, with or without a daemon.
     let body = crate::client::create_body(args.request);
-    let request: crate::wire::CreateRequest =
+    let mut request: crate::wire::CreateRequest =
         serde_json::from_value(body.clone()).expect("a create body reads back");
+    // The tag is not in the body (so not in what the key names).
+    let tag = super::waiting::tag(args.json);
+    request.waiter.clone_from(&tag);
     match store.claim(key, "POST /v1/jobs", body.to_string().as_bytes())? {
         Claim::Replay { answer, .. } => {
             let view: crate::wire::JobView =
@@ -58,7 +64,9 @@ pub async fn run_keyed(paddock: &crate::Paddock, key: &str, args: CreateArgs) ->
             Ok(exit::INVALID_INPUT)
         }
         Claim::Fresh(pending) => {
-            let (view, warning) = crate::ops::Operations::create(paddock, request).await?;
+            let create = crate::ops::Operations::create(paddock, request);
+            let (view, warning) =
+                super::waiting::noting(paddock, tag.as_deref(), None, create).await?;
             if let Some(warning) = &warning {
                 eprintln!("warning: {warning}");
             }

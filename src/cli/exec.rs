@@ -21,7 +21,8 @@ pub struct ExecArgs {
     /// Print the ExecResult as JSON instead of streaming output.
     #[arg(long)]
     json: bool,
-    /// Fail at once (exit 10) instead of waiting when the budget's running execs are taken.
+    /// Fail at once instead of waiting when every exec slot is busy
+    /// (`admission.max_running_execs`); like every error of paddock's own, exit 125.
     #[arg(long)]
     no_wait: bool,
     /// The command and its arguments.
@@ -61,14 +62,17 @@ impl ExecFlags {
             workdir: self.workdir.clone(),
             no_wait: false,
             output_cap: None,
+            waiter: None,
         })
     }
 }
 
 pub async fn run(ops: &impl Operations, args: ExecArgs) -> Result<i32> {
+    let tag = super::waiting::tag(args.json);
     let options = match args.exec.options(args.cmd, args.timeout) {
         Ok(options) => ExecOptions {
             no_wait: args.no_wait,
+            waiter: tag.clone(),
             ..options
         },
         Err(message) => {
@@ -79,7 +83,10 @@ pub async fn run(ops: &impl Operations, args: ExecArgs) -> Result<i32> {
     let result = if args.json {
         ops.exec(&args.job, options, &mut Discard).await?
     } else {
-        ops.exec(&args.job, options, &mut Terminal).await?
+        let mut terminal = Terminal;
+        let (mut sink, started) = super::waiting::Starts::new(&mut terminal);
+        let exec = ops.exec(&args.job, options, &mut sink);
+        super::waiting::noting(ops, tag.as_deref(), Some(&started), exec).await?
     };
     if args.json {
         print_json(&result);

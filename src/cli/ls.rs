@@ -1,4 +1,5 @@
-//! `paddock ls`: the jobs, as a table or JSON.
+//! `paddock ls`: the jobs, as a table or JSON; under the table, the host budget and what
+//! holds it (`paddock doctor` and `GET /v1/admission` have it too).
 
 use std::path::PathBuf;
 
@@ -24,6 +25,11 @@ pub async fn run(ops: &impl Operations, args: LsArgs) -> Result<i32> {
         print_json(&views);
     } else {
         print_job_table(&views);
+        // The budget under the table, on stderr: paddock's words, not rows for scripts.
+        if let Ok(view) = ops.admission().await {
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            eprintln!("budget: {}", view.summary());
+        }
     }
     Ok(exit::OK)
 }

@@ -45,6 +45,7 @@ mod shell;
 mod show;
 mod stop;
 mod sweep;
+mod waiting;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -152,6 +152,15 @@ pub fn print_details(details: &JobDetails) {
     println!("profile   {}", v.profile);
     println!("runtime   {}", details.isolation);
     let limits = &v.limits;
+    let memory_cap = if limits.memory.0 == 0 {
+        "no memory cap".to_string()
+    } else {
+        format!("{} memory", limits.memory)
+    };
+    println!(
+        "limits    {} CPUs, {memory_cap}; reserves {} CPUs, {} of the host budget",
+        limits.cpus, v.reserve.cpus, v.reserve.memory
+    );
     if limits.network == crate::config::NetworkMode::Allowlist {
         let allow: Vec<String> = limits.allow.iter().map(ToString::to_string).collect();
         let allow = if allow.is_empty() {

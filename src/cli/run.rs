@@ -24,9 +24,15 @@ pub struct RunArgs {
 }
 
 pub async fn run(ops: &impl Operations, args: RunArgs) -> Result<i32> {
-    let CreateArgs { request, json } = *args.create;
+    let CreateArgs { mut request, json } = *args.create;
+    // One tag for both waits (the create's, then the exec's): only one waits at a time.
+    let tag = super::waiting::tag(json);
+    request.waiter.clone_from(&tag);
     let options = match args.exec.options(args.cmd, request.timeout) {
-        Ok(options) => options,
+        Ok(options) => crate::wire::ExecOptions {
+            waiter: tag.clone(),
+            ..options
+        },
         Err(message) => {
             eprintln!("error: {message}");
             return Ok(exit::USAGE);
@@ -35,7 +41,10 @@ pub async fn run(ops: &impl Operations, args: RunArgs) -> Result<i32> {
     let (report, warning) = if json {
         ops.run(request, options, args.keep, &mut Discard).await?
     } else {
-        ops.run(request, options, args.keep, &mut Terminal).await?
+        let mut terminal = Terminal;
+        let (mut sink, started) = super::waiting::Starts::new(&mut terminal);
+        let run = ops.run(request, options, args.keep, &mut sink);
+        super::waiting::noting(ops, tag.as_deref(), Some(&started), run).await?
     };
     if let Some(warning) = warning {
         eprintln!("warning: {warning}");

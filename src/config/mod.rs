@@ -26,7 +26,7 @@ pub use files::check_branch_template;
 use files::{
     ConfigFile, cache_names, check_caches, check_profile_name, env_layers, read_file, source_origin,
 };
-pub use profile::{PoolSettings, Profile, ProfileLayer};
+pub use profile::{PoolSettings, Profile, ProfileLayer, Reserve, ReserveLayer};
 pub use setup::{JobSetup, SetupSettings};
 
 /// The name of the repo-level config file, at the target repository's root.
@@ -94,18 +94,35 @@ impl<T> Sourced<T> {
     }
 }
 
-/// What the user config's `admission:` section sets; unset fields take the defaults.
+/// What the user config's `admission:` section sets; unset fields take the defaults. The
+/// budget counts what jobs *reserve* (each profile's `reserve`), not their limits, and bounds
+/// what *runs* by exec slots.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdmissionSettings {
-    /// The memory the running jobs' limits may add up to (default: 80% of the host's).
+    /// The memory the existing jobs' reserves may add up to (default: 80% of the host's).
     pub memory: Option<ByteSize>,
-    /// The CPUs the running jobs' limits may add up to (default: twice the host's cores).
+    /// The CPUs the existing jobs' reserves may add up to (default: twice the host's cores).
     pub cpus: Option<Cpus>,
     /// At most this many jobs at once (default: no limit beyond memory and CPUs).
     pub max_jobs: Option<usize>,
-    /// At most this many execs running at once, over all jobs (default: no limit).
+    /// At most this many execs running at once, over all jobs (default: twice the host's
+    /// cores).
     pub max_running_execs: Option<usize>,
+    /// How long a create or an exec waits for room before it fails (default 30m).
+    pub max_wait: Option<HumanDuration>,
+}
+
+impl AdmissionSettings {
+    /// The share of the host's memory the reserves may add up to when `memory` is unset.
+    pub const DEFAULT_MEMORY_SHARE: f64 = 0.8;
+    /// The reserves' CPUs per host core when `cpus` is unset.
+    pub const DEFAULT_CPUS_PER_CORE: f64 = 2.0;
+    /// Exec slots per host core when `max_running_execs` is unset.
+    pub const DEFAULT_EXECS_PER_CORE: usize = 2;
+    /// How long a request waits for room when `max_wait` is unset.
+    pub const DEFAULT_MAX_WAIT: HumanDuration =
+        HumanDuration(std::time::Duration::from_secs(30 * 60));
 }
 
 /// When the sweeper considers a job stale, and what it does with its branch.

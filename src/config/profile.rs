@@ -1,13 +1,18 @@
 //! Profiles: one layer's optional settings ([`ProfileLayer`]) and the effective settings a
 //! job runs with ([`Profile`]), each value with where it came from.
+//!
+//! A profile's `cpus` and `memory` are the container's caps; its `reserve` is what the job
+//! holds of the host budget while it exists (see `admission`). The two are kept apart
+//! because an agent's sandbox idles most of its life (the agent waits on its model): counting
+//! caps as held would fill a laptop with two or three idle jobs.
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{
-    CheckoutMode, DEFAULT_IMAGE, KillPolicy, NetworkMode, RuntimeChoice, Source, Sourced,
-    cache_names,
+    CheckoutMode, ConfigError, DEFAULT_IMAGE, KillPolicy, NetworkMode, RuntimeChoice, Source,
+    Sourced, cache_names, files::source_origin,
 };
 use crate::cache::CacheSpec;
 use crate::egress::AllowEntry;
@@ -29,6 +34,8 @@ pub struct ProfileLayer {
     /// implies `checkout: overlay`.
     pub disk: Option<ByteSize>,
     pub cpus: Option<Cpus>,
+    /// What the job holds of the host budget while it exists (its limits stay caps).
+    pub reserve: Option<ReserveLayer>,
     pub pids: Option<u32>,
     pub network: Option<NetworkMode>,
     /// Allow-list entries for `network: allowlist`.
@@ -72,6 +79,50 @@ pub struct PoolSettings {
     pub idle: HumanDuration,
 }
 
+/// `reserve:` of a profile in one layer: either part may be set alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveLayer {
+    pub cpus: Option<Cpus>,
+    pub memory: Option<ByteSize>,
+}
+
+/// What a job holds of the host budget while it exists: the share admission counts, not a
+/// cap (the container's caps are the limits `cpus` and `memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reserve {
+    pub cpus: Cpus,
+    pub memory: ByteSize,
+}
+
+impl Reserve {
+    /// A job's reserve when no layer sets one (and the reserve of records made before
+    /// reserves): an idle sandbox's share, so 20 jobs fit a 2-core laptop's budget.
+    pub const DEFAULT: Reserve = Reserve {
+        cpus: Cpus(0.1),
+        memory: ByteSize(256 << 20),
+    };
+
+    /// This reserve cut down to the caps `cpus` and `memory` (a memory cap of 0 is none).
+    pub fn within(self, cpus: Cpus, memory: ByteSize) -> Reserve {
+        Reserve {
+            cpus: Cpus(self.cpus.0.min(cpus.0)),
+            memory: if memory.0 == 0 {
+                self.memory
+            } else {
+                ByteSize(self.memory.0.min(memory.0))
+            },
+        }
+    }
+}
+
+impl Default for Reserve {
+    fn default() -> Self {
+        Reserve::DEFAULT
+    }
+}
+
 fn default_pool_idle() -> HumanDuration {
     HumanDuration(std::time::Duration::from_secs(1800))
 }
@@ -95,6 +146,9 @@ pub struct Profile {
     /// Unset (no limit) unless a layer sets it.
     pub disk: Option<Sourced<ByteSize>>,
     pub cpus: Sourced<Cpus>,
+    /// The reserve's parts (see [`Profile::reserve`]).
+    pub reserve_cpus: Sourced<Cpus>,
+    pub reserve_memory: Sourced<ByteSize>,
     pub pids: Sourced<u32>,
     pub network: Sourced<NetworkMode>,
     pub allow: Sourced<Vec<AllowEntry>>,
@@ -126,6 +180,8 @@ impl Default for Profile {
             memory: Sourced::default_value(ByteSize(2 << 30)),
             disk: None,
             cpus: Sourced::default_value(Cpus(2.0)),
+            reserve_cpus: Sourced::default_value(Reserve::DEFAULT.cpus),
+            reserve_memory: Sourced::default_value(Reserve::DEFAULT.memory),
             pids: Sourced::default_value(512),
             network: Sourced::default_value(NetworkMode::None),
             allow: Sourced::default_value(Vec::new()),
@@ -182,6 +238,20 @@ impl Profile {
             value,
             source: source.clone(),
         };
+        if let Some(reserve) = layer.reserve {
+            if let Some(value) = reserve.cpus {
+                self.reserve_cpus = Sourced {
+                    value,
+                    source: source.clone(),
+                };
+            }
+            if let Some(value) = reserve.memory {
+                self.reserve_memory = Sourced {
+                    value,
+                    source: source.clone(),
+                };
+            }
+        }
         if let Some(value) = layer.setup_optional {
             self.setup_optional = Some(sourced(value));
         }
@@ -220,6 +290,46 @@ impl Profile {
         }
     }
 
+    /// The reserve a job of this profile holds. A reserve no layer set is cut down to the
+    /// job's caps; one a layer set above a cap is refused, naming both and where each came
+    /// from (a job cannot use more than its cap, so reserving more only wastes the budget).
+    pub fn reserve(&self) -> Result<Reserve, ConfigError> {
+        let over = |what: &str, reserve: String, from: &Source, cap: String, cap_from: &Source| {
+            ConfigError::Value {
+                origin: source_origin(from),
+                key: format!("reserve.{what}"),
+                message: format!(
+                    "a reserve of {reserve} is more than the job's {what} limit {cap} (from {cap_from}): a job cannot use more than its limit"
+                ),
+            }
+        };
+        let (cpus, memory) = (&self.reserve_cpus, &self.reserve_memory);
+        if cpus.source != Source::Default && cpus.value.0 > self.cpus.value.0 {
+            return Err(over(
+                "cpus",
+                format!("{} CPUs", cpus.value),
+                &cpus.source,
+                self.cpus.value.to_string(),
+                &self.cpus.source,
+            ));
+        }
+        let capped = self.memory.value.0 != 0;
+        if memory.source != Source::Default && capped && memory.value > self.memory.value {
+            return Err(over(
+                "memory",
+                memory.value.to_string(),
+                &memory.source,
+                self.memory.value.to_string(),
+                &self.memory.source,
+            ));
+        }
+        Ok(Reserve {
+            cpus: cpus.value,
+            memory: memory.value,
+        }
+        .within(self.cpus.value, self.memory.value))
+    }
+
     /// The profile's settings as `(key, value, source)` rows, for `config show`.
     pub fn rows(&self) -> Vec<(String, String, &Source)> {
         let mut rows = vec![
@@ -247,6 +357,16 @@ impl Profile {
                 "cpus".into(),
                 self.cpus.value.to_string(),
                 &self.cpus.source,
+            ),
+            (
+                "reserve.cpus".into(),
+                self.reserve_cpus.value.to_string(),
+                &self.reserve_cpus.source,
+            ),
+            (
+                "reserve.memory".into(),
+                self.reserve_memory.value.to_string(),
+                &self.reserve_memory.source,
             ),
             (
                 "pids".into(),

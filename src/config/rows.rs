@@ -1,6 +1,6 @@
 //! `config show`: every effective value as a `(key, value, source)` row.
 
-use super::{Config, Source, cache_names, setup};
+use super::{AdmissionSettings, Config, Source, cache_names, setup};
 
 impl Config {
     /// Every effective setting as `(key, value, source)`, for `paddock config show`.
@@ -90,6 +90,7 @@ impl Config {
         ] {
             rows.push((format!("sweep.{key}"), value, source.clone()));
         }
+        rows.extend(self.admission_rows());
 
         for (kind, routes) in [
             ("agents", &self.routing.agents),
@@ -104,5 +105,54 @@ impl Config {
             }
         }
         rows
+    }
+}
+
+impl Config {
+    /// The `admission:` settings of the user file; unset ones show what they default to
+    /// (which depends on the host, so as a rule rather than a number).
+    fn admission_rows(&self) -> Vec<(String, String, Source)> {
+        let set = &self.admission;
+        let source = |is_set: bool| match (&self.user_file, is_set) {
+            (Some(path), true) => Source::UserFile(path.clone()),
+            _ => Source::Default,
+        };
+        let row = |key: &str, value: Option<String>, default: String| {
+            let source = source(value.is_some());
+            (format!("admission.{key}"), value.unwrap_or(default), source)
+        };
+        vec![
+            row(
+                "memory",
+                set.memory.map(|m| m.to_string()),
+                format!(
+                    "{}% of the host's memory",
+                    AdmissionSettings::DEFAULT_MEMORY_SHARE * 100.0
+                ),
+            ),
+            row(
+                "cpus",
+                set.cpus.map(|c| c.to_string()),
+                format!("{} per host core", AdmissionSettings::DEFAULT_CPUS_PER_CORE),
+            ),
+            row(
+                "max_jobs",
+                set.max_jobs.map(|n| n.to_string()),
+                "none".into(),
+            ),
+            row(
+                "max_running_execs",
+                set.max_running_execs.map(|n| n.to_string()),
+                format!(
+                    "{} per host core",
+                    AdmissionSettings::DEFAULT_EXECS_PER_CORE
+                ),
+            ),
+            row(
+                "max_wait",
+                set.max_wait.map(|d| d.to_string()),
+                AdmissionSettings::DEFAULT_MAX_WAIT.to_string(),
+            ),
+        ]
     }
 }

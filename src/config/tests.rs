@@ -195,3 +195,61 @@ fn a_disk_limit_comes_from_a_layer_with_its_source_and_is_unset_by_default() {
         .to_string();
     assert!(error.contains("disk"), "{error}");
 }
+
+/// `reserve` stacks per part like the limits; a reserve nobody set is cut down to the
+/// limits, one a layer set above a limit is refused, naming both sources.
+#[test]
+fn a_reserve_is_layered_cut_to_the_limits_or_refused_above_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let user = write(
+        dir.path(),
+        "user.yaml",
+        "profiles:\n  default:\n    reserve: {cpus: 0.5}\n  small:\n    memory: 128m\n    cpus: 0.05\n",
+    );
+    let vars = env(&[("PADDOCK_CONFIG", user.to_str().unwrap())]);
+    let config = Config::load(None, &vars).unwrap();
+    let (_, profile) = config.select_profile(None, "agent", None).unwrap();
+    assert_eq!(
+        profile.reserve().unwrap(),
+        Reserve {
+            cpus: Cpus(0.5),
+            memory: ByteSize(256 << 20)
+        }
+    );
+    assert!(matches!(profile.reserve_cpus.source, Source::UserFile(_)));
+    assert_eq!(profile.reserve_memory.source, Source::Default);
+    let (_, small) = config.select_profile(Some("small"), "agent", None).unwrap();
+    assert_eq!(
+        small.reserve().unwrap(),
+        Reserve {
+            cpus: Cpus(0.05),
+            memory: ByteSize(128 << 20)
+        },
+        "the default reserve is cut down to small limits"
+    );
+    let mut over = profile.clone();
+    over.apply(
+        &ProfileLayer {
+            cpus: Some(Cpus(0.25)),
+            ..ProfileLayer::default()
+        },
+        &Source::Flag("cpus".into()),
+    );
+    let err = over.reserve().unwrap_err().to_string();
+    assert!(
+        err.contains("reserve.cpus") && err.contains("0.5 CPUs") && err.contains("limit 0.25"),
+        "{err}"
+    );
+    assert!(
+        err.contains("user.yaml") && err.contains("flag --cpus"),
+        "{err}"
+    );
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "profiles:\n  default:\n    reserve: {cpu: 1}\n",
+    );
+    let vars = env(&[("PADDOCK_CONFIG", bad.to_str().unwrap())]);
+    let err = Config::load(None, &vars).unwrap_err().to_string();
+    assert!(err.contains("cpu"), "{err}");
+}

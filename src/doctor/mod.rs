@@ -64,6 +64,7 @@ pub async fn run(
     checks.push(state_root_check(home, &crate::env::ProcessEnv));
     checks.push(access::object_store_check(repo, uid));
     checks.push(disk_check(home));
+    checks.push(admission_check(home, config));
     checks.push(legacy_jobs_check(home));
     checks.push(overlay_check());
     checks.push(disk_limit_check());
@@ -137,6 +138,46 @@ fn disk_limit_check() -> Check {
             ),
         ),
     }
+}
+
+/// The host budget and what holds it: jobs' reserves, busy exec slots, who waits. A warning
+/// while something waits (a create or exec that waits is not broken, but someone waits).
+fn admission_check(home: &PaddockHome, config: &Config) -> Check {
+    let host = crate::admission::HostCapacity::read();
+    let admission = match crate::admission::Admission::open(home, &config.admission, host) {
+        Ok(admission) => admission,
+        Err(error) => {
+            return check(
+                "admission",
+                Status::Fail,
+                format!("the admission queue cannot be opened: {error}"),
+                Some("check that $PADDOCK_HOME is writable by this user"),
+            );
+        }
+    };
+    let records = home
+        .store()
+        .list()
+        .map(|(records, _)| records)
+        .unwrap_or_default();
+    let view = admission.view(&records);
+    let detail = format!(
+        "{} (host: {} cores, {})",
+        view.summary(),
+        host.cores,
+        format_size(host.memory)
+    );
+    if view.waiting.is_empty() {
+        return check("admission", Status::Ok, detail, None);
+    }
+    check(
+        "admission",
+        Status::Warn,
+        detail,
+        Some(
+            "remove jobs you no longer need (paddock ls, paddock rm), or raise `admission:` in the user config (paddock config show lists it)",
+        ),
+    )
 }
 
 /// Jobs made before private git dirs share the user's git metadata with their container.

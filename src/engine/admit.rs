@@ -1,6 +1,7 @@
 //! The engine's side of admission (see `crate::admission`): reserving a job's id either as
-//! admitted (`creating`) or as `queued`, waiting for its turn, cancelling a queued job, taking
-//! an exec slot, and a daemon adopting the queued creates of a daemon that died.
+//! admitted (`creating`) or as `queued`, waiting for its turn (until `max_wait`), cancelling
+//! a queued job, taking an exec slot (`admit_exec`), and a daemon adopting the queued
+//! creates of a daemon that died.
 //!
 //! The job's record is written under the admission lock in the same decision that admits or
 //! queues it, so what another process counts always includes it. A queued job has nothing but
@@ -9,11 +10,12 @@
 
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use super::{CreateRequest, Error, Paddock, Result};
 use crate::admission::{
-    Admission, AdmissionSettings, Demand, Entry, ExecSlot, HostCapacity, Ledger,
+    Admission, AdmissionError, AdmissionSettings, AdmissionView, Demand, Entry, ExecEntry,
+    ExecSlot, HostCapacity, Lane, Ledger, Turn, WaitKind,
 };
 use crate::job::{JobId, JobRecord, JobState, ProcessId};
 use crate::store::StoreError;
@@ -37,6 +39,12 @@ impl Paddock {
         Ok(self.store.list()?.0)
     }
 
+    /// The budget, what holds it and who waits (`GET /v1/admission`, `doctor`, `ls`).
+    pub fn admission_view(&self) -> Result<AdmissionView> {
+        let admission = self.admission()?;
+        Ok(admission.view(&self.records()?))
+    }
+
     /// Reserves `record`'s id, admitted (state `creating`) or queued; when queued, waits for
     /// its turn (or until `client` says its client went away: then the place is given up).
     /// Returns the record as it stands once admitted.
@@ -48,14 +56,20 @@ impl Paddock {
         client: Option<ClientGone>,
     ) -> Result<JobRecord> {
         let admission = self.admission_with(settings)?;
-        let demand = Demand::of_job(&record.limits, admission.host());
+        let demand = Demand::of_job(&record.reserve());
         let entry = blocking(|| {
             admission.with_ledger(
                 || self.records(),
                 |ledger| -> Result<Entry> {
                     self.drop_abandoned(ledger);
                     let entry = ledger
-                        .enter(&record.id, demand, request.no_wait, self.adopts_queue)
+                        .enter(
+                            &record.id,
+                            demand,
+                            request.no_wait,
+                            self.adopts_queue,
+                            request.waiter.as_deref(),
+                        )
                         .map_err(Error::from)?;
                     if let Entry::Queued { seq, .. } = entry {
                         record.state = JobState::Queued;
@@ -65,7 +79,7 @@ impl Paddock {
                     // fails here before touching git.
                     if let Err(error) = self.store.create(&record) {
                         if let Entry::Queued { seq, .. } = entry {
-                            admission.remove_ticket(seq);
+                            admission.remove_ticket(Lane::Create, seq);
                         }
                         return Err(error.into());
                     }
@@ -81,7 +95,8 @@ impl Paddock {
                 serde_json::json!({"position": position}),
             );
             let queued_at = record.created_at;
-            self.wait_for_turn(&admission, &record.id, seq, client)
+            let gives_up_at = queued_at + max_wait(&admission);
+            self.wait_for_turn(&admission, &record.id, seq, gives_up_at, client)
                 .await?;
             record = self.store.load(record.id.as_str())?;
             self.emit(
@@ -94,15 +109,16 @@ impl Paddock {
         Ok(record)
     }
 
-    /// Waits until ticket `seq` is first and fits, then moves the job to
-    /// `creating` in the same decision. Dropping the future, or its client going away,
-    /// cancels: the queued record and the ticket are removed. A daemon that is stopping
-    /// keeps them instead, for the next daemon to adopt.
+    /// Waits until ticket `seq` is first and fits, then moves the job to `creating` in the
+    /// same decision; fails at `gives_up_at`. Dropping the future, failing, or its client
+    /// going away, cancels: the queued record and the ticket are removed. A daemon that is
+    /// stopping keeps them instead, for the next daemon to adopt.
     async fn wait_for_turn(
         &self,
         admission: &Admission,
         id: &JobId,
         seq: u64,
+        gives_up_at: DateTime<Utc>,
         mut client: Option<ClientGone>,
     ) -> Result<()> {
         let mut guard = QueuedGuard {
@@ -112,7 +128,9 @@ impl Paddock {
             seq,
             armed: true,
         };
-        let mut last_full = Instant::now();
+        // The first look is a full one, so a wait always knows why it waits.
+        let mut last_full: Option<Instant> = None;
+        let mut reason = String::new();
         loop {
             if self.adopts_queue && self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
                 guard.armed = false;
@@ -124,42 +142,39 @@ impl Paddock {
             }
             // Cheap look first: someone is ahead by number, and it is not yet time to check
             // that they are all alive.
-            if !admission.any_before(seq) || last_full.elapsed() >= FULL_LOOK {
-                last_full = Instant::now();
-                if blocking(|| self.try_grant(admission, id, seq))?? {
-                    guard.armed = false;
-                    return Ok(());
-                }
-            }
-            let pause = tokio::time::sleep(crate::admission::poll_interval());
-            match &mut client {
-                Some(gone) => {
-                    tokio::select! {
-                        () = pause => {}
-                        _ = gone.changed() => return Err(Error::Cancelled { id: id.clone() }),
+            if !admission.any_before(Lane::Create, seq)
+                || last_full.is_none_or(|at| at.elapsed() >= FULL_LOOK)
+            {
+                last_full = Some(Instant::now());
+                match blocking(|| self.try_grant(admission, id, seq))?? {
+                    None => {
+                        guard.armed = false;
+                        return Ok(());
                     }
+                    Some(why) => reason = why,
                 }
-                None => pause.await,
             }
+            give_up_at(gives_up_at, admission, id, WaitKind::Create, &reason)?;
+            pause(&mut client, id).await?;
         }
     }
 
-    /// One decision for ticket `seq`: granted (the record moved to `creating`, its age
-    /// counted from now, the ticket removed), not yet, or cancelled meanwhile.
+    /// One decision for ticket `seq`: granted (`None`: the record moved to `creating`, its
+    /// age counted from now, the ticket removed), not yet (why), or cancelled meanwhile.
     fn try_grant(
         &self,
         admission: &Admission,
         id: &JobId,
         seq: u64,
-    ) -> std::result::Result<Result<bool>, StoreError> {
+    ) -> std::result::Result<Result<Option<String>>, StoreError> {
         admission.with_ledger(
             || self.records(),
-            |ledger| -> Result<bool> {
+            |ledger| -> Result<Option<String>> {
                 self.drop_abandoned(ledger);
-                match ledger.may_go(seq) {
+                match ledger.turn(Lane::Create, seq) {
                     None => Err(Error::Cancelled { id: id.clone() }),
-                    Some(false) => Ok(false),
-                    Some(true) => {
+                    Some(Turn::Wait { reason }) => Ok(Some(reason)),
+                    Some(Turn::Go) => {
                         self.store
                             .update(id, |r| {
                                 if r.state != JobState::Queued || r.queue_seq != Some(seq) {
@@ -174,8 +189,8 @@ impl Paddock {
                                 Ok(r.transition(JobState::Creating, now)?)
                             })?
                             .1?;
-                        admission.remove_ticket(seq);
-                        Ok(true)
+                        admission.remove_ticket(Lane::Create, seq);
+                        Ok(None)
                     }
                 }
             },
@@ -200,7 +215,7 @@ impl Paddock {
         {
             let _ = self.store.remove(id);
         }
-        admission.remove_ticket(seq);
+        admission.remove_ticket(Lane::Create, seq);
     }
 
     /// Cancels a queued job (`rm` of a queued job): its waiter gets [`Error::Cancelled`].
@@ -258,31 +273,58 @@ impl Paddock {
         })?)
     }
 
-    /// Takes an exec slot when the budget limits running execs (waiting until one is free,
-    /// or refusing at once with `no_wait`), or nothing when it does not limit them.
-    pub(super) async fn admit_exec(&self, id: &JobId, no_wait: bool) -> Result<Option<ExecSlot>> {
-        // Most installs set no exec limit: then an exec opens nothing of the queue's.
-        let settings = self.config(None)?.admission;
-        if settings.max_running_execs.is_none() {
-            return Ok(None);
-        }
-        let admission = self.admission_with(&settings)?;
+    /// Takes an exec slot: at once when one is free and no exec waits, else after waiting
+    /// in the exec queue (until `max_wait`), or refused at once with `no_wait`. `waiter` is
+    /// the caller's tag for its place (see `AdmissionView::waiter`).
+    pub(super) async fn admit_exec(
+        &self,
+        id: &JobId,
+        no_wait: bool,
+        waiter: Option<&str>,
+    ) -> Result<ExecSlot> {
+        let admission = self.admission()?;
+        let entry = blocking(|| {
+            admission.with_ledger(
+                || Ok(Vec::new()),
+                |ledger| ledger.enter_exec(id, no_wait, waiter),
+            )
+        })??;
+        let seq = match entry {
+            ExecEntry::Slot(slot) => return Ok(slot),
+            ExecEntry::Queued { seq } => seq,
+        };
+        // Removes the ticket on every way out but a grant (which removes it itself).
+        let _ticket = ExecTicket {
+            admission: &admission,
+            seq,
+        };
+        let gives_up_at = Utc::now() + max_wait(&admission);
+        // The first look is a full one, so a wait always knows why it waits.
+        let mut last_full: Option<Instant> = None;
+        let mut reason = String::new();
         loop {
-            let slot = blocking(|| {
-                admission.with_ledger(
-                    || Ok(Vec::new()),
-                    |ledger| -> Result<Option<ExecSlot>> {
-                        if ledger.exec_fits(id, no_wait)? {
-                            Ok(Some(admission.take_exec_slot(id)?))
-                        } else {
-                            Ok(None)
-                        }
-                    },
-                )
-            })??;
-            if slot.is_some() {
-                return Ok(slot);
+            if !admission.any_before(Lane::Exec, seq)
+                || last_full.is_none_or(|at| at.elapsed() >= FULL_LOOK)
+            {
+                last_full = Some(Instant::now());
+                let decided = blocking(|| {
+                    admission.with_ledger(
+                        || Ok(Vec::new()),
+                        |ledger| -> Result<std::result::Result<ExecSlot, String>> {
+                            match ledger.turn(Lane::Exec, seq) {
+                                None => Err(Error::Cancelled { id: id.clone() }),
+                                Some(Turn::Wait { reason }) => Ok(Err(reason)),
+                                Some(Turn::Go) => Ok(Ok(ledger.grant_exec(id, seq)?)),
+                            }
+                        },
+                    )
+                })??;
+                match decided {
+                    Ok(slot) => return Ok(slot),
+                    Err(why) => reason = why,
+                }
             }
+            give_up_at(gives_up_at, &admission, id, WaitKind::Exec, &reason)?;
             tokio::time::sleep(crate::admission::poll_interval()).await;
         }
     }
@@ -314,7 +356,7 @@ impl Paddock {
                             r.state == JobState::Queued && r.queue_seq == Some(ticket.seq)
                         });
                         if !queued {
-                            ledger.admission().remove_ticket(ticket.seq);
+                            ledger.admission().remove_ticket(Lane::Create, ticket.seq);
                             continue;
                         }
                         let taken = ledger.adopt(&ticket).and_then(|ticket| {
@@ -353,7 +395,8 @@ impl Paddock {
         admission: &Admission,
         ticket: crate::admission::Ticket,
     ) -> Result<()> {
-        self.wait_for_turn(admission, &ticket.job, ticket.seq, None)
+        let gives_up_at = ticket.gives_up_at(admission.budget());
+        self.wait_for_turn(admission, &ticket.job, ticket.seq, gives_up_at, None)
             .await?;
         let record = self.store.load(ticket.job.as_str())?;
         self.finish_create(record, None).await.map(drop)
@@ -362,6 +405,61 @@ impl Paddock {
 
 /// Tells a queued create that its client went away (the sender is dropped with the request).
 pub type ClientGone = tokio::sync::watch::Receiver<()>;
+
+/// How long a request waits for room, as a span of wall-clock time.
+fn max_wait(admission: &Admission) -> chrono::Duration {
+    chrono::Duration::from_std(admission.budget().max_wait()).unwrap_or(chrono::Duration::MAX)
+}
+
+/// Fails a wait whose deadline has come, saying why it waited.
+fn give_up_at(
+    gives_up_at: DateTime<Utc>,
+    admission: &Admission,
+    id: &JobId,
+    what: WaitKind,
+    reason: &str,
+) -> Result<()> {
+    if Utc::now() < gives_up_at {
+        return Ok(());
+    }
+    Err(AdmissionError::WaitedTooLong {
+        job: id.clone(),
+        what,
+        waited: admission.budget().max_wait,
+        reason: reason.to_string(),
+    }
+    .into())
+}
+
+/// The pause between two looks at the queue, cut short (as a cancel) when the client goes.
+async fn pause(client: &mut Option<ClientGone>, id: &JobId) -> Result<()> {
+    let pause = tokio::time::sleep(crate::admission::poll_interval());
+    match client {
+        Some(gone) => {
+            tokio::select! {
+                () = pause => Ok(()),
+                _ = gone.changed() => Err(Error::Cancelled { id: id.clone() }),
+            }
+        }
+        None => {
+            pause.await;
+            Ok(())
+        }
+    }
+}
+
+/// An exec's place in the exec queue; dropping it gives the place up (removing a ticket
+/// only frees room, so it needs no lock).
+struct ExecTicket<'a> {
+    admission: &'a Admission,
+    seq: u64,
+}
+
+impl Drop for ExecTicket<'_> {
+    fn drop(&mut self) {
+        self.admission.remove_ticket(Lane::Exec, self.seq);
+    }
+}
 
 /// Runs a short decision under a file lock without stalling the runtime's other tasks: on a
 /// multi-threaded runtime the worker hands its other tasks off while it waits.

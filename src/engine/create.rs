@@ -171,6 +171,8 @@ impl Paddock {
         if let Some(driver) = overlay_driver {
             crate::overlay::check_sandbox(driver, runtime.kind)?;
         }
+        // A reserve above a limit is refused before anything is reserved.
+        let reserve = profile.reserve()?;
 
         let now = Utc::now();
         let record = JobRecord {
@@ -190,6 +192,7 @@ impl Paddock {
             profile: profile_name,
             runtime: runtime.kind,
             limits: Limits::from(&profile),
+            reserve: Some(reserve),
             container_id: None,
             container_name: self.runtimes.of(runtime.kind).sandbox_name(&id),
             state: JobState::Creating,

@@ -130,7 +130,9 @@ impl Paddock {
             });
         }
         // Held until the exec ends (the guard frees it on every path).
-        let _slot = self.admit_exec(&record.id, options.no_wait).await?;
+        let _slot = self
+            .admit_exec(&record.id, options.no_wait, options.waiter.as_deref())
+            .await?;
         // The branch sync rides along in the exec's own sandbox session when it can.
         let piggyback = self.piggyback_sync(&record).await;
         let request = ExecRequest {

@@ -117,15 +117,21 @@ impl Paddock {
                 if mine >= settings.size as usize {
                     return Ok(Err(String::new()));
                 }
-                let host = HostCapacity::read();
-                let mut held = Held::of(&self.store().list()?.0, 0, &host);
+                // A waiting container holds what an idle job holds: the default reserve.
+                let idle = |limits: &crate::job::Limits| {
+                    Demand::of_job(
+                        &crate::config::Reserve::DEFAULT.within(limits.cpus, limits.memory),
+                    )
+                };
+                let mut held = Held::of(&self.store().list()?.0, 0);
                 for slot in &live {
-                    held.hold(&Demand::of_job(&slot.limits, &host));
+                    held.hold(&idle(&slot.limits));
                 }
-                if !held.fits(&Demand::of_job(&limits, &host), &budget) {
+                let demand = idle(&limits);
+                if !held.fits(&demand, &budget) {
                     return Ok(Err(format!(
                         "the admission budget ({}) has no room for another waiting container",
-                        budget.describe()
+                        budget.describe(&demand)
                     )));
                 }
                 let id = PoolSlots::new_id();

@@ -283,6 +283,7 @@ impl Paddock {
             profile: profile_name,
             runtime: RuntimeKind::Docker,
             limits: crate::job::Limits::from(&profile),
+            reserve: None,
             container_id: None,
             container_name,
             state: JobState::Exited,

@@ -16,13 +16,16 @@ use serde_json::Value;
 use crate::config::BranchPolicy;
 use crate::error::Error;
 use crate::ops::Operations;
-use crate::output::{OutputSink, StreamKind};
+use crate::output::OutputSink;
 use crate::store::PaddockHome;
 use crate::wire::{
-    ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event, EventQuery,
-    ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobView, MergeReport,
-    MergeRequest, NetworkChange, RemoveOptions, RemoveReport,
+    AdmissionView, ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
+    EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobView,
+    MergeReport, MergeRequest, NetworkChange, RemoveOptions, RemoveReport,
 };
+
+mod streams;
+use streams::SseParser;
 
 /// The body of `POST /v1/jobs` for `request` as this process would run it: the CLI's
 /// environment overrides folded in, and the repository as an absolute path (the daemon has
@@ -82,11 +85,24 @@ impl DaemonClient {
         body: Option<&Value>,
         accept: &str,
     ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+        self.send_json(method, path, body, accept, None).await
+    }
+
+    /// A JSON request; `waiter` is sent as `X-Paddock-Waiter` (the tag a create or exec that
+    /// waits for room is found by in `GET /v1/admission`).
+    async fn send_json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        accept: &str,
+        waiter: Option<&str>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
         let payload = body
             .map(std::string::ToString::to_string)
             .unwrap_or_default();
         let body = (Bytes::from(payload), "application/json");
-        self.send_bytes(method, path, body, accept).await
+        self.send_request(method, path, body, accept, waiter).await
     }
 
     /// A request whose body is `body.0` of content type `body.1` (a file's raw bytes).
@@ -96,6 +112,17 @@ impl DaemonClient {
         path: &str,
         body: (Bytes, &str),
         accept: &str,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+        self.send_request(method, path, body, accept, None).await
+    }
+
+    async fn send_request(
+        &self,
+        method: Method,
+        path: &str,
+        body: (Bytes, &str),
+        accept: &str,
+        waiter: Option<&str>,
     ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
         let stream = tokio::net::UnixStream::connect(&self.socket)
             .await
@@ -113,6 +140,9 @@ impl DaemonClient {
         let mut request = Request::builder();
         if let (true, Some(key)) = (keyed, &self.idempotency_key) {
             request = request.header("idempotency-key", key);
+        }
+        if let Some(waiter) = waiter {
+            request = request.header(crate::wire::WAITER_HEADER, waiter);
         }
         let request = request
             .method(method)
@@ -135,7 +165,20 @@ impl DaemonClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<T, Error> {
-        let response = self.send(method, path, body, "application/json").await?;
+        self.call_waiting(method, path, body, None).await
+    }
+
+    /// [`call`](Self::call) with the caller's waiter tag (see [`DaemonClient::send_json`]).
+    async fn call_waiting<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        waiter: Option<&str>,
+    ) -> Result<T, Error> {
+        let response = self
+            .send_json(method, path, body, "application/json", waiter)
+            .await?;
         let ok = response.status().is_success();
         let bytes = read_body(response).await?;
         let value: Value = serde_json::from_slice(&bytes)
@@ -170,154 +213,6 @@ impl DaemonClient {
             ));
         }
         Ok(bytes)
-    }
-
-    /// An exec with output streamed as it comes (NDJSON), then the result.
-    async fn exec_streamed(
-        &self,
-        path: &str,
-        body: &Value,
-        sink: &mut dyn OutputSink,
-    ) -> Result<ExecResult, Error> {
-        let response = self
-            .send(Method::POST, path, Some(body), "application/x-ndjson")
-            .await?;
-        if !response.status().is_success() {
-            return Err(refusal(response).await);
-        }
-        let mut body = response.into_body();
-        let mut pending = Vec::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| failed(format!("exec stream broke off: {e}")))?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            pending.extend_from_slice(&data);
-            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=end).collect();
-                let value: Value = serde_json::from_slice(&line)
-                    .map_err(|e| failed(format!("bad exec stream line: {e}")))?;
-                if let Some(exec) = value["exec"].as_str() {
-                    sink.started(exec);
-                } else if let Some(stream) = value["stream"].as_str() {
-                    let kind = if stream == "stderr" {
-                        StreamKind::Stderr
-                    } else {
-                        StreamKind::Stdout
-                    };
-                    sink.write(kind, value["data"].as_str().unwrap_or_default().as_bytes());
-                } else if value.get("result").is_some() {
-                    return serde_json::from_value(value["result"].clone())
-                        .map_err(|e| failed(format!("bad exec result: {e}")));
-                } else if value.get("error").is_some() {
-                    return Err(daemon_error(&value));
-                }
-            }
-        }
-        Err(failed("the exec stream ended without a result"))
-    }
-
-    /// Asks the daemon for a dashboard listener (`POST /v1/dashboard`): the lease, once the
-    /// first line comes, then `on_lease` runs and this waits until the daemon ends the lease
-    /// (it stops) or `until` resolves; the listener closes when this returns.
-    pub async fn dashboard(
-        &self,
-        request: &crate::wire::DashboardRequest,
-        on_lease: impl FnOnce(&crate::wire::DashboardLease),
-        until: impl Future<Output = ()>,
-    ) -> Result<(), Error> {
-        let body = serde_json::to_value(request).expect("a dashboard request serializes");
-        let response = self
-            .send(
-                Method::POST,
-                "/v1/dashboard",
-                Some(&body),
-                "application/x-ndjson",
-            )
-            .await?;
-        if !response.status().is_success() {
-            return Err(refusal(response).await);
-        }
-        let mut body = response.into_body();
-        let mut pending = Vec::new();
-        let lease = loop {
-            let Some(frame) = body.frame().await else {
-                return Err(failed("the daemon closed the dashboard before its address"));
-            };
-            let frame = frame.map_err(|e| failed(format!("the dashboard lease broke off: {e}")))?;
-            if let Ok(data) = frame.into_data() {
-                pending.extend_from_slice(&data);
-            }
-            if let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                break serde_json::from_slice::<crate::wire::DashboardLease>(&pending[..end])
-                    .map_err(|e| failed(format!("bad dashboard lease: {e}")))?;
-            }
-        };
-        on_lease(&lease);
-        let held = async { while let Some(Ok(_)) = body.frame().await {} };
-        tokio::select! {
-            () = held => {}
-            () = until => {}
-        }
-        Ok(())
-    }
-
-    /// A GET whose body is passed on in chunks as it comes (a stream that may be long).
-    async fn stream(
-        &self,
-        path: &str,
-        accept: &str,
-        chunk: &mut (dyn FnMut(&[u8]) -> bool + Send),
-    ) -> Result<(), Error> {
-        let response = self.send(Method::GET, path, None, accept).await?;
-        if !response.status().is_success() {
-            return Err(refusal(response).await);
-        }
-        let mut body = response.into_body();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| failed(format!("the stream broke off: {e}")))?;
-            if let Ok(data) = frame.into_data()
-                && !chunk(&data)
-            {
-                break;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Splits Server-Sent Events into their `data:` payloads (one event per blank line), and
-/// keeps the last `id:` seen (where a reconnect resumes).
-#[derive(Default)]
-struct SseParser {
-    pending: Vec<u8>,
-    data: String,
-    last_id: Option<u64>,
-}
-
-impl SseParser {
-    /// Feeds bytes; returns the data of each event completed by them.
-    fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
-        self.pending.extend_from_slice(bytes);
-        let mut done = Vec::new();
-        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.pending.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line);
-            let line = line.trim_end_matches(['\n', '\r']);
-            if line.is_empty() {
-                if !self.data.is_empty() {
-                    done.push(std::mem::take(&mut self.data));
-                }
-            } else if let Some(id) = line.strip_prefix("id:") {
-                self.last_id = id.trim().parse().ok().or(self.last_id);
-            } else if let Some(data) = line.strip_prefix("data:") {
-                if !self.data.is_empty() {
-                    self.data.push('\n');
-                }
-                self.data.push_str(data.strip_prefix(' ').unwrap_or(data));
-            }
-        }
-        done
     }
 }
 
@@ -374,8 +269,11 @@ fn encode(segment: &str) -> String {
 
 impl Operations for DaemonClient {
     async fn create(&self, request: CreateRequest) -> Result<(JobView, Option<String>), Error> {
+        let waiter = request.waiter.clone();
         let body = create_body(request);
-        let mut value: Value = self.call(Method::POST, "/v1/jobs", Some(&body)).await?;
+        let mut value: Value = self
+            .call_waiting(Method::POST, "/v1/jobs", Some(&body), waiter.as_deref())
+            .await?;
         let warning = value
             .as_object_mut()
             .and_then(|o| o.remove("warning"))
@@ -383,6 +281,10 @@ impl Operations for DaemonClient {
         let view = serde_json::from_value(value)
             .map_err(|e| failed(format!("unexpected answer from the daemon: {e}")))?;
         Ok((view, warning))
+    }
+
+    async fn admission(&self) -> Result<AdmissionView, Error> {
+        self.call(Method::GET, "/v1/admission", None).await
     }
 
     async fn list(&self, repo: Option<&Path>) -> Result<Vec<JobView>, Error> {
@@ -428,7 +330,8 @@ impl Operations for DaemonClient {
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult, Error> {
         let body = serde_json::to_value(&options).expect("exec options serialize");
-        self.exec_streamed(&format!("/v1/jobs/{}/exec", encode(id)), &body, sink)
+        let path = format!("/v1/jobs/{}/exec", encode(id));
+        self.exec_streamed(&path, &body, options.waiter.as_deref(), sink)
             .await
     }
 

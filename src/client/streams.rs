@@ -1,0 +1,171 @@
+//! The daemon's streamed answers, read as they come: an exec's NDJSON (its id, its output,
+//! then its result), a dashboard lease held open, a long GET passed on in chunks, and the
+//! Server-Sent Events of `/v1/events`.
+
+use std::future::Future;
+
+use http_body_util::BodyExt;
+use hyper::Method;
+use serde_json::Value;
+
+use super::{DaemonClient, daemon_error, failed, refusal};
+use crate::error::Error;
+use crate::output::{OutputSink, StreamKind};
+use crate::wire::ExecResult;
+
+impl DaemonClient {
+    /// An exec with output streamed as it comes (NDJSON), then the result.
+    pub(super) async fn exec_streamed(
+        &self,
+        path: &str,
+        body: &Value,
+        waiter: Option<&str>,
+        sink: &mut dyn OutputSink,
+    ) -> Result<ExecResult, Error> {
+        let response = self
+            .send_json(
+                Method::POST,
+                path,
+                Some(body),
+                "application/x-ndjson",
+                waiter,
+            )
+            .await?;
+        if !response.status().is_success() {
+            return Err(refusal(response).await);
+        }
+        let mut body = response.into_body();
+        let mut pending = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| failed(format!("exec stream broke off: {e}")))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            pending.extend_from_slice(&data);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let value: Value = serde_json::from_slice(&line)
+                    .map_err(|e| failed(format!("bad exec stream line: {e}")))?;
+                if let Some(exec) = value["exec"].as_str() {
+                    sink.started(exec);
+                } else if let Some(stream) = value["stream"].as_str() {
+                    let kind = if stream == "stderr" {
+                        StreamKind::Stderr
+                    } else {
+                        StreamKind::Stdout
+                    };
+                    sink.write(kind, value["data"].as_str().unwrap_or_default().as_bytes());
+                } else if value.get("result").is_some() {
+                    return serde_json::from_value(value["result"].clone())
+                        .map_err(|e| failed(format!("bad exec result: {e}")));
+                } else if value.get("error").is_some() {
+                    return Err(daemon_error(&value));
+                }
+            }
+        }
+        Err(failed("the exec stream ended without a result"))
+    }
+
+    /// Asks the daemon for a dashboard listener (`POST /v1/dashboard`): the lease, once the
+    /// first line comes, then `on_lease` runs and this waits until the daemon ends the lease
+    /// (it stops) or `until` resolves; the listener closes when this returns.
+    pub async fn dashboard(
+        &self,
+        request: &crate::wire::DashboardRequest,
+        on_lease: impl FnOnce(&crate::wire::DashboardLease),
+        until: impl Future<Output = ()>,
+    ) -> Result<(), Error> {
+        let body = serde_json::to_value(request).expect("a dashboard request serializes");
+        let response = self
+            .send(
+                Method::POST,
+                "/v1/dashboard",
+                Some(&body),
+                "application/x-ndjson",
+            )
+            .await?;
+        if !response.status().is_success() {
+            return Err(refusal(response).await);
+        }
+        let mut body = response.into_body();
+        let mut pending = Vec::new();
+        let lease = loop {
+            let Some(frame) = body.frame().await else {
+                return Err(failed("the daemon closed the dashboard before its address"));
+            };
+            let frame = frame.map_err(|e| failed(format!("the dashboard lease broke off: {e}")))?;
+            if let Ok(data) = frame.into_data() {
+                pending.extend_from_slice(&data);
+            }
+            if let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                break serde_json::from_slice::<crate::wire::DashboardLease>(&pending[..end])
+                    .map_err(|e| failed(format!("bad dashboard lease: {e}")))?;
+            }
+        };
+        on_lease(&lease);
+        let held = async { while let Some(Ok(_)) = body.frame().await {} };
+        tokio::select! {
+            () = held => {}
+            () = until => {}
+        }
+        Ok(())
+    }
+
+    /// A GET whose body is passed on in chunks as it comes (a stream that may be long).
+    pub(super) async fn stream(
+        &self,
+        path: &str,
+        accept: &str,
+        chunk: &mut (dyn FnMut(&[u8]) -> bool + Send),
+    ) -> Result<(), Error> {
+        let response = self.send(Method::GET, path, None, accept).await?;
+        if !response.status().is_success() {
+            return Err(refusal(response).await);
+        }
+        let mut body = response.into_body();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| failed(format!("the stream broke off: {e}")))?;
+            if let Ok(data) = frame.into_data()
+                && !chunk(&data)
+            {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Splits Server-Sent Events into their `data:` payloads (one event per blank line), and
+/// keeps the last `id:` seen (where a reconnect resumes).
+#[derive(Default)]
+pub(super) struct SseParser {
+    pending: Vec<u8>,
+    data: String,
+    pub(super) last_id: Option<u64>,
+}
+
+impl SseParser {
+    /// Feeds bytes; returns the data of each event completed by them.
+    pub(super) fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
+        self.pending.extend_from_slice(bytes);
+        let mut done = Vec::new();
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                if !self.data.is_empty() {
+                    done.push(std::mem::take(&mut self.data));
+                }
+            } else if let Some(id) = line.strip_prefix("id:") {
+                self.last_id = id.trim().parse().ok().or(self.last_id);
+            } else if let Some(data) = line.strip_prefix("data:") {
+                if !self.data.is_empty() {
+                    self.data.push('\n');
+                }
+                self.data.push_str(data.strip_prefix(' ').unwrap_or(data));
+            }
+        }
+        done
+    }
+}
