@@ -233,10 +233,8 @@ impl SyncCapture {
         if header.bundle && self.bundle_bytes == 0 {
             return Err("the header announced a bundle that never came".into());
         }
-        if let Some(file) = self.bundle.take() {
-            file.sync_all()
-                .map_err(|e| format!("failed to flush the bundle: {e}"))?;
-        }
+        // The bundle is read back at once (index-pack) and then deleted: no fsync.
+        drop(self.bundle.take());
         let untracked = self
             .untracked
             .split(|&b| b == 0)
