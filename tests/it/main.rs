@@ -17,6 +17,7 @@ mod disk;
 mod docker;
 mod egress;
 mod events;
+mod exec_sync;
 mod files;
 mod hostile;
 mod idempotency;
