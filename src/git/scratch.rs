@@ -125,10 +125,25 @@ impl ScratchRepo {
                     }
                 }
             }
+            // A pack of no object (the branch moved to a commit the host has) is not kept:
+            // the commits it names are checked below like those named without a bundle.
+            if pack_is_empty(bundle, pack_offset)? {
+                for (commit, name) in &heads {
+                    if let Some((_, _, target)) =
+                        wanted.iter().find(|(source, _, _)| source == name)
+                    {
+                        self.set_ref(target, Some(commit)).await?;
+                    }
+                }
+                return self
+                    .receive_unbundled(received, &wanted, &fetched)
+                    .await
+                    .map(|()| None);
+            }
             // `--strict` checks every object (as fsck does) and that everything they name
-            // exists; `--fix-thin` completes deltas against objects the host already has.
-            // No reverse index: a sync's pack is small, and each file index-pack writes is
-            // one more fsync on the exec's path.
+            // exists; `--fix-thin` completes deltas against objects the host already has. No
+            // reverse index: a sync's pack is small, and each file index-pack writes is one
+            // more fsync on the exec's path.
             let indexed = self
                 .call(&[
                     "-c",
@@ -160,7 +175,20 @@ impl ScratchRepo {
                 }
             }
         }
-        for (_, commit, target) in wanted {
+        self.receive_unbundled(received, &wanted, &fetched).await?;
+        Ok(pack)
+    }
+
+    /// The refs of a sync that came without objects: each at a commit the host must
+    /// already have.
+    async fn receive_unbundled(
+        &self,
+        received: &Received,
+        wanted: &[(&str, Option<&String>, &'static str); 2],
+        fetched: &BTreeSet<&'static str>,
+    ) -> Result<(), GitError> {
+        let header = &received.header;
+        for &(_, commit, target) in wanted {
             if fetched.contains(target) {
                 continue;
             }
@@ -179,7 +207,7 @@ impl ScratchRepo {
             }
             self.set_ref(target, commit.map(String::as_str)).await?;
         }
-        Ok(pack)
+        Ok(())
     }
 
     /// Points `name` at `commit` (which must be a commit this repository or the user's
@@ -388,6 +416,22 @@ fn ref_oid(repo: &git2::Repository, name: &str) -> Option<git2::Oid> {
 
 /// Reads a bundle's header (`# v2 git bundle` or v3 with capabilities, prerequisites, refs,
 /// an empty line) and returns its refs as `(commit, refname)` and where the pack starts.
+/// Whether the pack at `offset` of the bundle `path` says it holds no object (a pack's
+/// header: `PACK`, version, object count, big-endian). Anything else is index-pack's to judge.
+fn pack_is_empty(path: &Path, offset: u64) -> Result<bool, GitError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut header = [0u8; 12];
+    let read = std::fs::File::open(path).and_then(|mut file| {
+        file.seek(SeekFrom::Start(offset))?;
+        file.read_exact(&mut header)
+    });
+    match read {
+        Ok(()) => Ok(&header[..4] == b"PACK" && header[8..12] == [0, 0, 0, 0]),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(bad_bundle(path, e.to_string())),
+    }
+}
+
 fn read_bundle_header(path: &Path) -> Result<(Vec<(String, String)>, u64), GitError> {
     use std::io::{BufRead, BufReader, Read};
     let file = std::fs::File::open(path).map_err(|e| bad_bundle(path, e.to_string()))?;

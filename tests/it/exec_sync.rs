@@ -81,6 +81,21 @@ fn an_exec_that_changes_nothing_syncs_nothing_and_a_commit_lands_before_exec_ret
         "the scratch repository was not touched"
     );
 
+    // Back to a commit the host has: the branch moves back, and no pack (an empty one)
+    // lands in the user's repository.
+    let packs = || {
+        std::fs::read_dir(repo.path().join(".git/objects/pack"))
+            .map(|dir| dir.count())
+            .unwrap_or(0)
+    };
+    let before_reset = packs();
+    sh(&home, &id, "git reset -q --hard HEAD~1");
+    assert_eq!(last_audit(&home, &id)["sync"], "synced");
+    assert_eq!(repo.git(&["rev-parse", &branch]), base);
+    assert_eq!(packs(), before_reset, "nothing new reached the repository");
+    sh(&home, &id, "git reset -q --hard ORIG_HEAD");
+    assert_eq!(repo.git(&["rev-parse", &branch]), tip);
+
     // The user's copy of the branch deleted on the host: the next exec, though it changed
     // nothing inside, syncs and puts it back.
     repo.git(&["branch", "-D", &branch]);
