@@ -126,22 +126,32 @@ fn copy_outbox_file(
 #[derive(Debug, PartialEq, Eq)]
 enum Report {
     Unchanged,
-    /// The sync script's exit code and its time in the sandbox (ms).
-    Ran(i64, u64),
+    /// The sync script's exit code.
+    Ran(i64),
 }
 
 fn parse_report(bytes: &[u8]) -> Option<Report> {
     let text = String::from_utf8_lossy(bytes);
-    if text.trim() == UNCHANGED {
+    let text = text.trim();
+    if text == UNCHANGED {
         return Some(Report::Unchanged);
     }
-    let mut fields = text.split_whitespace();
-    let code = fields.next()?.parse::<i64>().ok()?;
-    let ms = fields
-        .next()
-        .and_then(|ms| ms.parse::<u64>().ok())
-        .unwrap_or(0);
-    Some(Report::Ran(code, ms))
+    text.parse::<i64>().ok().map(Report::Ran)
+}
+
+/// How long the sync script ran inside (ms): from the birth of its stream file (the shell
+/// made it as the script started) to the last write of its exit code. Timestamps the agent
+/// could set, so only ever used as the sync's share of the exec's reported duration; 0 when
+/// the filesystem keeps no birth time.
+fn sandbox_ms(stream: &Path, rc: &Path) -> u64 {
+    let started = std::fs::symlink_metadata(stream).and_then(|m| m.created());
+    let ended = std::fs::symlink_metadata(rc).and_then(|m| m.modified());
+    match (started, ended) {
+        (Ok(started), Ok(ended)) => ended
+            .duration_since(started)
+            .map_or(0, crate::units::millis),
+        _ => 0,
+    }
 }
 
 impl Paddock {
@@ -172,8 +182,10 @@ impl Paddock {
             sync.push(' ');
             sync.push_str(&quote(arg));
         }
+        // The script's time inside is read from the files' own times (see `sandbox_ms`), so
+        // no `date` process runs.
         let sync = format!(
-            "_pd_0=$(date +%s%N); {sync} >{} 2>{}; echo $? $(( ($(date +%s%N) - _pd_0) / 1000000 )) >{}",
+            "{sync} >{} 2>{}; echo $? >{}",
             out("stream"),
             out("err"),
             out("rc")
@@ -211,7 +223,9 @@ impl Paddock {
         let outcome = match report {
             None => Piggybacked::Missing,
             Some(Report::Unchanged) => self.confirm_unchanged(record, &piggyback.plan).await,
-            Some(Report::Ran(rc, sandbox_ms)) => {
+            Some(Report::Ran(rc)) => {
+                let sandbox_ms = sandbox_ms(&file("stream"), &file("rc"));
+                tracing::debug!(job = %record.id, sandbox_ms, "piggybacked sync ran");
                 let outcome = self.apply_piggyback(record, &piggyback, rc).await;
                 Piggybacked::Synced(outcome, sandbox_ms)
             }
@@ -274,8 +288,9 @@ mod tests {
     #[test]
     fn reports_are_read_strictly() {
         assert_eq!(parse_report(b"unchanged\n"), Some(Report::Unchanged));
-        assert_eq!(parse_report(b"0 12\n"), Some(Report::Ran(0, 12)));
-        assert_eq!(parse_report(b"3\n"), Some(Report::Ran(3, 0)));
+        assert_eq!(parse_report(b"0\n"), Some(Report::Ran(0)));
+        assert_eq!(parse_report(b"3\n"), Some(Report::Ran(3)));
+        assert_eq!(parse_report(b"0 12\n"), None);
         assert_eq!(parse_report(b"unchanged 0\n"), None);
         assert_eq!(parse_report(b""), None);
     }

@@ -30,8 +30,11 @@ tmp=${TMPDIR:-/tmp}
 untracked=$tmp/paddock-sync-untracked.$$
 index=$tmp/paddock-sync-index.$$
 fresh=$tmp/paddock-sync-git.$$
-trap 'rm -rf "$untracked" "$index" "$index.lock" "$fresh"' EXIT
-: >"$untracked" || exit 70
+# Only a snapshot makes temporary files (a branch sync, after every exec, starts no `rm`).
+if [ "$snapshot" = 1 ]; then
+  trap 'rm -rf "$untracked" "$index" "$index.lock" "$fresh"' EXIT
+  : >"$untracked" || exit 70
+fi
 
 # The agent may have broken its own git dir. Its files are still work to keep: then they
 # are snapshotted through a fresh git dir that borrows the same objects.
