@@ -1456,6 +1456,8 @@ fn main() {
             job_ready(repo, label, &mut rows);
             eprintln!("exec sync cost, {label}");
             exec_sync_cost(repo, label, &mut rows);
+            eprintln!("exec against docker exec, warm pool first exec, {label}");
+            exec_cost(repo, label, &mut rows);
         }
     }
     if let Some(path) = extra {
