@@ -83,11 +83,8 @@ fn an_exec_that_changes_nothing_syncs_nothing_and_a_commit_lands_before_exec_ret
 
     // Back to a commit the host has: the branch moves back, and no pack (an empty one)
     // lands in the user's repository.
-    let packs = || {
-        std::fs::read_dir(repo.path().join(".git/objects/pack"))
-            .map(|dir| dir.count())
-            .unwrap_or(0)
-    };
+    let packs =
+        || std::fs::read_dir(repo.path().join(".git/objects/pack")).map_or(0, Iterator::count);
     let before_reset = packs();
     sh(&home, &id, "git reset -q --hard HEAD~1");
     assert_eq!(last_audit(&home, &id)["sync"], "synced");
