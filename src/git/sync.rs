@@ -4,7 +4,7 @@
 //! the agent could have written.
 //!
 //! Inside the job's sandbox, `sync.sh` prints a header, the list of untracked paths and,
-//! when the host lacks something, a git bundle. Here, [`SyncCapture`] takes that stream
+//! when a ref moved, a git bundle (whose pack may hold nothing the host lacks). Here, [`SyncCapture`] takes that stream
 //! with size caps; the scratch repository then checks that the bundle holds exactly the refs
 //! the header names and indexes it with `index-pack --strict` (fsck of every object, and every
 //! object it names present); the engine then hands the user's repository that pack and moves
