@@ -361,8 +361,10 @@ impl Paddock {
         let (outcome, in_sandbox_ms, unnoted) = match finished {
             Piggybacked::Unchanged => return AfterCommand::Unchanged,
             Piggybacked::Synced(outcome, sandbox_ms) => {
-                // The sync ran inside the exec: its time is not the command's.
-                result.duration_ms = result.duration_ms.saturating_sub(sandbox_ms);
+                // The sync ran inside the exec: its time is not the command's. (Its time comes
+                // from files the agent can touch: never more than the exec took.)
+                let sandbox_ms = sandbox_ms.min(result.duration_ms);
+                result.duration_ms -= sandbox_ms;
                 let error = outcome.as_ref().err().map(ToString::to_string);
                 (error, sandbox_ms, Some(outcome))
             }

@@ -61,10 +61,14 @@ fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
 }
 
+/// How many lines of `packed-refs` the check reads (the shell's `read` takes a byte per
+/// call): a job's git dir packs its branch and a few tags; a longer file means a full sync.
+const PACKED_LINES: u32 = 32;
+
 /// The shell that sets `_pd_t` to the branch's tip as the job's git dir at `git_dir` has
 /// it, read with builtins only; empty when the refs are in any other shape (a symbolic or
-/// symlinked ref, a `commondir` or `reftable` that git would follow): then the full sync
-/// runs, which asks git itself.
+/// symlinked ref, a `commondir` or `reftable` that git would follow, the branch past the
+/// first lines of `packed-refs`): then the full sync runs, which asks git itself.
 fn tip_check(git_dir: &str, branch: &str) -> String {
     let dir = quote(git_dir);
     let name = quote(&format!("refs/heads/{branch}"));
@@ -73,8 +77,9 @@ fn tip_check(git_dir: &str, branch: &str) -> String {
          if [ ! -e {dir}/commondir ] && [ ! -e {dir}/reftable ]; then \
            if [ -f \"$_pd_r\" ] && [ ! -L \"$_pd_r\" ]; then IFS= read -r _pd_t <\"$_pd_r\" || _pd_t=; \
            elif [ ! -e \"$_pd_r\" ] && [ ! -L \"$_pd_r\" ] && [ -f {dir}/packed-refs ]; then \
-             while read -r _pd_o _pd_n; do \
-               if [ \"$_pd_n\" = {name} ]; then _pd_t=$_pd_o; break; fi; \
+             _pd_i=0; \
+             while [ $_pd_i -lt {PACKED_LINES} ] && read -r _pd_o _pd_n; do \
+               if [ \"$_pd_n\" = {name} ]; then _pd_t=$_pd_o; break; fi; _pd_i=$((_pd_i + 1)); \
              done <{dir}/packed-refs; \
            fi; \
          fi"
@@ -357,6 +362,14 @@ mod tests {
         assert_eq!(common, "");
         let missing = check(|_| {});
         assert_eq!(missing, "");
+        let far = check(|dir| {
+            let mut packed: String = (0..PACKED_LINES)
+                .map(|i| format!("{B} refs/tags/t{i}\n"))
+                .collect();
+            packed.push_str(&format!("{A} refs/heads/agent/x\n"));
+            std::fs::write(dir.join("packed-refs"), packed).expect("write");
+        });
+        assert_eq!(far, "", "a long packed-refs is git's to read");
         let quoted = {
             let dir = tempfile::tempdir().expect("temp dir");
             let odd = dir.path().join("it's a dir");
