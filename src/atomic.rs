@@ -10,6 +10,23 @@ use crate::ids::random_hex;
 /// Writes `bytes` to `path` atomically: temp file in the same directory, fsync, rename, fsync
 /// of the directory. With `exclusive`, fails with `AlreadyExists` instead of replacing.
 pub fn write_atomic(path: &Path, bytes: &[u8], exclusive: bool) -> io::Result<()> {
+    write_atomic_with(path, bytes, exclusive, true)
+}
+
+/// Replaces `path` as [`write_atomic`] does, but without waiting for the rename to reach
+/// the disk (the new contents do): after a crash, readers find the previous file or the new
+/// one, both whole. For changes a crash makes stale anyway (an exec starting), where the
+/// directory's fsync would cost a second journal commit on the exec's path.
+pub fn replace_atomic_lazily(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_with(path, bytes, false, false)
+}
+
+fn write_atomic_with(
+    path: &Path,
+    bytes: &[u8],
+    exclusive: bool,
+    durable_name: bool,
+) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -26,8 +43,28 @@ pub fn write_atomic(path: &Path, bytes: &[u8], exclusive: bool) -> io::Result<()
         } else {
             fs::rename(&tmp, path)?;
         }
-        File::open(dir)?.sync_all()
+        if durable_name {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Replaces `path` with `bytes` so readers see the old file or the new one, never a torn
+/// one, without waiting for the disk: after a crash the file may be the old one, missing,
+/// or empty. For files whose loss a reader tolerates (a running exec's status).
+pub fn replace_unsynced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".tmp-{name}-{}", random_hex(8)));
+    let result = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }

@@ -416,6 +416,22 @@ impl JobStore {
         Ok((record, out))
     }
 
+    /// [`update`](Self::update) for a change a crash makes stale anyway (an exec
+    /// starting): written whole with its contents on disk, but without waiting for the
+    /// rename to be, so after a crash the record may read as before the change.
+    pub fn update_lazily<T>(
+        &self,
+        id: &JobId,
+        change: impl FnOnce(&mut JobRecord) -> T,
+    ) -> Result<(JobRecord, T), StoreError> {
+        let _lock = self.lock()?;
+        let mut record = self.load(id.as_str())?;
+        let out = change(&mut record);
+        let path = self.path(record.id.as_str());
+        crate::atomic::replace_atomic_lazily(&path, &to_json(&record)).map_err(io_err(&path))?;
+        Ok((record, out))
+    }
+
     pub fn exists(&self, id: &JobId) -> bool {
         self.path(id.as_str()).exists()
     }

@@ -8,8 +8,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::execs::ExecRecorder;
+use super::piggyback::{Piggyback, Piggybacked};
 use super::{Error, ExecOptions, Paddock, Result, SyncScope};
-use crate::job::{JobId, JobState};
+use crate::job::{JobId, JobRecord, JobState};
 use crate::runtime::exec::{DEFAULT_OUTPUT_CAP, StreamKind};
 use crate::runtime::{ExecOutcome, ExecRequest, ExecResult, OutputSink, RuntimeError};
 use crate::wire::EventKind;
@@ -25,8 +26,65 @@ pub(super) struct AuditEntry<'a> {
     pub(super) oom_killed: bool,
     pub(super) truncated: bool,
     pub(super) error: Option<String>,
-    /// How long bringing the job's branch into the user's repository took after the command.
+    /// How long bringing the job's branch into the user's repository took after the command
+    /// (none when nothing had to come: see `sync`).
     pub(super) sync_ms: Option<u64>,
+    /// What the sync after the command did: `synced`, `failed`, or `unchanged` (the sandbox
+    /// reported the branch where the host last synced it: no sync round ran). Absent when
+    /// the command did not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) sync: Option<&'static str>,
+}
+
+/// How long each part of an exec took, for the debug log (`-vv`): where an exec's time
+/// goes beyond the runtime's own.
+struct StageClock {
+    started: std::time::Instant,
+    marks: Vec<(&'static str, u64)>,
+}
+
+impl StageClock {
+    fn start() -> StageClock {
+        StageClock {
+            started: std::time::Instant::now(),
+            marks: Vec::with_capacity(8),
+        }
+    }
+
+    /// Notes that the stage `name` ended now.
+    fn mark(&mut self, name: &'static str) {
+        let micros = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.marks.push((name, micros));
+    }
+
+    fn log(&self, job: &JobId) {
+        let mut last = 0;
+        let stages: Vec<String> = self
+            .marks
+            .iter()
+            .map(|(name, at)| {
+                let took = at - last;
+                last = *at;
+                format!("{name}={}.{:03}ms", took / 1000, took % 1000)
+            })
+            .collect();
+        tracing::debug!(job = %job, stages = %stages.join(" "), "exec timings");
+    }
+}
+
+/// What the sync after an exec's command did.
+enum AfterCommand {
+    /// The command did not run: no sync.
+    NotRun,
+    /// The sandbox reported the branch unchanged: no sync round.
+    Unchanged,
+    /// A sync ran: its time, whether it failed, and, for one that ran in the exec's session,
+    /// its outcome still to be noted on the job with the exec's own record update.
+    Synced {
+        ms: u64,
+        failed: bool,
+        unnoted: Option<Result<super::Synced>>,
+    },
 }
 
 /// Passes output on to the caller's sink, to the exec's own output record and to the job's
@@ -116,6 +174,7 @@ impl Paddock {
         options: ExecOptions,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult> {
+        let mut clock = StageClock::start();
         let record = self.load(id)?;
         if record.is_legacy() {
             return Err(Error::Legacy { id: record.id });
@@ -133,8 +192,10 @@ impl Paddock {
         let _slot = self
             .admit_exec(&record.id, options.no_wait, options.waiter.as_deref())
             .await?;
+        clock.mark("admit");
         // The branch sync rides along in the exec's own sandbox session when it can.
         let piggyback = self.piggyback_sync(&record).await;
+        clock.mark("plan");
         let request = ExecRequest {
             cmd: options.cmd.clone(),
             env: options.env,
@@ -146,10 +207,13 @@ impl Paddock {
             after: piggyback.as_ref().map(|p| p.snippet.clone()),
         };
         let started_at = Utc::now();
+        // The state check and the record of it, right before the command starts; a crash
+        // before the exec's end makes `running` stale anyway, so its rename is not waited for.
         let (record, moved) = self
             .store
-            .update(&record.id, |r| r.transition(JobState::Running, started_at))?;
+            .update_lazily(&record.id, |r| r.transition(JobState::Running, started_at))?;
         moved?;
+        clock.mark("running");
         let recorder = ExecRecorder::start(
             &self.home.execs_dir(&record.id),
             &record.id,
@@ -169,33 +233,18 @@ impl Paddock {
             log: self.open_output_log(&record.id),
         };
         tee.log_start(started_at, &options.cmd);
+        clock.mark("prepare");
         let mut outcome = self
             .runtime_of(&record)
             .exec(&record, &request, &mut tee)
             .await;
+        clock.mark("runtime");
         // The command's commits reach the user's repository before exec returns.
-        let mut sync_ms = None;
-        if let Ok(done) = &mut outcome {
-            let sync_started = std::time::Instant::now();
-            let mut in_sandbox_ms = 0;
-            let synced = match piggyback {
-                Some(piggyback) => self.finish_piggyback(&record, piggyback).await,
-                None => None,
-            };
-            let synced = match synced {
-                Some((outcome, sandbox_ms)) => {
-                    // The sync ran inside the exec: its time is not the command's.
-                    in_sandbox_ms = sandbox_ms;
-                    done.result.duration_ms = done.result.duration_ms.saturating_sub(sandbox_ms);
-                    outcome
-                }
-                None => self.sync_job(&record, SyncScope::Branch).await,
-            };
-            if let Err(error) = synced {
-                done.result.sync_error = Some(error.to_string());
-            }
-            sync_ms = Some(crate::units::millis(sync_started.elapsed()) + in_sandbox_ms);
-        }
+        let after = match &mut outcome {
+            Ok(done) => self.sync_after(&record, piggyback, &mut done.result).await,
+            Err(_) => AfterCommand::NotRun,
+        };
+        clock.mark("sync");
         let finished = Utc::now();
         let (state, exit_code, oom_killed) = match &outcome {
             Ok(o) if o.result.timed_out => (
@@ -218,18 +267,54 @@ impl Paddock {
             Ok(o) => (o.container_id.clone(), o.oom_kills),
             Err(_) => (None, None),
         };
-        self.store.update(&record.id, |r| {
-            // A concurrent rm may have moved the job on; the exec result still gets recorded.
-            let _ = r.transition(state, finished);
-            r.exit_code = exit_code.or(r.exit_code);
-            r.oom_killed = oom_killed;
-            if let Some(id) = container_id {
-                r.container_id = Some(id);
+        let unnoted = match &after {
+            AfterCommand::Synced { unnoted, .. } => unnoted.as_ref(),
+            _ => None,
+        };
+        // The exec's status file and the job's record are written at the same time: each
+        // waits for its own fsync, and neither needs the other.
+        let result_or_error = outcome
+            .as_ref()
+            .map(|done| &done.result)
+            .map_err(ToString::to_string);
+        let recorder = &mut tee.recorder;
+        let updated = std::thread::scope(|scope| {
+            let finishing = scope.spawn(move || recorder.finish(result_or_error));
+            // As lazily as `running`: the exec's result is durable in its status file, and a
+            // crash within the next journal commit leaves the record as during the exec.
+            let updated = self.store.update_lazily(&record.id, |r| {
+                // A concurrent rm may have moved the job on; the exec result still gets
+                // recorded.
+                let _ = r.transition(state, finished);
+                r.exit_code = exit_code.or(r.exit_code);
+                r.oom_killed = oom_killed;
+                if let Some(id) = container_id {
+                    r.container_id = Some(id);
+                }
+                if let Some(count) = oom_kills {
+                    r.oom_kills = count;
+                }
+                if let Some(synced) = unnoted {
+                    super::sync::note_sync(r, synced, finished);
+                }
+            });
+            finishing
+                .join()
+                .expect("recording an exec's end does not panic");
+            updated
+        });
+        updated?;
+        clock.mark("record");
+        if let Some(synced) = unnoted {
+            self.announce_sync(&record, synced);
+        }
+        let (sync_ms, sync) = match &after {
+            AfterCommand::NotRun => (None, None),
+            AfterCommand::Unchanged => (None, Some("unchanged")),
+            AfterCommand::Synced { ms, failed, .. } => {
+                (Some(*ms), Some(if *failed { "failed" } else { "synced" }))
             }
-            if let Some(count) = oom_kills {
-                r.oom_kills = count;
-            }
-        })?;
+        };
         let entry = AuditEntry {
             command: &options.cmd,
             started_at,
@@ -240,11 +325,8 @@ impl Paddock {
             truncated: outcome.as_ref().is_ok_and(|o| o.result.truncated),
             error: outcome.as_ref().err().map(ToString::to_string),
             sync_ms,
+            sync,
         };
-        match &outcome {
-            Ok(done) => tee.recorder.finish(Ok(&done.result)),
-            Err(error) => tee.recorder.finish(Err(error.to_string())),
-        }
         self.append_audit(&record.id, &entry)?;
         self.emit(
             EventKind::ExecFinished,
@@ -260,7 +342,47 @@ impl Paddock {
                 "sync_error": outcome.as_ref().ok().and_then(|o| o.result.sync_error.clone()),
             }),
         );
+        clock.mark("log");
+        clock.log(&record.id);
         Ok(outcome?.result)
+    }
+
+    /// Brings the branch out after a command that ran: through the piggybacked sync when it
+    /// reported, else with a sync of its own. A failure goes into `result.sync_error`.
+    async fn sync_after(
+        &self,
+        record: &JobRecord,
+        piggyback: Option<Piggyback>,
+        result: &mut ExecResult,
+    ) -> AfterCommand {
+        let started = std::time::Instant::now();
+        let finished = match piggyback {
+            Some(piggyback) => self.finish_piggyback(record, piggyback).await,
+            None => Piggybacked::Missing,
+        };
+        let (outcome, in_sandbox_ms, unnoted) = match finished {
+            Piggybacked::Unchanged => return AfterCommand::Unchanged,
+            Piggybacked::Synced(outcome, sandbox_ms) => {
+                // The sync ran inside the exec: its time is not the command's. (Its time comes
+                // from files the agent can touch: never more than the exec took.)
+                let sandbox_ms = sandbox_ms.min(result.duration_ms);
+                result.duration_ms -= sandbox_ms;
+                let error = outcome.as_ref().err().map(ToString::to_string);
+                (error, sandbox_ms, Some(outcome))
+            }
+            // `sync_job` notes its outcome on the job itself.
+            Piggybacked::Missing => {
+                let synced = self.sync_job(record, SyncScope::Branch).await;
+                (synced.err().map(|e| e.to_string()), 0, None)
+            }
+        };
+        let failed = outcome.is_some();
+        result.sync_error = outcome;
+        AfterCommand::Synced {
+            ms: crate::units::millis(started.elapsed()) + in_sandbox_ms,
+            failed,
+            unnoted,
+        }
     }
 
     /// The job's output log (`logs/<job>/output.log`), opened for appending; none when it

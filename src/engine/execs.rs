@@ -96,7 +96,9 @@ impl ExecRecorder {
             written: 0,
             partial: [Vec::new(), Vec::new()],
         };
-        recorder.save();
+        // Not fsynced: a crash before the end leaves a running exec that is lost anyway, and
+        // a reader skips a status file the crash left unreadable. The end is fsynced.
+        recorder.save(false);
         recorder
     }
 
@@ -104,9 +106,16 @@ impl ExecRecorder {
         &self.info.id
     }
 
-    fn save(&self) {
+    /// Writes the status file whole (a reader never sees a torn one); `durable`: on disk
+    /// before this returns.
+    fn save(&self, durable: bool) {
         let bytes = serde_json::to_vec_pretty(&self.info).expect("exec infos serialize");
-        if let Err(error) = crate::atomic::write_atomic(&self.status_path, &bytes, false) {
+        let written = if durable {
+            crate::atomic::write_atomic(&self.status_path, &bytes, false)
+        } else {
+            crate::atomic::replace_unsynced(&self.status_path, &bytes)
+        };
+        if let Err(error) = written {
             tracing::warn!(%error, path = %self.status_path.display(), "cannot record the exec");
         }
     }
@@ -180,7 +189,7 @@ impl ExecRecorder {
             Ok(result) => self.info.result = Some(result.clone()),
             Err(error) => self.info.error = Some(error),
         }
-        self.save();
+        self.save(true);
     }
 }
 

@@ -8,11 +8,11 @@
 //!
 //! One file per operation: `create`, `exec` (with `run`, `stop`, `shell`), `execs` (each
 //! exec's kept status and output), `events` (reading the event history), `remove`, `inspect`
-//! (`list`, `show`, `diff`, `log`), `sync`, `caches`, `setup` (a new job's `copy` and
-//! `setup`, the last steps of `create`), `files` (the file API), `conflicts` (conflicts and
-//! the merged mark), `merge` (with `apply`); this file holds the engine itself,
-//! `emit` (every event goes to the install's event log), and the shapes its operations take
-//! and return.
+//! (`list`, `show`, `diff`, `log`), `sync` (with `piggyback`, the sync in an exec's own
+//! session), `caches`, `setup` (a new job's `copy` and `setup`, the last steps of `create`),
+//! `files` (the file API), `conflicts` (conflicts and the merged mark), `merge` (with
+//! `apply`); this file holds the engine itself, `emit` (every event goes to the install's
+//! event log), and the shapes its operations take and return.
 
 use std::path::Path;
 
@@ -38,6 +38,7 @@ mod files;
 mod inspect;
 mod merge;
 mod network;
+mod piggyback;
 mod pool;
 pub use pool::PoolKey;
 mod ports;

@@ -208,6 +208,7 @@ impl Paddock {
             truncated: result.is_some_and(|r| r.truncated),
             error: outcome.as_ref().err().map(ToString::to_string),
             sync_ms: None,
+            sync: None,
         };
         if let Err(error) = self.append_audit(&record.id, &entry) {
             tracing::warn!(job = %record.id, %error, "cannot append the setup command to the audit log");

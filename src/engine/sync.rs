@@ -1,7 +1,9 @@
 //! The sync operation: brings a job's branch, and when asked a snapshot of its uncommitted
 //! work, out of its sandbox into the user's repository (see `git::sync` for the protocol).
 //!
-//! It runs after every exec and before `show`, `diff`, `log`, `rm` and each sweep removal.
+//! It runs after every exec (in the exec's own sandbox session, and not at all when the
+//! sandbox reports the branch where the host last synced it: see `piggyback`) and, always in
+//! full, before `show`, `diff`, `log`, `rm` and each sweep removal.
 //! A sync that fails leaves the user's refs where they were, records why on the job
 //! (`sync_error`, shown by `show`) and emits `job.sync_failed`; the next good one clears it.
 //! A history rewrite of the job's own branch inside (amend, rebase) is published as a forced
@@ -10,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use super::{Error, Paddock, Result};
 use crate::config::KillPolicy;
@@ -20,7 +22,6 @@ use crate::git::sync::{
     Received, SCRATCH_BRANCH, SCRATCH_STATE, SYNC_SCRIPT, SyncCapture, WorkState,
 };
 use crate::job::JobRecord;
-use crate::output::{OutputSink, StreamKind};
 use crate::runtime::ExecRequest;
 use crate::store::FileLock;
 use crate::wire::EventKind;
@@ -52,59 +53,28 @@ pub struct Synced {
     pub forced: bool,
 }
 
-/// The sandbox half of a sync, ready to run.
-struct SyncPlan {
+/// The sandbox half of a sync, ready to run, and what the host knew when it was made.
+pub(super) struct SyncPlan {
     /// The script's arguments (see `sync.sh`).
-    args: Vec<String>,
-    env: Vec<(String, String)>,
+    pub(super) args: Vec<String>,
+    pub(super) env: Vec<(String, String)>,
+    /// The branch's tip as the host has it (the scratch repository's, else the user's).
+    pub(super) known_tip: Option<String>,
+    /// On a job's first sync: the user's tip of the branch, which the scratch repository
+    /// takes as its own before it receives anything (see [`Paddock::prepare_scratch`]).
+    seed: Option<String>,
+    /// The user's object store, which the scratch repository borrows.
+    user_objects: std::path::PathBuf,
 }
 
-/// A branch sync that runs right after an exec's command, in the same sandbox session.
-pub(crate) struct Piggyback {
-    /// The shell snippet the runtime runs after the command.
-    pub snippet: String,
-    /// The host path of the outbox files, without their extension.
-    host_base: std::path::PathBuf,
-}
-
-/// Reads a file the agent could have replaced: never through a symlink, only a regular
-/// file, at most `limit` bytes.
-fn read_outbox_file(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    open_outbox_file(path)?
-        .take(limit)
-        .read_to_end(&mut bytes)?;
-    Ok(bytes)
-}
-
-fn open_outbox_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    Ok(file)
-}
-
-/// Feeds an outbox file to the capture as one of the sandbox's streams.
-fn copy_outbox_file(
-    path: &std::path::Path,
-    stream: StreamKind,
-    capture: &mut SyncCapture,
-) -> std::io::Result<()> {
-    use std::io::Read;
-    let mut file = open_outbox_file(path)?;
-    let mut buffer = vec![0; 64 << 10];
-    loop {
-        let read = file.read(&mut buffer)?;
-        if read == 0 {
-            return Ok(());
+/// Writes a sync's outcome into the job's record: its error, or when it last succeeded.
+pub(super) fn note_sync(record: &mut JobRecord, outcome: &Result<Synced>, now: DateTime<Utc>) {
+    match outcome {
+        Ok(_) => {
+            record.sync_error = None;
+            record.synced_at = Some(now);
         }
-        capture.write(stream, &buffer[..read]);
+        Err(error) => record.sync_error = Some(error.to_string()),
     }
 }
 
@@ -138,14 +108,14 @@ impl Paddock {
 
     /// Notes a sync's outcome on the job and tells subscribers about failures and rewrites.
     fn record_sync(&self, record: &JobRecord, outcome: &Result<Synced>) {
-        let now = Utc::now();
-        let error = outcome.as_ref().err().map(ToString::to_string);
-        let _ = self.store().update(&record.id, |r| {
-            r.sync_error = error.clone();
-            if error.is_none() {
-                r.synced_at = Some(now);
-            }
-        });
+        let _ = self
+            .store()
+            .update(&record.id, |r| note_sync(r, outcome, Utc::now()));
+        self.announce_sync(record, outcome);
+    }
+
+    /// Tells subscribers about a sync that failed or rewrote the branch.
+    pub(super) fn announce_sync(&self, record: &JobRecord, outcome: &Result<Synced>) {
         match outcome {
             Ok(synced) if synced.forced => self.emit(
                 EventKind::BranchRewritten,
@@ -163,7 +133,7 @@ impl Paddock {
         }
     }
 
-    fn sync_failed(record: &JobRecord, message: String) -> Error {
+    pub(super) fn sync_failed(record: &JobRecord, message: String) -> Error {
         Error::Sync {
             id: record.id.clone(),
             message,
@@ -171,7 +141,7 @@ impl Paddock {
     }
 
     /// Takes the job's sync lock: one sync of a job touches its scratch repository at a time.
-    async fn sync_lock(&self, record: &JobRecord) -> Result<FileLock> {
+    pub(super) async fn sync_lock(&self, record: &JobRecord) -> Result<FileLock> {
         let lock_path = self.home().job_dir(&record.id).join("sync.lock");
         Ok(
             tokio::task::spawn_blocking(move || FileLock::acquire(&lock_path, SYNC_LOCK_WAIT))
@@ -180,9 +150,10 @@ impl Paddock {
         )
     }
 
-    /// What the sandbox half needs: the scratch repository made, what the host already has,
-    /// and the script's arguments and environment.
-    async fn plan_sync(&self, record: &JobRecord, scope: SyncScope) -> Result<SyncPlan> {
+    /// What the sandbox half needs: what the host already has, and the script's arguments
+    /// and environment. Writes nothing: a sync whose sandbox half finds nothing new never
+    /// touches the scratch repository (see `piggyback`).
+    pub(super) async fn plan_sync(&self, record: &JobRecord, scope: SyncScope) -> Result<SyncPlan> {
         let (git_dir, work_tree) = self
             .runtime_of(record)
             .sandbox_git_paths(record)
@@ -194,8 +165,8 @@ impl Paddock {
             .ok_or_else(|| {
                 Self::sync_failed(record, "the repository's object store is gone".into())
             })?;
-        scratch.ensure(&user_objects).await?;
         let (mut known_tip, known_state) = scratch.known().await?;
+        let mut seed = None;
         if known_tip.is_none()
             && let Some(tip) = self
                 .repo_of(record)
@@ -204,7 +175,7 @@ impl Paddock {
         {
             // The first sync starts from what the user's repository has for the branch, so a
             // branch the sandbox cannot resolve still reads as the last good tip.
-            scratch.set_branch(&tip).await?;
+            seed = Some(tip.clone());
             known_tip = Some(tip);
         }
         let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
@@ -230,12 +201,30 @@ impl Paddock {
                 ("GIT_TERMINAL_PROMPT".into(), "0".into()),
                 ("LC_ALL".into(), "C".into()),
             ],
+            known_tip,
+            seed,
+            user_objects,
         })
+    }
+
+    /// Makes the scratch repository ready to receive what `plan`'s sandbox half sent: made
+    /// if missing, and on a first sync pointed at the user's tip (unless a sync since did
+    /// that). Called under the job's sync lock.
+    pub(super) async fn prepare_scratch(&self, record: &JobRecord, plan: &SyncPlan) -> Result<()> {
+        let scratch = self.scratch_of(record);
+        scratch.ensure(&plan.user_objects).await?;
+        if let Some(seed) = &plan.seed
+            && scratch.known().await?.0.is_none()
+        {
+            scratch.set_branch(seed).await?;
+        }
+        Ok(())
     }
 
     async fn sync_unrecorded(&self, record: &JobRecord, scope: SyncScope) -> Result<Synced> {
         let _lock = self.sync_lock(record).await?;
         let plan = self.plan_sync(record, scope).await?;
+        self.prepare_scratch(record, &plan).await?;
         let mut cmd = vec![
             "sh".into(),
             "-c".into(),
@@ -277,7 +266,7 @@ impl Paddock {
     /// A branch-only sync (after an exec) hands the user's repository the pack it received
     /// and moves the ref; a sync with uncommitted work fetches only what the branch needs, so
     /// snapshot objects never land in the user's repository unless `rm` publishes them.
-    async fn apply_sync(
+    pub(super) async fn apply_sync(
         &self,
         record: &JobRecord,
         scope: SyncScope,
@@ -319,101 +308,6 @@ impl Paddock {
             untracked: received.untracked,
             forced,
         })
-    }
-
-    /// Prepares a branch sync to run in the same sandbox session as an exec, right after its
-    /// command: it saves a second round trip to the sandbox. Its stream goes to the job's
-    /// outbox (a host directory mounted at `/paddock/outbox`). `None` when the job's runtime
-    /// has no outbox or the plan cannot be made (the exec then syncs on its own).
-    pub(crate) async fn piggyback_sync(&self, record: &JobRecord) -> Option<Piggyback> {
-        let outbox = self.home().job_outbox(&record.id);
-        let inside_outbox = self.runtime_of(record).sandbox_outbox()?;
-        if record.is_legacy() || !outbox.is_dir() {
-            return None;
-        }
-        let plan = {
-            let _lock = self.sync_lock(record).await.ok()?;
-            self.plan_sync(record, SyncScope::Branch).await.ok()?
-        };
-        let name = crate::ids::random_hex(12);
-        let inside = inside_outbox.join(&name);
-        let quote = |text: &str| format!("'{}'", text.replace('\'', "'\\''"));
-        let mut snippet = String::from("env");
-        for (key, value) in &plan.env {
-            snippet.push_str(&format!(" {key}={}", quote(value)));
-        }
-        snippet.push_str(&format!(" sh -c {} paddock-sync", quote(SYNC_SCRIPT)));
-        for arg in &plan.args {
-            snippet.push(' ');
-            snippet.push_str(&quote(arg));
-        }
-        let out = |ext: &str| quote(&format!("{}.{ext}", inside.display()));
-        snippet = format!(
-            "t0=$(date +%s%N); {snippet} >{} 2>{}; echo $? $(( ($(date +%s%N) - t0) / 1000000 )) >{}",
-            out("stream"),
-            out("err"),
-            out("rc")
-        );
-        Some(Piggyback {
-            snippet,
-            host_base: outbox.join(name),
-        })
-    }
-
-    /// Finishes a piggybacked sync from the files its exec left in the outbox. `None` when
-    /// they are not there (the command was killed, say): then the caller syncs on its own.
-    pub(crate) async fn finish_piggyback(
-        &self,
-        record: &JobRecord,
-        piggyback: Piggyback,
-    ) -> Option<(Result<Synced>, u64)> {
-        let file = |ext: &str| piggyback.host_base.with_extension(ext);
-        // `rc` holds the script's exit code and how long it took (ms), written last.
-        let rc = read_outbox_file(&file("rc"), 64).ok().and_then(|bytes| {
-            let text = String::from_utf8_lossy(&bytes).into_owned();
-            let mut fields = text.split_whitespace();
-            let code = fields.next()?.parse::<i64>().ok()?;
-            let ms = fields
-                .next()
-                .and_then(|ms| ms.parse::<u64>().ok())
-                .unwrap_or(0);
-            Some((code, ms))
-        });
-        let outcome = match rc {
-            None => None,
-            Some((rc, sandbox_ms)) => {
-                let bundle = self.home().job_dir(&record.id).join("incoming.bundle");
-                let mut capture = SyncCapture::new(bundle.clone());
-                let copied = copy_outbox_file(&file("stream"), StreamKind::Stdout, &mut capture)
-                    .and_then(|()| {
-                        copy_outbox_file(&file("err"), StreamKind::Stderr, &mut capture)
-                    });
-                let received = match copied {
-                    Ok(()) => capture.finish(rc),
-                    Err(error) => Err(format!("failed to read the sync stream: {error}")),
-                };
-                let applying = std::time::Instant::now();
-                let outcome = match self.sync_lock(record).await {
-                    Ok(_lock) => self.apply_sync(record, SyncScope::Branch, received).await,
-                    Err(error) => Err(error),
-                };
-                tracing::debug!(
-                    job = %record.id,
-                    sandbox_ms,
-                    host_ms = crate::units::millis(applying.elapsed()),
-                    "piggybacked sync applied"
-                );
-                let _ = std::fs::remove_file(&bundle);
-                Some((outcome, sandbox_ms))
-            }
-        };
-        for ext in ["rc", "stream", "err"] {
-            let _ = std::fs::remove_file(file(ext));
-        }
-        if let Some((outcome, _)) = &outcome {
-            self.record_sync(record, outcome);
-        }
-        outcome
     }
 
     /// Saves the uncommitted work of the last snapshot sync as `refs/paddock/wip/<id>` in the

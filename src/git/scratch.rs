@@ -47,6 +47,14 @@ impl ScratchRepo {
 
     /// The branch tip and uncommitted-work snapshot of the last sync, if any.
     pub async fn known(&self) -> Result<(Option<String>, Option<String>), GitError> {
+        // Read on every exec: the loose ref files `update-ref` writes here (nothing packs
+        // this repository's refs), with git2 only for a shape other than that.
+        if let (Some(branch), Some(state)) = (
+            self.loose_ref(SCRATCH_BRANCH),
+            self.loose_ref(SCRATCH_STATE),
+        ) {
+            return Ok((branch, state));
+        }
         let path = self.path.clone();
         blocking(move || {
             let Ok(repo) = git2::Repository::open_bare(&path) else {
@@ -61,6 +69,23 @@ impl ScratchRepo {
             Ok((target(SCRATCH_BRANCH), target(SCRATCH_STATE)))
         })
         .await
+    }
+
+    /// A ref of this paddock-owned repository read from its loose file: `Some(None)` when
+    /// the repository has no such ref (nor packed refs), `None` when the file is not the
+    /// plain object id `update-ref` writes (then git2 reads it).
+    fn loose_ref(&self, name: &str) -> Option<Option<String>> {
+        match std::fs::read_to_string(self.path.join(name)) {
+            Ok(text) => {
+                let id = text.strip_suffix('\n')?;
+                is_object_id(id).then(|| Some(id.to_string()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let packed = self.path.join("packed-refs").exists();
+                (!packed).then_some(None)
+            }
+            Err(_) => None,
+        }
     }
 
     /// Takes a checked stream in: the bundle must hold exactly the refs the header names, at
@@ -100,10 +125,34 @@ impl ScratchRepo {
                     }
                 }
             }
+            // A pack of no object (the branch moved to a commit the host has) is not kept:
+            // the commits it names are checked below like those named without a bundle.
+            if pack_is_empty(bundle, pack_offset)? {
+                for (commit, name) in &heads {
+                    if let Some((_, _, target)) =
+                        wanted.iter().find(|(source, _, _)| source == name)
+                    {
+                        self.set_ref(target, Some(commit)).await?;
+                    }
+                }
+                return self
+                    .receive_unbundled(received, &wanted, &fetched)
+                    .await
+                    .map(|()| None);
+            }
             // `--strict` checks every object (as fsck does) and that everything they name
-            // exists; `--fix-thin` completes deltas against objects the host already has.
+            // exists; `--fix-thin` completes deltas against objects the host already has. No
+            // reverse index: a sync's pack is small, and each file index-pack writes is one
+            // more fsync on the exec's path.
             let indexed = self
-                .call(&["index-pack", "--stdin", "--fix-thin", "--strict"])
+                .call(&[
+                    "-c",
+                    "pack.writeReverseIndex=false",
+                    "index-pack",
+                    "--stdin",
+                    "--fix-thin",
+                    "--strict",
+                ])
                 .stdin_from(bundle, pack_offset)
                 .timeout(super::CHECKOUT_TIMEOUT)
                 .run()
@@ -122,12 +171,24 @@ impl ScratchRepo {
             );
             for (commit, name) in &heads {
                 if let Some((_, _, target)) = wanted.iter().find(|(source, _, _)| source == name) {
-                    self.require_commit(commit).await?;
-                    self.call(&["update-ref", target, commit]).run().await?;
+                    self.set_ref(target, Some(commit)).await?;
                 }
             }
         }
-        for (_, commit, target) in wanted {
+        self.receive_unbundled(received, &wanted, &fetched).await?;
+        Ok(pack)
+    }
+
+    /// The refs of a sync that came without objects: each at a commit the host must
+    /// already have.
+    async fn receive_unbundled(
+        &self,
+        received: &Received,
+        wanted: &[(&str, Option<&String>, &'static str); 2],
+        fetched: &BTreeSet<&'static str>,
+    ) -> Result<(), GitError> {
+        let header = &received.header;
+        for &(_, commit, target) in wanted {
             if fetched.contains(target) {
                 continue;
             }
@@ -140,39 +201,45 @@ impl ScratchRepo {
             if target == SCRATCH_STATE && header.state == WorkState::Unknown {
                 continue;
             }
-            match commit {
-                Some(commit) => {
-                    self.require_commit(commit).await?;
-                    self.call(&["update-ref", target, commit]).run().await?;
-                }
-                None => {
-                    self.call(&["update-ref", "-d", target]).run().await?;
-                }
+            if self.loose_ref(target) == Some(commit.cloned()) {
+                // Already there (a sync that found nothing new): no process to start.
+                continue;
             }
+            self.set_ref(target, commit.map(String::as_str)).await?;
         }
-        Ok(pack)
+        Ok(())
+    }
+
+    /// Points `name` at `commit` (which must be a commit this repository or the user's
+    /// objects have), or deletes it. Through git2, in this process: the repository is
+    /// paddock's own, and a git process per ref was a few ms on every sync that moved one.
+    async fn set_ref(&self, name: &str, commit: Option<&str>) -> Result<(), GitError> {
+        let path = self.path.clone();
+        let (name, wanted) = (name.to_string(), commit.map(str::to_string));
+        blocking(move || {
+            let repo = git2::Repository::open_bare(&path).map_err(read_err(&path))?;
+            match wanted {
+                Some(wanted) => {
+                    let oid = git2::Oid::from_str(&wanted).map_err(read_err(&path))?;
+                    repo.find_commit(oid).map_err(read_err(&path))?;
+                    repo.reference(&name, oid, true, "paddock: sync")
+                        .map_err(read_err(&path))?;
+                }
+                None => match repo.find_reference(&name) {
+                    Ok(mut reference) => reference.delete().map_err(read_err(&path))?,
+                    Err(e) if e.code() == git2::ErrorCode::NotFound => {}
+                    Err(e) => return Err(read_err(&path)(e)),
+                },
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Points the scratch repository's copy of the job's branch at `commit` (which the user's
     /// repository has).
     pub async fn set_branch(&self, commit: &str) -> Result<(), GitError> {
-        self.require_commit(commit).await?;
-        self.call(&["update-ref", SCRATCH_BRANCH, commit])
-            .run()
-            .await
-            .map(drop)
-    }
-
-    /// Fails unless `commit` is a commit the scratch repository (or the user's objects) has.
-    async fn require_commit(&self, commit: &str) -> Result<(), GitError> {
-        let path = self.path.clone();
-        let wanted = commit.to_string();
-        blocking(move || {
-            let repo = git2::Repository::open_bare(&path).map_err(read_err(&path))?;
-            let oid = git2::Oid::from_str(&wanted).map_err(read_err(&path))?;
-            repo.find_commit(oid).map(drop).map_err(read_err(&path))
-        })
-        .await
+        self.set_ref(SCRATCH_BRANCH, Some(commit)).await
     }
 
     /// Whether `descendant` has `ancestor` in its history (a fast-forward).
@@ -349,6 +416,22 @@ fn ref_oid(repo: &git2::Repository, name: &str) -> Option<git2::Oid> {
 
 /// Reads a bundle's header (`# v2 git bundle` or v3 with capabilities, prerequisites, refs,
 /// an empty line) and returns its refs as `(commit, refname)` and where the pack starts.
+/// Whether the pack at `offset` of the bundle `path` says it holds no object (a pack's
+/// header: `PACK`, version, object count, big-endian). Anything else is index-pack's to judge.
+fn pack_is_empty(path: &Path, offset: u64) -> Result<bool, GitError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut header = [0u8; 12];
+    let read = std::fs::File::open(path).and_then(|mut file| {
+        file.seek(SeekFrom::Start(offset))?;
+        file.read_exact(&mut header)
+    });
+    match read {
+        Ok(()) => Ok(&header[..4] == b"PACK" && header[8..12] == [0, 0, 0, 0]),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(bad_bundle(path, e.to_string())),
+    }
+}
+
 fn read_bundle_header(path: &Path) -> Result<(Vec<(String, String)>, u64), GitError> {
     use std::io::{BufRead, BufReader, Read};
     let file = std::fs::File::open(path).map_err(|e| bad_bundle(path, e.to_string()))?;

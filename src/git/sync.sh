@@ -1,12 +1,13 @@
 # paddock sync: the half of the sync protocol that runs inside the job's sandbox (its
 # container, a throwaway container with the same mounts, or, for the process runtime, the
 # job's own process environment). It writes to stdout one header line, then the list of
-# untracked paths, then (only when the host lacks something) a git bundle. The host trusts
+# untracked paths, then (only when a ref moved) a git bundle. The host trusts
 # none of it: it checks the header, caps the sizes and fetches the bundle with fsck into a
 # scratch repository of its own. GIT_DIR and GIT_WORK_TREE come from the host.
 #
 # Arguments: BRANCH KNOWN_TIP KNOWN_STATE SNAPSHOT BASE USER_OBJECTS ("-" for none)
-# Header:    paddock-sync 1 TIP STATE BUNDLE UNTRACKED_BYTES
+# Header:    paddock-sync 1 TIP STATE BUNDLE UNTRACKED_BYTES (then the untracked list, then
+#            a v2 bundle whose pack may hold no object when the host has them all)
 #   TIP      the branch's commit, or -
 #   STATE    a commit holding the uncommitted work (parent: HEAD), clean, or -
 #   BUNDLE   bundle when a bundle follows the untracked list, else -
@@ -29,8 +30,11 @@ tmp=${TMPDIR:-/tmp}
 untracked=$tmp/paddock-sync-untracked.$$
 index=$tmp/paddock-sync-index.$$
 fresh=$tmp/paddock-sync-git.$$
-trap 'rm -rf "$untracked" "$index" "$index.lock" "$fresh"' EXIT
-: >"$untracked" || exit 70
+# Only a snapshot makes temporary files (a branch sync, after every exec, starts no `rm`).
+if [ "$snapshot" = 1 ]; then
+  trap 'rm -rf "$untracked" "$index" "$index.lock" "$fresh"' EXIT
+  : >"$untracked" || exit 70
+fi
 
 # The agent may have broken its own git dir. Its files are still work to keep: then they
 # are snapshotted through a fresh git dir that borrows the same objects.
@@ -106,14 +110,15 @@ nots=
 for known in "$have_base" "$have_tip" "$have_state"; do
   [ "$known" != - ] && nots="$nots $known"
 done
-needs() { [ -z "$nots" ] || [ -n "$(g rev-list -n 1 "$1" --not $nots)" ]; }
-refs=
-if [ "$tip" != - ] && [ "$tip" != "$known_tip" ] && needs "$tip"; then
-  refs="refs/heads/$branch"
+# A ref goes into the bundle when the host does not have it at that commit; its pack holds
+# only what the host lacks (possibly nothing: the agent reset the branch to a known commit).
+refs= tips=
+if [ "$tip" != - ] && [ "$tip" != "$known_tip" ]; then
+  refs="refs/heads/$branch" tips=$tip
 fi
 case $state in
   -|clean) ;;
-  *) if [ "$state" != "$known_state" ] && needs "$state"; then refs="$refs refs/paddock/state"; fi ;;
+  *) if [ "$state" != "$known_state" ]; then refs="$refs refs/paddock/state" tips="$tips $state"; fi ;;
 esac
 
 bundle=-
@@ -125,5 +130,17 @@ else
   printf 'paddock-sync 1 %s %s %s 0\n' "$tip" "$state" "$bundle"
 fi
 [ -n "$refs" ] || exit 0
-# shellcheck disable=SC2086 # word splitting of the ref and commit lists is intended
-g bundle create --quiet - $refs ${nots:+--not $nots} || exit 78
+# A v2 bundle written by hand: its header, then one thin pack-objects of the tips minus what
+# the host has (`git bundle create` adds a second process and a history walk for
+# prerequisite lines, which the host does not read).
+printf '# v2 git bundle\n'
+# shellcheck disable=SC2086 # one word per commit
+set -- $tips
+for ref in $refs; do
+  printf '%s %s\n' "$1" "$ref"
+  shift
+done
+printf '\n'
+# shellcheck disable=SC2086 # one word per commit
+{ printf '%s\n' $tips; for known in $nots; do printf '^%s\n' "$known"; done; } |
+  g pack-objects --revs --stdout --thin --delta-base-offset -q || exit 78

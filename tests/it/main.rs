@@ -19,6 +19,7 @@ mod docker;
 mod docs;
 mod egress;
 mod events;
+mod exec_sync;
 mod files;
 mod hostile;
 mod idempotency;
