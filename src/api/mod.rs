@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -24,6 +24,7 @@ use crate::engine::{BranchPolicy, CreateRequest, JobView, NetworkChange, Paddock
 use crate::error::{Error, ErrorKind};
 use crate::sweep::SweepOptions;
 use crate::units::HumanDuration;
+use ids::JobIdPath;
 
 /// Largest request body accepted.
 const BODY_LIMIT: usize = 1 << 20;
@@ -149,6 +150,7 @@ impl IntoResponse for ApiError {
 pub mod auth;
 mod files;
 mod idempotency;
+pub(crate) mod ids;
 mod merges;
 mod streams;
 
@@ -284,7 +286,7 @@ async fn list_jobs(
     Ok(axum::Json(views).into_response())
 }
 
-async fn show_job(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn show_job(State(state): State<ApiState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
     let details = with_deadline(REQUEST_TIMEOUT, state.paddock.show(&id)).await?;
     Ok(axum::Json(details).into_response())
 }
@@ -297,19 +299,19 @@ struct DiffQuery {
 
 async fn diff_job(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     Query(query): Query<DiffQuery>,
 ) -> ApiResult<Response> {
     let text = with_deadline(REQUEST_TIMEOUT, state.paddock.diff(&id, query.stat)).await?;
     Ok(axum::Json(json!({"id": id, "stat": query.stat, "diff": text})).into_response())
 }
 
-async fn log_job(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn log_job(State(state): State<ApiState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
     let commits = with_deadline(REQUEST_TIMEOUT, state.paddock.log(&id)).await?;
     Ok(axum::Json(commits).into_response())
 }
 
-async fn logs_job(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn logs_job(State(state): State<ApiState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
     let path = state.paddock.output_log(&id).map_err(ApiError::from)?;
     let text = std::fs::read_to_string(path).unwrap_or_default();
     Ok(axum::Json(json!({"id": id, "output": text})).into_response())
@@ -322,7 +324,7 @@ struct StopBody {
 
 async fn set_network(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     ApiJson(change): ApiJson<NetworkChange>,
 ) -> ApiResult<Response> {
     let view = with_deadline(REQUEST_TIMEOUT, state.paddock.set_network(&id, change)).await?;
@@ -331,7 +333,7 @@ async fn set_network(
 
 async fn stop_job(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     body: Option<axum::Json<StopBody>>,
 ) -> ApiResult<Response> {
     let grace = match body {
@@ -369,7 +371,7 @@ impl RemoveQuery {
 
 async fn remove_job(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     Query(query): Query<RemoveQuery>,
 ) -> ApiResult<Response> {
     let options = query.options();
