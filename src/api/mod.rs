@@ -156,6 +156,36 @@ mod streams;
 
 pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
+/// The outermost layer of every listener: a handler that panics answers 500 with the API's
+/// error body, and the daemon goes on serving every other request (one request's bug never
+/// takes the API away from every client of every job). Unwinding is caught in the request's
+/// own future, so a client that goes away still cancels its handler.
+pub(crate) async fn catch_panic(request: Request, next: Next) -> Response {
+    use futures_util::FutureExt as _;
+    let path = request.uri().path().to_string();
+    match std::panic::AssertUnwindSafe(next.run(request))
+        .catch_unwind()
+        .await
+    {
+        Ok(response) => response,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            tracing::error!(%path, %what, "a request handler panicked");
+            ApiError {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                code: "internal",
+                message: format!("the request failed inside paddock: {what}"),
+                retry_after: None,
+            }
+            .into_response()
+        }
+    }
+}
+
 pub(crate) async fn with_deadline<T>(
     deadline: Duration,
     work: impl Future<Output = Result<T, Error>>,
@@ -280,6 +310,11 @@ async fn list_jobs(
     State(state): State<ApiState>,
     Query(query): Query<ListQuery>,
 ) -> ApiResult<Response> {
+    // A test-only failpoint: a handler that panics (see `catch_panic`).
+    assert!(
+        !crate::env::fail_at("api-list-panic"),
+        "failpoint api-list-panic"
+    );
     let repo = query.repo.map(std::path::PathBuf::from);
     let views: Vec<JobView> =
         with_deadline(REQUEST_TIMEOUT, state.paddock.list_views(repo.as_deref())).await?;

@@ -21,6 +21,7 @@ mod egress;
 mod events;
 mod files;
 mod hostile;
+mod hostile_ids;
 mod idempotency;
 mod installs;
 mod jobsetup;
