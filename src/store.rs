@@ -581,48 +581,4 @@ fn parse_record(path: &Path, bytes: &[u8]) -> Result<JobRecord, StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-    use std::path::PathBuf;
-
-    use super::default_root;
-
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn root_keeps_its_state_in_var_lib_unless_told() {
-        let home = env(&[("HOME", "/root"), ("XDG_DATA_HOME", "/root/.data")]);
-        assert_eq!(
-            default_root(&home, true),
-            Some(PathBuf::from("/var/lib/paddock"))
-        );
-        let told = env(&[("HOME", "/root"), ("PADDOCK_HOME", "/srv/p")]);
-        assert_eq!(default_root(&told, true), Some(PathBuf::from("/srv/p")));
-    }
-
-    #[test]
-    fn a_user_keeps_its_state_in_its_data_dir() {
-        let home = env(&[("HOME", "/home/u")]);
-        assert_eq!(
-            default_root(&home, false),
-            Some(PathBuf::from("/home/u/.local/share/paddock"))
-        );
-        let xdg = env(&[("HOME", "/home/u"), ("XDG_DATA_HOME", "/home/u/data")]);
-        assert_eq!(
-            default_root(&xdg, false),
-            Some(PathBuf::from("/home/u/data/paddock"))
-        );
-        // A relative XDG_DATA_HOME is invalid by the spec and ignored.
-        let relative = env(&[("HOME", "/home/u"), ("XDG_DATA_HOME", "data")]);
-        assert_eq!(
-            default_root(&relative, false),
-            Some(PathBuf::from("/home/u/.local/share/paddock"))
-        );
-        assert_eq!(default_root(&env(&[]), false), None);
-    }
-}
+mod tests;
