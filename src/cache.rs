@@ -318,10 +318,10 @@ fn ensure_entry(
             Ok(()) => {}
             // Another job won the race: use its entry.
             Err(_) if entry.is_dir() => {
-                let _ = std::fs::remove_dir_all(&staging);
+                let _ = crate::tree::remove_tree(&staging);
             }
             Err(source) => {
-                let _ = std::fs::remove_dir_all(&staging);
+                let _ = crate::tree::remove_tree(&staging);
                 return Err(CacheError::Io {
                     name: name.to_string(),
                     path: entry,
@@ -442,10 +442,10 @@ pub struct EntryInfo {
     pub jobs: Vec<String>,
 }
 
-/// Size of a tree without following symlinks (fs_extra's walk; its copy, by contrast, follows
-/// symlinks, which is why [`copy_tree`] is paddock's own).
+/// Size of a tree without following symlinks and without recursion (jobs write entries:
+/// see `tree`).
 pub fn tree_size(root: &Path) -> u64 {
-    fs_extra::dir::get_size(root).unwrap_or(0)
+    crate::tree::size(root)
 }
 
 /// Every entry under the caches root; `users` maps an entry path to the jobs using it.
@@ -487,7 +487,7 @@ pub fn list_entries(caches_root: &Path, users: &BTreeMap<PathBuf, Vec<String>>) 
 
 /// Removes an entry and its side file.
 pub fn remove_entry(entry: &EntryInfo) -> std::io::Result<()> {
-    std::fs::remove_dir_all(&entry.path)?;
+    crate::tree::remove_tree(&entry.path)?;
     let meta = entry
         .path
         .parent()

@@ -198,7 +198,7 @@ pub fn unmount(job_dir: &Path) -> Result<(), DiskError> {
     Ok(())
 }
 
-/// The job dirs under `jobs_dir` with a disk mounted (the sweep's look for leftovers).
+/// The job dirs directly under `jobs_dir` (`work/` or the older `jobs/`) with a disk mounted (the sweep's look for leftovers).
 pub fn mounted_job_dirs(jobs_dir: &Path) -> Vec<PathBuf> {
     crate::overlay::mount_table_under(jobs_dir)
         .into_iter()

@@ -237,6 +237,7 @@ impl Error {
             Error::Store(StoreError::NotFound { .. }) => K::NotFound,
             Error::Store(StoreError::Exists { .. } | StoreError::LockTimeout { .. }) => K::Conflict,
             Error::Store(StoreError::NoHome) => K::Config,
+            Error::Store(StoreError::InvalidId(_)) => K::InvalidInput,
             Error::Store(_) => K::Internal,
             Error::Job(_) => K::InvalidInput,
             Error::Git(

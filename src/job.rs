@@ -89,6 +89,15 @@ impl From<JobId> for String {
     }
 }
 
+/// A valid id reads as the `&str` the engine's operations take (their ids from outside are
+/// parsed again there; see `store::JobStore::load`).
+impl std::ops::Deref for JobId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for JobId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

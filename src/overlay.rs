@@ -280,7 +280,7 @@ impl Pristines {
 }
 
 fn remove_tree(dir: &Path) -> Result<(), OverlayError> {
-    match std::fs::remove_dir_all(dir) {
+    match crate::tree::remove_tree(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(dir)(e)),
         _ => Ok(()),
     }

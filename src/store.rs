@@ -7,6 +7,9 @@
 //!                                (the install's tag in Docker names is a hash of the path)
 //!   jobs/<id>.json               one record per job (atomic writes)
 //!   jobs/.lock                   serializes read-modify-write of records across processes
+//!   work/<id>/                   the job's own dirs: private git dir, outbox, overlay layers,
+//!                                scratch repository (jobs made before this layout keep theirs
+//!                                at `jobs/<id>/`); apart from the records, as the job writes here
 //!   worktrees/<repo-key>/<id>/   the job's checkout
 //!   worktrees/<repo-key>/.<id>.paddock   ownership marker, written before the checkout exists
 //!   logs/<id>/                   exec audit log and output
@@ -42,6 +45,13 @@ pub enum StoreError {
     Exists { id: JobId },
     #[error("no job `{id}`")]
     NotFound { id: String },
+    /// A name that is not a job id: no path is ever built from it.
+    #[error(transparent)]
+    InvalidId(#[from] crate::job::JobError),
+    #[error(
+        "job record `{path}` is not a regular file; a link or anything else there is never read"
+    )]
+    NotAFile { path: PathBuf },
     #[error("unreadable job record `{path}`: {message}")]
     Corrupt { path: PathBuf, message: String },
     #[error("job record `{path}` has schema {found}; this paddock reads schema {expected}")]
@@ -164,7 +174,7 @@ impl PaddockHome {
                 }
             }
         }
-        for sub in ["jobs", "worktrees", "logs", "locks"] {
+        for sub in ["jobs", "work", "worktrees", "logs", "locks"] {
             let dir = root.join(sub);
             fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         }
@@ -215,10 +225,28 @@ impl PaddockHome {
         self.root.join("jobs")
     }
 
-    /// Host-side state of one job beside its record: its private git dir and its scratch
-    /// repository. Never mounted into a container as a whole.
+    /// Where jobs' own dirs live: `work/`, apart from the records in `jobs/`, so nothing a
+    /// job can write (its git dir, outbox, overlay upper dir) is ever inside the directory
+    /// records are read from.
+    pub fn work_dir(&self) -> PathBuf {
+        self.root.join("work")
+    }
+
+    /// Both places a job dir can be: `work/` and, for jobs made before it, `jobs/`.
+    pub fn job_dir_roots(&self) -> [PathBuf; 2] {
+        [self.work_dir(), self.jobs_dir()]
+    }
+
+    /// Host-side state of one job: its private git dir, outbox, overlay layers and scratch
+    /// repository. Never mounted into a container as a whole. `work/<id>/`, except for a job
+    /// made before that layout, whose dir stays at `jobs/<id>/` until it is removed (a real
+    /// directory there, never a link, is what marks one).
     pub fn job_dir(&self, id: &JobId) -> PathBuf {
-        self.jobs_dir().join(id.as_str())
+        let legacy = self.jobs_dir().join(id.as_str());
+        if fs::symlink_metadata(&legacy).is_ok_and(|meta| meta.is_dir()) {
+            return legacy;
+        }
+        self.work_dir().join(id.as_str())
     }
 
     /// The job's private git dir (see `git::jobdir`).
@@ -370,7 +398,9 @@ pub struct JobStore {
 }
 
 impl JobStore {
-    fn path(&self, id: &str) -> PathBuf {
+    /// The one path of a record: `jobs/<id>.json`, from a validated id only (an id holds no
+    /// `/`, so this is always a file directly in `jobs/`).
+    fn path(&self, id: &JobId) -> PathBuf {
         self.dir.join(format!("{id}.json"))
     }
 
@@ -381,7 +411,7 @@ impl JobStore {
 
     /// Writes a record for a new id; fails with [`StoreError::Exists`] if the id is taken.
     pub fn create(&self, record: &JobRecord) -> Result<(), StoreError> {
-        let path = self.path(record.id.as_str());
+        let path = self.path(&record.id);
         match write_atomic(&path, &to_json(record), true) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(StoreError::Exists {
@@ -399,7 +429,7 @@ impl JobStore {
     }
 
     fn write(&self, record: &JobRecord) -> Result<(), StoreError> {
-        let path = self.path(record.id.as_str());
+        let path = self.path(&record.id);
         write_atomic(&path, &to_json(record), false).map_err(io_err(&path))
     }
 
@@ -410,7 +440,7 @@ impl JobStore {
         change: impl FnOnce(&mut JobRecord) -> T,
     ) -> Result<(JobRecord, T), StoreError> {
         let _lock = self.lock()?;
-        let mut record = self.load(id.as_str())?;
+        let mut record = self.load_id(id)?;
         let out = change(&mut record);
         self.write(&record)?;
         Ok((record, out))
@@ -433,7 +463,7 @@ impl JobStore {
     }
 
     pub fn exists(&self, id: &JobId) -> bool {
-        self.path(id.as_str()).exists()
+        fs::symlink_metadata(self.path(id)).is_ok_and(|meta| meta.is_file())
     }
 
     /// Whether a record exists for a name that may not be a valid id (a container label, a
@@ -442,16 +472,38 @@ impl JobStore {
         JobId::parse(id).is_ok_and(|id| self.exists(&id))
     }
 
+    /// The record of `id`, a name from outside (an API path, an argument): it is parsed as a
+    /// [`JobId`] before any path is built, so a name with `/`, `..`, a NUL or 300 bytes is an
+    /// [`StoreError::InvalidId`], never a read.
     pub fn load(&self, id: &str) -> Result<JobRecord, StoreError> {
+        self.load_id(&JobId::parse(id)?)
+    }
+
+    /// The record of a validated id. Only a regular file directly in `jobs/` is read, opened
+    /// with `O_NOFOLLOW`; a record whose own id differs from its name is refused too.
+    pub fn load_id(&self, id: &JobId) -> Result<JobRecord, StoreError> {
         let path = self.path(id);
-        let bytes = match fs::read(&path) {
+        let bytes = match read_plain_file(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(StoreError::NotFound { id: id.to_string() });
             }
+            Err(e)
+                if e.raw_os_error() == Some(libc::ELOOP)
+                    || e.kind() == io::ErrorKind::InvalidData =>
+            {
+                return Err(StoreError::NotAFile { path });
+            }
             Err(source) => return Err(StoreError::Io { path, source }),
         };
-        parse_record(&path, &bytes)
+        let record = parse_record(&path, &bytes)?;
+        if &record.id != id {
+            return Err(StoreError::Corrupt {
+                path,
+                message: format!("the record names job `{}`", record.id),
+            });
+        }
+        Ok(record)
     }
 
     /// Every record, sorted by creation time. Unreadable files are returned as errors beside
@@ -464,10 +516,15 @@ impl JobStore {
             let path = entry.path();
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with('.') || !name.ends_with(".json") {
+            let Some(stem) = name.strip_suffix(".json") else {
+                continue;
+            };
+            // Only `<valid id>.json`: anything else in `jobs/` (the lock, a job dir of the
+            // layout before `work/`) is not a record.
+            if JobId::parse(stem).is_err() {
                 continue;
             }
-            match fs::read(&path) {
+            match read_plain_file(&path) {
                 Ok(bytes) => match parse_record(&path, &bytes) {
                     Ok(record) => records.push(record),
                     Err(e) => bad.push(e),
@@ -484,13 +541,30 @@ impl JobStore {
     /// Deletes a record, under the store lock (an update in flight cannot bring it back).
     pub fn remove(&self, id: &JobId) -> Result<(), StoreError> {
         let _lock = self.lock()?;
-        let path = self.path(id.as_str());
+        let path = self.path(id);
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(source) => Err(StoreError::Io { path, source }),
         }
     }
+}
+
+/// The bytes of a regular file, opened without following a link at its last component
+/// (`ELOOP` then); anything but a regular file is `InvalidData`.
+fn read_plain_file(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::from(io::ErrorKind::InvalidData));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 fn to_json(record: &JobRecord) -> Vec<u8> {
@@ -523,48 +597,4 @@ fn parse_record(path: &Path, bytes: &[u8]) -> Result<JobRecord, StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-    use std::path::PathBuf;
-
-    use super::default_root;
-
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn root_keeps_its_state_in_var_lib_unless_told() {
-        let home = env(&[("HOME", "/root"), ("XDG_DATA_HOME", "/root/.data")]);
-        assert_eq!(
-            default_root(&home, true),
-            Some(PathBuf::from("/var/lib/paddock"))
-        );
-        let told = env(&[("HOME", "/root"), ("PADDOCK_HOME", "/srv/p")]);
-        assert_eq!(default_root(&told, true), Some(PathBuf::from("/srv/p")));
-    }
-
-    #[test]
-    fn a_user_keeps_its_state_in_its_data_dir() {
-        let home = env(&[("HOME", "/home/u")]);
-        assert_eq!(
-            default_root(&home, false),
-            Some(PathBuf::from("/home/u/.local/share/paddock"))
-        );
-        let xdg = env(&[("HOME", "/home/u"), ("XDG_DATA_HOME", "/home/u/data")]);
-        assert_eq!(
-            default_root(&xdg, false),
-            Some(PathBuf::from("/home/u/data/paddock"))
-        );
-        // A relative XDG_DATA_HOME is invalid by the spec and ignored.
-        let relative = env(&[("HOME", "/home/u"), ("XDG_DATA_HOME", "data")]);
-        assert_eq!(
-            default_root(&relative, false),
-            Some(PathBuf::from("/home/u/.local/share/paddock"))
-        );
-        assert_eq!(default_root(&env(&[]), false), None);
-    }
-}
+mod tests;

@@ -5,11 +5,12 @@
 //! as the file API's cap (`FILE_CAP`), past the API's usual body limit.
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+use super::ids::JobIdPath;
 use super::{ApiResult, ApiState, REQUEST_TIMEOUT, with_deadline};
 use crate::engine::FILE_CAP;
 use crate::error::Error;
@@ -25,7 +26,7 @@ pub(super) struct FileQuery {
 
 pub(super) async fn get_file(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     Query(query): Query<FileQuery>,
 ) -> ApiResult<Response> {
     if query.list {
@@ -48,7 +49,7 @@ pub(super) async fn get_file(
 
 pub(super) async fn put_file(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     Query(query): Query<FileQuery>,
     headers: HeaderMap,
     body: Body,

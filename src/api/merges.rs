@@ -1,10 +1,11 @@
 //! The routes of getting work to the user's branches: `GET /v1/conflicts`, `POST
 //! /v1/jobs/{id}/merge` and `POST /v1/jobs/{id}/apply`, each the engine's method.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+use super::ids::JobIdPath;
 use super::{ApiJson, ApiResult, ApiState, REQUEST_TIMEOUT, with_deadline};
 use crate::wire::{ConflictsQuery, MergeRequest};
 
@@ -37,7 +38,7 @@ pub(super) async fn conflicts(
 
 pub(super) async fn merge_job(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     ApiJson(request): ApiJson<MergeRequest>,
 ) -> ApiResult<Response> {
     let report = with_deadline(REQUEST_TIMEOUT, state.paddock.merge(&id, request)).await?;
@@ -46,7 +47,7 @@ pub(super) async fn merge_job(
 
 pub(super) async fn apply_job(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
 ) -> ApiResult<Response> {
     let report = with_deadline(REQUEST_TIMEOUT, state.paddock.apply(&id)).await?;
     Ok(axum::Json(report).into_response())

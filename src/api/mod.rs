@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -24,6 +24,7 @@ use crate::engine::{BranchPolicy, CreateRequest, JobView, NetworkChange, Paddock
 use crate::error::{Error, ErrorKind};
 use crate::sweep::SweepOptions;
 use crate::units::HumanDuration;
+use ids::JobIdPath;
 
 /// Largest request body accepted.
 const BODY_LIMIT: usize = 1 << 20;
@@ -149,10 +150,41 @@ impl IntoResponse for ApiError {
 pub mod auth;
 mod files;
 mod idempotency;
+pub(crate) mod ids;
 mod merges;
 mod streams;
 
 pub(crate) type ApiResult<T> = Result<T, ApiError>;
+
+/// The outermost layer of every listener: a handler that panics answers 500 with the API's
+/// error body, and the daemon goes on serving every other request (one request's bug never
+/// takes the API away from every client of every job). Unwinding is caught in the request's
+/// own future, so a client that goes away still cancels its handler.
+pub(crate) async fn catch_panic(request: Request, next: Next) -> Response {
+    use futures_util::FutureExt as _;
+    let path = request.uri().path().to_string();
+    match std::panic::AssertUnwindSafe(next.run(request))
+        .catch_unwind()
+        .await
+    {
+        Ok(response) => response,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            tracing::error!(%path, %what, "a request handler panicked");
+            ApiError {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                code: "internal",
+                message: format!("the request failed inside paddock: {what}"),
+                retry_after: None,
+            }
+            .into_response()
+        }
+    }
+}
 
 pub(crate) async fn with_deadline<T>(
     deadline: Duration,
@@ -297,13 +329,18 @@ async fn list_jobs(
     State(state): State<ApiState>,
     Query(query): Query<ListQuery>,
 ) -> ApiResult<Response> {
+    // A test-only failpoint: a handler that panics (see `catch_panic`).
+    assert!(
+        !crate::env::fail_at("api-list-panic"),
+        "failpoint api-list-panic"
+    );
     let repo = query.repo.map(std::path::PathBuf::from);
     let views: Vec<JobView> =
         with_deadline(REQUEST_TIMEOUT, state.paddock.list_views(repo.as_deref())).await?;
     Ok(axum::Json(views).into_response())
 }
 
-async fn show_job(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn show_job(State(state): State<ApiState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
     let details = with_deadline(REQUEST_TIMEOUT, state.paddock.show(&id)).await?;
     Ok(axum::Json(details).into_response())
 }
@@ -316,19 +353,19 @@ struct DiffQuery {
 
 async fn diff_job(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     Query(query): Query<DiffQuery>,
 ) -> ApiResult<Response> {
     let text = with_deadline(REQUEST_TIMEOUT, state.paddock.diff(&id, query.stat)).await?;
     Ok(axum::Json(json!({"id": id, "stat": query.stat, "diff": text})).into_response())
 }
 
-async fn log_job(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn log_job(State(state): State<ApiState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
     let commits = with_deadline(REQUEST_TIMEOUT, state.paddock.log(&id)).await?;
     Ok(axum::Json(commits).into_response())
 }
 
-async fn logs_job(State(state): State<ApiState>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn logs_job(State(state): State<ApiState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
     let path = state.paddock.output_log(&id).map_err(ApiError::from)?;
     let text = std::fs::read_to_string(path).unwrap_or_default();
     Ok(axum::Json(json!({"id": id, "output": text})).into_response())
@@ -341,7 +378,7 @@ struct StopBody {
 
 async fn set_network(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     ApiJson(change): ApiJson<NetworkChange>,
 ) -> ApiResult<Response> {
     let view = with_deadline(REQUEST_TIMEOUT, state.paddock.set_network(&id, change)).await?;
@@ -350,7 +387,7 @@ async fn set_network(
 
 async fn stop_job(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     body: Option<axum::Json<StopBody>>,
 ) -> ApiResult<Response> {
     let grace = match body {
@@ -388,7 +425,7 @@ impl RemoveQuery {
 
 async fn remove_job(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     Query(query): Query<RemoveQuery>,
 ) -> ApiResult<Response> {
     let options = query.options();

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio_stream::StreamExt;
 
+use super::ids::JobIdPath;
 use super::{ApiError, ApiJson, ApiResult, ApiState, EXEC_MARGIN, with_deadline};
 use crate::engine::{EventQuery, ExecOptions};
 use crate::output::{OutputSink, StreamKind};
@@ -72,7 +73,7 @@ fn no_result() -> ApiError {
 /// line).
 pub(super) async fn exec_job(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     headers: HeaderMap,
     ApiJson(mut options): ApiJson<ExecOptions>,
 ) -> ApiResult<Response> {
@@ -148,14 +149,15 @@ pub(super) async fn exec_job(
 
 pub(super) async fn list_execs(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
 ) -> ApiResult<Response> {
     Ok(axum::Json(state.paddock.execs(&id)?).into_response())
 }
 
 pub(super) async fn show_exec(
     State(state): State<ApiState>,
-    Path((id, exec)): Path<(String, String)>,
+    JobIdPath(id): JobIdPath,
+    Path((_, exec)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     Ok(axum::Json(state.paddock.exec_info(&id, &exec)?).into_response())
 }
@@ -171,7 +173,8 @@ pub(super) struct OutputQuery {
 /// An exec's output log from a byte offset, as NDJSON; following, until the exec ends.
 pub(super) async fn exec_output(
     State(state): State<ApiState>,
-    Path((id, exec)): Path<(String, String)>,
+    JobIdPath(id): JobIdPath,
+    Path((_, exec)): Path<(String, String)>,
     Query(query): Query<OutputQuery>,
 ) -> ApiResult<Response> {
     let output = state
@@ -224,7 +227,10 @@ pub(super) async fn events(
     };
     let query = EventQuery {
         since: last_seen.or(query.since),
-        job: query.job,
+        job: match query.job {
+            Some(job) => Some(super::ids::parse(&job)?.to_string()),
+            None => None,
+        },
         follow: query.follow.unwrap_or(true),
     };
     let feed = state.paddock.event_feed(&query, Some(EVENTS_DEADLINE))?;

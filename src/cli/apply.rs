@@ -10,6 +10,7 @@ use crate::ops::Operations;
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
     #[arg(long)]
     json: bool,

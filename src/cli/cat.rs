@@ -10,6 +10,7 @@ use crate::ops::Operations;
 
 #[derive(Debug, Args)]
 pub struct CatArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
     /// The file, as the agent sees it (`/workspace/src/x.rs`) or relative to the workspace.
     path: String,

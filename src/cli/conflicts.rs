@@ -14,6 +14,7 @@ use crate::wire::{ConflictFile, ConflictsQuery};
 #[derive(Debug, Args)]
 pub struct ConflictsArgs {
     /// The jobs (default: every job with a branch).
+    #[arg(value_parser = super::job_id)]
     jobs: Vec<String>,
     /// Merge into this ref instead of each job's base branch at its current tip.
     #[arg(long, value_name = "REF")]

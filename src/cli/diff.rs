@@ -8,6 +8,7 @@ use crate::ops::Operations;
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
     /// A diffstat instead of the patch.
     #[arg(long)]

@@ -19,7 +19,7 @@ pub struct EventsArgs {
     #[arg(long, value_name = "ID")]
     since: Option<u64>,
     /// Only the events of this job.
-    #[arg(long, value_name = "JOB")]
+    #[arg(long, value_name = "JOB", value_parser = super::job_id)]
     job: Option<String>,
     /// One JSON object per line.
     #[arg(long)]

@@ -12,6 +12,7 @@ use crate::wire::ExecOptions;
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
     /// Deadline for this command (default: the profile's timeout).
     #[arg(long)]

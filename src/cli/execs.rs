@@ -14,6 +14,7 @@ use crate::wire::ExecState;
 
 #[derive(Debug, Args)]
 pub struct ExecsArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
     /// An exec id (`x-...`): print its output (stdout and stderr) instead of the list.
     exec: Option<String>,

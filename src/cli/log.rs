@@ -10,6 +10,7 @@ use crate::units::format_age;
 
 #[derive(Debug, Args)]
 pub struct LogArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
     #[arg(long)]
     json: bool,

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
     /// Keep printing as new output arrives, until the job is removed or Ctrl-C.
     #[arg(long, short)]

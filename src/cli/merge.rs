@@ -11,6 +11,7 @@ use crate::wire::{MergeRequest, MergeStrategy};
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("strategy").multiple(false))]
 pub struct MergeArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
     /// The branch to land on (default: the job's base branch).
     #[arg(long, value_name = "BRANCH")]

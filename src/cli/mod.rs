@@ -257,3 +257,11 @@ fn report(error: &Error, exec_like: bool) -> i32 {
     }
     if exec_like { exit::EXEC_FAILED } else { code }
 }
+
+/// clap's parser of a job-id argument: the one id rule ([`JobId::parse`](crate::job::JobId::parse)),
+/// so `paddock exec a/git/evil` is a usage error naming the rule before any path is built.
+fn job_id(raw: &str) -> std::result::Result<String, String> {
+    crate::job::JobId::parse(raw)
+        .map(String::from)
+        .map_err(|error| error.to_string())
+}

@@ -10,6 +10,7 @@ use crate::wire::NetworkChange;
 
 #[derive(Debug, Args)]
 pub struct NetArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
     #[command(flatten)]
     change: NetworkChange,

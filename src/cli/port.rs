@@ -9,6 +9,7 @@ use crate::ops::Operations;
 
 #[derive(Debug, Args)]
 pub struct PortArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
     /// One port inside the job; prints only its host address.
     port: Option<u16>,

@@ -10,6 +10,7 @@ use crate::wire::RemoveOptions;
 
 #[derive(Debug, Args)]
 pub struct RmArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
     /// Remove even if saving uncommitted work fails.
     #[arg(long)]

@@ -7,6 +7,7 @@ use crate::error::Result;
 
 #[derive(Debug, Args)]
 pub struct ShellArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
 }
 

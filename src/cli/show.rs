@@ -9,6 +9,7 @@ use crate::ops::Operations;
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
     #[arg(long)]
     json: bool,

@@ -9,6 +9,7 @@ use crate::units::HumanDuration;
 
 #[derive(Debug, Args)]
 pub struct StopArgs {
+    #[arg(value_parser = super::job_id)]
     job: String,
     #[arg(long)]
     grace: Option<HumanDuration>,

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Extension, Form, Path, Request, State};
+use axum::extract::{Extension, Form, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -21,6 +21,7 @@ use axum::routing::{get, post};
 use axum::{Router, http::HeaderName};
 
 use crate::api::auth::{self, Access, Caller};
+use crate::api::ids::JobIdPath;
 use crate::api::{ApiError, ApiState, REQUEST_TIMEOUT, with_deadline};
 use crate::ops::Operations;
 use crate::wire::RemoveOptions;
@@ -46,6 +47,7 @@ pub fn app(state: ApiState) -> Router {
         .layer(middleware::from_fn(move |request: Request, next: Next| {
             auth::authorize(access.clone(), request, next)
         }))
+        .layer(middleware::from_fn(crate::api::catch_panic))
 }
 
 fn routes(state: ApiState) -> Router {
@@ -160,7 +162,7 @@ async fn jobs_fragment(State(state): State<ApiState>) -> Response {
 async fn job_page(
     State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
 ) -> Response {
     let paddock = &*state.paddock;
     let view = match with_deadline(REQUEST_TIMEOUT, Operations::view(paddock, &id)).await {
@@ -228,7 +230,7 @@ fn csrf_refused(caller: &Caller, fields: &HashMap<String, String>) -> Option<Res
 async fn stop(
     State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     Form(fields): Fields,
 ) -> Response {
     if let Some(refused) = csrf_refused(&caller, &fields) {
@@ -248,7 +250,7 @@ async fn stop(
 async fn remove(
     State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     Form(fields): Fields,
 ) -> Response {
     if let Some(refused) = csrf_refused(&caller, &fields) {

@@ -125,7 +125,8 @@ impl Paddock {
             return Ok(());
         }
         // Everything under the job's own dir in $PADDOCK_HOME is paddock's by construction
-        // (remove_dir_all does not follow the symlinks an agent may have left in its git dir).
+        // (the removal follows no symlink an agent may have left in its git dir, and does not
+        // recurse on the chains it may have made).
         let job_dir = self.home.job_dir(&record.id);
         // The job's disk (or one a killed create left), now that no overlay stands on it:
         // deleting through it would only empty it.
@@ -141,18 +142,8 @@ impl Paddock {
     }
 }
 
-/// Deletes a directory tree (never following symlinks). A create that was killed can leave
-/// git's parallel checkout workers finishing their batch for a moment (they outlive their
-/// killed parent); a removal that races them is retried for a few seconds.
+/// Deletes a directory tree an agent may have made: never following symlinks, without
+/// recursion, on a blocking thread (see `tree`).
 pub(super) async fn remove_tree(path: &std::path::Path) -> std::io::Result<()> {
-    let mut tries = 0;
-    loop {
-        match std::fs::remove_dir_all(path) {
-            Err(error) if error.kind() == std::io::ErrorKind::DirectoryNotEmpty && tries < 50 => {
-                tries += 1;
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            other => return other,
-        }
-    }
+    crate::tree::remove_tree_async(path).await
 }

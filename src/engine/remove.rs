@@ -163,7 +163,7 @@ fn promote_copied_caches(record: &JobRecord) {
             if moved.is_ok() && std::fs::remove_dir(&cache.entry).is_ok() {
                 let _ = std::fs::rename(&staging, &cache.entry);
             } else {
-                let _ = std::fs::remove_dir_all(&staging);
+                let _ = crate::tree::remove_tree(&staging);
             }
         }
     }

@@ -295,11 +295,21 @@ pub(super) async fn call(
         None | Some(Value::Null) => json!({}),
         Some(args) => args.clone(),
     };
-    let outcome = match name {
-        "job_create" => job_create(ops, session, arguments(name, args)?).await,
-        "job_list" => job_list(ops, session, arguments(name, args)?).await,
-        "file_write" => file_write(ops, session, arguments(name, args)?).await?,
-        _ => job_tool(ops, session, name, args).await?,
+    // The one id rule at this door too: a `job` that is not an id is refused before any tool
+    // (or the ownership check) looks a record up.
+    let bad_id = args
+        .get("job")
+        .and_then(Value::as_str)
+        .and_then(|job| crate::job::JobId::parse(job).err());
+    let outcome = if let Some(error) = bad_id {
+        Err(Failure::from(Error::from(error)))
+    } else {
+        match name {
+            "job_create" => job_create(ops, session, arguments(name, args)?).await,
+            "job_list" => job_list(ops, session, arguments(name, args)?).await,
+            "file_write" => file_write(ops, session, arguments(name, args)?).await?,
+            _ => job_tool(ops, session, name, args).await?,
+        }
     };
     Ok(match outcome {
         Ok(result) => json!({

@@ -82,13 +82,17 @@ impl Paddock {
         }
     }
 
-    /// A job's disk mounted under `jobs/` with no record and no checkout (a removal
+    /// A job's disk mounted under `work/` (or `jobs/`, before that layout) with no record and no checkout (a removal
     /// interrupted between the two, a record deleted by hand): unmounted, its job dir
     /// removed. A create reserves its record before it makes a disk, and a removal unmounts
     /// the disk before it drops the record, so neither is in flight here. One whose checkout
     /// is still there is left to the orphan checkout's removal, which saves its work first.
     pub(super) fn reap_orphan_disks(&self, options: &SweepOptions, report: &mut SweepReport) {
-        for job_dir in crate::disk::mounted_job_dirs(&self.home().jobs_dir()) {
+        let roots = self.home().job_dir_roots();
+        let mounted = roots
+            .iter()
+            .flat_map(|root| crate::disk::mounted_job_dirs(root));
+        for job_dir in mounted {
             let id = job_dir
                 .file_name()
                 .unwrap_or_default()
@@ -114,7 +118,7 @@ impl Paddock {
             let removed = crate::disk::unmount(&job_dir)
                 .map_err(crate::error::Error::from)
                 .and_then(|()| {
-                    std::fs::remove_dir_all(&job_dir).map_err(|source| {
+                    crate::tree::remove_tree(&job_dir).map_err(|source| {
                         crate::error::Error::RemoveDir {
                             path: job_dir.clone(),
                             source,

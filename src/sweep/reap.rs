@@ -225,10 +225,12 @@ impl Paddock {
         }
         // A killed create's overlay: its upper dir goes with the job dir below.
         crate::overlay::unmount(path).await?;
-        std::fs::remove_dir_all(path).map_err(|source| crate::engine::Error::RemoveDir {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        crate::tree::remove_tree_async(path)
+            .await
+            .map_err(|source| crate::engine::Error::RemoveDir {
+                path: path.to_path_buf(),
+                source,
+            })?;
         if let Some(parent) = path.parent()
             && let Some(name) = path.file_name()
         {
@@ -237,13 +239,14 @@ impl Paddock {
         }
         let job_dir = self.home().job_dir(&job_id);
         crate::disk::unmount(&job_dir)?;
-        if job_dir.exists() {
-            std::fs::remove_dir_all(&job_dir).map_err(|source| {
-                crate::engine::Error::RemoveDir {
-                    path: job_dir.clone(),
-                    source,
-                }
-            })?;
+        match crate::tree::remove_tree_async(&job_dir).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(crate::engine::Error::RemoveDir {
+                    path: job_dir,
+                    source: e,
+                });
+            }
+            _ => {}
         }
         Ok(saved)
     }

@@ -538,7 +538,7 @@ fn jobs_of_the_old_shared_git_layout_are_reported_and_removed_safely() {
     // Rebuild it as the old layout made it: a worktree registered in the user's repository,
     // its admin dir recorded as the job's git dir, record schema 1.
     std::fs::remove_dir_all(&worktree).unwrap();
-    std::fs::remove_dir_all(home.root().join("jobs").join(&id)).unwrap();
+    std::fs::remove_dir_all(home.root().join("work").join(&id)).unwrap();
     repo.git(&["worktree", "add", "-q", &worktree, &branch]);
     let record_path = home.root().join("jobs").join(format!("{id}.json"));
     let mut record: Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();

@@ -312,7 +312,7 @@ fn run_case(machine: &Machine, runtime: &str, checkout: &str) {
     assert_eq!(removed["branch_kept"], true, "{removed}");
     assert!(!record.exists(), "rm removed the record");
     assert!(
-        !machine.state_root().join("jobs").join(&id).exists(),
+        !machine.state_root().join("work").join(&id).exists(),
         "rm removed the job's dir"
     );
     assert_eq!(

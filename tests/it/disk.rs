@@ -42,7 +42,7 @@ fn host_free(path: &Path) -> u64 {
 
 /// What the job's disk image takes on the host (its allocated blocks: it is sparse).
 fn image_bytes(home: &TestHome, id: &str) -> u64 {
-    let image = home.root().join("jobs").join(id).join("overlay/disk.img");
+    let image = home.root().join("work").join(id).join("overlay/disk.img");
     std::fs::metadata(&image)
         .unwrap_or_else(|e| panic!("{}: {e}", image.display()))
         .blocks()
@@ -84,7 +84,7 @@ fn fill_the_disk_inside_a_container(extra: &[&str], test: &str) {
     let id = text(&job, "id");
     assert_eq!(job["disk"]["limit_bytes"], 200 * MIB, "{job}");
     let worktree = Path::new(&text(&job, "worktree")).to_path_buf();
-    let layers = home.root().join("jobs").join(&id).join("overlay/layers");
+    let layers = home.root().join("work").join(&id).join("overlay/layers");
     assert_eq!(mount_type(&worktree).as_deref(), Some("overlay"), "{job}");
     assert_eq!(mount_type(&layers).as_deref(), Some("ext4"));
 

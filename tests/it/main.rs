@@ -22,6 +22,7 @@ mod events;
 mod exec_sync;
 mod files;
 mod hostile;
+mod hostile_ids;
 mod idempotency;
 mod installs;
 mod jobsetup;

@@ -10,7 +10,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image};
 use serde_json::{Value, json};
 
-struct McpClient {
+pub(crate) struct McpClient {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
@@ -18,7 +18,7 @@ struct McpClient {
 }
 
 impl McpClient {
-    fn start(home: &TestHome, extra: &[&str]) -> McpClient {
+    pub(crate) fn start(home: &TestHome, extra: &[&str]) -> McpClient {
         let mut args = vec!["mcp"];
         args.extend_from_slice(extra);
         let mut child = home
@@ -88,7 +88,7 @@ impl McpClient {
     }
 
     /// `tools/call`; returns the result object (content, structuredContent, isError).
-    fn call(&mut self, tool: &str, arguments: &Value) -> Value {
+    pub(crate) fn call(&mut self, tool: &str, arguments: &Value) -> Value {
         let answer = self.request("tools/call", &json!({"name": tool, "arguments": arguments}));
         assert!(answer["error"].is_null(), "{tool}: {answer}");
         let result = answer["result"].clone();
