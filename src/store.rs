@@ -455,9 +455,9 @@ impl JobStore {
         change: impl FnOnce(&mut JobRecord) -> T,
     ) -> Result<(JobRecord, T), StoreError> {
         let _lock = self.lock()?;
-        let mut record = self.load(id.as_str())?;
+        let mut record = self.load_id(id)?;
         let out = change(&mut record);
-        let path = self.path(record.id.as_str());
+        let path = self.path(&record.id);
         crate::atomic::replace_atomic_lazily(&path, &to_json(&record)).map_err(io_err(&path))?;
         Ok((record, out))
     }
