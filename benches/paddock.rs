@@ -353,11 +353,9 @@ fn alternated(mut sample: impl FnMut(usize, bool)) {
     }
 }
 
-/// Issue 25's exec rows, on one Docker job and its container: `paddock exec -- true` against
-/// `docker exec true` (the command changed nothing: no sync round), a committing exec
-/// against `docker exec` of the same commit (the sync included), and the first exec result
-/// of a job created from a warm pool.
-fn exec_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
+/// An install with a `pooled` profile (Docker, overlay checkout, a pool of one that the
+/// bench fills itself: no refill after a claim).
+fn pooled_home() -> TestHome {
     let home = TestHome::new().env("PADDOCK_POOL_REFILL", "off");
     let image = test_image();
     std::fs::write(
@@ -367,6 +365,16 @@ fn exec_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
         ),
     )
     .unwrap();
+    home
+}
+
+/// Issue 25's exec rows, on one Docker job and its container: `paddock exec -- true` against
+/// `docker exec true` (the command changed nothing: no sync round), a committing exec
+/// against `docker exec` of the same commit (the sync included), and the first exec result
+/// of a job created from a warm pool.
+fn exec_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
+    let home = pooled_home();
+    let image = test_image();
     let path = repo.path().display().to_string();
     let job: Value = serde_json::from_str(&run(&mut home.cmd(&[
         "create",
@@ -668,15 +676,8 @@ fn overlay_create(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
 /// pool is filled, untimed, before each run). Also the first `git status` inside the warm
 /// job. Ready = `create` returned (the first exec can start).
 fn job_ready(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
-    let home = TestHome::new().env("PADDOCK_POOL_REFILL", "off");
+    let home = pooled_home();
     let image = test_image();
-    std::fs::write(
-        home.dir.path().join("config/paddock/config.yaml"),
-        format!(
-            "admission:\n  memory: 1024g\n  cpus: 1000\nprofiles:\n  pooled:\n    runtime: docker\n    image: {image}\n    checkout: overlay\n    pool: {{size: 1}}\n"
-        ),
-    )
-    .unwrap();
     let common = repo.path().join(".git").canonicalize().unwrap();
     let scratch = tempfile::tempdir().unwrap();
     let path = repo.path().display().to_string();
