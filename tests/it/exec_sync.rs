@@ -25,7 +25,7 @@ fn last_audit(home: &TestHome, id: &str) -> Value {
 
 /// The job's scratch repository, which receives its syncs.
 fn scratch(home: &TestHome, id: &str) -> PathBuf {
-    home.root().join("jobs").join(id).join("sync.git")
+    home.root().join("work").join(id).join("sync.git")
 }
 
 #[test]
