@@ -2,9 +2,9 @@
 //! lands in a filesystem of the limit's size, so writing past it fails inside the job with
 //! ENOSPC while the host and other jobs keep their space.
 //!
-//! The mechanism (root only): a sparse image file `jobs/<id>/overlay/disk.img` of the limit's
+//! The mechanism (root only): a sparse image file `work/<id>/overlay/disk.img` of the limit's
 //! size, formatted ext4 (`mkfs.ext4`, lazy inode tables and journal: tens of milliseconds),
-//! attached to a loop device with autoclear and mounted at `jobs/<id>/overlay/layers/` with
+//! attached to a loop device with autoclear and mounted at `work/<id>/overlay/layers/` with
 //! `discard`, so a file the job deletes gives its blocks back to the host (the image is
 //! only ever as large on the host as what the job holds, at most the limit). The overlay's
 //! upper and work dirs live inside it (`layers/upper`, `layers/work`). A limit therefore

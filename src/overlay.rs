@@ -6,8 +6,8 @@
 //! `locks/pristine-<repo-key>-<name>.lock`, in a temporary directory renamed into place, so
 //! it is whole or absent. Its directory is mode 0700 and paddock's: no agent uid can reach
 //! the tree, and no container mounts it; a job sees it only as the lower layer of its
-//! overlay, whose writes land in the job's own upper dir (`jobs/<id>/overlay/upper`, or
-//! `jobs/<id>/overlay/layers/upper` inside the job's disk when it has a limit: `disk`).
+//! overlay, whose writes land in the job's own upper dir (`work/<id>/overlay/upper`, or
+//! `work/<id>/overlay/layers/upper` inside the job's disk when it has a limit: `disk`).
 //!
 //! The records that name a pristine checkout (`JobRecord::pristine`) are its reference
 //! count: a create names it in its record while holding the lock, and the sweep removes it,
@@ -291,7 +291,7 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), OverlayError> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io(path))
 }
 
-/// The directory of a job's own layers: `jobs/<id>/overlay/`, holding `upper` (the job's
+/// The directory of a job's own layers: `work/<id>/overlay/`, holding `upper` (the job's
 /// changes) and `work` (overlayfs' scratch space). With a disk limit they live one level
 /// down, in the job's disk (`overlay/layers/`, see `disk`).
 pub fn layers_dir(job_dir: &Path) -> PathBuf {

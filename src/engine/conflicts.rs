@@ -5,11 +5,11 @@
 //!
 //! A job's base branch is its recorded base when that names a branch (`HEAD`: the branch the
 //! repository has checked out now); a tag or commit base does not move. One job's answer
-//! against its base is cached in `jobs/<id>/merge-status.json`, keyed by the branch tip, the
+//! against its base is cached in `work/<id>/merge-status.json`, keyed by the branch tip, the
 //! base and its tip, so `ls` reads files and refs and runs git only for jobs whose branch or
 //! base moved. `watch_conflicts` (the daemon's sweep tick) turns a change of that answer into
 //! `job.conflict` / `job.conflict_resolved` events, remembering what it last told in
-//! `jobs/<id>/merge-notified`.
+//! `work/<id>/merge-notified`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
