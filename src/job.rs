@@ -226,7 +226,7 @@ pub struct JobRecord {
     pub repo: PathBuf,
     /// The repository's git common dir: where refs, objects and the lock live.
     pub git_common_dir: PathBuf,
-    /// The job's private git dir (`$PADDOCK_HOME/jobs/<id>/git`); for a legacy record, the
+    /// The job's private git dir (`$PADDOCK_HOME/work/<id>/git`); for a legacy record, the
     /// worktree's admin dir in the user's repository.
     pub git_dir: Option<PathBuf>,
     pub repo_key: String,

@@ -1,4 +1,4 @@
-//! A job's private git dir: `$PADDOCK_HOME/jobs/<id>/git`, the only git metadata a job's
+//! A job's private git dir: `$PADDOCK_HOME/work/<id>/git`, the only git metadata a job's
 //! sandbox can write.
 //!
 //! It is a separate git dir (as `git init --separate-git-dir` makes) whose
