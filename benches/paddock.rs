@@ -260,27 +260,31 @@ fn cold_ready_docker(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
     });
 }
 
-/// The cost of bringing an exec's commit back: `paddock exec` of a committing command vs
-/// `docker exec` of the same command in the same container (no sync), interleaved; and the
-/// sync alone, as paddock's audit log records it.
-fn exec_sync_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
-    let home = TestHome::new();
-    let image = test_image();
+/// A Docker job of the test image on `repo`: its id and its container's name.
+fn docker_job(home: &TestHome, repo: &FixtureRepo, task: &str) -> (String, String) {
     let job: Value = serde_json::from_str(&run(&mut home.cmd(&[
         "create",
         "--repo",
         &repo.path().display().to_string(),
         "--task",
-        "sync-bench",
+        task,
         "--runtime",
         "docker",
         "--image",
-        &image,
+        &test_image(),
         "--json",
     ])))
     .unwrap();
     let id = job["id"].as_str().unwrap().to_string();
-    let container = fixtures::container_of(&job);
+    (id, fixtures::container_of(&job))
+}
+
+/// The cost of bringing an exec's commit back: `paddock exec` of a committing command vs
+/// `docker exec` of the same command in the same container (no sync), interleaved; and the
+/// sync alone, as paddock's audit log records it.
+fn exec_sync_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
+    let home = TestHome::new();
+    let (id, container) = docker_job(&home, repo, "sync-bench");
     let commit = |file: &str, i: usize| {
         format!("echo {i} >> {file} && git add {file} && git commit -q -m '{file} {i}'")
     };
@@ -376,21 +380,7 @@ fn exec_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
     let home = pooled_home();
     let image = test_image();
     let path = repo.path().display().to_string();
-    let job: Value = serde_json::from_str(&run(&mut home.cmd(&[
-        "create",
-        "--repo",
-        &path,
-        "--task",
-        "exec-bench",
-        "--runtime",
-        "docker",
-        "--image",
-        &image,
-        "--json",
-    ])))
-    .unwrap();
-    let id = job["id"].as_str().unwrap().to_string();
-    let container = fixtures::container_of(&job);
+    let (id, container) = docker_job(&home, repo, "exec-bench");
     // One exec each first, untimed: the container's first execs page in sh and git.
     run(&mut home.cmd(&["exec", &id, "--", "git", "status", "--short"]));
     run(Command::new("docker").args(["exec", &container, "true"]));

@@ -127,6 +127,17 @@ impl Machine {
         serde_json::from_slice(&output.stdout).expect("JSON")
     }
 
+    /// git in the repository as root (which may not own it: `safe.directory`); its stdout.
+    fn repo_git(&self, args: &[&str]) -> String {
+        let output = Command::new("git")
+            .args(["-c", "safe.directory=*"])
+            .args(args)
+            .current_dir(&self.repo)
+            .output()
+            .expect("git runs");
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
+    }
+
     /// Owner, group and mode of every file of the repository but what a job may change
     /// (its branch's ref and reflog, fetched objects, paddock's refs).
     fn repo_modes(&self) -> BTreeMap<PathBuf, (u32, u32, u32)> {
@@ -245,18 +256,8 @@ fn run_case(machine: &Machine, runtime: &str, checkout: &str) {
                 && stderr.contains("--checkout worktree"),
             "{stderr}"
         );
-        let branches = Command::new("git")
-            .args([
-                "-c",
-                "safe.directory=*",
-                "branch",
-                "--format=%(refname:short)",
-            ])
-            .current_dir(&machine.repo)
-            .output()
-            .expect("git runs");
         assert_eq!(
-            String::from_utf8_lossy(&branches.stdout).trim(),
+            machine.repo_git(&["branch", "--format=%(refname:short)"]),
             "main",
             "no branch was made"
         );
@@ -290,20 +291,8 @@ fn run_case(machine: &Machine, runtime: &str, checkout: &str) {
     assert_eq!(result["exit_code"], 0, "{result}");
     assert!(result["sync_error"].is_null(), "{result}");
     let branch = text(&job, "branch");
-    let subject = Command::new("git")
-        .args([
-            "-c",
-            "safe.directory=*",
-            "log",
-            "-1",
-            "--format=%s",
-            &branch,
-        ])
-        .current_dir(&machine.repo)
-        .output()
-        .expect("git runs");
     assert_eq!(
-        String::from_utf8_lossy(&subject.stdout).trim(),
+        machine.repo_git(&["log", "-1", "--format=%s", &branch]),
         "hello from paddock",
         "the commit is on the branch in the user's repository"
     );
