@@ -46,7 +46,7 @@ pub async fn run(ops: &impl Operations, args: ConflictsArgs) -> Result<i32> {
         return Ok(exit::OK);
     }
     if report.jobs.is_empty() {
-        println!("no jobs");
+        say!("no jobs");
         return Ok(exit::OK);
     }
     let rows: Vec<Vec<String>> = report
@@ -73,7 +73,7 @@ pub async fn run(ops: &impl Operations, args: ConflictsArgs) -> Result<i32> {
         .collect();
     print_table(&["JOB", "BASE", "FILES", "MERGE"], &rows);
     if !report.pairs.is_empty() {
-        println!();
+        say!();
         let rows: Vec<Vec<String>> = report
             .pairs
             .iter()

@@ -456,7 +456,7 @@ impl Paddock {
         if !record.is_legacy()
             && let Err(error) = self.sync_job(&record, SyncScope::Branch).await
         {
-            eprintln!("paddock: {error}");
+            eprintln!("paddock: {}", crate::text::block(&error.to_string()));
         }
         Ok(status.code().unwrap_or(1))
     }

@@ -35,3 +35,4 @@ mod process;
 mod setup_network;
 mod snapshots;
 mod sweep;
+mod terminal;
