@@ -97,6 +97,23 @@ pub fn path(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// How many bytes at the end of `bytes` begin a UTF-8 character that is not complete yet
+/// (0 to 3): a reader of chunks holds those back for the next one.
+pub fn incomplete_tail(bytes: &[u8]) -> usize {
+    let len = bytes.len();
+    for back in 1..=3.min(len) {
+        let wants = match bytes[len - back] {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            0x80..=0xBF => continue,
+            _ => return 0,
+        };
+        return if wants > back { back } else { 0 };
+    }
+    0
+}
+
 /// A replay (`logs`, `execs JOB EXEC`) made terminal-safe chunk by chunk: lossy UTF-8, then
 /// [`block`], with a character split across two chunks kept until its end arrives.
 #[derive(Default)]
@@ -109,21 +126,7 @@ impl Replay {
     pub fn push(&mut self, bytes: &[u8]) -> String {
         self.pending.extend_from_slice(bytes);
         // Hold back at most 3 bytes of a character that may still be completed.
-        let len = self.pending.len();
-        let mut cut = len;
-        for back in 1..=3.min(len) {
-            let lead = self.pending[len - back];
-            let wants = match lead {
-                0xC0..=0xDF => 2,
-                0xE0..=0xEF => 3,
-                0xF0..=0xF7 => 4,
-                _ => continue,
-            };
-            if wants > back {
-                cut = len - back;
-            }
-            break;
-        }
+        let cut = self.pending.len() - incomplete_tail(&self.pending);
         let rest = self.pending.split_off(cut);
         let text = block(&String::from_utf8_lossy(&self.pending)).into_owned();
         self.pending = rest;

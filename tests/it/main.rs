@@ -21,6 +21,7 @@ mod egress;
 mod events;
 mod exec_sync;
 mod files;
+mod flood;
 mod hostile;
 mod hostile_ids;
 mod idempotency;
