@@ -109,10 +109,12 @@ pub fn print_job_table(views: &[JobView]) {
         .map(|v| {
             vec![
                 v.id.to_string(),
-                match (v.queue_position, v.merged) {
-                    (Some(place), _) => format!("{} #{place}", v.state),
-                    (None, Some(true)) => format!("{} (merged)", v.state),
-                    (None, _) => v.state.to_string(),
+                match (v.queue_position, v.merged, &v.sync_error) {
+                    (Some(place), _, _) => format!("{} #{place}", v.state),
+                    // Its branch may have moved since the host last saw it.
+                    (None, _, Some(_)) => format!("{} (sync failed)", v.state),
+                    (None, Some(true), None) => format!("{} (merged)", v.state),
+                    (None, _, None) => v.state.to_string(),
                 },
                 v.runtime.clone(),
                 format_age(now - v.created_at),
@@ -127,6 +129,17 @@ pub fn print_job_table(views: &[JobView]) {
 pub fn print_details(details: &JobDetails) {
     let v = &details.view;
     let now = chrono::Utc::now();
+    // Unknown first and plainly: nothing below may pass for the job's state now.
+    let stale = details.changes_error.is_some();
+    if let Some(error) = &details.changes_error {
+        say!(
+            "UNKNOWN   the job's changes could not be read now: {}",
+            line(error)
+        );
+        if details.changes.is_some() {
+            say!("          (changes and merge below are from the last good sync: maybe stale)");
+        }
+    }
     say!("job       {}", v.id);
     say!(
         "state     {} (created {} ago, last active {} ago)",
@@ -229,7 +242,8 @@ pub fn print_details(details: &JobDetails) {
     match (&details.changes, &details.changes_error) {
         (Some(changes), _) => {
             say!(
-                "commits   {} ahead of base; {} file(s) committed, {} uncommitted (+{} -{})",
+                "commits   {}{} ahead of base; {} file(s) committed, {} uncommitted (+{} -{})",
+                if stale { "(stale) " } else { "" },
                 changes.commits_ahead,
                 changes.committed.len(),
                 changes.uncommitted.len(),
@@ -251,7 +265,7 @@ pub fn print_details(details: &JobDetails) {
                 );
             }
         }
-        (None, Some(error)) => say!("changes   unavailable: {}", line(error)),
+        (None, Some(_)) => say!("changes   unavailable (see UNKNOWN above)"),
         (None, None) => {}
     }
     if let Some(merge) = &details.merge {
@@ -267,7 +281,8 @@ pub fn print_details(details: &JobDetails) {
                 .collect();
             format!("conflicts: {}", files.join(", "))
         };
-        say!("merge     into {}: {verdict}", line(&merge.base));
+        let stale = if stale { " (stale)" } else { "" };
+        say!("merge     into {}: {verdict}{stale}", line(&merge.base));
     }
 }
 

@@ -37,3 +37,4 @@ mod setup_network;
 mod snapshots;
 mod sweep;
 mod terminal;
+mod truth;
