@@ -269,6 +269,9 @@ impl Paddock {
             .await?;
         let now = Utc::now();
         let container_name = self.runtimes().of(RuntimeKind::Docker).sandbox_name(&id);
+        // Its create's object view, when it got that far (no agent ran before it existed).
+        let object_view =
+            Some(self.home().job_dir(&id).join("objects")).filter(|view| view.is_dir());
         Ok(JobRecord {
             schema: crate::job::RECORD_SCHEMA,
             git_dir: Some(self.home().job_git_dir(&id)),
@@ -309,6 +312,7 @@ impl Paddock {
             pristine: None,
             pool: None,
             disk: None,
+            object_view,
         })
     }
 
