@@ -97,8 +97,7 @@ fn build(
         for object in std::fs::read_dir(fan.path())? {
             let object = object?;
             let file = object.file_name();
-            if file.to_str().is_some_and(|f| is_hex(f, 38..=62)) && object.file_type()?.is_file()
-            {
+            if file.to_str().is_some_and(|f| is_hex(f, 38..=62)) && object.file_type()?.is_file() {
                 place(&object.path(), &into.join(&file), &mut stats, copy_only)?;
             }
         }

@@ -186,7 +186,7 @@ impl Paddock {
                         "worktree",
                         name,
                         match saved {
-                            Some(wip) => format!("{reason}; uncommitted work in {wip}"),
+                            Some(fetch) => format!("{reason}; uncommitted work saved: {fetch}"),
                             None => reason.to_string(),
                         },
                     ),
@@ -214,7 +214,10 @@ impl Paddock {
             let record = self.orphan_record(repo, job_id.clone(), path).await?;
             let synced = self.sync_job(&record, SyncScope::BranchAndWork).await?;
             if self.publish_wip(&record, &synced).await?.is_some() {
-                saved = Some(format!("refs/paddock/wip/{id}"));
+                saved = Some(format!(
+                    "git fetch {} refs/paddock/wip/{id}",
+                    self.wip_store_of(&record).display()
+                ));
             }
         }
         // Re-check ownership right before deleting.

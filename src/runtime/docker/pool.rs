@@ -25,8 +25,8 @@ use bollard::query_parameters::RenameContainerOptionsBuilder;
 use super::calls::{call, create_named, start_named};
 use super::mounts::{bind, grant_agent_access, job_mounts, nested_object_mounts};
 use super::{
-    API_TIMEOUT, CONTAINER_GIT_DIR, CONTAINER_OBJECTS, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, base_env,
-    connect, hardened_host_config, job_container, remove_labelled_container,
+    API_TIMEOUT, CONTAINER_GIT_DIR, CONTAINER_OBJECTS, LABEL_HOME, LABEL_JOB, LABEL_ROLE,
+    agent_user, base_env, connect, hardened_host_config, job_container, remove_labelled_container,
 };
 use crate::config::NetworkMode;
 use crate::job::JobRecord;
@@ -121,9 +121,9 @@ pub fn claim_binds(record: &JobRecord) -> Result<Vec<HostBind>, String> {
     // The slot's container has the borrowed object stores already, where a job's have.
     let objects: Vec<(Option<String>, Option<String>)> =
         nested_object_mounts(&record.git_common_dir)
-        .into_iter()
-        .map(|m| (m.source, m.target))
-        .collect();
+            .into_iter()
+            .map(|m| (m.source, m.target))
+            .collect();
     let points = propagated(&record.limits.workspace_dir);
     let mut binds = Vec::new();
     for mount in job_mounts(record).map_err(|e| e.to_string())? {
