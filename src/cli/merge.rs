@@ -90,8 +90,8 @@ pub async fn run(ops: &impl Operations, args: MergeArgs) -> Result<i32> {
         } else {
             println!("deleted branch {}", removed.branch);
         }
-        if let Some(wip) = &removed.wip_ref {
-            println!("saved uncommitted work in {wip}");
+        if let Some(fetch) = removed.wip_fetch() {
+            println!("uncommitted work saved: {fetch}");
         }
     }
     Ok(exit::OK)
