@@ -91,8 +91,8 @@ pub async fn run(ops: &impl Operations, args: MergeArgs) -> Result<i32> {
         } else {
             say!("deleted branch {}", removed.branch);
         }
-        if let Some(wip) = &removed.wip_ref {
-            say!("saved uncommitted work in {wip}");
+        if let Some(fetch) = removed.wip_fetch() {
+            say!("uncommitted work saved: {fetch}");
         }
     }
     Ok(exit::OK)

@@ -81,7 +81,7 @@ pub(crate) enum Command {
     Diff(diff::DiffArgs),
     /// Commits on the job's branch since its base.
     Log(log::LogArgs),
-    /// Remove a job; uncommitted work is kept in refs/paddock/wip/<job>.
+    /// Remove a job; uncommitted work is kept in refs/paddock/wip/<job> of paddock's wip store.
     Rm(rm::RmArgs),
     /// Run a command in a job; output streams live and paddock exits with its exit code.
     Exec(exec::ExecArgs),

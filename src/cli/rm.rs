@@ -1,4 +1,5 @@
-//! `paddock rm`: remove a job; its uncommitted work is kept in `refs/paddock/wip/<job>`.
+//! `paddock rm`: remove a job; its uncommitted work is kept in `refs/paddock/wip/<job>` of
+//! paddock's wip store of the repository (the output says how to fetch it).
 
 use clap::Args;
 
@@ -43,9 +44,9 @@ pub async fn run(ops: &impl Operations, args: RmArgs) -> Result<i32> {
     } else {
         say!("deleted branch {}", report.branch);
     }
-    if let (Some(wip_ref), Some(commit)) = (&report.wip_ref, &report.wip_commit) {
+    if let (Some(fetch), Some(commit)) = (report.wip_fetch(), &report.wip_commit) {
         say!(
-            "saved uncommitted work in {wip_ref} ({})",
+            "uncommitted work saved ({}): {fetch}",
             &commit[..commit.len().min(10)]
         );
     }

@@ -209,7 +209,7 @@ fn legacy_jobs_check(home: &PaddockHome) -> Check {
             legacy.join(", ")
         ),
         Some(&format!(
-            "paddock rm {}   (uncommitted work is saved to refs/paddock/wip/<id>; the branch stays when it has commits), then create them again",
+            "paddock rm {}   (uncommitted work is saved to refs/paddock/wip/<id> in paddock's wip store; the branch stays when it has commits), then create them again",
             legacy.join(" ")
         )),
     )

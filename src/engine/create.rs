@@ -219,6 +219,7 @@ impl Paddock {
             pristine: None,
             pool: None,
             disk,
+            object_view: None,
         };
         let record = self
             .admit_create(record, &request, &config.admission, client)

@@ -26,6 +26,7 @@ mod hostile;
 mod hostile_ids;
 mod idempotency;
 mod installs;
+mod job_privacy;
 mod jobsetup;
 mod mcp;
 mod merge;
