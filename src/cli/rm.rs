@@ -33,19 +33,19 @@ pub async fn run(ops: &impl Operations, args: RmArgs) -> Result<i32> {
         print_json(&report);
         return Ok(exit::OK);
     }
-    println!("removed job {}", report.id);
+    say!("removed job {}", report.id);
     if report.branch_kept {
-        println!(
+        say!(
             "kept branch {} ({} commit{} ahead of its base)",
             report.branch,
             report.commits_ahead,
             if report.commits_ahead == 1 { "" } else { "s" }
         );
     } else {
-        println!("deleted branch {}", report.branch);
+        say!("deleted branch {}", report.branch);
     }
     if let (Some(fetch), Some(commit)) = (report.wip_fetch(), &report.wip_commit) {
-        println!(
+        say!(
             "uncommitted work saved ({}): {fetch}",
             &commit[..commit.len().min(10)]
         );
