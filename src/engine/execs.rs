@@ -151,14 +151,8 @@ impl ExecRecorder {
         let Some(file) = &mut self.output else {
             return;
         };
-        let name = match stream {
-            StreamKind::Stdout => "stdout",
-            StreamKind::Stderr => "stderr",
-        };
-        let mut line = serde_json::to_vec(
-            &serde_json::json!({"stream": name, "data": String::from_utf8_lossy(bytes)}),
-        )
-        .expect("output lines serialize");
+        let mut line = serde_json::to_vec(&crate::output::output_line(stream, bytes))
+            .expect("output lines serialize");
         line.push(b'\n');
         let mut capped = false;
         if self.written + line.len() as u64 > OUTPUT_LIMIT {
