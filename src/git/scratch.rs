@@ -110,7 +110,14 @@ impl ScratchRepo {
         let mut fetched = BTreeSet::new();
         let mut pack = None;
         if let Some(bundle) = &received.bundle {
-            let (heads, pack_offset) = read_bundle_header(bundle)?;
+            // Host-written and capped (`SyncCapture`), but read off the async workers still.
+            let path = bundle.clone();
+            let (heads, pack_offset, empty) = blocking(move || {
+                let (heads, pack_offset) = read_bundle_header(&path)?;
+                let empty = pack_is_empty(&path, pack_offset)?;
+                Ok((heads, pack_offset, empty))
+            })
+            .await?;
             for (commit, name) in &heads {
                 let expected = wanted.iter().find(|(source, _, _)| source == name);
                 match expected {
@@ -127,7 +134,7 @@ impl ScratchRepo {
             }
             // A pack of no object (the branch moved to a commit the host has) is not kept:
             // the commits it names are checked below like those named without a bundle.
-            if pack_is_empty(bundle, pack_offset)? {
+            if empty {
                 for (commit, name) in &heads {
                     if let Some((_, _, target)) =
                         wanted.iter().find(|(source, _, _)| source == name)
