@@ -90,7 +90,11 @@ impl Paddock {
             // At most RELAY_CHUNK per log and call: the job sets the pace of its proxy's log,
             // so a burst is relayed over several calls rather than read whole.
             if file.seek(std::io::SeekFrom::Start(*offset)).await.is_err()
-                || file.take(RELAY_CHUNK).read_to_end(&mut fresh).await.is_err()
+                || file
+                    .take(RELAY_CHUNK)
+                    .read_to_end(&mut fresh)
+                    .await
+                    .is_err()
             {
                 continue;
             }

@@ -151,21 +151,42 @@ fn a_sparse_terabyte_in_the_outbox_neither_stalls_the_exec_nor_the_daemon() {
     daemon.stop();
 
     // The CLI without a daemon: the same bound.
+    let (result, took) = cli_exec(&home, &victim, "git commit -q --allow-empty -m cli", bound);
+    assert!(took < bound, "paddock exec took {took:?}: {result}");
+    assert_eq!(result["exit_code"], 0, "{result}");
+    let error = result["sync_error"].as_str().unwrap_or_default();
+    // The job's last sync failed, so this one runs in full and the loop catches its stream.
+    assert!(
+        refused_by_cap(error),
+        "the sync error names the cap: {result}"
+    );
+
+    // A command killed at its timeout leaves no report: the exec syncs on its own, by the
+    // same deadline (its stream comes over the Docker exec, where the loop cannot reach).
+    let (result, took) = cli_exec(&home, &victim, "sleep 60", bound);
+    assert!(took < bound, "paddock exec took {took:?}: {result}");
+    assert_eq!(result["timed_out"], true, "{result}");
+}
+
+/// `paddock exec JOB --timeout 5s --json -- sh -c SCRIPT` with no daemon running, killed
+/// (failing the test) when it runs three times past `bound`; its result and how long it
+/// took.
+fn cli_exec(home: &TestHome, job: &str, script: &str, bound: Duration) -> (Value, Duration) {
     let started = Instant::now();
     let mut child = home
         .cmd(&[
             "exec",
-            &victim,
+            job,
             "--timeout",
             "5s",
             "--json",
             "--",
             "sh",
             "-c",
-            "git commit -q --allow-empty -m cli",
+            script,
         ])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .expect("paddock exec runs");
     while child.try_wait().expect("wait").is_none() {
@@ -187,13 +208,6 @@ fn a_sparse_terabyte_in_the_outbox_neither_stalls_the_exec_nor_the_daemon() {
         .read_to_string(&mut stdout)
         .expect("read stdout");
     let result: Value = serde_json::from_str(&stdout).expect("a JSON result");
-    eprintln!("cli: exec answered in {took:?}: {result}");
-    assert!(took < bound, "paddock exec took {took:?}: {result}");
-    assert_eq!(result["exit_code"], 0, "{result}");
-    let error = result["sync_error"].as_str().unwrap_or_default();
-    // The job's last sync failed, so this one runs in full and the loop catches its stream.
-    assert!(
-        refused_by_cap(error),
-        "the sync error names the cap: {result}"
-    );
+    eprintln!("cli `{script}`: answered in {took:?}: {result}");
+    (result, took)
 }
