@@ -256,7 +256,10 @@ impl Paddock {
         let wait = deadline.saturating_duration_since(Instant::now());
         let outcome = match self.sync_lock_for(record, wait).await {
             Ok(_lock) => match self.prepare_scratch(record, &piggyback.plan).await {
-                Ok(()) => self.apply_sync(record, SyncScope::Branch, received).await,
+                Ok(()) => {
+                    self.apply_sync(record, SyncScope::Branch, received, Some(deadline))
+                        .await
+                }
                 Err(error) => Err(error),
             },
             Err(error) => Err(error),

@@ -283,13 +283,13 @@ impl Paddock {
             Ok(result) => capture.finish(result.exit_code),
             Err(error) => Err(format!("the sandbox could not run the sync: {error}")),
         };
-        let outcome = self.apply_sync(record, scope, received).await;
+        let outcome = self.apply_sync(record, scope, received, deadline).await;
         let _ = std::fs::remove_file(&bundle);
         outcome
     }
 
     /// The host half: the checked stream into the scratch repository, then the branch into
-    /// the user's repository.
+    /// the user's repository (the pack checked by `deadline`, when given).
     /// A branch-only sync (after an exec) hands the user's repository the pack it received
     /// and moves the ref; a sync with uncommitted work fetches only what the branch needs, so
     /// snapshot objects never land in the user's repository unless `rm` publishes them.
@@ -298,10 +298,15 @@ impl Paddock {
         record: &JobRecord,
         scope: SyncScope,
         received: std::result::Result<Received, String>,
+        deadline: Option<Instant>,
     ) -> Result<Synced> {
         let received = received.map_err(|message| Self::sync_failed(record, message))?;
         let scratch = self.scratch_of(record);
-        let pack = scratch.receive(&received, &record.branch).await?;
+        // The pack's check is the host's one long step: it too ends by the deadline.
+        let limit = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        let pack = scratch.receive(&received, &record.branch, limit).await?;
         let mut forced = false;
         if let Some(tip) = &received.header.tip {
             let branch_ref = format!("refs/heads/{}", record.branch);

@@ -92,10 +92,12 @@ impl ScratchRepo {
     /// the commits it names, and its objects pass fsck. Refs whose commit the host already
     /// has are set without a bundle. `refs/sync/state` follows the header's state. Returns the
     /// pack the bundle became, if one came.
+    /// `limit` bounds the pack's check (an exec's sync must end by the exec's deadline).
     pub async fn receive(
         &self,
         received: &Received,
         branch: &str,
+        limit: std::time::Duration,
     ) -> Result<Option<PathBuf>, GitError> {
         let header = &received.header;
         let branch_ref = format!("refs/heads/{branch}");
@@ -161,7 +163,7 @@ impl ScratchRepo {
                     "--strict",
                 ])
                 .stdin_from(bundle, pack_offset)
-                .timeout(super::CHECKOUT_TIMEOUT)
+                .timeout(limit.min(super::CHECKOUT_TIMEOUT))
                 .run()
                 .await?;
             let hash = indexed
