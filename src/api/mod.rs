@@ -365,10 +365,38 @@ async fn log_job(State(state): State<ApiState>, JobIdPath(id): JobIdPath) -> Api
     Ok(axum::Json(commits).into_response())
 }
 
+/// The most of a job's output log one answer holds: its end. The log keeps every exec's
+/// output, so the job sets its size.
+const LOGS_TAIL: u64 = 16 << 20;
+
 async fn logs_job(State(state): State<ApiState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
     let path = state.paddock.output_log(&id).map_err(ApiError::from)?;
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let text = tokio::task::spawn_blocking(move || log_tail(&path, LOGS_TAIL))
+        .await
+        .unwrap_or_default();
     Ok(axum::Json(json!({"id": id, "output": text})).into_response())
+}
+
+/// The last `cap` bytes of the log at `path` (empty when unreadable), after a line that
+/// says how much came before them.
+fn log_tail(path: &std::path::Path, cap: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let size = file.metadata().map_or(0, |m| m.len());
+    let skipped = size.saturating_sub(cap);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(skipped)).is_err()
+        || file.take(cap).read_to_end(&mut bytes).is_err()
+    {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    if skipped == 0 {
+        return text.into_owned();
+    }
+    format!("[paddock: the log's first {skipped} bytes are not shown]\n{text}")
 }
 
 #[derive(Deserialize)]
@@ -467,4 +495,29 @@ async fn metrics(State(state): State<ApiState>) -> ApiResult<Response> {
         .metrics
         .render(records.iter().map(|record| record.state));
     Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_long_output_log_answers_with_its_end() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("output.log");
+        std::fs::write(&path, "0123456789").expect("write");
+        assert_eq!(super::log_tail(&path, 16), "0123456789");
+        assert_eq!(
+            super::log_tail(&path, 4),
+            "[paddock: the log's first 6 bytes are not shown]\n6789"
+        );
+        // A sparse terabyte costs the answer no more than its cap.
+        std::fs::File::create(&path)
+            .and_then(|f| f.set_len(1 << 40))
+            .expect("a sparse log");
+        let tail = super::log_tail(&path, 4);
+        assert!(
+            tail.starts_with("[paddock: the log's first 1099511627772 bytes") && tail.len() < 80,
+            "{tail:?}"
+        );
+        assert_eq!(super::log_tail(&dir.path().join("none"), 4), "");
+    }
 }

@@ -31,16 +31,18 @@ async fn follow_log(
     path: &std::path::Path,
     follow: bool,
 ) -> Result<(), Error> {
-    use std::io::{Read, Seek, SeekFrom};
+    use std::io::{Seek, SeekFrom};
     let mut offset = 0u64;
     loop {
-        if let Ok(mut file) = std::fs::File::open(path) {
-            let mut text = Vec::new();
-            if file.seek(SeekFrom::Start(offset)).is_ok() && file.read_to_end(&mut text).is_ok() {
-                offset += text.len() as u64;
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(&text).and_then(|()| out.flush());
+        // Copied through in chunks, never held whole: the job sets the log's size.
+        if let Ok(mut file) = std::fs::File::open(path)
+            && file.seek(SeekFrom::Start(offset)).is_ok()
+        {
+            let mut out = std::io::stdout().lock();
+            if let Ok(copied) = std::io::copy(&mut file, &mut out) {
+                offset += copied;
             }
+            let _ = out.flush();
         }
         if !follow {
             return Ok(());
