@@ -39,6 +39,7 @@ mod inspect;
 mod merge;
 mod network;
 mod output_log;
+mod outbox;
 mod piggyback;
 mod pool;
 pub use pool::PoolKey;
