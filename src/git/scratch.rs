@@ -352,7 +352,11 @@ impl ScratchRepo {
             let (insertions, deletions) = match newest {
                 Some(newest) => {
                     let diff = repo
-                        .diff_tree_to_tree(Some(&base_tree), Some(&tree_of(newest)?), None)
+                        .diff_tree_to_tree(
+                            Some(&base_tree),
+                            Some(&tree_of(newest)?),
+                            Some(&mut super::reads::content_diff_options()),
+                        )
                         .map_err(read_err(path))?;
                     let stats = diff.stats().map_err(read_err(path))?;
                     (stats.insertions(), stats.deletions())
@@ -387,7 +391,11 @@ impl ScratchRepo {
                 None => base_tree.clone(),
             };
             let diff = repo
-                .diff_tree_to_tree(Some(&base_tree), Some(&newest_tree), None)
+                .diff_tree_to_tree(
+                    Some(&base_tree),
+                    Some(&newest_tree),
+                    Some(&mut super::reads::content_diff_options()),
+                )
                 .map_err(read_err(path))?;
             super::render_diff(&diff, stat, path)
         })

@@ -91,3 +91,40 @@ fn file_times_an_agent_sets_do_not_keep_its_job_alive() {
     );
     home.ok(&["rm", &id, "--force"]);
 }
+
+/// A 500 MB untracked text file (issue 27, part 2): `show`, `diff --stat` and `diff` each
+/// peak under 256 MiB resident on the host (files over 8 MiB count as binary; a patch is
+/// cut at 32 MiB).
+#[test]
+fn a_huge_untracked_file_costs_the_host_little_memory() {
+    if !docker_available("a_huge_untracked_file_costs_the_host_little_memory") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &[]);
+    let id = text(&job, "id");
+    home.sh(&id, "yes 'a line of agent text' | head -c 500M > big.txt");
+    for args in [
+        vec!["show", id.as_str()],
+        vec!["diff", id.as_str(), "--stat"],
+        vec!["diff", id.as_str()],
+    ] {
+        let timed = std::process::Command::new("/usr/bin/time")
+            .args(["-f", "%M"])
+            .arg(env!("CARGO_BIN_EXE_paddock"))
+            .args(&args)
+            .envs(home.cmd(&[]).get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .stdout(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(timed.status.success(), "{args:?}: {timed:?}");
+        let stderr = String::from_utf8_lossy(&timed.stderr);
+        let peak_kib: u64 = stderr.lines().last().unwrap().trim().parse().unwrap();
+        println!("{args:?} peaked at {peak_kib} KiB");
+        assert!(peak_kib < 256 * 1024, "{args:?} peaked at {peak_kib} KiB");
+        let stdout = String::from_utf8_lossy(&timed.stdout);
+        assert!(stdout.contains("big.txt"), "{args:?}: {stdout}");
+    }
+    home.ok(&["rm", &id, "--force"]);
+}
