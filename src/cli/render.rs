@@ -137,7 +137,7 @@ pub fn print_details(details: &JobDetails) {
             line(error)
         );
         if details.changes.is_some() {
-            say!("          (changes and merge below are from the last good sync: maybe stale)");
+            say!("          (the changes and merge verdict below may be incomplete or stale)");
         }
     }
     say!("job       {}", v.id);

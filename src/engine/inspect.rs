@@ -102,6 +102,15 @@ impl Paddock {
             });
         }
         let (untracked, stale) = match self.sync_job(record, SyncScope::BranchAndWork).await {
+            // The changes came through; only which of them are untracked is unknown.
+            Ok(synced) if synced.untracked_cut => (
+                synced.untracked,
+                Some(format!(
+                    "the job's untracked list was over its cap of {}: untracked files show as \
+                     added, and the list of changes may be incomplete",
+                    crate::units::format_size(crate::git::sync::MAX_UNTRACKED_BYTES)
+                )),
+            ),
             Ok(synced) => (synced.untracked, None),
             Err(error @ Error::Legacy { .. }) => return Err(error),
             Err(error) => (Default::default(), Some(error.to_string())),

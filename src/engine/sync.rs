@@ -49,6 +49,8 @@ pub struct Synced {
     pub work: WorkState,
     /// Paths that were untracked inside.
     pub untracked: BTreeSet<String>,
+    /// The untracked list was over its cap and not read (see `Received::untracked_cut`).
+    pub untracked_cut: bool,
     /// The branch was rewritten (not a fast-forward of what the user's repository had).
     pub forced: bool,
 }
@@ -338,6 +340,7 @@ impl Paddock {
             tip: received.header.tip.clone(),
             work: received.header.state.clone(),
             untracked: received.untracked,
+            untracked_cut: received.untracked_cut,
             forced,
         })
     }

@@ -117,6 +117,11 @@ pub struct SyncCapture {
     header_line: Vec<u8>,
     header: Option<Result<SyncHeader, String>>,
     untracked: Vec<u8>,
+    /// Bytes of the untracked list seen, kept or not.
+    untracked_seen: u64,
+    /// The list is over its cap: it is read past, not kept, and the sync still brings the
+    /// branch and the snapshot (`Received::untracked_cut`).
+    untracked_cut: bool,
     bundle_path: PathBuf,
     bundle: Option<std::fs::File>,
     bundle_bytes: u64,
@@ -133,6 +138,8 @@ impl SyncCapture {
             header_line: Vec::new(),
             header: None,
             untracked: Vec::new(),
+            untracked_seen: 0,
+            untracked_cut: false,
             bundle_path,
             bundle: None,
             bundle_bytes: 0,
@@ -180,13 +187,17 @@ impl SyncCapture {
             }
             let text = String::from_utf8_lossy(&self.header_line).into_owned();
             let header = SyncHeader::parse(&text);
-            if let Ok(header) = &header
-                && header.untracked_bytes > MAX_UNTRACKED_BYTES
-            {
-                return self.fail(format!(
-                    "the untracked list has {} bytes (at most {MAX_UNTRACKED_BYTES})",
-                    header.untracked_bytes
-                ));
+            if let Ok(header) = &header {
+                if header.untracked_bytes > MAX_SYNC_BYTES {
+                    return self.fail(format!(
+                        "the untracked list has {} bytes (at most {MAX_SYNC_BYTES} pass through)",
+                        header.untracked_bytes
+                    ));
+                }
+                // Over its cap, the list is read past rather than kept: the tracked
+                // changes and the snapshot still come through, and the host says which
+                // part it could not see.
+                self.untracked_cut = header.untracked_bytes > MAX_UNTRACKED_BYTES;
             }
             self.header = Some(header);
             bytes = rest;
@@ -194,11 +205,14 @@ impl SyncCapture {
         let Some(Ok(header)) = &self.header else {
             return;
         };
-        // Checked against MAX_UNTRACKED_BYTES above, so it fits.
-        let expected = usize::try_from(header.untracked_bytes).unwrap_or(usize::MAX);
-        let wanted = expected - self.untracked.len().min(expected);
-        let take = wanted.min(bytes.len());
-        self.untracked.extend_from_slice(&bytes[..take]);
+        let wanted = header.untracked_bytes - self.untracked_seen.min(header.untracked_bytes);
+        let take = usize::try_from(wanted)
+            .unwrap_or(usize::MAX)
+            .min(bytes.len());
+        self.untracked_seen += take as u64;
+        if !self.untracked_cut {
+            self.untracked.extend_from_slice(&bytes[..take]);
+        }
         bytes = &bytes[take..];
         if bytes.is_empty() {
             return;
@@ -259,7 +273,7 @@ impl SyncCapture {
             Some(Err(error)) => return Err(error),
             None => return Err(format!("the sandbox sent no sync header{context}")),
         };
-        if (self.untracked.len() as u64) < header.untracked_bytes {
+        if self.untracked_seen < header.untracked_bytes {
             return Err("the untracked list was cut short".into());
         }
         if header.bundle && self.bundle_bytes == 0 {
@@ -277,6 +291,7 @@ impl SyncCapture {
             bundle: header.bundle.then(|| self.bundle_path.clone()),
             header,
             untracked,
+            untracked_cut: self.untracked_cut,
         })
     }
 }
@@ -300,6 +315,9 @@ impl OutputSink for SyncCapture {
 pub struct Received {
     pub header: SyncHeader,
     pub untracked: BTreeSet<String>,
+    /// The untracked list was over [`MAX_UNTRACKED_BYTES`] and not kept: `untracked` is
+    /// empty, and untracked files of the snapshot cannot be told from added ones.
+    pub untracked_cut: bool,
     pub bundle: Option<PathBuf>,
 }
 

