@@ -29,6 +29,7 @@ mod jobsetup;
 mod mcp;
 mod merge;
 mod merge_safety;
+mod net_ranges;
 mod pool;
 mod ports;
 mod process;

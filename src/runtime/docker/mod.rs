@@ -46,11 +46,13 @@ mod image;
 mod mounts;
 mod pool;
 mod ports;
+mod ranges;
 mod sandbox;
 mod stats;
 
 use body::{base_env, container_body, hardened_host_config, warm_env};
 use mounts::grant_agent_access;
+pub use ranges::Guard;
 pub use sandbox::DockerRuntime;
 
 use super::{RuntimeError, Sandbox, SandboxRole};
