@@ -310,6 +310,12 @@ pub struct RemoveReport {
     /// The wip ref holding uncommitted work, when there was any.
     pub wip_ref: Option<String>,
     pub wip_commit: Option<String>,
+    /// Files of the checkout git could not save (their path from the top is `PATH_MAX`
+    /// bytes or longer), removed with the job: how many, and the first few.
+    #[serde(default)]
+    pub unsaved_files: u64,
+    #[serde(default)]
+    pub unsaved_examples: Vec<String>,
 }
 
 /// The JSON object of a job, printed by `create --json`, `ls --json` and `show --json`.

@@ -49,5 +49,12 @@ pub async fn run(ops: &impl Operations, args: RmArgs) -> Result<i32> {
             &commit[..commit.len().min(10)]
         );
     }
+    if report.unsaved_files > 0 {
+        println!(
+            "not saved: {} file(s) too deep for git (a path of PATH_MAX bytes or more), e.g. {}",
+            report.unsaved_files,
+            report.unsaved_examples.join(", ")
+        );
+    }
     Ok(exit::OK)
 }

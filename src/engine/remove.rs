@@ -25,6 +25,8 @@ impl Paddock {
                 commits_ahead: 0,
                 wip_ref: None,
                 wip_commit: None,
+                unsaved_files: 0,
+                unsaved_examples: Vec::new(),
             });
         }
         let repo = self.repo_of(&record);
@@ -38,12 +40,22 @@ impl Paddock {
             .await?;
 
         let mut wip_commit = None;
+        let mut unsaved = crate::tree::TooDeep::default();
         // A job still `creating` never ran an agent: there is no work to save, and a partial
         // checkout would only snapshot noise.
         let has_work = record.state != JobState::Creating;
         if has_work && record.worktree.exists() {
             match self.save_work(&repo, &record, &wip_ref).await {
-                Ok(commit) => wip_commit = commit,
+                Ok(commit) => {
+                    wip_commit = commit;
+                    // What git could index is saved; files deeper than any path git can
+                    // name (an agent's chain past PATH_MAX) cannot be, so they are counted
+                    // and reported instead of failing the removal (see docs/commands.md).
+                    unsaved = unreachable_by_git(&record.worktree).await;
+                    if unsaved.count > 0 {
+                        tracing::warn!(job = %record.id, files = unsaved.count, examples = ?unsaved.examples, "files too deep for git were not saved");
+                    }
+                }
                 Err(source) if !options.force => {
                     return Err(Error::SnapshotFailed {
                         id: record.id.clone(),
@@ -64,7 +76,9 @@ impl Paddock {
         }
 
         self.runtime_of(&record).destroy(&record).await?;
-        promote_copied_caches(&record);
+        // Off the async workers: the copy's fallback walks a tree the agent wrote.
+        let caches = record.clone();
+        let _ = tokio::task::spawn_blocking(move || promote_copied_caches(&caches)).await;
         self.remove_checkout(&repo, &record).await?;
 
         let tip = if repo_gone {
@@ -102,7 +116,16 @@ impl Paddock {
             EventKind::JobRemoved,
             Some(&record.id),
             Some(JobState::Removed),
-            serde_json::json!({ "branch_kept": tip.is_some() && !delete, "wip_commit": wip_commit }),
+            if unsaved.count == 0 {
+                serde_json::json!({ "branch_kept": tip.is_some() && !delete, "wip_commit": wip_commit })
+            } else {
+                serde_json::json!({
+                    "branch_kept": tip.is_some() && !delete,
+                    "wip_commit": wip_commit,
+                    "unsaved_files": unsaved.count,
+                    "unsaved_examples": unsaved.examples,
+                })
+            },
         );
         Ok(RemoveReport {
             id: record.id.clone(),
@@ -111,6 +134,8 @@ impl Paddock {
             commits_ahead,
             wip_ref: wip_commit.as_ref().map(|_| wip_ref),
             wip_commit,
+            unsaved_files: unsaved.count,
+            unsaved_examples: unsaved.examples,
         })
     }
 
@@ -141,6 +166,16 @@ impl Paddock {
         );
         Ok(repo.snapshot(&worktree, wip_ref, &message).await?)
     }
+}
+
+/// The files of `worktree` no git can reach: paths (from the checkout's top, as git names
+/// them) of `PATH_MAX` bytes or more. A walk without recursion, on a blocking thread.
+async fn unreachable_by_git(worktree: &std::path::Path) -> crate::tree::TooDeep {
+    const PATH_MAX: usize = 4096;
+    let worktree = worktree.to_path_buf();
+    tokio::task::spawn_blocking(move || crate::tree::too_deep(&worktree, PATH_MAX))
+        .await
+        .unwrap_or_default()
 }
 
 /// A `copy` cache whose entry is still empty is filled from the first job that populated its

@@ -13,6 +13,7 @@ mod browser;
 mod cache;
 mod core_commands;
 mod dashboard;
+mod deep_trees;
 mod default_paths;
 mod disk;
 mod docker;

@@ -212,7 +212,14 @@ pub async fn create_first_container(
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<String, RuntimeError> {
-    grant_agent_access(record, agent_user(record.limits.uid).0)?;
+    // A walk of the job's trees and the shared cache entries (which jobs write): on a
+    // blocking thread.
+    let granted = record.clone();
+    tokio::task::spawn_blocking(move || {
+        grant_agent_access(&granted, agent_user(granted.limits.uid).0)
+    })
+    .await
+    .expect("granting access does not panic")?;
     create_job_container(home, record).await
 }
 
