@@ -100,6 +100,15 @@ fn a_removed_job_s_address_is_unreachable_from_the_host_and_from_an_open_job() {
         "paddock adds the route before a job network"
     );
     let gone = proxy_address(&home, &sealed_id);
+    // A network that outlived the route (a reboot clears it): starting its job again puts
+    // the route back.
+    delete_route();
+    home.ok(&["stop", &sealed_id]);
+    assert_eq!(proxy_address(&home, &sealed_id), gone, "the same network");
+    assert!(
+        route_present(),
+        "paddock adds the route before using a job network"
+    );
     home.ok(&["rm", &sealed_id, "--force"]);
     assert!(
         home.docker_objects().is_empty(),

@@ -321,6 +321,11 @@ async fn ensure_network(
     network: &str,
 ) -> Result<Option<JobSubnet>, RuntimeError> {
     let id = &record.id;
+    // Before any address of the range is a job's, and again for a network that outlived a
+    // reboot (which cleared the route): once a network is gone, nothing may reach its old
+    // addresses through the default route (see `egress::ranges`). A read of
+    // /proc/net/route when the route is there.
+    super::ranges::ensure(docker, &record.limits.image).await?;
     if let Some(found) = our_network(docker, home, network, id.as_str()).await? {
         let subnet = JobSubnet::of(&found);
         let options = found.options.unwrap_or_default();
@@ -335,9 +340,6 @@ async fn ensure_network(
             })
         };
     }
-    // Before any address of the range is a job's: once the network is gone, nothing may
-    // reach its old addresses through the default route (see `egress::ranges`).
-    super::ranges::ensure(docker, &record.limits.image).await?;
     let mut last_error = None;
     for subnet in JobSubnet::candidates(home, id) {
         match create_network(docker, home, id, network, subnet).await {
