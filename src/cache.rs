@@ -252,20 +252,25 @@ fn check_target(name: &str, worktree: &Path, relative: &str) -> Result<PathBuf, 
 }
 
 /// Copies a tree: symlinks recreated as symlinks (never followed), files cloned with a
-/// reflink where the filesystem supports it, else copied.
+/// reflink where possible, else copied. Jobs write these trees: an explicit stack, not
+/// recursion (a path past `PATH_MAX` is an error); async callers use a blocking thread.
 pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let source = entry.path();
-        let target = to.join(entry.file_name());
-        let kind = entry.file_type()?;
-        if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&source)?, &target)?;
-        } else if kind.is_dir() {
-            copy_tree(&source, &target)?;
-        } else if kind.is_file() {
-            clone_file(&source, &target)?;
+    let mut pending = vec![(from.to_path_buf(), to.to_path_buf())];
+    while let Some((from, to)) = pending.pop() {
+        for entry in std::fs::read_dir(&from)? {
+            let entry = entry?;
+            let source = entry.path();
+            let target = to.join(entry.file_name());
+            let kind = entry.file_type()?;
+            if kind.is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(&source)?, &target)?;
+            } else if kind.is_dir() {
+                std::fs::create_dir(&target)?;
+                pending.push((source, target));
+            } else if kind.is_file() {
+                clone_file(&source, &target)?;
+            }
         }
     }
     Ok(())
@@ -534,6 +539,32 @@ mod tests {
         ] {
             assert!(spec(bad).resolve().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn copies_a_deep_chain_without_recursion() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("from");
+        let mut bottom = from.clone();
+        for _ in 0..1_000 {
+            bottom.push("d");
+        }
+        std::fs::create_dir_all(&bottom).unwrap();
+        std::fs::write(bottom.join("f"), "x").unwrap();
+        let (source, target) = (from, dir.path().join("to"));
+        let copied = std::thread::Builder::new()
+            .stack_size(64 * 1024) // one frame per level would overflow it
+            .spawn(move || copy_tree(&source, &target))
+            .unwrap()
+            .join()
+            .expect("no overflow");
+        copied.unwrap();
+        let mut copy = dir.path().join("to");
+        for _ in 0..1_000 {
+            copy.push("d");
+        }
+        assert_eq!(std::fs::read_to_string(copy.join("f")).unwrap(), "x");
+        crate::tree::remove_tree(dir.path()).unwrap();
     }
 
     #[test]

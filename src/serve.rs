@@ -198,6 +198,7 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
     // Once both listeners are bound (a daemon that fails to start must not take over a
     // queue it then drops): the queued creates of a daemon that died keep their places.
     adopt_queue(&paddock);
+    tokio::spawn(guard_job_ranges(paddock.clone()));
     let (_watcher, mut activity) = watch_activity(&paddock)?;
     let mut touched: BTreeSet<JobId> = BTreeSet::new();
     let mut egress_read = std::collections::BTreeMap::new();
@@ -264,6 +265,25 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
 
 /// Refills the pools that creates claimed from, one fill at a time (requests that arrive
 /// during a fill for the same pool are one refill).
+/// At start, the job range's unreachable route (`egress::ranges`): jobs' networks may
+/// outlive a reboot that cleared it. Off the start path; a failure is logged, and the next
+/// job network tries again.
+async fn guard_job_ranges(paddock: Arc<Paddock>) {
+    let image = paddock.config(None).ok().and_then(|config| {
+        let profile = config.profiles.get(&config.default_profile.value)?;
+        Some(profile.image.value.clone())
+    });
+    let image = image.unwrap_or_else(|| crate::config::DEFAULT_IMAGE.to_string());
+    let docker = paddock.runtimes().of(crate::job::RuntimeKind::Docker);
+    match docker.guard_job_ranges(&image).await {
+        Some(Ok(true)) => {
+            tracing::info!(range = %crate::egress::ranges::job_range(), "added the job range's unreachable route")
+        }
+        Some(Err(error)) => tracing::warn!(%error, "the job range's unreachable route is missing"),
+        Some(Ok(false)) | None => {}
+    }
+}
+
 async fn refill_pools(
     paddock: Arc<Paddock>,
     mut requests: tokio::sync::mpsc::UnboundedReceiver<crate::engine::PoolKey>,

@@ -105,6 +105,102 @@ pub fn sizes(path: &Path) -> TreeSizes {
     total
 }
 
+/// What of a tree git cannot reach: entries that are not directories whose path relative to
+/// the tree's top is `limit` bytes or longer (git names every path from the top, and the
+/// kernel refuses one of `PATH_MAX` bytes or more, so `git add` warns and skips them).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TooDeep {
+    /// How many such entries there are.
+    pub count: u64,
+    /// The first few, shortened for display (`a/b/…/name (N bytes)`).
+    pub examples: Vec<String>,
+}
+
+/// Finds the entries below `path` whose relative path is `limit` bytes or longer (see
+/// [`TooDeep`]); like [`size`], without recursion and never following a symlink. An
+/// unreadable part is skipped.
+pub fn too_deep(path: &Path, limit: usize) -> TooDeep {
+    let mut found = TooDeep::default();
+    let Ok(mut current) = open_dir(rustix::fs::CWD, path) else {
+        return found;
+    };
+    // The names from the top to `current`, and the length of that relative path.
+    let mut names: Vec<CString> = Vec::new();
+    let mut length = 0usize;
+    let mut levels = vec![scan_deep(&current, &names, length, limit, &mut found)];
+    while let Some(top) = levels.last_mut() {
+        if let Some(name) = top.pop() {
+            if let Ok(child) = open_dir(&current, name.as_c_str()) {
+                current = child;
+                length += name.as_bytes().len() + usize::from(!names.is_empty());
+                names.push(name);
+                levels.push(scan_deep(&current, &names, length, limit, &mut found));
+            }
+            continue;
+        }
+        levels.pop();
+        let Some(name) = names.pop() else {
+            break;
+        };
+        length -= name.as_bytes().len() + usize::from(!names.is_empty());
+        match open_dir(&current, c"..") {
+            Ok(parent) => current = parent,
+            Err(_) => break,
+        }
+    }
+    found
+}
+
+/// Records the entries of `dir` (at relative path `names`, `length` bytes long) that are at
+/// or past `limit`; returns its subdirectories.
+fn scan_deep(
+    dir: &OwnedFd,
+    names: &[CString],
+    length: usize,
+    limit: usize,
+    found: &mut TooDeep,
+) -> Vec<CString> {
+    const EXAMPLES: usize = 5;
+    let mut subdirs = Vec::new();
+    let Ok(entries) = Dir::read_from(dir) else {
+        return subdirs;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if is_dot(name) {
+            continue;
+        }
+        let kind = match entry.file_type() {
+            FileType::Unknown => rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .map_or(FileType::Unknown, |stat| {
+                    FileType::from_raw_mode(stat.st_mode)
+                }),
+            known => known,
+        };
+        if kind == FileType::Directory {
+            subdirs.push(name.to_owned());
+            continue;
+        }
+        let full = length + usize::from(!names.is_empty()) + name.to_bytes().len();
+        if full < limit {
+            continue;
+        }
+        found.count += 1;
+        if found.examples.len() < EXAMPLES {
+            let first = names
+                .first()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            found.examples.push(format!(
+                "{first}/…/{} ({full} bytes, {} levels)",
+                name.to_string_lossy(),
+                names.len()
+            ));
+        }
+    }
+    subdirs
+}
+
 /// Adds the sizes of the regular files in `dir` to `total`; returns its subdirectories.
 fn scan(dir: &OwnedFd, total: &mut TreeSizes) -> Vec<CString> {
     let mut subdirs = Vec::new();
@@ -283,6 +379,21 @@ mod tests {
             .expect("no panic")
             .expect("removed");
         assert!(!root.exists());
+    }
+
+    #[test]
+    fn finds_the_files_git_cannot_reach_below_a_deep_chain() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let root = tmp.path().join("top");
+        std::fs::create_dir_all(root.join("zz")).expect("mkdir");
+        std::fs::write(root.join("near.txt"), "x").expect("write");
+        chain(&root.join("zz"), 3_000);
+        let found = too_deep(&root, 4096);
+        // zz + 3,000 × "/d" + "/f" = 6,004 bytes: past PATH_MAX; near.txt is not.
+        assert_eq!(found.count, 1, "{found:?}");
+        assert_eq!(found.examples, ["zz/…/f (6004 bytes, 3001 levels)"]);
+        assert_eq!(too_deep(&root, 7_000), TooDeep::default());
+        remove_tree(&root).expect("removed");
     }
 
     #[test]

@@ -315,6 +315,12 @@ pub struct RemoveReport {
     /// for a job made before 0.2 or a snapshot an older paddock saved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wip_store: Option<PathBuf>,
+    /// Files of the checkout git could not save (their path from the top is `PATH_MAX`
+    /// bytes or longer), removed with the job: how many, and the first few.
+    #[serde(default)]
+    pub unsaved_files: u64,
+    #[serde(default)]
+    pub unsaved_examples: Vec<String>,
 }
 
 impl RemoveReport {

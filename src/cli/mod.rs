@@ -30,6 +30,7 @@ mod events;
 mod exec;
 mod execs;
 pub mod exit;
+mod guard_ranges;
 mod image;
 mod log;
 mod logs;
@@ -137,6 +138,9 @@ pub(crate) enum Command {
     /// The egress proxy of an allowlist job (run by its sidecar container).
     #[command(hide = true)]
     EgressProxy(egress_proxy::EgressProxyArgs),
+    /// Add the job range's unreachable route (run by a short-lived container).
+    #[command(hide = true)]
+    GuardRanges,
     /// Shared dependency cache commands.
     Cache {
         #[command(subcommand)]
@@ -158,6 +162,9 @@ pub async fn run(cli: Cli) -> i32 {
             Ok(code) => code,
             Err(error) => report(&error, false),
         };
+    }
+    if let Command::GuardRanges = cli.command {
+        return guard_ranges::run().unwrap_or_else(|error| report(&error, false));
     }
     let paddock = match Paddock::from_env() {
         Ok(paddock) => paddock,
@@ -214,6 +221,7 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Serve(args) => serve::run(paddock, args).await,
         Command::Dashboard(args) => dashboard::run(paddock, args).await,
         Command::EgressProxy(args) => egress_proxy::run(args).await,
+        Command::GuardRanges => guard_ranges::run(),
         Command::Cache { command } => cache::run(paddock, command),
         Command::Config { command } => config::run(paddock, command).await,
     }

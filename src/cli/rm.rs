@@ -50,5 +50,17 @@ pub async fn run(ops: &impl Operations, args: RmArgs) -> Result<i32> {
             &commit[..commit.len().min(10)]
         );
     }
+    if report.unsaved_files > 0 {
+        say!(
+            "not saved: {} file(s) too deep for git (a path of PATH_MAX bytes or more), e.g. {}",
+            report.unsaved_files,
+            report
+                .unsaved_examples
+                .iter()
+                .map(|p| crate::text::path(p))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     Ok(exit::OK)
 }

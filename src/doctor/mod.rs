@@ -61,6 +61,12 @@ pub async fn run(
     );
     let uid = profile.map_or(1000, |p| p.uid.value);
     checks.extend(docker_checks(runtimes.of(RuntimeKind::Docker), &image).await);
+    if checks
+        .iter()
+        .any(|c| c.name == "docker" && c.status == Status::Ok)
+    {
+        checks.push(job_ranges_check(runtimes.of(RuntimeKind::Docker), &image).await);
+    }
     checks.push(state_root_check(home, &crate::env::ProcessEnv));
     checks.push(access::object_store_check(repo, uid));
     checks.push(disk_check(home));
@@ -75,6 +81,30 @@ pub async fn run(
         None,
     ));
     checks
+}
+
+/// Whether the job networks' range is unreachable from the host (`egress::ranges`); doctor
+/// adds the route when it is missing, as paddock does before each job network.
+async fn job_ranges_check(docker: &dyn Runtime, image: &str) -> Check {
+    let range = crate::egress::ranges::job_range();
+    match docker.guard_job_ranges(image).await {
+        Some(Ok(added)) => check(
+            "job ranges",
+            Status::Ok,
+            format!(
+                "unreachable route present for {range}{}",
+                if added { " (added now)" } else { "" }
+            ),
+            None,
+        ),
+        Some(Err(error)) => check(
+            "job ranges",
+            Status::Warn,
+            format!("{error}; a removed job's address may be reachable through the default route"),
+            Some(&format!("ip route replace unreachable {range}   (as root)")),
+        ),
+        None => check("job ranges", Status::Ok, "no job networks", None),
+    }
 }
 
 /// Whether `checkout: overlay` works here, and with which driver. Only a warning when it

@@ -339,13 +339,19 @@ impl Paddock {
         self.place_copies(record, setup, &job_git)?;
         fail_point("copy")?;
         if !cache_specs.is_empty() {
-            record.caches = crate::cache::place(
-                &self.home.caches_dir(),
-                &record.repo_key,
-                &record.worktree,
-                cache_specs,
+            // On a blocking thread: a `copy` cache copies an entry earlier jobs wrote.
+            let (caches_dir, repo_key, worktree, specs, container) = (
+                self.home.caches_dir(),
+                record.repo_key.clone(),
+                record.worktree.clone(),
+                cache_specs.to_vec(),
                 record.runtime.uses_docker(),
-            )?;
+            );
+            record.caches = tokio::task::spawn_blocking(move || {
+                crate::cache::place(&caches_dir, &repo_key, &worktree, &specs, container)
+            })
+            .await
+            .expect("placing caches does not panic")?;
             job_git.add_excludes(&crate::cache::exclude_patterns(&record.caches))?;
         }
         if !record.caches.is_empty() || !record.copied.is_empty() {

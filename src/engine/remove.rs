@@ -27,6 +27,8 @@ impl Paddock {
                 wip_ref: None,
                 wip_commit: None,
                 wip_store: None,
+                unsaved_files: 0,
+                unsaved_examples: Vec::new(),
             });
         }
         let repo = self.repo_of(&record);
@@ -47,12 +49,22 @@ impl Paddock {
         } else {
             self.wip_store_of(&record)
         });
+        let mut unsaved = crate::tree::TooDeep::default();
         // A job still `creating` never ran an agent: there is no work to save, and a partial
         // checkout would only snapshot noise.
         let has_work = record.state != JobState::Creating;
         if has_work && record.worktree.exists() {
             match self.save_work(&repo, &record, &wip_ref).await {
-                Ok(commit) => wip_commit = commit,
+                Ok(commit) => {
+                    wip_commit = commit;
+                    // What git could index is saved; files deeper than any path git can
+                    // name (an agent's chain past PATH_MAX) cannot be, so they are counted
+                    // and reported instead of failing the removal (see docs/commands.md).
+                    unsaved = unreachable_by_git(&record.worktree).await;
+                    if unsaved.count > 0 {
+                        tracing::warn!(job = %record.id, files = unsaved.count, examples = ?unsaved.examples, "files too deep for git were not saved");
+                    }
+                }
                 Err(source) if !options.force => {
                     return Err(Error::SnapshotFailed {
                         id: record.id.clone(),
@@ -123,7 +135,16 @@ impl Paddock {
             EventKind::JobRemoved,
             Some(&record.id),
             Some(JobState::Removed),
-            serde_json::json!({ "branch_kept": tip.is_some() && !delete, "wip_commit": wip_commit }),
+            if unsaved.count == 0 {
+                serde_json::json!({ "branch_kept": tip.is_some() && !delete, "wip_commit": wip_commit })
+            } else {
+                serde_json::json!({
+                    "branch_kept": tip.is_some() && !delete,
+                    "wip_commit": wip_commit,
+                    "unsaved_files": unsaved.count,
+                    "unsaved_examples": unsaved.examples,
+                })
+            },
         );
         Ok(RemoveReport {
             id: record.id.clone(),
@@ -133,6 +154,8 @@ impl Paddock {
             wip_ref: wip_commit.as_ref().map(|_| wip_ref),
             wip_commit,
             wip_store,
+            unsaved_files: unsaved.count,
+            unsaved_examples: unsaved.examples,
         })
     }
 
@@ -189,6 +212,16 @@ fn copy_fits(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()
         return Err(std::io::Error::other("the cache copy is too large to keep"));
     }
     Ok(())
+}
+
+/// The files of `worktree` no git can reach: paths (from the checkout's top, as git names
+/// them) of `PATH_MAX` bytes or more. A walk without recursion, on a blocking thread.
+async fn unreachable_by_git(worktree: &std::path::Path) -> crate::tree::TooDeep {
+    const PATH_MAX: usize = 4096;
+    let worktree = worktree.to_path_buf();
+    tokio::task::spawn_blocking(move || crate::tree::too_deep(&worktree, PATH_MAX))
+        .await
+        .unwrap_or_default()
 }
 
 /// A `copy` cache whose entry is still empty is filled from the first job that populated its

@@ -294,6 +294,14 @@ pub trait Runtime: Send + Sync {
         Ok(())
     }
 
+    /// Makes sure the job networks' range (`egress::ranges`) is unreachable from the host,
+    /// adding its route when missing, with `image` for a helper container when not root:
+    /// `Some(true)` when it was added now; `None` for runtimes without job networks.
+    async fn guard_job_ranges(&self, image: &str) -> Option<Result<bool, RuntimeError>> {
+        let _ = image;
+        None
+    }
+
     /// The engine's version and capabilities, for `doctor`; `None` for runtimes without one.
     async fn engine_facts(&self) -> Option<Result<EngineFacts, RuntimeError>> {
         None

@@ -255,7 +255,7 @@ impl Paddock {
         self.prune_git_worktrees(options, &mut report).await;
         self.clear_stale_index_locks(options, &mut report);
         self.reap_pristines(options, &mut report).await;
-        self.reap_orphan_disks(options, &mut report);
+        self.reap_orphan_disks(options, &mut report).await;
         if !options.dry_run {
             self.clear_stale_quarantines();
         }

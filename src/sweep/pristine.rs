@@ -75,7 +75,12 @@ impl Paddock {
             if !found.partial && used(&records) {
                 continue;
             }
-            match pristines.remove(&found.dir) {
+            // A walk of a whole checkout: on a blocking thread, not the daemon's workers.
+            let (remover, dir) = (pristines.clone(), found.dir.clone());
+            let removed = tokio::task::spawn_blocking(move || remover.remove(&dir))
+                .await
+                .expect("removing a tree does not panic");
+            match removed {
                 Ok(()) => report.removed("pristine", name, reason),
                 Err(error) => report.error("pristine", name, reason, error),
             }
@@ -87,7 +92,7 @@ impl Paddock {
     /// removed. A create reserves its record before it makes a disk, and a removal unmounts
     /// the disk before it drops the record, so neither is in flight here. One whose checkout
     /// is still there is left to the orphan checkout's removal, which saves its work first.
-    pub(super) fn reap_orphan_disks(&self, options: &SweepOptions, report: &mut SweepReport) {
+    pub(super) async fn reap_orphan_disks(&self, options: &SweepOptions, report: &mut SweepReport) {
         let roots = self.home().job_dir_roots();
         let mounted = roots
             .iter()
@@ -115,16 +120,16 @@ impl Paddock {
                 report.removed("disk", id, reason);
                 continue;
             }
-            let removed = crate::disk::unmount(&job_dir)
-                .map_err(crate::error::Error::from)
-                .and_then(|()| {
-                    crate::tree::remove_tree(&job_dir).map_err(|source| {
-                        crate::error::Error::RemoveDir {
-                            path: job_dir.clone(),
-                            source,
-                        }
-                    })
-                });
+            // The job's upper dir is the agent's tree: removed on a blocking thread.
+            let removed = match crate::disk::unmount(&job_dir) {
+                Ok(()) => crate::tree::remove_tree_async(&job_dir)
+                    .await
+                    .map_err(|source| crate::error::Error::RemoveDir {
+                        path: job_dir.clone(),
+                        source,
+                    }),
+                Err(error) => Err(error.into()),
+            };
             match removed {
                 Ok(()) => report.removed("disk", id, reason),
                 Err(error) => report.error("disk", id, reason, error),

@@ -114,7 +114,7 @@ fn a_panicking_handler_answers_500_and_the_daemon_goes_on() {
 }
 
 /// A Docker job on `runtime` made through the daemon.
-fn create(daemon: &Daemon, repo: &FixtureRepo, runtime: &str, id: &str) -> Value {
+pub(crate) fn create(daemon: &Daemon, repo: &FixtureRepo, runtime: &str, id: &str) -> Value {
     let (status, job) = api(
         &daemon.socket,
         "POST",
@@ -131,7 +131,7 @@ fn create(daemon: &Daemon, repo: &FixtureRepo, runtime: &str, id: &str) -> Value
 }
 
 /// `POST /v1/jobs/{id}/exec` of `sh -c script`: the status and the exec's result.
-fn exec(daemon: &Daemon, id: &str, script: &str) -> (u16, Value) {
+pub(crate) fn exec(daemon: &Daemon, id: &str, script: &str) -> (u16, Value) {
     let mut stream = UnixStream::connect(&daemon.socket).unwrap();
     http(
         &mut stream,
@@ -145,7 +145,7 @@ fn exec(daemon: &Daemon, id: &str, script: &str) -> (u16, Value) {
 /// Removes what a failed test left of the deep chains before the temporary directories go
 /// (their own removal recurses, and would abort the test binary with a stack overflow,
 /// hiding the failure).
-struct DeepCleanup(std::path::PathBuf);
+pub(crate) struct DeepCleanup(pub(crate) std::path::PathBuf);
 
 impl Drop for DeepCleanup {
     fn drop(&mut self) {

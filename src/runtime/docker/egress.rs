@@ -7,7 +7,10 @@
 //! for a network per job). The sidecar `<name>-egress` has a fixed address in it (the
 //! subnet's third), outside the range Docker hands out to the job, so the job's proxy
 //! settings name an address that survives restarts and costs no name lookup per
-//! connection. The sidecar sits on that network and on
+//! connection. The host has no route to these subnets (no address on their bridges); an
+//! `unreachable` route for the whole range, put in place before the first network is made
+//! (`ranges.rs`), keeps connections to them, a removed job's included, on the host. The
+//! sidecar sits on that network and on
 //! Docker's default bridge; it runs this very binary (`paddock egress-proxy`, mounted
 //! read-only from the host, so no image has to be pulled or built) as an unprivileged user
 //! with every capability dropped, a read-only root and small limits. The job's DNS goes to
@@ -65,9 +68,9 @@ pub fn sidecar_name(base: &str) -> String {
 }
 
 /// First address of the range the job networks' subnets come from (198.18.0.0/15).
-const SUBNET_RANGE_START: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
-/// The /28s in that /15.
-const SUBNET_COUNT: u32 = 1 << 13;
+const SUBNET_RANGE_START: Ipv4Addr = crate::egress::ranges::JOB_RANGE_START;
+/// The /28s in that range.
+const SUBNET_COUNT: u32 = 1 << (28 - crate::egress::ranges::JOB_RANGE_BITS);
 /// Subnets tried, from the job's own, before giving up (each taken one is an overlap error).
 const SUBNET_TRIES: u32 = 64;
 
@@ -222,7 +225,7 @@ pub async fn ensure(
     write_policy(home, record)?;
     let base = job_container(record);
     let network = network_name(&base);
-    let subnet = ensure_network(docker, home, &record.id, &network).await?;
+    let subnet = ensure_network(docker, home, record, &network).await?;
     let sealed = SealedNetwork {
         name: network.clone(),
         subnet,
@@ -314,9 +317,15 @@ async fn our_network(
 async fn ensure_network(
     docker: &Docker,
     home: &PaddockHome,
-    id: &JobId,
+    record: &JobRecord,
     network: &str,
 ) -> Result<Option<JobSubnet>, RuntimeError> {
+    let id = &record.id;
+    // Before any address of the range is a job's, and again for a network that outlived a
+    // reboot (which cleared the route): once a network is gone, nothing may reach its old
+    // addresses through the default route (see `egress::ranges`). A read of
+    // /proc/net/route when the route is there.
+    super::ranges::ensure(docker, &record.limits.image).await?;
     if let Some(found) = our_network(docker, home, network, id.as_str()).await? {
         let subnet = JobSubnet::of(&found);
         let options = found.options.unwrap_or_default();

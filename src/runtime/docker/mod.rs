@@ -46,11 +46,13 @@ mod image;
 mod mounts;
 mod pool;
 mod ports;
+mod ranges;
 mod sandbox;
 mod stats;
 
 use body::{base_env, container_body, hardened_host_config, warm_env};
 use mounts::grant_agent_access;
+pub use ranges::Guard;
 pub use sandbox::DockerRuntime;
 
 use super::{RuntimeError, Sandbox, SandboxRole};
@@ -210,7 +212,14 @@ pub async fn create_first_container(
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<String, RuntimeError> {
-    grant_agent_access(record, agent_user(record.limits.uid).0)?;
+    // A walk of the job's trees and the shared cache entries (which jobs write): on a
+    // blocking thread.
+    let granted = record.clone();
+    tokio::task::spawn_blocking(move || {
+        grant_agent_access(&granted, agent_user(granted.limits.uid).0)
+    })
+    .await
+    .expect("granting access does not panic")?;
     create_job_container(home, record).await
 }
 

@@ -154,7 +154,14 @@ pub fn claim_binds(record: &JobRecord) -> Result<Vec<HostBind>, String> {
 /// slot): the job's files to the agent's uid, the job's limits, the job's container name.
 /// Returns the container id.
 pub async fn adopt_slot(record: &JobRecord, slot: &PoolSlot) -> Result<String, RuntimeError> {
-    grant_agent_access(record, agent_user(record.limits.uid).0)?;
+    // A walk of the job's trees and the shared cache entries (which jobs write): on a
+    // blocking thread.
+    let granted = record.clone();
+    tokio::task::spawn_blocking(move || {
+        grant_agent_access(&granted, agent_user(granted.limits.uid).0)
+    })
+    .await
+    .expect("granting access does not panic")?;
     let docker = connect()?;
     let name = slot.container_name.clone();
     let wanted = &record.limits;

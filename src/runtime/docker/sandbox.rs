@@ -202,6 +202,11 @@ impl Runtime for DockerRuntime {
         }
     }
 
+    async fn guard_job_ranges(&self, image: &str) -> Option<Result<bool, RuntimeError>> {
+        let guard = async { super::ranges::ensure(&super::connect()?, image).await };
+        Some(guard.await.map(|guard| guard == super::Guard::Installed))
+    }
+
     async fn engine_facts(&self) -> Option<Result<EngineFacts, RuntimeError>> {
         Some(super::facts::engine_facts().await)
     }

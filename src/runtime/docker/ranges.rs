@@ -1,0 +1,138 @@
+//! Putting the job range's unreachable route in place (see `egress::ranges`) before paddock
+//! makes a job network, at `paddock serve`'s start and in `doctor`.
+//!
+//! As root, paddock adds the route itself (rtnetlink, on a blocking thread). Otherwise the
+//! user can still reach Docker, which can: a short-lived container in the host's network
+//! namespace with `NET_ADMIN` only (every other capability dropped, read-only root, runc)
+//! runs this very binary (`paddock guard-ranges`, mounted read-only as the sidecar's is, so
+//! no image needs `ip`) from the job's image. The container is removed whatever happens,
+//! and every wait has a deadline.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{RemoveContainerOptionsBuilder, WaitContainerOptionsBuilder};
+use futures_util::StreamExt;
+
+use super::mounts::bind;
+use super::{API_TIMEOUT, create_named, io_error, start_named};
+use crate::egress::ranges;
+use crate::runtime::RuntimeError;
+
+/// How long the guard container may take to add the route (it is one netlink request).
+const GUARD_DEADLINE: Duration = Duration::from_secs(30);
+const GUARD_BINARY: &str = "/paddock/bin/paddock";
+
+/// Whether the route was there already or paddock added it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    Present,
+    Installed,
+}
+
+/// Makes sure the job range is unreachable from the host (and so from `open` jobs), adding
+/// the route when it is missing: itself as root, else through a container from `image`.
+pub async fn ensure(docker: &Docker, image: &str) -> Result<Guard, RuntimeError> {
+    let range = ranges::job_range();
+    let failed = |message: String| RuntimeError::Docker {
+        action: "guard the job range",
+        target: range.clone(),
+        message,
+    };
+    if guarded().await? {
+        return Ok(Guard::Present);
+    }
+    if crate::sys::is_root() {
+        tokio::task::spawn_blocking(ranges::install)
+            .await
+            .expect("a netlink request does not panic")
+            .map_err(|e| failed(format!("adding `unreachable {range}`: {e}")))?;
+    } else {
+        run_guard_container(docker, image).await?;
+    }
+    if guarded().await? {
+        Ok(Guard::Installed)
+    } else {
+        Err(failed("the route is still missing after adding it".into()))
+    }
+}
+
+async fn guarded() -> Result<bool, RuntimeError> {
+    tokio::task::spawn_blocking(ranges::is_guarded)
+        .await
+        .expect("reading /proc/net/route does not panic")
+        .map_err(io_error(Path::new("/proc/net/route")))
+}
+
+async fn run_guard_container(docker: &Docker, image: &str) -> Result<(), RuntimeError> {
+    let exe = std::env::current_exe().map_err(io_error(Path::new("/proc/self/exe")))?;
+    let name = format!("paddock-guard-ranges-{}", crate::ids::random_hex(8));
+    let body = ContainerCreateBody {
+        image: Some(image.to_string()),
+        user: Some("0:0".into()),
+        entrypoint: Some(vec![GUARD_BINARY.to_string()]),
+        cmd: Some(vec!["guard-ranges".to_string()]),
+        host_config: Some(HostConfig {
+            mounts: Some(vec![bind(&exe, Path::new(GUARD_BINARY), true)]),
+            network_mode: Some("host".into()),
+            cap_drop: Some(vec!["ALL".into()]),
+            cap_add: Some(vec!["NET_ADMIN".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            readonly_rootfs: Some(true),
+            // gVisor's own network stack would take the route, not the host's.
+            runtime: Some("runc".into()),
+            pids_limit: Some(16),
+            memory: Some(64 << 20),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    create_named(docker, &name, body).await?;
+    let outcome = async {
+        start_named(docker, &name).await?;
+        let options = WaitContainerOptionsBuilder::new()
+            .condition("not-running")
+            .build();
+        let mut wait = docker.wait_container(&name, Some(options));
+        match tokio::time::timeout(GUARD_DEADLINE, wait.next()).await {
+            Ok(Some(Ok(done))) if done.status_code == 0 => Ok(()),
+            Ok(Some(Ok(done))) => Err(exited(&name, done.status_code)),
+            Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. }))) => {
+                Err(exited(&name, code))
+            }
+            Ok(Some(Err(error))) => Err(RuntimeError::Docker {
+                action: "wait for container",
+                target: name.clone(),
+                message: error.to_string(),
+            }),
+            Ok(None) => Err(exited(&name, -1)),
+            Err(_) => Err(RuntimeError::DockerTimeout {
+                action: "wait for container",
+                target: name.clone(),
+                after: GUARD_DEADLINE,
+            }),
+        }
+    }
+    .await;
+    let options = RemoveContainerOptionsBuilder::new().force(true).build();
+    let removed = super::call(
+        "remove container",
+        &name,
+        API_TIMEOUT,
+        docker.remove_container(&name, Some(options)),
+    )
+    .await;
+    outcome.and(removed)
+}
+
+fn exited(name: &str, code: i64) -> RuntimeError {
+    RuntimeError::Docker {
+        action: "guard the job range",
+        target: name.to_string(),
+        message: format!(
+            "`paddock guard-ranges` exited {code}: adding the route needs NET_ADMIN in the host's network namespace"
+        ),
+    }
+}
