@@ -1,19 +1,28 @@
-//! Per-job disk limits (`disk: 10g`, `--disk`): what an overlay job writes to its checkout
-//! lands in a filesystem of the limit's size, so writing past it fails inside the job with
-//! ENOSPC while the host and other jobs keep their space.
+//! Per-job disks: what a job can write on the host lands in a filesystem of its own, so
+//! writing past its size fails inside the job with ENOSPC while the host and other jobs keep
+//! their space.
 //!
-//! The mechanism (root only): a sparse image file `work/<id>/overlay/disk.img` of the limit's
-//! size, formatted ext4 (`mkfs.ext4`, lazy inode tables and journal: tens of milliseconds),
-//! attached to a loop device with autoclear and mounted at `work/<id>/overlay/layers/` with
-//! `discard`, so a file the job deletes gives its blocks back to the host (the image is
-//! only ever as large on the host as what the job holds, at most the limit). The overlay's
-//! upper and work dirs live inside it (`layers/upper`, `layers/work`). A limit therefore
-//! needs `checkout: overlay`; ext4's journal and metadata take a few percent of it.
+//! The mechanism (root only): a sparse image file `work/<id>/overlay/disk.img`, formatted
+//! ext4 (`mkfs.ext4`, lazy inode tables and journal: milliseconds), attached to a loop
+//! device with autoclear and mounted at `work/<id>/overlay/layers/` with `discard`, so a file
+//! the job deletes gives its blocks back to the host (the image is only ever as large on the
+//! host as what the job holds, at most its size). Two uses of the one mechanism:
+//! - a disk limit (`disk: 10g`, `--disk`; `record.disk`): the overlay's upper and work dirs
+//!   (`layers/upper`, `layers/work`), the job's git dir (`layers/git`) and its outbox
+//!   (`layers/outbox`) all live in it, so one limit covers everything the job writes. It
+//!   needs `checkout: overlay`; ext4's journal and metadata take a few percent of it.
+//! - without a limit, a container job made as root gets a git disk (`git_disk: 2g`;
+//!   `record.git_disk`) holding only its git dir and outbox; its checkout stays unbounded.
 //!
-//! Invariants: the loop device belongs to the mount (autoclear), so unmounting frees it and
-//! a killed paddock leaves at most a mount, which removal (rm, rollback, the sweep) finds
-//! in the mount table and unmounts after the overlay above it and before deleting the job
-//! dir. The job's git dir and outbox are not inside the limit.
+//! Which layout a job has is read from its record (its `git_dir` is under `layers/` or not),
+//! never from a global rule: records made before the git dir moved keep theirs at
+//! `work/<id>/git`. Without root there are no loop devices: nothing is capped (`doctor`
+//! says so).
+//!
+//! Invariants: the disk is mounted before the job's git dir is written (the create makes it
+//! first). The loop device belongs to the mount (autoclear), so unmounting frees it and a
+//! killed paddock leaves at most a mount, which removal (rm, rollback, the sweep) finds in
+//! the mount table and unmounts after the overlay above it and before deleting the job dir.
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +30,9 @@ use crate::units::ByteSize;
 
 /// The smallest limit: room for ext4's own journal and metadata and a checkout's changes.
 pub const MIN_LIMIT: u64 = 16 << 20;
+/// A container job's git disk without a limit (`git_disk`): room for the objects an agent
+/// makes and its syncs' output, far from what a runaway write would take.
+pub const DEFAULT_GIT_DISK: ByteSize = ByteSize(2 << 30);
 /// The mechanism, as `doctor` and the docs name it.
 pub const MECHANISM: &str = "loop-mounted ext4 image per job";
 /// Options of the job's filesystem: blocks of deleted files go back to the host at once;
@@ -35,8 +47,8 @@ pub enum DiskError {
     Unavailable { reason: String },
     #[error("a disk limit needs the overlay checkout, but {set_by} asks for a worktree checkout")]
     NeedsOverlay { set_by: String },
-    #[error("disk limit `{limit}` is too small: the least is 16m")]
-    TooSmall { limit: ByteSize },
+    #[error("{what} `{limit}` is too small: the least is 16m")]
+    TooSmall { what: &'static str, limit: ByteSize },
     #[error("cannot make the job's disk `{path}`: {message}")]
     Make { path: PathBuf, message: String },
     #[error("cannot unmount the job's disk at `{path}`: {message}")]
@@ -95,8 +107,13 @@ fn mkfs() -> Option<PathBuf> {
 
 /// Refuses a limit too small to hold a filesystem.
 pub fn check_limit(limit: ByteSize) -> Result<(), DiskError> {
-    if limit.0 < MIN_LIMIT {
-        return Err(DiskError::TooSmall { limit });
+    check_size("disk limit", limit)
+}
+
+/// Refuses a disk of `size` too small to hold a filesystem; `what` names the setting.
+pub fn check_size(what: &'static str, size: ByteSize) -> Result<(), DiskError> {
+    if size.0 < MIN_LIMIT {
+        return Err(DiskError::TooSmall { what, limit: size });
     }
     Ok(())
 }
@@ -106,12 +123,19 @@ pub fn image_path(job_dir: &Path) -> PathBuf {
     crate::overlay::layers_dir(job_dir).join("disk.img")
 }
 
-/// Where a job's disk is mounted: the overlay's layers dir when the job has a limit.
+/// Where a job's disk is mounted (the overlay's layers dir when the job has a limit; the
+/// name stays for a git disk, so removal and the sweep find every disk at one place).
 pub fn layers_dir(job_dir: &Path) -> PathBuf {
     crate::overlay::layers_dir(job_dir).join("layers")
 }
 
+/// The job's git dir when it lives on the job's disk (its outbox is beside it).
+pub fn git_dir(job_dir: &Path) -> PathBuf {
+    layers_dir(job_dir).join("git")
+}
+
 /// Makes the job's disk of `limit` bytes and mounts it at [`layers_dir`], which it returns.
+/// Its root stays root's and 0755: the agent gets only the dirs paddock makes in it.
 pub async fn make(job_dir: &Path, limit: ByteSize) -> Result<PathBuf, DiskError> {
     let image = image_path(job_dir);
     let layers = layers_dir(job_dir);
@@ -226,5 +250,6 @@ mod tests {
         let job = Path::new("/h/jobs/j1");
         assert_eq!(image_path(job), Path::new("/h/jobs/j1/overlay/disk.img"));
         assert_eq!(layers_dir(job), Path::new("/h/jobs/j1/overlay/layers"));
+        assert_eq!(git_dir(job), Path::new("/h/jobs/j1/overlay/layers/git"));
     }
 }
