@@ -15,6 +15,7 @@ mod core_commands;
 mod dashboard;
 mod default_paths;
 mod disk;
+mod disk_caps;
 mod docker;
 mod docs;
 mod egress;
