@@ -344,7 +344,9 @@ impl Paddock {
         // The job's disk before anything is written to it: its git dir and outbox (and an
         // overlay's layers) live there when the record names the git dir on it.
         if let Some(size) = record.disk.or(record.git_disk) {
+            let started = std::time::Instant::now();
             crate::disk::make(&self.home.job_dir(&record.id), size).await?;
+            tracing::debug!(job = %record.id, %size, elapsed = ?started.elapsed(), "job disk made");
             crash_point("disk");
         }
         let git_dir = record
