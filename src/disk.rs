@@ -161,9 +161,19 @@ pub async fn make(job_dir: &Path, limit: ByteSize) -> Result<PathBuf, DiskError>
     crate::overlay::run_helper(command, &image)
         .await
         .map_err(|e| failed(format!("mkfs.ext4: {e}")))?;
+    attach(&file, &image, &layers)?;
+    Ok(layers)
+}
+
+/// Attaches `image` (open as `file`) to a free loop device and mounts it at `layers`.
+fn attach(file: &std::fs::File, image: &Path, layers: &Path) -> Result<(), DiskError> {
+    let failed = |message: String| DiskError::Make {
+        path: image.to_path_buf(),
+        message,
+    };
     let device =
-        crate::sys::loop_attach(&file, &image).map_err(|e| failed(format!("loop device: {e}")))?;
-    crate::sys::mount_device(&device.path, &layers, "ext4", MOUNT_OPTIONS).map_err(|e| {
+        crate::sys::loop_attach(file, image).map_err(|e| failed(format!("loop device: {e}")))?;
+    crate::sys::mount_device(&device.path, layers, "ext4", MOUNT_OPTIONS).map_err(|e| {
         failed(format!(
             "mounting {} at {}: {e}",
             device.path.display(),
@@ -172,7 +182,29 @@ pub async fn make(job_dir: &Path, limit: ByteSize) -> Result<PathBuf, DiskError>
     })?;
     // The mount holds the device now; dropping ours arms its autoclear.
     drop(device);
-    Ok(layers)
+    Ok(())
+}
+
+/// Mounts a job's disk again where only its image is left (a reboot keeps the image, not
+/// the mount): without it the job's container would see the empty mount point as its git
+/// dir. Returns whether it mounted anything; a mounted disk or a job without an image is
+/// left as it is.
+pub fn remount(job_dir: &Path) -> Result<bool, DiskError> {
+    let image = image_path(job_dir);
+    if is_mounted(job_dir) || !image.is_file() {
+        return Ok(false);
+    }
+    available()?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&image)
+        .map_err(|e| DiskError::Make {
+            path: image.clone(),
+            message: e.to_string(),
+        })?;
+    attach(&file, &image, &layers_dir(job_dir))?;
+    Ok(true)
 }
 
 /// Whether a job's disk is mounted.

@@ -204,3 +204,40 @@ fn a_container_job_gets_a_git_disk_of_2g_by_default() {
     );
     remove_clean(&home, &id);
 }
+
+#[test]
+fn a_git_disk_a_reboot_unmounted_is_mounted_again_before_the_container_starts() {
+    let test = "a_git_disk_a_reboot_unmounted_is_mounted_again_before_the_container_starts";
+    if !docker_available(test) || !disk_available(test) {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    // A worktree checkout: what a reboot keeps of a job but its disk's mount.
+    let job = home.create_docker(&repo, &["--task", "reboot", "--checkout", "worktree"]);
+    let id = text(&job, "id");
+    let result = sh(
+        &home,
+        &id,
+        "echo one > one.txt && git add one.txt && git commit -q -m 'before the reboot'",
+    );
+    assert_eq!(result["exit_code"], 0, "{result}");
+    home.ok(&["stop", &id]);
+    // The reboot: the mount goes (and with it, autoclear, the loop device); the image stays.
+    let mount = disk_mount(&home, &id);
+    let status = std::process::Command::new("umount")
+        .arg(&mount)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(mount_type(&mount), None);
+    let result = sh(
+        &home,
+        &id,
+        "git log -1 --format=%s && ls /paddock/outbox >/dev/null",
+    );
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert_eq!(text(&result, "stdout").trim(), "before the reboot");
+    assert_eq!(mount_type(&mount).as_deref(), Some("ext4"));
+    remove_clean(&home, &id);
+}
