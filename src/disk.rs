@@ -30,9 +30,6 @@ use crate::units::ByteSize;
 
 /// The smallest limit: room for ext4's own journal and metadata and a checkout's changes.
 pub const MIN_LIMIT: u64 = 16 << 20;
-/// A container job's git disk without a limit (`git_disk`): room for the objects an agent
-/// makes and its syncs' output, far from what a runaway write would take.
-pub const DEFAULT_GIT_DISK: ByteSize = ByteSize(2 << 30);
 /// The mechanism, as `doctor` and the docs name it.
 pub const MECHANISM: &str = "loop-mounted ext4 image per job";
 /// Options of the job's filesystem: blocks of deleted files go back to the host at once;

@@ -319,6 +319,11 @@ pub struct JobRecord {
     /// outbox are plain host directories).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git_disk: Option<ByteSize>,
+    /// A container job's view of the repository's object store, fixed at create
+    /// (`work/<id>/objects`, see `git::objview`), mounted where the live store would be.
+    /// Unset: a process job, or a job made before views (its container mounts the live store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_view: Option<PathBuf>,
 }
 
 /// A job's container start when its profile has a pool.

@@ -35,6 +35,7 @@ pub(crate) mod serve;
 pub mod store;
 pub mod sweep;
 mod sys;
+pub mod text;
 pub mod tree;
 pub mod units;
 pub mod wire;

@@ -3,8 +3,9 @@
 //!
 //! A slot is `$PADDOCK_HOME/pool/<slot>/` holding `slot.json` (its versioned record, written
 //! atomically), `mnt/` and `stage/`. `mnt/` is bind-mounted on itself and made shared; the
-//! slot's container mounts `mnt/workspace` at the job's workspace and `mnt/paddock` at
-//! `/paddock` with `rslave` propagation, so mounts made under `mnt/` on the host later (a
+//! slot's container mounts `mnt/workspace` at the job's workspace, `mnt/paddock` at
+//! `/paddock` and `mnt/objects` at `/paddock-objects` (the job's object view) with `rslave`
+//! propagation, so mounts made under `mnt/` on the host later (a
 //! claim's) appear inside, while nothing the container does reaches the host. A read-only
 //! bind is made read-only in `stage/` (not shared) and then moved into `mnt/`: a remount's
 //! flag would not reach the copy propagation already made.
@@ -96,6 +97,11 @@ pub struct PoolSlot {
     pub container_id: Option<String>,
     pub state: SlotState,
     pub created_at: DateTime<Utc>,
+    /// The container mounts `mnt/objects` at `/paddock-objects`, where a claim binds the
+    /// job's object view. A slot made before views (the live store mounted there) is never
+    /// claimed: its job would read objects that landed after its create.
+    #[serde(default)]
+    pub objects_point: bool,
 }
 
 impl PoolSlot {
@@ -110,6 +116,7 @@ impl PoolSlot {
         limits: &Limits,
     ) -> bool {
         self.state == SlotState::Ready
+            && self.objects_point
             && self.profile == profile
             && self.repo_key == repo_key
             && self.runtime == runtime
@@ -227,6 +234,7 @@ impl PoolSlots {
         for dir in [
             mnt.join("workspace"),
             mnt.join("paddock"),
+            mnt.join("objects"),
             stage.clone(),
             self.dir(id).join("paddock-root/git"),
             self.dir(id).join("paddock-root/outbox"),
@@ -248,8 +256,8 @@ impl PoolSlots {
         crate::sys::make_rprivate(&stage).map_err(failed(&stage))
     }
 
-    /// Makes a job's files appear in the slot's container. Each of the two trees
-    /// (`workspace`, `paddock`) is assembled in the private `stage/`, where the container
+    /// Makes a job's files appear in the slot's container. Each of the trees
+    /// (`workspace`, `paddock`, `objects`: the job's object view) is assembled in the private `stage/`, where the container
     /// sees nothing and so cannot swap a path for a link while the host mounts through it,
     /// with its read-only parts made read-only there; then it moves into `mnt/` whole, and
     /// propagation gives the container a copy with the same flags.
@@ -267,7 +275,7 @@ impl PoolSlots {
                 });
             }
         }
-        for top in ["workspace", "paddock"] {
+        for top in ["workspace", "paddock", "objects"] {
             let mut tree: Vec<&HostBind> =
                 binds.iter().filter(|b| b.target.starts_with(top)).collect();
             // Parents before what is mounted inside them, as Docker orders a container's.
@@ -280,11 +288,13 @@ impl PoolSlots {
             // The tree's root: the bind at `top` itself (the checkout), else the slot's own
             // skeleton of mount points (`paddock-root`: git/, outbox/).
             let skeleton = self.dir(id).join("paddock-root");
-            let root_source = tree
+            let (root_source, root_read_only) = tree
                 .iter()
                 .find(|b| b.target == Path::new(top))
-                .map_or(skeleton.as_path(), |b| b.source.as_path());
-            mount_private(root_source, &staged, false)?;
+                .map_or((skeleton.as_path(), false), |b| {
+                    (b.source.as_path(), b.read_only)
+                });
+            mount_private(root_source, &staged, root_read_only)?;
             for bind in tree.iter().filter(|b| b.target != Path::new(top)) {
                 let relative = bind.target.strip_prefix(top).expect("filtered by prefix");
                 // The host resolves the target: a link on the way (a checkout may hold

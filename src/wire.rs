@@ -310,6 +310,19 @@ pub struct RemoveReport {
     /// The wip ref holding uncommitted work, when there was any.
     pub wip_ref: Option<String>,
     pub wip_commit: Option<String>,
+    /// The repository holding `wip_ref`: paddock's wip store of the repository
+    /// (`$PADDOCK_HOME/wip/<repo-key>.git`), never mounted into a job; the user's repository
+    /// for a job made before 0.2 or a snapshot an older paddock saved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wip_store: Option<PathBuf>,
+}
+
+impl RemoveReport {
+    /// The command that brings the saved work into the user's repository, when there is some.
+    pub fn wip_fetch(&self) -> Option<String> {
+        let (wip_ref, store) = (self.wip_ref.as_ref()?, self.wip_store.as_ref()?);
+        Some(format!("git fetch {} {wip_ref}", store.display()))
+    }
 }
 
 /// The JSON object of a job, printed by `create --json`, `ls --json` and `show --json`.

@@ -254,7 +254,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/v1/jobs/{id}/diff", get(diff_job))
         .route("/v1/jobs/{id}/log", get(log_job))
-        .route("/v1/jobs/{id}/logs", get(logs_job))
+        .route("/v1/jobs/{id}/logs", get(streams::logs_job))
         .route("/v1/jobs/{id}/stop", post(stop_job))
         .route("/v1/jobs/{id}/network", post(set_network))
         .route(
@@ -363,12 +363,6 @@ async fn diff_job(
 async fn log_job(State(state): State<ApiState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
     let commits = with_deadline(REQUEST_TIMEOUT, state.paddock.log(&id)).await?;
     Ok(axum::Json(commits).into_response())
-}
-
-async fn logs_job(State(state): State<ApiState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
-    let path = state.paddock.output_log(&id).map_err(ApiError::from)?;
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    Ok(axum::Json(json!({"id": id, "output": text})).into_response())
 }
 
 #[derive(Deserialize)]

@@ -261,3 +261,55 @@ pub(super) async fn events(
         .keep_alive(KeepAlive::default())
         .into_response())
 }
+
+/// `GET /v1/jobs/{id}/logs`: `{"id", "output"}` with the job's output log as the string,
+/// written out chunk by chunk as it is read (constant memory, whatever the log's size: the
+/// daemon never holds the log). Bytes that are not UTF-8 read as U+FFFD.
+pub(super) async fn logs_job(
+    State(state): State<ApiState>,
+    JobIdPath(id): JobIdPath,
+) -> ApiResult<Response> {
+    let path = state.paddock.output_log(&id).map_err(ApiError::from)?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, Infallible>>(4);
+    let head = format!("{{\"id\":{},\"output\":\"", json!(id.to_string()));
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let send = |text: String| tx.blocking_send(Ok(bytes::Bytes::from(text))).is_ok();
+        if !send(head) {
+            return;
+        }
+        let mut carry = Vec::new();
+        if let Ok(mut file) = std::fs::File::open(&path) {
+            let mut buffer = vec![0; 64 << 10];
+            while let Ok(read) = file.read(&mut buffer) {
+                if read == 0 {
+                    break;
+                }
+                carry.extend_from_slice(&buffer[..read]);
+                let keep = crate::text::incomplete_tail(&carry);
+                let rest = carry.split_off(carry.len() - keep);
+                if !send(json_fragment(&carry)) {
+                    return;
+                }
+                carry = rest;
+            }
+        }
+        let _ = send(format!("{}\"}}", json_fragment(&carry)));
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+/// `bytes` as the inside of a JSON string (lossy UTF-8, escaped, no quotes).
+fn json_fragment(bytes: &[u8]) -> String {
+    let quoted =
+        serde_json::to_string(&String::from_utf8_lossy(bytes)).expect("a string serializes");
+    quoted[1..quoted.len() - 1].to_string()
+}

@@ -22,7 +22,7 @@ pub async fn run(ops: &impl Operations, args: ApplyArgs) -> Result<i32> {
         print_json(&report);
         return Ok(exit::OK);
     }
-    println!(
+    say!(
         "applied job {} to {} ({} file(s){}); nothing was committed",
         report.id,
         report.checkout.display(),
@@ -34,7 +34,7 @@ pub async fn run(ops: &impl Operations, args: ApplyArgs) -> Result<i32> {
         }
     );
     for file in &report.files {
-        println!("  {file}");
+        say!("  {file}");
     }
     Ok(exit::OK)
 }

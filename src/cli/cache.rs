@@ -49,7 +49,7 @@ pub fn run(paddock: &Paddock, command: CacheCommand) -> Result<i32> {
                 );
             } else {
                 print_cache_table(&pruned);
-                println!(
+                say!(
                     "{} entr{} {}, {} kept",
                     pruned.len(),
                     if pruned.len() == 1 { "y" } else { "ies" },

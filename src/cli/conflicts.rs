@@ -46,7 +46,7 @@ pub async fn run(ops: &impl Operations, args: ConflictsArgs) -> Result<i32> {
         return Ok(exit::OK);
     }
     if report.jobs.is_empty() {
-        println!("no jobs");
+        say!("no jobs");
         return Ok(exit::OK);
     }
     let rows: Vec<Vec<String>> = report
@@ -54,14 +54,11 @@ pub async fn run(ops: &impl Operations, args: ConflictsArgs) -> Result<i32> {
         .iter()
         .map(|job| {
             let status = &job.status;
-            let verdict = if status.branch_tip.is_none() {
-                "no branch".to_string()
-            } else if status.merged {
-                "merged".to_string()
-            } else if status.clean {
-                "clean".to_string()
+            let verdict = if job.sync_error.is_some() {
+                // Say first that the job's branch may have moved since the host last saw it.
+                format!("UNKNOWN (sync failed; last known: {})", known(status))
             } else {
-                format!("conflicts: {}", listed(&status.conflicts))
+                known(status)
             };
             vec![
                 job.id.to_string(),
@@ -72,8 +69,27 @@ pub async fn run(ops: &impl Operations, args: ConflictsArgs) -> Result<i32> {
         })
         .collect();
     print_table(&["JOB", "BASE", "FILES", "MERGE"], &rows);
+    print_pairs(&report);
+    Ok(exit::OK)
+}
+
+/// The verdict of a job's branch as the host has it.
+fn known(status: &crate::wire::MergeStatus) -> String {
+    if status.branch_tip.is_none() {
+        "no branch".to_string()
+    } else if status.merged {
+        "merged".to_string()
+    } else if status.clean {
+        "clean".to_string()
+    } else {
+        format!("conflicts: {}", listed(&status.conflicts))
+    }
+}
+
+/// Pairs of jobs that touch the same files.
+fn print_pairs(report: &crate::wire::ConflictsReport) {
     if !report.pairs.is_empty() {
-        println!();
+        say!();
         let rows: Vec<Vec<String>> = report
             .pairs
             .iter()
@@ -91,5 +107,4 @@ pub async fn run(ops: &impl Operations, args: ConflictsArgs) -> Result<i32> {
             .collect();
         print_table(&["JOBS", "SHARED FILES", "MERGE"], &rows);
     }
-    Ok(exit::OK)
 }

@@ -86,7 +86,7 @@ pub async fn run(ops: &impl Operations, args: CpArgs) -> Result<i32> {
             Ok(exit::OK)
         }
         _ => {
-            eprintln!(
+            tell!(
                 "error: exactly one of SOURCE and TARGET must be JOB:PATH (a local path with a colon: ./a:b)"
             );
             Ok(exit::USAGE)

@@ -22,7 +22,7 @@ pub async fn run(ops: &impl Operations, mut args: CreateArgs) -> Result<i32> {
     let (view, warning) =
         super::waiting::noting(ops, tag.as_deref(), None, ops.create(args.request)).await?;
     if let Some(warning) = &warning {
-        eprintln!("warning: {warning}");
+        tell!("warning: {warning}");
     }
     print_created(&view, args.json);
     Ok(exit::OK)
@@ -33,7 +33,7 @@ pub async fn run(ops: &impl Operations, mut args: CreateArgs) -> Result<i32> {
 pub async fn run_keyed(paddock: &crate::Paddock, key: &str, args: CreateArgs) -> Result<i32> {
     use crate::idempotency::{Claim, IdempotencyStore, valid_key};
     if !valid_key(key) {
-        eprintln!("error: --idempotency-key must be 1 to 255 visible ASCII characters");
+        tell!("error: --idempotency-key must be 1 to 255 visible ASCII characters");
         return Ok(exit::USAGE);
     }
     let store = IdempotencyStore::open(paddock.home())?;
@@ -54,11 +54,11 @@ pub async fn run_keyed(paddock: &crate::Paddock, key: &str, args: CreateArgs) ->
             Ok(exit::OK)
         }
         Claim::InProgress { .. } => {
-            eprintln!("error: a create with --idempotency-key `{key}` is still at work");
+            tell!("error: a create with --idempotency-key `{key}` is still at work");
             Ok(exit::CONFLICT)
         }
         Claim::Mismatch { operation } => {
-            eprintln!(
+            tell!(
                 "error: --idempotency-key `{key}` was used for another request ({operation}, or another body)"
             );
             Ok(exit::INVALID_INPUT)
@@ -68,7 +68,7 @@ pub async fn run_keyed(paddock: &crate::Paddock, key: &str, args: CreateArgs) ->
             let (view, warning) =
                 super::waiting::noting(paddock, tag.as_deref(), None, create).await?;
             if let Some(warning) = &warning {
-                eprintln!("warning: {warning}");
+                tell!("warning: {warning}");
             }
             pending.finish(
                 201,
@@ -83,7 +83,7 @@ pub async fn run_keyed(paddock: &crate::Paddock, key: &str, args: CreateArgs) ->
 
 fn print_created(view: &crate::wire::JobView, json: bool) {
     for run in view.setup.iter().filter(|run| !run.ok) {
-        eprintln!(
+        tell!(
             "warning: setup command `{}` failed ({}); the job was kept (`setup_optional`)",
             run.command,
             run.outcome()
@@ -92,7 +92,7 @@ fn print_created(view: &crate::wire::JobView, json: bool) {
     if json {
         print_json(view);
     } else {
-        println!(
+        say!(
             "created job {} on branch {} at {}",
             view.id,
             view.branch,

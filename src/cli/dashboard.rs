@@ -45,8 +45,8 @@ pub async fn run(paddock: &Paddock, args: DashboardArgs) -> Result<i32> {
                 if json {
                     print_json(lease);
                 } else {
-                    println!("{}", lease.url);
-                    eprintln!(
+                    say!("{}", lease.url);
+                    tell!(
                         "paddock dashboard: open the URL above (it signs one browser in, once); \
                          Ctrl-C closes the dashboard"
                     );

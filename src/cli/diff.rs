@@ -16,6 +16,15 @@ pub struct DiffArgs {
 }
 
 pub async fn run(ops: &impl Operations, args: DiffArgs) -> Result<i32> {
-    print!("{}", ops.diff(&args.job, args.stat).await?);
+    use std::io::{IsTerminal, Write};
+    let text = ops.diff(&args.job, args.stat).await?;
+    // The stat names files quoted as git does, so it is safe as it is; a patch's lines are
+    // the agent's file contents: escaped on a terminal, raw into a pipe (`| git apply`).
+    let mut out = std::io::stdout().lock();
+    let _ = if args.stat || out.is_terminal() {
+        write!(out, "{}", crate::text::block(&text))
+    } else {
+        write!(out, "{text}")
+    };
     Ok(exit::OK)
 }

@@ -39,9 +39,9 @@ pub async fn run(paddock: &Paddock, args: DoctorArgs) -> Result<i32> {
                 Status::Warn => "warn",
                 Status::Fail => "FAIL",
             };
-            println!("{status}  {:<16} {}", check.name, check.detail);
+            say!("{status}  {:<16} {}", check.name, check.detail);
             if let Some(fix) = &check.fix {
-                println!("      {:<16} fix: {fix}", "");
+                say!("      {:<16} fix: {fix}", "");
             }
         }
     }

@@ -34,16 +34,17 @@ pub async fn run(ops: &impl Operations, args: EventsArgs) -> Result<i32> {
     };
     let json = args.json;
     if !json {
-        println!(
+        say!(
             "{}",
             row(["ID", "TIME", "TYPE", "JOB", "STATE", "DETAIL"].map(String::from))
         );
     }
     ops.events(query, &mut |event| {
         let line = if json {
-            serde_json::to_string(&event).expect("events serialize")
+            let text = serde_json::to_string(&event).expect("events serialize");
+            super::say::json(&text).into_owned()
         } else {
-            table_row(&event)
+            crate::text::block(&table_row(&event)).into_owned()
         };
         // A closed pipe (`| head`) ends the command.
         let mut out = std::io::stdout().lock();
@@ -65,7 +66,10 @@ fn table_row(event: &Event) -> String {
         event.id.to_string(),
         event.at.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
         event.kind.name().to_string(),
-        event.job.clone().unwrap_or_else(|| "-".into()),
+        event
+            .job
+            .as_deref()
+            .map_or_else(|| "-".into(), |job| crate::text::line(job).into_owned()),
         event.state.map_or_else(|| "-".into(), |s| s.to_string()),
         short_detail(&event.detail),
     ])
@@ -86,10 +90,11 @@ fn short_detail(detail: &serde_json::Value) -> String {
         serde_json::Value::Null => String::new(),
         other => other.to_string(),
     };
-    let text = text.replace(['\n', '\r'], " ");
+    // Details carry agent text (an egress host, a reason quoting a path): one safe line.
+    let text = crate::text::line(&text);
     if text.chars().count() > 80 {
         format!("{}...", text.chars().take(77).collect::<String>())
     } else {
-        text
+        text.into_owned()
     }
 }

@@ -77,7 +77,7 @@ pub async fn run(ops: &impl Operations, args: ExecArgs) -> Result<i32> {
             ..options
         },
         Err(message) => {
-            eprintln!("error: {message}");
+            tell!("error: {message}");
             return Ok(exit::USAGE);
         }
     };

@@ -27,6 +27,9 @@ pub struct ExecsArgs {
     /// The list (or, with an exec, its status and result) as JSON.
     #[arg(long)]
     json: bool,
+    /// With an exec: its output's own bytes even on a terminal (escape sequences included).
+    #[arg(long, requires = "exec")]
+    raw: bool,
 }
 
 pub async fn run(ops: &impl Operations, args: ExecsArgs) -> Result<i32> {
@@ -63,24 +66,32 @@ pub async fn run(ops: &impl Operations, args: ExecsArgs) -> Result<i32> {
         print_json(&ops.exec_info(&args.job, &exec).await?);
         return Ok(exit::OK);
     }
+    let safe = !args.raw && std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut pending = Vec::new();
     ops.exec_output(&args.job, &exec, args.offset, args.follow, &mut |bytes| {
         pending.extend_from_slice(bytes);
         while let Some(end) = pending.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = pending.drain(..=end).collect();
-            print_output_line(&line);
+            print_output_line(&line, safe);
         }
     })
     .await?;
     Ok(exit::OK)
 }
 
-/// One line of the output log: its data to stdout or stderr, the truncation marker as a note.
-fn print_output_line(line: &[u8]) {
+/// One line of the output log: its data to stdout or stderr (made terminal-safe when `safe`),
+/// the truncation marker as a note.
+fn print_output_line(line: &[u8], safe: bool) {
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else {
         return;
     };
-    let data = value["data"].as_str().unwrap_or_default().as_bytes();
+    let data = value["data"].as_str().unwrap_or_default();
+    let data = if safe {
+        crate::text::block(data)
+    } else {
+        std::borrow::Cow::Borrowed(data)
+    };
+    let data = data.as_bytes();
     let _ = match value["stream"].as_str() {
         Some("stderr") => std::io::stderr().write_all(data),
         Some(_) => std::io::stdout().lock().write_all(data),

@@ -16,6 +16,9 @@ pub const REFUSED: i32 = 9;
 pub const QUEUE_FULL: i32 = 10;
 /// `create`: a setup command of the new job failed; nothing was kept.
 pub const SETUP_FAILED: i32 = 11;
+/// `show`: the job's changes could not be read now (its sync failed, a cap was hit, the
+/// sandbox did not answer); what was printed is marked stale.
+pub const STATE_UNKNOWN: i32 = 12;
 /// `exec`/`run`: the command ran out of time.
 pub const TIMED_OUT: i32 = 124;
 /// `exec`/`run`: paddock itself failed (the command's own codes pass through).

@@ -36,7 +36,7 @@ pub async fn run(paddock: &Paddock, command: ImageCommand) -> Result<i32> {
         if spinner.shown() {
             spinner.message(line);
         } else if !json {
-            eprintln!("{line}");
+            tell!("{line}");
         }
     };
     let id = paddock
@@ -49,7 +49,7 @@ pub async fn run(paddock: &Paddock, command: ImageCommand) -> Result<i32> {
     if json {
         print_json(&serde_json::json!({ "tag": tag, "id": id }));
     } else {
-        println!("built {tag} from {base_image}");
+        say!("built {tag} from {base_image}");
     }
     Ok(exit::OK)
 }

@@ -24,11 +24,11 @@ pub async fn run(ops: &impl Operations, args: LogArgs) -> Result<i32> {
     }
     let now = chrono::Utc::now();
     for commit in commits {
-        println!(
+        say!(
             "{} {} ({}, {} ago)",
             &commit.sha[..commit.sha.len().min(10)],
-            commit.summary,
-            commit.author,
+            crate::text::line(&commit.summary),
+            crate::text::line(&commit.author),
             format_age(now - commit.time)
         );
     }

@@ -28,7 +28,7 @@ pub async fn run(ops: &impl Operations, args: LsArgs) -> Result<i32> {
         // The budget under the table, on stderr: paddock's words, not rows for scripts.
         if let Ok(view) = ops.admission().await {
             let _ = std::io::Write::flush(&mut std::io::stdout());
-            eprintln!("budget: {}", view.summary());
+            tell!("budget: {}", view.summary());
         }
     }
     Ok(exit::OK)

@@ -64,7 +64,7 @@ pub async fn run(ops: &impl Operations, args: MergeArgs) -> Result<i32> {
                 report.strategy, report.commits_written
             )
         };
-        println!(
+        say!(
             "merged {} into {}: {} -> {} ({how})",
             report.branch,
             report.into,
@@ -72,26 +72,27 @@ pub async fn run(ops: &impl Operations, args: MergeArgs) -> Result<i32> {
             short(&report.commit)
         );
         for checkout in &report.checkouts {
-            println!("updated checkout {}", checkout.display());
+            say!("updated checkout {}", checkout.display());
         }
     } else {
-        println!(
+        say!(
             "{} is already in {}: nothing to merge",
-            report.branch, report.into
+            report.branch,
+            report.into
         );
     }
     if let Some(removed) = &report.removed {
-        println!("removed job {}", removed.id);
+        say!("removed job {}", removed.id);
         if removed.branch_kept {
-            println!(
+            say!(
                 "kept branch {} (it moved during the removal)",
                 removed.branch
             );
         } else {
-            println!("deleted branch {}", removed.branch);
+            say!("deleted branch {}", removed.branch);
         }
-        if let Some(wip) = &removed.wip_ref {
-            println!("saved uncommitted work in {wip}");
+        if let Some(fetch) = removed.wip_fetch() {
+            say!("uncommitted work saved: {fetch}");
         }
     }
     Ok(exit::OK)

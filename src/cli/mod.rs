@@ -13,6 +13,8 @@ use crate::client::DaemonClient;
 use crate::error::{Error, Result};
 use crate::ops::Operations;
 
+#[macro_use]
+mod say;
 mod apply;
 mod cache;
 mod cat;
@@ -79,7 +81,7 @@ pub(crate) enum Command {
     Diff(diff::DiffArgs),
     /// Commits on the job's branch since its base.
     Log(log::LogArgs),
-    /// Remove a job; uncommitted work is kept in refs/paddock/wip/<job>.
+    /// Remove a job; uncommitted work is kept in refs/paddock/wip/<job> of paddock's wip store.
     Rm(rm::RmArgs),
     /// Run a command in a job; output streams live and paddock exits with its exit code.
     Exec(exec::ExecArgs),
@@ -230,7 +232,7 @@ async fn keyed_without_daemon(paddock: &Paddock, key: &str, command: Command) ->
         | Command::Merge(_)
         | Command::Apply(_)
         | Command::Net(_) => {
-            eprintln!(
+            tell!(
                 "error: --idempotency-key needs a running daemon (`paddock serve`) for this command"
             );
             Ok(exit::USAGE)
@@ -251,9 +253,10 @@ fn report(error: &Error, exec_like: bool) -> i32 {
         }
         source = cause.source();
     }
-    eprintln!("{message}");
+    // Errors quote what they failed on (a path, a ref, an agent's message): shown safely.
+    tell!("{}", crate::text::block(&message));
     if let Some(hint) = hint {
-        eprintln!("hint: {hint}");
+        tell!("hint: {}", crate::text::block(&hint));
     }
     if exec_like { exit::EXEC_FAILED } else { code }
 }

@@ -24,10 +24,10 @@ pub async fn run(ops: &impl Operations, args: NetArgs) -> Result<i32> {
     if args.json {
         print_json(&view);
     } else if view.limits.allow.is_empty() {
-        println!("job {} now reaches nothing (allow-list empty)", view.id);
+        say!("job {} now reaches nothing (allow-list empty)", view.id);
     } else {
         let allow: Vec<String> = view.limits.allow.iter().map(ToString::to_string).collect();
-        println!("job {} now reaches: {}", view.id, allow.join(", "));
+        say!("job {} now reaches: {}", view.id, allow.join(", "));
     }
     Ok(exit::OK)
 }

@@ -102,15 +102,15 @@ fn print_change(change: &PoolChange, json: bool) {
         return;
     }
     for id in &change.started {
-        println!("started {id}");
+        say!("started {id}");
     }
     for id in &change.removed {
-        println!("removed {id}");
+        say!("removed {id}");
     }
     if let Some(note) = &change.note {
-        println!("note: {note}");
+        say!("note: {note}");
     }
     if change.started.is_empty() && change.removed.is_empty() && change.note.is_none() {
-        println!("nothing to do");
+        say!("nothing to do");
     }
 }

@@ -40,11 +40,11 @@ pub async fn run(ops: &impl Operations, args: PortArgs) -> Result<i32> {
         print_json(&ports);
     } else if args.port.is_some() {
         for port in ports {
-            println!("{}", port.address());
+            say!("{}", port.address());
         }
     } else {
         for port in ports {
-            println!("{} -> {}", port.port, port.address());
+            say!("{} -> {}", port.port, port.address());
         }
     }
     Ok(exit::OK)

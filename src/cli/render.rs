@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::exit;
 use crate::output::{OutputSink, StreamKind};
+use crate::text::{line, path};
 use crate::units::{format_age, format_size};
 use crate::wire::{ExecResult, JobDetails, JobView};
 
@@ -73,7 +74,8 @@ impl Progress {
 /// Prints a value as pretty JSON (the stable `--json` output).
 pub fn print_json<T: Serialize + ?Sized>(value: &T) {
     let text = serde_json::to_string_pretty(value).expect("paddock's output types serialize");
-    println!("{text}");
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", super::say::json(&text));
 }
 
 /// Prints rows as aligned columns (two spaces apart, no borders, never wrapped: lines stay
@@ -84,17 +86,21 @@ pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
         .load_preset(comfy_table::presets::NOTHING)
         .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
         .set_header(headers.to_vec())
-        .add_rows(rows.iter().cloned());
+        // Cells carry agent text (branches, commands, labels, reasons): one line each, no
+        // byte a terminal acts on.
+        .add_rows(
+            rows.iter()
+                .map(|row| row.iter().map(|cell| crate::text::line(cell).into_owned())),
+        );
     for column in table.column_iter_mut() {
         column.set_padding((0, 2));
     }
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{}", table.trim_fmt());
+    super::say::out(&table.trim_fmt());
 }
 
 pub fn print_job_table(views: &[JobView]) {
     if views.is_empty() {
-        println!("no jobs");
+        say!("no jobs");
         return;
     }
     let now = chrono::Utc::now();
@@ -103,10 +109,12 @@ pub fn print_job_table(views: &[JobView]) {
         .map(|v| {
             vec![
                 v.id.to_string(),
-                match (v.queue_position, v.merged) {
-                    (Some(place), _) => format!("{} #{place}", v.state),
-                    (None, Some(true)) => format!("{} (merged)", v.state),
-                    (None, _) => v.state.to_string(),
+                match (v.queue_position, v.merged, &v.sync_error) {
+                    (Some(place), _, _) => format!("{} #{place}", v.state),
+                    // Its branch may have moved since the host last saw it.
+                    (None, _, Some(_)) => format!("{} (sync failed)", v.state),
+                    (None, Some(true), None) => format!("{} (merged)", v.state),
+                    (None, _, None) => v.state.to_string(),
                 },
                 v.runtime.clone(),
                 format_age(now - v.created_at),
@@ -121,18 +129,29 @@ pub fn print_job_table(views: &[JobView]) {
 pub fn print_details(details: &JobDetails) {
     let v = &details.view;
     let now = chrono::Utc::now();
-    println!("job       {}", v.id);
-    println!(
+    // Unknown first and plainly: nothing below may pass for the job's state now.
+    let stale = details.changes_error.is_some();
+    if let Some(error) = &details.changes_error {
+        say!(
+            "UNKNOWN   the job's changes could not be read now: {}",
+            line(error)
+        );
+        if details.changes.is_some() {
+            say!("          (changes and merge below are from the last good sync: maybe stale)");
+        }
+    }
+    say!("job       {}", v.id);
+    say!(
         "state     {} (created {} ago, last active {} ago)",
         v.state,
         format_age(now - v.created_at),
         format_age(now - v.last_activity_at)
     );
     if let Some(place) = v.queue_position {
-        println!("queue     #{place}: waits for room in the host budget");
+        say!("queue     #{place}: waits for room in the host budget");
     }
     if let Some(code) = v.exit_code {
-        println!(
+        say!(
             "exit      {code}{}",
             if v.oom_killed {
                 " (killed: out of memory)"
@@ -141,25 +160,27 @@ pub fn print_details(details: &JobDetails) {
             }
         );
     }
-    println!("repo      {}", v.repo.display());
-    println!(
+    say!("repo      {}", path(&v.repo.display().to_string()));
+    say!(
         "branch    {} (base {} @ {})",
-        v.branch,
-        v.base,
+        line(&v.branch),
+        line(&v.base),
         &v.base_commit[..v.base_commit.len().min(10)]
     );
-    println!("worktree  {}", v.worktree.display());
-    println!("profile   {}", v.profile);
-    println!("runtime   {}", details.isolation);
+    say!("worktree  {}", path(&v.worktree.display().to_string()));
+    say!("profile   {}", v.profile);
+    say!("runtime   {}", details.isolation);
     let limits = &v.limits;
     let memory_cap = if limits.memory.0 == 0 {
         "no memory cap".to_string()
     } else {
         format!("{} memory", limits.memory)
     };
-    println!(
+    say!(
         "limits    {} CPUs, {memory_cap}; reserves {} CPUs, {} of the host budget",
-        limits.cpus, v.reserve.cpus, v.reserve.memory
+        limits.cpus,
+        v.reserve.cpus,
+        v.reserve.memory
     );
     if limits.network == crate::config::NetworkMode::Allowlist {
         let allow: Vec<String> = limits.allow.iter().map(ToString::to_string).collect();
@@ -168,55 +189,61 @@ pub fn print_details(details: &JobDetails) {
         } else {
             allow.join(", ")
         };
-        println!("network   allowlist: {allow}");
+        say!("network   allowlist: {allow}");
     } else {
-        println!("network   {}", limits.network);
+        say!("network   {}", limits.network);
     }
     for port in &v.ports {
-        println!("port      {} -> {}", port.port, port.address());
+        say!("port      {} -> {}", port.port, port.address());
     }
     if let Some(disk) = &v.disk {
         let limit = format_size(disk.limit_bytes);
         match (disk.used_bytes, disk.free_bytes) {
-            (Some(used), Some(free)) => println!(
+            (Some(used), Some(free)) => say!(
                 "disk      {} of {limit} ({} free)",
                 format_size(used),
                 format_size(free)
             ),
-            _ => println!("disk      limit {limit} (not mounted)"),
+            _ => say!("disk      limit {limit} (not mounted)"),
         }
     }
     if let Some(id) = &v.container_id {
-        println!("container {}", &id[..id.len().min(12)]);
+        say!("container {}", &id[..id.len().min(12)]);
     }
     match &v.pool {
         Some(crate::job::PoolStart::Warm { slot }) => {
-            println!("pool      warm start (slot {slot})");
+            say!("pool      warm start (slot {slot})");
         }
         Some(crate::job::PoolStart::Cold { reason }) => {
-            println!("pool      cold start: {reason}");
+            say!("pool      cold start: {}", line(reason));
         }
         None => {}
     }
     if !v.copied.is_empty() {
-        println!("copied    {}", v.copied.join(", "));
+        let copied: Vec<_> = v.copied.iter().map(|p| path(p)).collect();
+        say!("copied    {}", copied.join(", "));
     }
     for (i, run) in v.setup.iter().enumerate() {
         let label = if i == 0 { "setup" } else { "" };
         let mark = if run.ok { "ok" } else { "FAILED" };
-        let mut line = format!("{label:<9} {mark:<6} {} ({}", run.command, run.outcome());
+        let mut text = format!(
+            "{label:<9} {mark:<6} {} ({}",
+            line(&run.command),
+            line(&run.outcome())
+        );
         if let Some(result) = &run.result {
-            line.push_str(&format!(", {}ms", result.duration_ms));
+            text.push_str(&format!(", {}ms", result.duration_ms));
             if let Some(exec) = result.exec_id.as_ref().filter(|_| !run.ok) {
-                line.push_str(&format!("; output: paddock execs {} {exec}", v.id));
+                text.push_str(&format!("; output: paddock execs {} {exec}", v.id));
             }
         }
-        println!("{line})");
+        say!("{text})");
     }
     match (&details.changes, &details.changes_error) {
         (Some(changes), _) => {
-            println!(
-                "commits   {} ahead of base; {} file(s) committed, {} uncommitted (+{} -{})",
+            say!(
+                "commits   {}{} ahead of base; {} file(s) committed, {} uncommitted (+{} -{})",
+                if stale { "(stale) " } else { "" },
                 changes.commits_ahead,
                 changes.committed.len(),
                 changes.uncommitted.len(),
@@ -224,13 +251,21 @@ pub fn print_details(details: &JobDetails) {
                 changes.deletions
             );
             for change in &changes.committed {
-                println!("  committed    {:<10} {}", change.status, change.path);
+                say!(
+                    "  committed    {:<10} {}",
+                    change.status,
+                    path(&change.path)
+                );
             }
             for change in &changes.uncommitted {
-                println!("  uncommitted  {:<10} {}", change.status, change.path);
+                say!(
+                    "  uncommitted  {:<10} {}",
+                    change.status,
+                    path(&change.path)
+                );
             }
         }
-        (None, Some(error)) => println!("changes   unavailable: {error}"),
+        (None, Some(_)) => say!("changes   unavailable (see UNKNOWN above)"),
         (None, None) => {}
     }
     if let Some(merge) = &details.merge {
@@ -242,11 +277,12 @@ pub fn print_details(details: &JobDetails) {
             let files: Vec<String> = merge
                 .conflicts
                 .iter()
-                .map(|c| format!("{} ({})", c.path, c.kind))
+                .map(|c| format!("{} ({})", path(&c.path), c.kind))
                 .collect();
             format!("conflicts: {}", files.join(", "))
         };
-        println!("merge     into {}: {verdict}", merge.base);
+        let stale = if stale { " (stale)" } else { "" };
+        say!("merge     into {}: {verdict}{stale}", line(&merge.base));
     }
 }
 
@@ -268,16 +304,16 @@ impl OutputSink for Terminal {
 /// paddock's own word on how a command ended, on stderr, when it was not a plain exit.
 pub fn explain_result(result: &ExecResult) {
     if result.timed_out {
-        eprintln!(
+        tell!(
             "paddock: the command timed out after {}ms and was killed",
             result.duration_ms
         );
     }
     if result.oom_killed {
-        eprintln!("paddock: the command was killed for running out of memory");
+        tell!("paddock: the command was killed for running out of memory");
     }
     if result.truncated {
-        eprintln!(
+        tell!(
             "paddock: the output kept in the result was cut in the middle (cap 1 MiB per stream)"
         );
     }
@@ -337,11 +373,11 @@ pub fn print_sweep(report: &crate::sweep::SweepReport) {
         }
     }
     if rows.is_empty() {
-        println!("nothing to sweep");
+        say!("nothing to sweep");
     } else {
         print_table(&["ACTION", "KIND", "NAME", "REASON"], &rows);
     }
-    println!(
+    say!(
         "{} {verb}, {} kept, {} errors",
         report.removed.len(),
         report.kept.len(),

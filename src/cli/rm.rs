@@ -1,4 +1,5 @@
-//! `paddock rm`: remove a job; its uncommitted work is kept in `refs/paddock/wip/<job>`.
+//! `paddock rm`: remove a job; its uncommitted work is kept in `refs/paddock/wip/<job>` of
+//! paddock's wip store of the repository (the output says how to fetch it).
 
 use clap::Args;
 
@@ -32,20 +33,20 @@ pub async fn run(ops: &impl Operations, args: RmArgs) -> Result<i32> {
         print_json(&report);
         return Ok(exit::OK);
     }
-    println!("removed job {}", report.id);
+    say!("removed job {}", report.id);
     if report.branch_kept {
-        println!(
+        say!(
             "kept branch {} ({} commit{} ahead of its base)",
             report.branch,
             report.commits_ahead,
             if report.commits_ahead == 1 { "" } else { "s" }
         );
     } else {
-        println!("deleted branch {}", report.branch);
+        say!("deleted branch {}", report.branch);
     }
-    if let (Some(wip_ref), Some(commit)) = (&report.wip_ref, &report.wip_commit) {
-        println!(
-            "saved uncommitted work in {wip_ref} ({})",
+    if let (Some(fetch), Some(commit)) = (report.wip_fetch(), &report.wip_commit) {
+        say!(
+            "uncommitted work saved ({}): {fetch}",
             &commit[..commit.len().min(10)]
         );
     }

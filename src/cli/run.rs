@@ -34,7 +34,7 @@ pub async fn run(ops: &impl Operations, args: RunArgs) -> Result<i32> {
             ..options
         },
         Err(message) => {
-            eprintln!("error: {message}");
+            tell!("error: {message}");
             return Ok(exit::USAGE);
         }
     };
@@ -47,13 +47,13 @@ pub async fn run(ops: &impl Operations, args: RunArgs) -> Result<i32> {
         super::waiting::noting(ops, tag.as_deref(), Some(&started), run).await?
     };
     if let Some(warning) = warning {
-        eprintln!("warning: {warning}");
+        tell!("warning: {warning}");
     }
     if json {
         print_json(&report);
     } else {
         explain_result(&report.result);
-        eprintln!(
+        tell!(
             "paddock: job {} {}; branch {} {}",
             report.job.id,
             if args.keep { "kept" } else { "removed" },

@@ -22,5 +22,9 @@ pub async fn run(ops: &impl Operations, args: ShowArgs) -> Result<i32> {
     } else {
         print_details(&details);
     }
-    Ok(exit::OK)
+    Ok(if details.changes_error.is_some() {
+        exit::STATE_UNKNOWN
+    } else {
+        exit::OK
+    })
 }

@@ -18,9 +18,9 @@ pub struct StopArgs {
 pub async fn run(ops: &impl Operations, args: StopArgs) -> Result<i32> {
     let stopped = ops.stop(&args.job, args.grace.map(|g| g.0)).await?;
     if stopped {
-        println!("stopped job {}", args.job);
+        say!("stopped job {}", args.job);
     } else {
-        println!("job {} had nothing running", args.job);
+        say!("job {} had nothing running", args.job);
     }
     Ok(exit::OK)
 }

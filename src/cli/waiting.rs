@@ -57,7 +57,7 @@ pub async fn noting<T>(
         };
         let now = (waiter.place, waiter.reason.clone());
         if shown.as_ref() != Some(&now) {
-            eprintln!("paddock: {}", waiter.line());
+            tell!("paddock: {}", waiter.line());
             shown = Some(now);
         }
     }

@@ -18,6 +18,10 @@ use crate::cache::CacheSpec;
 use crate::egress::AllowEntry;
 use crate::units::{ByteSize, Cpus, HumanDuration};
 
+/// A container job's git disk without a limit (`git_disk`, see `disk`): room for the
+/// objects an agent makes and its syncs' output, far from what a runaway write would take.
+pub const DEFAULT_GIT_DISK: ByteSize = ByteSize(2 << 30);
+
 /// The source of a setting no layer set.
 static UNSET: Source = Source::Default;
 
@@ -184,7 +188,7 @@ impl Default for Profile {
             checkout: Sourced::default_value(CheckoutMode::Worktree),
             memory: Sourced::default_value(ByteSize(2 << 30)),
             disk: None,
-            git_disk: Sourced::default_value(crate::disk::DEFAULT_GIT_DISK),
+            git_disk: Sourced::default_value(DEFAULT_GIT_DISK),
             cpus: Sourced::default_value(Cpus(2.0)),
             reserve_cpus: Sourced::default_value(Reserve::DEFAULT.cpus),
             reserve_memory: Sourced::default_value(Reserve::DEFAULT.memory),

@@ -151,7 +151,7 @@ pub fn jobs_page(table: &str) -> String {
 pub fn sweep_page(report: &SweepReport, csrf: &str) -> String {
     let mut body = String::new();
     if report.dry_run {
-        body.push_str("<h1>Sweep (dry run)</h1><p>Nothing was removed yet. A sweep removes what is listed under <em>would remove</em>, saving uncommitted work as <code>refs/paddock/wip/&lt;job&gt;</code> first.</p>");
+        body.push_str("<h1>Sweep (dry run)</h1><p>Nothing was removed yet. A sweep removes what is listed under <em>would remove</em>, saving uncommitted work as <code>refs/paddock/wip/&lt;job&gt;</code> in paddock's wip store first.</p>");
     } else {
         body.push_str("<h1>Sweep done</h1>");
     }

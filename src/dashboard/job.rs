@@ -191,7 +191,7 @@ fn actions(id: &str, csrf: &str) -> String {
     format!(
         r#"<section class="actions"><form method="post" action="/jobs/{id_url}/stop">{csrf}<button type="submit" id="stop">Stop</button> <span class="hint">stops what runs; the job stays (a running job becomes failed).</span></form>
 <form method="post" action="/jobs/{id_url}/remove">{csrf}<label>branch <select name="branch"><option value="default">delete only without commits</option><option value="keep">keep</option><option value="delete">delete</option></select></label> <label><input type="checkbox" name="force" value="on"> force</label> <button type="submit" class="danger" id="remove">Remove</button>
-<p class="hint">Before removing, paddock saves uncommitted work as <code>refs/paddock/wip/{id_html}</code> in your repository and refuses to remove the job when that snapshot fails (unless forced). The branch is kept when it has commits, unless you choose to delete it.</p></form></section>"#,
+<p class="hint">Before removing, paddock saves uncommitted work as <code>refs/paddock/wip/{id_html}</code> in its wip store of your repository (no job can read it; the answer says how to fetch it) and refuses to remove the job when that snapshot fails (unless forced). The branch is kept when it has commits, unless you choose to delete it.</p></form></section>"#,
         csrf = csrf_field(csrf),
         id_html = esc(id),
     )

@@ -266,11 +266,11 @@ async fn remove(
     let removal = Operations::remove(&*state.paddock, &id, options);
     match with_deadline(REQUEST_TIMEOUT, removal).await {
         Ok(report) => {
-            let wip = match (&report.wip_ref, &report.wip_commit) {
-                (Some(r), Some(c)) => format!(
-                    "Uncommitted work was saved as <code>{}</code> ({}).",
-                    html::esc(r),
-                    html::esc(c)
+            let wip = match (report.wip_fetch(), &report.wip_commit) {
+                (Some(fetch), Some(c)) => format!(
+                    "Uncommitted work was saved ({}); to get it: <code>{}</code>",
+                    html::esc(c),
+                    html::esc(&fetch)
                 ),
                 _ => "There was no uncommitted work to save.".into(),
             };

@@ -127,7 +127,7 @@ fn disk_limit_check() -> Check {
             format!(
                 "`disk` limits everything a job writes on the host (checkout changes, git dir, outbox) with a {}; a container job without one gets a git disk (`git_disk`, default {}) for its git dir and outbox",
                 crate::disk::MECHANISM,
-                crate::disk::DEFAULT_GIT_DISK
+                crate::config::DEFAULT_GIT_DISK
             ),
             None,
         ),
@@ -213,7 +213,7 @@ fn legacy_jobs_check(home: &PaddockHome) -> Check {
             legacy.join(", ")
         ),
         Some(&format!(
-            "paddock rm {}   (uncommitted work is saved to refs/paddock/wip/<id>; the branch stays when it has commits), then create them again",
+            "paddock rm {}   (uncommitted work is saved to refs/paddock/wip/<id> in paddock's wip store; the branch stays when it has commits), then create them again",
             legacy.join(" ")
         )),
     )

@@ -37,9 +37,43 @@ impl Paddock {
                 .await?;
         }
         if let Some(objects) = runtime.sandbox_objects() {
+            record.object_view = Some(self.make_object_view(record).await?);
             job_git.point_alternates(&objects)?;
         }
         Ok(())
+    }
+
+    /// Makes the job's view of the repository's object store (`work/<id>/objects`, see
+    /// `git::objview`), which its container mounts in place of the live store: the objects
+    /// as they are now, before any agent runs, and none that land later. Beside the git
+    /// dir, never inside anything the job can write.
+    async fn make_object_view(&self, record: &JobRecord) -> Result<std::path::PathBuf> {
+        let view = self.home().job_dir(&record.id).join("objects");
+        let mut stores = crate::git::object_dirs(&record.git_common_dir);
+        if stores.is_empty() {
+            stores.push(record.git_common_dir.join("objects"));
+        }
+        let (store, nested) = (stores.remove(0), stores);
+        let into = view.clone();
+        let started = std::time::Instant::now();
+        let stats = tokio::task::spawn_blocking(move || {
+            crate::git::objview::make_view(&store, &nested, &into, false)
+        })
+        .await
+        .expect("the object view task does not panic")
+        .map_err(|source| crate::store::StoreError::Io {
+            path: view.clone(),
+            source,
+        })?;
+        tracing::debug!(
+            job = %record.id,
+            linked = stats.linked,
+            copied = stats.copied,
+            copied_bytes = stats.copied_bytes,
+            ms = started.elapsed().as_millis(),
+            "object view made"
+        );
+        Ok(view)
     }
 
     /// The overlay half of [`check_out`](Self::check_out).

@@ -263,6 +263,7 @@ impl Paddock {
                 report.jobs.push(JobConflicts {
                     id: record.id.clone(),
                     branch: record.branch.clone(),
+                    sync_error: record.sync_error.clone(),
                     status: checker.status(record, facts).await?,
                 });
             }

@@ -243,6 +243,7 @@ impl Paddock {
             pool: None,
             disk,
             git_disk,
+            object_view: None,
         };
         let record = self
             .admit_create(record, &request, &config.admission, client)

@@ -92,20 +92,18 @@ enum AfterCommand {
 pub(super) struct TeeSink<'a> {
     pub(super) inner: &'a mut dyn OutputSink,
     pub(super) recorder: ExecRecorder,
-    pub(super) log: Option<std::fs::File>,
+    pub(super) log: Option<super::output_log::OutputLog>,
 }
 
 impl TeeSink<'_> {
     /// The `==> TIME $ COMMAND` line that opens an exec in the output log.
     pub(super) fn log_start(&mut self, started_at: DateTime<Utc>, cmd: &[String]) {
         if let Some(log) = &mut self.log {
-            use std::io::Write;
-            let _ = writeln!(
-                log,
+            let _ = log.line(&format!(
                 "==> {} $ {}",
                 started_at.to_rfc3339(),
                 shell_words(cmd)
-            );
+            ));
         }
     }
 
@@ -114,7 +112,6 @@ impl TeeSink<'_> {
         let Some(log) = &mut self.log else {
             return;
         };
-        use std::io::Write;
         let summary = match outcome {
             Ok(o) => format!(
                 "exit {}{}{} after {}ms",
@@ -133,17 +130,16 @@ impl TeeSink<'_> {
             ),
             Err(e) => format!("failed: {e}"),
         };
-        let _ = writeln!(log, "\n<== {summary}");
+        let _ = log.line(&format!("\n<== {summary}"));
     }
 }
 
 impl OutputSink for TeeSink<'_> {
     fn write(&mut self, stream: StreamKind, bytes: &[u8]) {
-        use std::io::Write;
         self.inner.write(stream, bytes);
         self.recorder.write(stream, bytes);
         if let Some(log) = &mut self.log
-            && log.write_all(bytes).is_err()
+            && log.output(bytes).is_err()
         {
             self.log = None;
         }
@@ -387,16 +383,11 @@ impl Paddock {
 
     /// The job's output log (`logs/<job>/output.log`), opened for appending; none when it
     /// cannot be (the exec goes on without it).
-    pub(super) fn open_output_log(&self, id: &JobId) -> Option<std::fs::File> {
-        let log_dir = self.home.logs_dir(id);
-        std::fs::create_dir_all(&log_dir)
-            .and_then(|()| {
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(log_dir.join("output.log"))
-            })
-            .ok()
+    pub(super) fn open_output_log(&self, id: &JobId) -> Option<super::output_log::OutputLog> {
+        super::output_log::OutputLog::open(
+            &self.home.logs_dir(id),
+            super::output_log::OUTPUT_LOG_CAP,
+        )
     }
 
     pub(super) fn append_audit(&self, id: &JobId, entry: &AuditEntry<'_>) -> Result<()> {
@@ -456,7 +447,7 @@ impl Paddock {
         if !record.is_legacy()
             && let Err(error) = self.sync_job(&record, SyncScope::Branch).await
         {
-            eprintln!("paddock: {error}");
+            eprintln!("paddock: {}", crate::text::block(&error.to_string()));
         }
         Ok(status.code().unwrap_or(1))
     }

@@ -150,6 +150,7 @@ impl Paddock {
                         owner: ProcessId::current(),
                     },
                     created_at: Utc::now(),
+                    objects_point: true,
                 };
                 slots.save(&slot)?;
                 Ok(Ok(slot))

@@ -1,5 +1,6 @@
-//! `rm`: remove a job without losing work. The container is stopped first, the branch and a
-//! snapshot of uncommitted work are synced into the user's repository, and only then are the
+//! `rm`: remove a job without losing work. The container is stopped first, the branch is
+//! synced into the user's repository and a snapshot of uncommitted work into paddock's wip
+//! store of it (never the user's object store, which later jobs read), and only then are the
 //! container, the checkout and the job's git dir deleted; the record goes last, so a crash at
 //! any point leaves a record that a later `rm` or sweep finishes.
 
@@ -10,7 +11,7 @@ use crate::wire::EventKind;
 
 impl Paddock {
     /// Removes a job without losing work: snapshot uncommitted work to
-    /// `refs/paddock/wip/<id>`, stop the container, remove the worktree and its git metadata,
+    /// `refs/paddock/wip/<id>` in the repository's wip store, stop the container, remove the worktree and its git metadata,
     /// delete the branch under `options.branch_policy`, and remove the record last.
     /// Every step tolerates having been done already, so a crashed `rm` can be repeated.
     pub async fn remove(&self, id: &str, options: RemoveOptions) -> Result<RemoveReport> {
@@ -25,6 +26,7 @@ impl Paddock {
                 commits_ahead: 0,
                 wip_ref: None,
                 wip_commit: None,
+                wip_store: None,
             });
         }
         let repo = self.repo_of(&record);
@@ -38,6 +40,13 @@ impl Paddock {
             .await?;
 
         let mut wip_commit = None;
+        // Where the snapshot is kept: paddock's wip store of the repository (a legacy job's
+        // is in the user's repository, as paddock saved them when it was made).
+        let mut wip_store = Some(if record.is_legacy() {
+            record.repo.clone()
+        } else {
+            self.wip_store_of(&record)
+        });
         // A job still `creating` never ran an agent: there is no work to save, and a partial
         // checkout would only snapshot noise.
         let has_work = record.state != JobState::Creating;
@@ -59,8 +68,18 @@ impl Paddock {
         // got past the failed snapshot) removes what is paddock's and touches no ref.
         let repo_gone = !record.git_common_dir.exists();
         if wip_commit.is_none() && !repo_gone {
-            // A snapshot from an earlier, interrupted rm is still work to keep.
-            wip_commit = repo.ref_target(&wip_ref).await?;
+            // A snapshot from an earlier, interrupted rm is still work to keep (in the wip
+            // store, or in the user's repository where an older paddock saved it).
+            if let Some(store) = self.wip_repo_of(&record) {
+                wip_commit = store.ref_target(&wip_ref).await?;
+            }
+            if wip_commit.is_none() {
+                wip_commit = repo.ref_target(&wip_ref).await?;
+                wip_store = Some(record.repo.clone());
+            }
+        }
+        if wip_commit.is_none() {
+            wip_store = None;
         }
 
         self.runtime_of(&record).destroy(&record).await?;
@@ -111,6 +130,7 @@ impl Paddock {
             commits_ahead,
             wip_ref: wip_commit.as_ref().map(|_| wip_ref),
             wip_commit,
+            wip_store,
         })
     }
 

@@ -311,7 +311,8 @@ impl Paddock {
     }
 
     /// Saves the uncommitted work of the last snapshot sync as `refs/paddock/wip/<id>` in the
-    /// user's repository; returns the commit, or `None` when there was none.
+    /// repository's wip store (see [`wip_store_of`](Self::wip_store_of)); returns the commit,
+    /// or `None` when there was none.
     pub(crate) async fn publish_wip(
         &self,
         record: &JobRecord,
@@ -321,9 +322,75 @@ impl Paddock {
             return Ok(None);
         };
         let wip_ref = format!("refs/paddock/wip/{}", record.id);
-        self.repo_of(record)
+        self.ensure_wip_store(record)
+            .await?
             .publish(&self.scratch_of(record).path, &[(SCRATCH_STATE, wip_ref)])
             .await?;
         Ok(Some(commit.clone()))
+    }
+
+    /// Where a repository's wip snapshots go: `$PADDOCK_HOME/wip/<repo-key>.git`, a bare
+    /// repository of paddock's (0700) that borrows the user's objects through its
+    /// alternates. Snapshots never land in the user's object store, which every job of the
+    /// repository reads (as it was at the job's create), and this store is never mounted
+    /// into a job. The user takes work back with `git fetch <store> refs/paddock/wip/<id>`.
+    pub(crate) fn wip_store_of(&self, record: &JobRecord) -> std::path::PathBuf {
+        self.home()
+            .root()
+            .join("wip")
+            .join(format!("{}.git", record.repo_key))
+    }
+
+    /// The wip store as a repository to read, when it exists.
+    pub(crate) fn wip_repo_of(&self, record: &JobRecord) -> Option<GitRepo> {
+        let store = self.wip_store_of(record);
+        store
+            .join("objects")
+            .is_dir()
+            .then(|| GitRepo::known(store.clone(), store, &self.home().locks_dir()))
+    }
+
+    /// Makes the wip store if missing (in a temporary directory, renamed into place, so two
+    /// removals at once never see half of one).
+    async fn ensure_wip_store(&self, record: &JobRecord) -> Result<GitRepo> {
+        if let Some(repo) = self.wip_repo_of(record) {
+            return Ok(repo);
+        }
+        let store = self.wip_store_of(record);
+        let parent = store
+            .parent()
+            .expect("the wip store has a parent")
+            .to_path_buf();
+        let io = |path: &std::path::Path| {
+            let path = path.to_path_buf();
+            move |source| crate::store::StoreError::Io { path, source }
+        };
+        std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+        let user_objects = crate::git::object_dirs(&record.git_common_dir)
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                Self::sync_failed(record, "the repository's object store is gone".into())
+            })?;
+        let tmp = parent.join(format!(".tmp-{}", crate::job::random_hex(8)));
+        let made = ScratchRepo { path: tmp.clone() }
+            .ensure(&user_objects)
+            .await;
+        let placed = made.map_err(Error::from).and_then(|()| {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o700))
+                .map_err(io(&tmp))?;
+            match std::fs::rename(&tmp, &store) {
+                Ok(()) => Ok(()),
+                // Another removal made it first.
+                Err(_) if store.join("objects").is_dir() => Ok(()),
+                Err(source) => Err(io(&store)(source).into()),
+            }
+        });
+        let _ = crate::tree::remove_tree(&tmp);
+        placed?;
+        Ok(self
+            .wip_repo_of(record)
+            .expect("the wip store was just made"))
     }
 }

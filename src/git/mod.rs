@@ -31,6 +31,7 @@ pub mod jobdir;
 mod land;
 mod legacy;
 pub mod merge;
+pub mod objview;
 pub mod pristine;
 mod reads;
 pub mod scratch;

@@ -47,6 +47,84 @@ pub(super) fn file_changes(diff: &git2::Diff<'_>) -> Vec<FileChange> {
         .collect()
 }
 
+/// A diffstat as `git diff --stat` prints one, with each name quoted as git's
+/// `core.quotePath` does (`text::path`): libgit2's own stat prints names raw, so a name with
+/// a newline or an escape sequence would forge lines or act on the reader's terminal.
+fn render_stat(diff: &git2::Diff<'_>, path: &Path) -> Result<String, GitError> {
+    const BAR: usize = 50;
+    let mut rows = Vec::new();
+    let (mut insertions, mut deletions) = (0, 0);
+    for (index, delta) in diff.deltas().enumerate() {
+        let name = delta
+            .new_file()
+            .path()
+            .or_else(|| delta.old_file().path())
+            .map(|p| crate::text::path(&p.to_string_lossy()).into_owned())
+            .unwrap_or_default();
+        let patch = git2::Patch::from_diff(diff, index).map_err(read_err(path))?;
+        let counts = match patch {
+            Some(patch) if !delta.flags().is_binary() => {
+                let (_, added, removed) = patch.line_stats().map_err(read_err(path))?;
+                insertions += added;
+                deletions += removed;
+                Some((added, removed))
+            }
+            _ => None,
+        };
+        rows.push((name, counts));
+    }
+    if rows.is_empty() {
+        return Ok(String::new());
+    }
+    let name_width = rows
+        .iter()
+        .map(|(n, _)| n.chars().count())
+        .max()
+        .unwrap_or(0);
+    let most = rows
+        .iter()
+        .filter_map(|(_, c)| c.map(|(a, r)| a + r))
+        .max()
+        .unwrap_or(0);
+    let binary = rows.iter().any(|(_, c)| c.is_none());
+    let count_width = most.to_string().len().max(if binary { 3 } else { 0 });
+    let mut out = String::new();
+    for (name, counts) in &rows {
+        let Some((added, removed)) = counts else {
+            out.push_str(&format!(" {name:<name_width$} | {:>count_width$}\n", "Bin"));
+            continue;
+        };
+        let total = added + removed;
+        // Scaled like git's: a change too small to show still gets one mark.
+        let scale = |n: usize| {
+            if most <= BAR || n == 0 {
+                n
+            } else {
+                (n * BAR / most).max(1)
+            }
+        };
+        let bar = format!(
+            "{}{}",
+            "+".repeat(scale(*added)),
+            "-".repeat(scale(*removed))
+        );
+        out.push_str(&format!(
+            " {name:<name_width$} | {total:>count_width$} {bar}\n"
+        ));
+    }
+    // As git words it: a part with nothing in it is left out.
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    out.push_str(&format!(" {} changed", plural(rows.len(), "file")));
+    if insertions > 0 {
+        out.push_str(&format!(", {}(+)", plural(insertions, "insertion")));
+    }
+    if deletions > 0 {
+        out.push_str(&format!(", {}(-)", plural(deletions, "deletion")));
+    }
+    out.push('\n');
+    Ok(out)
+}
+
 /// Renders a diff as a patch, or with `stat` as a diffstat.
 pub(super) fn render_diff(
     diff: &git2::Diff<'_>,
@@ -54,11 +132,7 @@ pub(super) fn render_diff(
     path: &Path,
 ) -> Result<String, GitError> {
     if stat {
-        let stats = diff.stats().map_err(read_err(path))?;
-        let buf = stats
-            .to_buf(git2::DiffStatsFormat::FULL, 80)
-            .map_err(read_err(path))?;
-        return Ok(String::from_utf8_lossy(&buf).into_owned());
+        return render_stat(diff, path);
     }
     let mut out = Vec::new();
     diff.print(git2::DiffFormat::Patch, |_, _, line| {

@@ -103,7 +103,8 @@ pub struct StopArgs {
     pub grace: Option<HumanDuration>,
 }
 
-/// `job_remove`: as `paddock rm` (uncommitted work is kept in `refs/paddock/wip/<job>`).
+/// `job_remove`: as `paddock rm` (uncommitted work is kept in `refs/paddock/wip/<job>` of
+/// paddock's wip store; the answer's `wip_store`).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RemoveArgs {
@@ -212,7 +213,7 @@ pub fn list() -> Vec<Value> {
         ),
         tool(
             "job_remove",
-            "Remove a job; the branch stays when it has commits, uncommitted work is kept in refs/paddock/wip/<job>.",
+            "Remove a job; the branch stays when it has commits, uncommitted work is kept in refs/paddock/wip/<job> of the wip store named by wip_store.",
             schema::<RemoveArgs>(),
         ),
         tool(

@@ -268,8 +268,8 @@ impl Paddock {
                             done.branch, done.commits_ahead
                         ));
                     }
-                    if let Some(wip) = done.wip_ref {
-                        reason.push_str(&format!("; uncommitted work in {wip}"));
+                    if let Some(fetch) = done.wip_fetch() {
+                        reason.push_str(&format!("; uncommitted work saved: {fetch}"));
                     }
                     report.removed("job", name, reason);
                 }

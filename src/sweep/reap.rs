@@ -186,7 +186,7 @@ impl Paddock {
                         "worktree",
                         name,
                         match saved {
-                            Some(wip) => format!("{reason}; uncommitted work in {wip}"),
+                            Some(fetch) => format!("{reason}; uncommitted work saved: {fetch}"),
                             None => reason.to_string(),
                         },
                     ),
@@ -214,7 +214,10 @@ impl Paddock {
             let record = self.orphan_record(repo, job_id.clone(), path).await?;
             let synced = self.sync_job(&record, SyncScope::BranchAndWork).await?;
             if self.publish_wip(&record, &synced).await?.is_some() {
-                saved = Some(format!("refs/paddock/wip/{id}"));
+                saved = Some(format!(
+                    "git fetch {} refs/paddock/wip/{id}",
+                    self.wip_store_of(&record).display()
+                ));
             }
         }
         // Re-check ownership right before deleting.
@@ -279,6 +282,9 @@ impl Paddock {
             .await?;
         let now = Utc::now();
         let container_name = self.runtimes().of(RuntimeKind::Docker).sandbox_name(&id);
+        // Its create's object view, when it got that far (no agent ran before it existed).
+        let object_view =
+            Some(self.home().job_dir(&id).join("objects")).filter(|view| view.is_dir());
         Ok(JobRecord {
             schema: crate::job::RECORD_SCHEMA,
             git_dir: Some(self.orphan_git_dir(&id)),
@@ -320,6 +326,7 @@ impl Paddock {
             pool: None,
             disk: None,
             git_disk: None,
+            object_view,
         })
     }
 

@@ -46,6 +46,10 @@ pub struct ConflictsQuery {
 pub struct JobConflicts {
     pub id: JobId,
     pub branch: String,
+    /// Set when the job's last sync failed: the status is of the branch as the host last
+    /// had it, which may not be the job's now.
+    #[serde(default)]
+    pub sync_error: Option<String>,
     #[serde(flatten)]
     pub status: MergeStatus,
 }

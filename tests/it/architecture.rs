@@ -170,3 +170,26 @@ fn unsafe_code_lives_in_one_module() {
         .collect();
     assert_eq!(unsafe_files, vec!["sys".to_string()]);
 }
+
+/// Agent text reaches a person's terminal only through `cli::say` (and `text`): no CLI file
+/// prints with the std macros, which would pass escape sequences through.
+#[test]
+fn the_cli_prints_only_through_say() {
+    let macros = ["println!(", "eprintln!(", "print!(", "eprint!("];
+    let printing: Vec<String> = source_files()
+        .into_iter()
+        .filter(|file| module_of(file) == "cli" && !file.ends_with("say.rs"))
+        .filter(|file| {
+            let code = code(file);
+            macros.iter().any(|name| {
+                code.match_indices(name)
+                    .any(|(at, _)| at == 0 || !code.as_bytes()[at - 1].is_ascii_alphanumeric())
+            })
+        })
+        .map(|file| file.display().to_string())
+        .collect();
+    assert!(
+        printing.is_empty(),
+        "print through cli::say (say!/tell!): {printing:?}"
+    );
+}

@@ -199,26 +199,40 @@ fn uncommitted_and_untracked_work_survives_rm() {
     let removed = home.json(&["rm", &id, "--json"]);
     let wip = format!("refs/paddock/wip/{id}");
     assert_eq!(removed["wip_ref"], wip.as_str());
+    // The snapshot is in paddock's wip store, never the user's object store (which every
+    // job reads); `git fetch <store> <ref>` brings it over.
+    let store = std::path::PathBuf::from(text(&removed, "wip_store"));
+    assert!(store.starts_with(home.root().join("wip")), "{removed}");
+    let wip_commit = text(&removed, "wip_commit");
+    let in_user_store = std::process::Command::new("git")
+        .args(["cat-file", "-e", &wip_commit])
+        .current_dir(repo.path())
+        .status()
+        .expect("git runs");
+    assert!(
+        !in_user_store.success(),
+        "the snapshot is not in the user's repository"
+    );
     assert_eq!(
-        repo.git(&["show", &format!("{wip}:README.md")]),
+        git(&store, &["show", &format!("{wip}:README.md")]),
         "# edited, not committed"
     );
     assert_eq!(
-        repo.git(&["show", &format!("{wip}:brand-new.txt")]),
+        git(&store, &["show", &format!("{wip}:brand-new.txt")]),
         "untracked work"
     );
     assert_eq!(
-        repo.git(&["show", &format!("{wip}:src/lib.rs")]),
+        git(&store, &["show", &format!("{wip}:src/lib.rs")]),
         "// unstaged edit"
     );
-    let tree = repo.git(&["ls-tree", "-r", "--name-only", &wip]);
+    let tree = git(&store, &["ls-tree", "-r", "--name-only", &wip]);
     assert!(
         !tree.contains("debug.log"),
         "ignored files are not snapshotted: {tree}"
     );
     // The snapshot's parent is the branch tip, and the branch itself did not move.
     assert_eq!(
-        repo.git(&["rev-parse", &format!("{wip}^")]),
+        git(&store, &["rev-parse", &format!("{wip}^")]),
         repo.git(&["rev-parse", "main"])
     );
     assert!(!index_before.is_empty());

@@ -145,6 +145,7 @@ fn a_create_claims_a_waiting_container_and_the_job_behaves_as_a_cold_one() {
         "touch /paddock/git/hooks/pre-commit",
         &format!("touch {}/.git/objects/planted", repo.path().display()),
         "mount -t tmpfs x /workspace",
+        "touch /paddock-objects/planted",
     ] {
         let (code, out) = exec_status(&home, &id, attack);
         assert_ne!(code, 0, "`{attack}` worked inside a warm job: {out}");
@@ -153,6 +154,19 @@ fn a_create_claims_a_waiting_container_and_the_job_behaves_as_a_cold_one() {
     let second = create(&home, &repo, &["--task", "second"]);
     assert_eq!(second["pool"]["start"], "warm", "{second}");
     assert_ne!(text(&second["pool"], "slot"), slot);
+    // A warm job reads the objects of its create through its view: the first job's synced
+    // commit (landed before), not a commit made after.
+    let warm_work = repo.git(&["rev-parse", &text(&job, "branch")]);
+    repo.write("later.txt", "later\n");
+    let later = repo.commit_all("later");
+    let second_id = text(&second, "id");
+    let (code, out) = exec_status(&home, &second_id, &format!("git cat-file -e {warm_work}"));
+    assert_eq!(code, 0, "the view holds what was there at create: {out}");
+    let (code, _) = exec_status(&home, &second_id, &format!("git cat-file -e {later}"));
+    assert_ne!(
+        code, 0,
+        "a warm job reads an object that landed after its create"
+    );
     assert_eq!(slots_in(&home, "ready"), 0);
     let third = create(&home, &repo, &["--task", "third"]);
     assert_eq!(third["pool"]["start"], "cold", "{third}");

@@ -315,7 +315,10 @@ fn orphans_of_ours_are_removed_and_nothing_else_is_touched() {
     assert!(!Path::new(&worktree).exists());
     // The orphan's uncommitted work was saved before its checkout was deleted.
     assert_eq!(
-        repo.git(&["show", &format!("refs/paddock/wip/{id}:unsaved.txt")]),
+        git(
+            &wip_store(&home),
+            &["show", &format!("refs/paddock/wip/{id}:unsaved.txt")]
+        ),
         "agent work"
     );
 
@@ -406,7 +409,10 @@ fn only_stale_jobs_are_removed_and_no_work_is_lost() {
             .contains(&"agent/agent/idle-wip".to_string())
     );
     let wip = format!("refs/paddock/wip/{}", text(&idle_wip, "id"));
-    assert_eq!(repo.git(&["show", &format!("{wip}:draft.txt")]), "draft");
+    assert_eq!(
+        git(&wip_store(&home), &["show", &format!("{wip}:draft.txt")]),
+        "draft"
+    );
 
     // keep_finished: the finished job goes once it has been finished long enough; --now
     // moves the clock instead of waiting.
@@ -555,4 +561,16 @@ fn stale_index_locks_go_and_fresh_ones_stay() {
     );
     // With the stale lock gone, git works in that worktree again.
     git(Path::new(&text(&stale, "worktree")), &["add", "-A"]);
+}
+
+/// paddock's wip store of the test's one repository, where `rm` and the sweep save
+/// uncommitted work.
+fn wip_store(home: &TestHome) -> std::path::PathBuf {
+    let stores: Vec<_> = std::fs::read_dir(home.root().join("wip"))
+        .expect("a wip store was made")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "git"))
+        .collect();
+    assert_eq!(stores.len(), 1, "{stores:?}");
+    stores[0].clone()
 }

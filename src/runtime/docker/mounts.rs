@@ -40,7 +40,7 @@ pub(super) fn job_mounts(record: &JobRecord) -> Result<Vec<Mount>, RuntimeError>
     if let Some(outbox) = outbox_of(record) {
         mounts.push(bind(&outbox, Path::new(CONTAINER_OUTBOX), false));
     }
-    mounts.extend(object_mounts(&record.git_common_dir));
+    mounts.extend(object_mounts(record));
     // Caches: a symlinked entry is mounted at its own path so the link resolves inside as
     // outside; an env entry likewise; a mount entry at its place in the workspace.
     for cache in &record.caches {
@@ -57,21 +57,29 @@ pub(super) fn job_mounts(record: &JobRecord) -> Result<Vec<Mount>, RuntimeError>
     Ok(mounts)
 }
 
-/// The read-only mounts of a repository's object stores: its own at [`CONTAINER_OBJECTS`],
-/// where a job git dir's alternates point, and the stores that one borrows in turn at their
-/// own paths, which its `info/alternates` names.
-pub(super) fn object_mounts(common_dir: &Path) -> Vec<Mount> {
+/// The read-only mounts of a job's object stores: at [`CONTAINER_OBJECTS`], where its git
+/// dir's alternates point, its view of the repository's store fixed at create (a job made
+/// before views: the live store), then [`nested_object_mounts`].
+pub(super) fn object_mounts(record: &JobRecord) -> Vec<Mount> {
+    let own = match &record.object_view {
+        Some(view) => view.clone(),
+        None => crate::git::object_dirs(&record.git_common_dir)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| record.git_common_dir.join("objects")),
+    };
+    let mut mounts = vec![bind(&own, Path::new(CONTAINER_OBJECTS), true)];
+    mounts.extend(nested_object_mounts(&record.git_common_dir));
+    mounts
+}
+
+/// The stores a repository's object store borrows from (its `info/alternates`, recursively),
+/// read-only at their own paths, where the alternates name them. paddock never writes them.
+pub(super) fn nested_object_mounts(common_dir: &Path) -> Vec<Mount> {
     crate::git::object_dirs(common_dir)
         .into_iter()
-        .enumerate()
-        .map(|(n, objects)| {
-            let target = if n == 0 {
-                PathBuf::from(CONTAINER_OBJECTS)
-            } else {
-                objects.clone()
-            };
-            bind(&objects, &target, true)
-        })
+        .skip(1)
+        .map(|objects| bind(&objects, &objects, true))
         .collect()
 }
 

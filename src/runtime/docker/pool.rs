@@ -1,12 +1,13 @@
 //! Warm pool containers (see `crate::pool`): a slot's container is a job container in
 //! every hardening and limit, whose job-specific mounts are replaced by two mount points
 //! that receive the job's files later, by propagation from the host: the slot's
-//! `mnt/workspace` at the workspace and `mnt/paddock` at `/paddock` (`rslave`: host mounts
-//! reach the container, nothing the container does reaches the host). The repository's
-//! object stores are mounted read-only at their own paths from the start, as in every job's
-//! container, so a slot is of one repository.
+//! `mnt/workspace` at the workspace, `mnt/paddock` at `/paddock` and `mnt/objects` at
+//! `/paddock-objects`, where the job's object view goes (`rslave`: host mounts reach the
+//! container, nothing the container does reaches the host). The stores the repository's
+//! object store borrows from are mounted read-only at their own paths from the start, as in
+//! every job's container, so a slot is of one repository.
 //!
-//! A claim makes the job's container mounts ([`job_mounts`]) appear through those two
+//! A claim makes the job's container mounts ([`job_mounts`]) appear through those three
 //! points ([`claim_binds`]: a job that needs a mount anywhere else cannot be claimed into a
 //! slot and starts cold), gives the job's files to the agent's uid, updates the container's
 //! limits to the job's and renames it to the job's container name. Its job label stays the
@@ -22,10 +23,10 @@ use bollard::models::{
 use bollard::query_parameters::RenameContainerOptionsBuilder;
 
 use super::calls::{call, create_named, start_named};
-use super::mounts::{bind, grant_agent_access, job_mounts, object_mounts};
+use super::mounts::{bind, grant_agent_access, job_mounts, nested_object_mounts};
 use super::{
-    API_TIMEOUT, CONTAINER_GIT_DIR, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, base_env,
-    connect, hardened_host_config, job_container, remove_labelled_container,
+    API_TIMEOUT, CONTAINER_GIT_DIR, CONTAINER_OBJECTS, LABEL_HOME, LABEL_JOB, LABEL_ROLE,
+    agent_user, base_env, connect, hardened_host_config, job_container, remove_labelled_container,
 };
 use crate::config::NetworkMode;
 use crate::job::JobRecord;
@@ -34,7 +35,7 @@ use crate::runtime::RuntimeError;
 use crate::store::PaddockHome;
 
 /// The container paths a slot receives mounts under, with the slot's directory of each.
-fn propagated(workspace_dir: &str) -> [(PathBuf, &'static str); 2] {
+fn propagated(workspace_dir: &str) -> [(PathBuf, &'static str); 3] {
     let paddock = Path::new(CONTAINER_GIT_DIR)
         .parent()
         .expect("the git dir is under /paddock")
@@ -42,6 +43,7 @@ fn propagated(workspace_dir: &str) -> [(PathBuf, &'static str); 2] {
     [
         (PathBuf::from(workspace_dir), "workspace"),
         (paddock, "paddock"),
+        (PathBuf::from(CONTAINER_OBJECTS), "objects"),
     ]
 }
 
@@ -58,7 +60,8 @@ pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, R
     let mut mounts: Vec<_> = propagated(&limits.workspace_dir)
         .into_iter()
         .map(|(target, dir)| {
-            let mut mount = bind(&mnt.join(dir), &target, false);
+            // The objects point only ever receives a read-only view.
+            let mut mount = bind(&mnt.join(dir), &target, dir == "objects");
             mount.bind_options = Some(MountBindOptions {
                 propagation: Some(MountBindOptionsPropagationEnum::RSLAVE),
                 ..Default::default()
@@ -66,7 +69,7 @@ pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, R
             mount
         })
         .collect();
-    mounts.extend(object_mounts(&slot.git_common_dir));
+    mounts.extend(nested_object_mounts(&slot.git_common_dir));
     let (uid, gid) = agent_user(limits.uid);
     let mut env = base_env(limits);
     env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
@@ -115,11 +118,12 @@ pub fn claim_binds(record: &JobRecord) -> Result<Vec<HostBind>, String> {
             "an allowlist job's sealed network and egress proxy are made with its container".into(),
         );
     }
-    // The slot's container has the repository's object stores already, where a job's have.
-    let objects: Vec<(Option<String>, Option<String>)> = object_mounts(&record.git_common_dir)
-        .into_iter()
-        .map(|m| (m.source, m.target))
-        .collect();
+    // The slot's container has the borrowed object stores already, where a job's have.
+    let objects: Vec<(Option<String>, Option<String>)> =
+        nested_object_mounts(&record.git_common_dir)
+            .into_iter()
+            .map(|m| (m.source, m.target))
+            .collect();
     let points = propagated(&record.limits.workspace_dir);
     let mut binds = Vec::new();
     for mount in job_mounts(record).map_err(|e| e.to_string())? {

@@ -1,0 +1,126 @@
+//! An agent that prints without end cannot fill the host or the memory of whoever reads
+//! its output (issue 27, part 2): a 2 GiB stdout flood from inside a Docker job leaves the
+//! job's output log and the exec's record at their caps, and `paddock logs` and the API's
+//! `GET /v1/jobs/{id}/logs` read it in constant memory.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+
+use crate::api::Daemon;
+use crate::fixtures::{FixtureRepo, TestHome, docker_available, text};
+
+const MIB: u64 = 1 << 20;
+
+/// Peak resident memory (KiB) of a field of `/proc/<pid>/status`.
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_stdout_flood_stays_within_the_log_caps_and_reads_in_constant_memory() {
+    if !docker_available("a_stdout_flood_stays_within_the_log_caps_and_reads_in_constant_memory") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &[]);
+    let id = text(&job, "id");
+    let flood = home
+        .cmd(&[
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "head -c 2G /dev/zero | tr '\\0' A",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(flood.success(), "{flood:?}");
+
+    let logs = home.root().join("logs").join(&id);
+    let output_log = std::fs::metadata(logs.join("output.log")).unwrap().len();
+    assert!(output_log <= 65 * MIB, "output.log is {output_log} bytes");
+    for entry in std::fs::read_dir(logs.join("execs")).unwrap() {
+        let path = entry.unwrap().path();
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size <= 80 * MIB, "{} is {size} bytes", path.display());
+    }
+    let text_log = std::fs::read_to_string(logs.join("output.log")).unwrap();
+    assert!(
+        text_log.contains("reached its cap of 64.0 MiB"),
+        "no marker"
+    );
+
+    // `paddock logs` streams: its peak RSS stays far under the log's size.
+    let timed = Command::new("/usr/bin/time")
+        .args(["-f", "%M"])
+        .arg(env!("CARGO_BIN_EXE_paddock"))
+        .args(["logs", &id])
+        .envs(home.cmd(&[]).get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(timed.status.success(), "{timed:?}");
+    let stderr = String::from_utf8_lossy(&timed.stderr);
+    let peak_kib: u64 = stderr.lines().last().unwrap().trim().parse().unwrap();
+    assert!(
+        peak_kib < 64 * 1024,
+        "paddock logs peaked at {peak_kib} KiB"
+    );
+
+    // The daemon's answer streams too: its peak, reset before the request, stays under 64 MiB.
+    let daemon = Daemon::start_with_runtime(&home, &[], "docker");
+    let pid = daemon_pid(&home);
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+    let mut stream = UnixStream::connect(&daemon.socket).unwrap();
+    write!(
+        stream,
+        "GET /v1/jobs/{id}/logs HTTP/1.1\r\nHost: paddock\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut received = 0u64;
+    let mut buffer = vec![0; 1 << 16];
+    loop {
+        let read = stream.read(&mut buffer).unwrap();
+        if read == 0 {
+            break;
+        }
+        received += read as u64;
+    }
+    assert!(received > 60 * MIB, "the answer held only {received} bytes");
+    let peak_kib = status_kib(pid, "VmHWM:");
+    assert!(peak_kib < 64 * 1024, "the daemon peaked at {peak_kib} KiB");
+    daemon.stop();
+    home.ok(&["rm", &id, "--force"]);
+}
+
+/// The pid of the daemon serving `home` (the only `paddock serve` with its state root).
+fn daemon_pid(home: &TestHome) -> u32 {
+    let root = home.root().display().to_string();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if cmdline.split(|b| *b == 0).any(|a| a == b"serve")
+            && environ
+                .split(|b| *b == 0)
+                .any(|e| e == format!("PADDOCK_HOME={root}").as_bytes())
+        {
+            return pid;
+        }
+    }
+    panic!("no daemon for {root}");
+}
