@@ -66,6 +66,17 @@ pub struct DiskUsage {
     pub free_bytes: Option<u64>,
 }
 
+impl DiskUsage {
+    /// A disk of `limit` whose usage is not known (not mounted, or not looked at).
+    pub fn unmounted(limit: ByteSize) -> DiskUsage {
+        DiskUsage {
+            limit_bytes: limit.0,
+            used_bytes: None,
+            free_bytes: None,
+        }
+    }
+}
+
 /// Whether this machine can give jobs a disk limit: root (loop devices and mounts), the
 /// loop driver, ext4 and `mkfs.ext4`. Returns `mkfs.ext4`'s path.
 pub fn available() -> Result<PathBuf, DiskError> {

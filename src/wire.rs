@@ -386,6 +386,10 @@ pub struct JobView {
     /// outbox); null without a limit.
     #[serde(default)]
     pub disk: Option<DiskUsage>,
+    /// Without a limit: the size of the job's git disk (its git dir and outbox, a container
+    /// job made as root) and what they hold of it; absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_disk: Option<DiskUsage>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -421,11 +425,8 @@ impl From<&JobRecord> for JobView {
             merged: None,
             conflicts: None,
             pool: record.pool.clone(),
-            disk: record.disk.map(|limit| DiskUsage {
-                limit_bytes: limit.0,
-                used_bytes: None,
-                free_bytes: None,
-            }),
+            disk: record.disk.map(DiskUsage::unmounted),
+            git_disk: record.git_disk.map(DiskUsage::unmounted),
         }
     }
 }

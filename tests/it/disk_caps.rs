@@ -202,6 +202,22 @@ fn a_container_job_gets_a_git_disk_of_2g_by_default() {
             .join("git/HEAD")
             .is_file()
     );
+    // `show` gives its usage: the git dir's few files, ext4's metadata.
+    let shown = home.json(&["show", &id, "--json"]);
+    let git_disk = &shown["job"]["git_disk"];
+    assert_eq!(git_disk["limit_bytes"], 2048 * MIB, "{shown}");
+    assert!(
+        git_disk["used_bytes"].as_u64().unwrap() < 100 * MIB,
+        "{shown}"
+    );
+    assert!(shown["job"]["disk"].is_null(), "{shown}");
+    let human = home.ok(&["show", &id]);
+    assert!(
+        human
+            .lines()
+            .any(|l| l.starts_with("git disk ") && l.contains(" of 2.0 GiB (")),
+        "{human}"
+    );
     remove_clean(&home, &id);
 }
 
