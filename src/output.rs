@@ -45,4 +45,32 @@ pub struct ExecResult {
     /// The exec's id (`x-...`), under which its output and result stay readable.
     #[serde(default)]
     pub exec_id: Option<String>,
+    /// Present when the kept stdout is not UTF-8: its exact bytes, base64 (`stdout` then
+    /// shows U+FFFD where a byte was not text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_base64: Option<String>,
+    /// The same for stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_base64: Option<String>,
+}
+
+/// One chunk of a command's output as a JSON line's object: `{"stream", "data"}`, plus
+/// `"base64"` with the exact bytes when they are not UTF-8 (a chunk may also end inside a
+/// character), so `data`'s U+FFFD replacements hide nothing.
+pub fn output_line(stream: StreamKind, bytes: &[u8]) -> serde_json::Value {
+    let name = match stream {
+        StreamKind::Stdout => "stdout",
+        StreamKind::Stderr => "stderr",
+    };
+    match std::str::from_utf8(bytes) {
+        Ok(text) => serde_json::json!({"stream": name, "data": text}),
+        Err(_) => {
+            use base64::Engine as _;
+            serde_json::json!({
+                "stream": name,
+                "data": String::from_utf8_lossy(bytes),
+                "base64": base64::engine::general_purpose::STANDARD.encode(bytes),
+            })
+        }
+    }
 }

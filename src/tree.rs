@@ -62,10 +62,27 @@ pub async fn remove_tree_async(path: &Path) -> io::Result<()> {
 /// no recursion (one open directory at a time; the way back up is `..`); 0 when it cannot
 /// be read.
 pub fn size(path: &Path) -> u64 {
+    sizes(path).apparent
+}
+
+/// What the regular files of a tree take: the bytes a reader would read (`apparent`) and
+/// the bytes their blocks hold (`allocated`). Far more of the first than of the second is a
+/// tree of sparse files, which a copy would write out in full.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TreeSizes {
+    pub apparent: u64,
+    pub allocated: u64,
+}
+
+/// The [`TreeSizes`] of the regular files below `path`, walked as [`size`] does.
+pub fn sizes(path: &Path) -> TreeSizes {
     let Ok(mut current) = open_dir(rustix::fs::CWD, path) else {
-        return std::fs::symlink_metadata(path).map_or(0, |m| m.len());
+        return std::fs::symlink_metadata(path).map_or(TreeSizes::default(), |m| TreeSizes {
+            apparent: m.len(),
+            allocated: std::os::unix::fs::MetadataExt::blocks(&m).saturating_mul(512),
+        });
     };
-    let mut total = 0;
+    let mut total = TreeSizes::default();
     // Per level: the subdirectories not yet visited.
     let mut levels = vec![scan(&current, &mut total)];
     while let Some(top) = levels.last_mut() {
@@ -89,7 +106,7 @@ pub fn size(path: &Path) -> u64 {
 }
 
 /// Adds the sizes of the regular files in `dir` to `total`; returns its subdirectories.
-fn scan(dir: &OwnedFd, total: &mut u64) -> Vec<CString> {
+fn scan(dir: &OwnedFd, total: &mut TreeSizes) -> Vec<CString> {
     let mut subdirs = Vec::new();
     let Ok(entries) = Dir::read_from(dir) else {
         return subdirs;
@@ -104,7 +121,12 @@ fn scan(dir: &OwnedFd, total: &mut u64) -> Vec<CString> {
         };
         match FileType::from_raw_mode(stat.st_mode) {
             FileType::Directory => subdirs.push(name.to_owned()),
-            FileType::RegularFile => *total += u64::try_from(stat.st_size).unwrap_or(0),
+            FileType::RegularFile => {
+                let apparent = u64::try_from(stat.st_size).unwrap_or(0);
+                let blocks = u64::try_from(stat.st_blocks).unwrap_or(0);
+                total.apparent = total.apparent.saturating_add(apparent);
+                total.allocated = total.allocated.saturating_add(blocks.saturating_mul(512));
+            }
             _ => {}
         }
     }

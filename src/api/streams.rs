@@ -44,11 +44,7 @@ impl OutputSink for ChannelSink {
         if !self.lines {
             return;
         }
-        let name = match stream {
-            StreamKind::Stdout => "stdout",
-            StreamKind::Stderr => "stderr",
-        };
-        let line = json!({"stream": name, "data": String::from_utf8_lossy(bytes)});
+        let line = crate::output::output_line(stream, bytes);
         let _ = self.tx.send(ExecMessage::Line(format!("{line}\n")));
     }
 
@@ -262,9 +258,11 @@ pub(super) async fn events(
         .into_response())
 }
 
-/// `GET /v1/jobs/{id}/logs`: `{"id", "output"}` with the job's output log as the string,
-/// written out chunk by chunk as it is read (constant memory, whatever the log's size: the
-/// daemon never holds the log). Bytes that are not UTF-8 read as U+FFFD.
+/// `GET /v1/jobs/{id}/logs`: `{"id", "output", "lossy"}` with the job's output log as the
+/// string, written out chunk by chunk as it is read (constant memory, whatever the log's
+/// size: the daemon never holds the log). Bytes that are not UTF-8 read as U+FFFD and
+/// `lossy` is true; each exec's exact bytes stay in its own output (`.../execs/{exec}/output`,
+/// lines with `base64`).
 pub(super) async fn logs_job(
     State(state): State<ApiState>,
     JobIdPath(id): JobIdPath,
@@ -279,6 +277,7 @@ pub(super) async fn logs_job(
             return;
         }
         let mut carry = Vec::new();
+        let mut lossy = false;
         if let Ok(mut file) = std::fs::File::open(&path) {
             let mut buffer = vec![0; 64 << 10];
             while let Ok(read) = file.read(&mut buffer) {
@@ -288,13 +287,15 @@ pub(super) async fn logs_job(
                 carry.extend_from_slice(&buffer[..read]);
                 let keep = crate::text::incomplete_tail(&carry);
                 let rest = carry.split_off(carry.len() - keep);
+                lossy |= std::str::from_utf8(&carry).is_err();
                 if !send(json_fragment(&carry)) {
                     return;
                 }
                 carry = rest;
             }
         }
-        let _ = send(format!("{}\"}}", json_fragment(&carry)));
+        lossy |= std::str::from_utf8(&carry).is_err();
+        let _ = send(format!("{}\",\"lossy\":{lossy}}}", json_fragment(&carry)));
     });
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
     Ok((

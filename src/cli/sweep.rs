@@ -25,7 +25,8 @@ pub struct SweepArgs {
     /// Report what would be removed; change nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// A job with no exec and no file change for this long is stale (default 1h).
+    /// A job with no exec, shell or API use and no file change the daemon saw for this long is
+    /// stale (default 1h).
     #[arg(long)]
     pub idle: Option<HumanDuration>,
     /// A finished job is stale this long after it finished (default 1h).

@@ -128,7 +128,7 @@ impl AdmissionSettings {
 /// When the sweeper considers a job stale, and what it does with its branch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepSettings {
-    /// No exec and no file change for this long.
+    /// No exec, shell or API use and no file change the daemon saw for this long.
     pub idle: Sourced<HumanDuration>,
     /// Finished (exited, failed, timed out) this long ago.
     pub keep_finished: Sourced<HumanDuration>,

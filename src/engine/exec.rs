@@ -15,6 +15,10 @@ use crate::runtime::exec::{DEFAULT_OUTPUT_CAP, StreamKind};
 use crate::runtime::{ExecOutcome, ExecRequest, ExecResult, OutputSink, RuntimeError};
 use crate::wire::EventKind;
 
+/// The least time the sync after a command gets, even when the command used its whole
+/// deadline (a command killed at its timeout may have committed first).
+const SYNC_AFTER_MIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One line of `$PADDOCK_HOME/logs/<job>/exec.jsonl`.
 #[derive(Debug, Clone, Serialize)]
 pub(super) struct AuditEntry<'a> {
@@ -203,6 +207,7 @@ impl Paddock {
             after: piggyback.as_ref().map(|p| p.snippet.clone()),
         };
         let started_at = Utc::now();
+        let command_deadline = std::time::Instant::now() + request.timeout + request.grace;
         // The state check and the record of it, right before the command starts; a crash
         // before the exec's end makes `running` stale anyway, so its rename is not waited for.
         let (record, moved) = self
@@ -236,8 +241,14 @@ impl Paddock {
             .await;
         clock.mark("runtime");
         // The command's commits reach the user's repository before exec returns.
+        // The sync ends by the exec's own deadline, with a little room after a command that
+        // used all of it: the exec answers within its timeout and grace plus that room.
+        let sync_by = command_deadline.max(std::time::Instant::now() + SYNC_AFTER_MIN);
         let after = match &mut outcome {
-            Ok(done) => self.sync_after(&record, piggyback, &mut done.result).await,
+            Ok(done) => {
+                self.sync_after(&record, piggyback, &mut done.result, sync_by)
+                    .await
+            }
             Err(_) => AfterCommand::NotRun,
         };
         clock.mark("sync");
@@ -343,17 +354,19 @@ impl Paddock {
         Ok(outcome?.result)
     }
 
-    /// Brings the branch out after a command that ran: through the piggybacked sync when it
-    /// reported, else with a sync of its own. A failure goes into `result.sync_error`.
+    /// Brings the branch out after a command that ran, by `deadline`: through the
+    /// piggybacked sync when it reported, else with a sync of its own. A failure goes into
+    /// `result.sync_error`.
     async fn sync_after(
         &self,
         record: &JobRecord,
         piggyback: Option<Piggyback>,
         result: &mut ExecResult,
+        deadline: std::time::Instant,
     ) -> AfterCommand {
         let started = std::time::Instant::now();
         let finished = match piggyback {
-            Some(piggyback) => self.finish_piggyback(record, piggyback).await,
+            Some(piggyback) => self.finish_piggyback(record, piggyback, deadline).await,
             None => Piggybacked::Missing,
         };
         let (outcome, in_sandbox_ms, unnoted) = match finished {
@@ -368,7 +381,9 @@ impl Paddock {
             }
             // `sync_job` notes its outcome on the job itself.
             Piggybacked::Missing => {
-                let synced = self.sync_job(record, SyncScope::Branch).await;
+                let synced = self
+                    .sync_job_by(record, SyncScope::Branch, Some(deadline))
+                    .await;
                 (synced.err().map(|e| e.to_string()), 0, None)
             }
         };

@@ -151,14 +151,8 @@ impl ExecRecorder {
         let Some(file) = &mut self.output else {
             return;
         };
-        let name = match stream {
-            StreamKind::Stdout => "stdout",
-            StreamKind::Stderr => "stderr",
-        };
-        let mut line = serde_json::to_vec(
-            &serde_json::json!({"stream": name, "data": String::from_utf8_lossy(bytes)}),
-        )
-        .expect("output lines serialize");
+        let mut line = serde_json::to_vec(&crate::output::output_line(stream, bytes))
+            .expect("output lines serialize");
         line.push(b'\n');
         let mut capped = false;
         if self.written + line.len() as u64 > OUTPUT_LIMIT {
@@ -212,9 +206,23 @@ impl ExecOutput {
     /// `follow`), or the exec ended and everything read, or the follow deadline passed.
     pub async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
         loop {
-            // The status first: output written before it said finished is read below.
-            let ended = !self.follow || read_info(&self.status)?.state != ExecState::Running;
-            let bytes = read_lines(&self.path, self.offset)?;
+            // The status first: output written before it said finished is read below. Both
+            // reads on a blocking thread: up to a chunk of what the job printed, per call.
+            let (status, path, offset, follow) = (
+                self.status.clone(),
+                self.path.clone(),
+                self.offset,
+                self.follow,
+            );
+            let (ended, bytes) = tokio::task::spawn_blocking(move || {
+                let ended = !follow || read_info(&status)?.state != ExecState::Running;
+                Ok::<_, Error>((ended, read_lines(&path, offset)?))
+            })
+            .await
+            .map_err(|e| Error::ExecFiles {
+                path: self.path.clone(),
+                message: e.to_string(),
+            })??;
             if !bytes.is_empty() {
                 self.offset += bytes.len() as u64;
                 return Ok(Some(bytes));

@@ -239,8 +239,10 @@ fn read_blocking(record: &JobRecord, path: &WorkspacePath) -> Result<Vec<u8>> {
     };
     let meta = file.metadata().map_err(io)?;
     check_regular(path, &meta)?;
-    if meta.len() > FILE_CAP {
-        return Err(too_large(path, meta.len()));
+    // By size and by allocated blocks, before a byte is read: the job may have made it a
+    // sparse terabyte.
+    if super::outbox::over_cap(&meta, FILE_CAP) {
+        return Err(too_large(path, super::outbox::stored_size(&meta)));
     }
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or_default());
     // One byte past the cap tells a file that grew while we read it.

@@ -38,6 +38,7 @@ mod files;
 mod inspect;
 mod merge;
 mod network;
+mod outbox;
 mod output_log;
 mod piggyback;
 mod pool;

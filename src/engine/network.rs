@@ -13,6 +13,9 @@ use crate::config::NetworkMode;
 use crate::egress::proxy::Decision;
 use crate::wire::{EventKind, JobView, NetworkChange};
 
+/// The most of one job's egress log read by one relay of its denials.
+const RELAY_CHUNK: u64 = 4 << 20;
+
 impl Paddock {
     /// Applies `change` to a live `allowlist` job; returns the job as it is now.
     pub async fn set_network(&self, id: &str, change: NetworkChange) -> Result<JobView> {
@@ -84,13 +87,23 @@ impl Paddock {
             let Ok(mut file) = tokio::fs::File::open(&path).await else {
                 continue;
             };
+            // At most RELAY_CHUNK per log and call: the job sets the pace of its proxy's log,
+            // so a burst is relayed over several calls rather than read whole.
             if file.seek(std::io::SeekFrom::Start(*offset)).await.is_err()
-                || file.read_to_end(&mut fresh).await.is_err()
+                || file
+                    .take(RELAY_CHUNK)
+                    .read_to_end(&mut fresh)
+                    .await
+                    .is_err()
             {
                 continue;
             }
             // Only whole lines; a line being written is read next time.
             let Some(end) = fresh.iter().rposition(|b| *b == b'\n') else {
+                // A line longer than a whole chunk is no decision the proxy wrote: skipped.
+                if fresh.len() as u64 >= RELAY_CHUNK {
+                    *offset += RELAY_CHUNK;
+                }
                 continue;
             };
             for line in fresh[..end].split(|b| *b == b'\n') {

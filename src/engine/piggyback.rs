@@ -7,9 +7,10 @@
 //! `packed-refs`. When that names the tip the host already has (the scratch repository's,
 //! else the user's), it writes `unchanged` to the job's outbox and ends. Otherwise it runs
 //! `sync.sh` as any sync does, its stream into the outbox, and writes the script's exit code
-//! and time. The host reads the outbox files as untrusted input: never through a symlink,
-//! only regular files, capped; the stream goes through the same checks (`SyncCapture`,
-//! fsck'd bundle) as every sync.
+//! and time. The host reads the outbox files as untrusted input (`outbox`: never through a
+//! symlink, only regular files, capped before a byte is read, by the exec's deadline, on a
+//! blocking thread); the stream goes through the same checks (`SyncCapture`, fsck'd
+//! bundle) as every sync.
 //!
 //! Why a lying "unchanged" costs nothing but the sync the agent chose to hide: the agent
 //! controls the sandbox, so it can always forge the report (it can read the outbox name
@@ -24,12 +25,13 @@
 //! rather than with the branch before the command, so such commits are caught too.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
+use super::outbox::{capture_sync, sync_files};
 use super::sync::SyncPlan;
 use super::{Paddock, Result, SyncScope, Synced};
 use crate::git::sync::{SYNC_SCRIPT, SyncCapture};
 use crate::job::JobRecord;
-use crate::output::{OutputSink, StreamKind};
 
 /// What the snippet writes to `<name>.rc` when the branch is where the host has it.
 const UNCHANGED: &str = "unchanged";
@@ -61,6 +63,11 @@ fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
 }
 
+/// How long an exec waits for another sync of its job before its command (a `show` running a
+/// snapshot sync, say): past it, the command runs without a piggybacked sync and the exec
+/// syncs on its own afterwards, by its deadline.
+const PLAN_LOCK_WAIT: Duration = Duration::from_secs(2);
+
 /// How many lines of `packed-refs` the check reads (the shell's `read` takes a byte per
 /// call): a job's git dir packs its branch and a few tags; a longer file means a full sync.
 const PACKED_LINES: u32 = 32;
@@ -84,47 +91,6 @@ fn tip_check(git_dir: &str, branch: &str) -> String {
            fi; \
          fi"
     )
-}
-
-/// Reads a file the agent could have replaced: never through a symlink, only a regular
-/// file, at most `limit` bytes.
-fn read_outbox_file(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    open_outbox_file(path)?
-        .take(limit)
-        .read_to_end(&mut bytes)?;
-    Ok(bytes)
-}
-
-fn open_outbox_file(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    Ok(file)
-}
-
-/// Feeds an outbox file to the capture as one of the sandbox's streams.
-fn copy_outbox_file(
-    path: &Path,
-    stream: StreamKind,
-    capture: &mut SyncCapture,
-) -> std::io::Result<()> {
-    use std::io::Read;
-    let mut file = open_outbox_file(path)?;
-    let mut buffer = vec![0; 64 << 10];
-    loop {
-        let read = file.read(&mut buffer)?;
-        if read == 0 {
-            return Ok(());
-        }
-        capture.write(stream, &buffer[..read]);
-    }
 }
 
 /// What the snippet left in `<name>.rc`.
@@ -171,7 +137,7 @@ impl Paddock {
             return None;
         }
         let plan = {
-            let _lock = self.sync_lock(record).await.ok()?;
+            let _lock = self.sync_lock_for(record, PLAN_LOCK_WAIT).await.ok()?;
             self.plan_sync(record, SyncScope::Branch).await.ok()?
         };
         let name = crate::ids::random_hex(12);
@@ -213,17 +179,22 @@ impl Paddock {
         })
     }
 
-    /// Finishes a piggybacked sync from the files its exec left in the outbox. The outcome
-    /// of a sync that ran is returned, not noted on the job: the exec writes it with the
-    /// exec's own record update.
+    /// Finishes a piggybacked sync from the files its exec left in the outbox, by
+    /// `deadline` (reads that pass it stop, and the sync fails). The outcome of a sync that
+    /// ran is returned, not noted on the job: the exec writes it with the exec's own record
+    /// update.
     pub(crate) async fn finish_piggyback(
         &self,
         record: &JobRecord,
         piggyback: Piggyback,
+        deadline: Instant,
     ) -> Piggybacked {
         let file = |ext: &str| piggyback.host_base.with_extension(ext);
-        let report = read_outbox_file(&file("rc"), 64)
+        let [_, _, rc] = sync_files(&piggyback.host_base);
+        let report = tokio::task::spawn_blocking(move || rc.read())
+            .await
             .ok()
+            .and_then(Result::ok)
             .and_then(|bytes| parse_report(&bytes));
         let outcome = match report {
             None => Piggybacked::Missing,
@@ -231,13 +202,17 @@ impl Paddock {
             Some(Report::Ran(rc)) => {
                 let sandbox_ms = sandbox_ms(&file("stream"), &file("rc"));
                 tracing::debug!(job = %record.id, sandbox_ms, "piggybacked sync ran");
-                let outcome = self.apply_piggyback(record, &piggyback, rc).await;
+                let outcome = self.apply_piggyback(record, &piggyback, rc, deadline).await;
                 Piggybacked::Synced(outcome, sandbox_ms)
             }
         };
-        for ext in ["rc", "stream", "err"] {
-            let _ = std::fs::remove_file(file(ext));
-        }
+        let files = ["rc", "stream", "err"].map(file);
+        let _ = tokio::task::spawn_blocking(move || {
+            for file in files {
+                let _ = std::fs::remove_file(file);
+            }
+        })
+        .await;
         outcome
     }
 
@@ -252,26 +227,39 @@ impl Paddock {
         }
     }
 
-    /// The host half of a sync that ran in the exec's session.
+    /// The host half of a sync that ran in the exec's session: its files read (capped, by
+    /// `deadline`, on a blocking thread), then applied under the job's sync lock.
     async fn apply_piggyback(
         &self,
         record: &JobRecord,
         piggyback: &Piggyback,
         rc: i64,
+        deadline: Instant,
     ) -> Result<Synced> {
-        let file = |ext: &str| piggyback.host_base.with_extension(ext);
+        let [stream, stderr, _] = sync_files(&piggyback.host_base);
         let bundle = self.home().job_dir(&record.id).join("incoming.bundle");
-        let mut capture = SyncCapture::new(bundle.clone());
-        let copied = copy_outbox_file(&file("stream"), StreamKind::Stdout, &mut capture)
-            .and_then(|()| copy_outbox_file(&file("err"), StreamKind::Stderr, &mut capture));
-        let received = match copied {
-            Ok(()) => capture.finish(rc),
-            Err(error) => Err(format!("failed to read the sync stream: {error}")),
-        };
+        let capture_to = bundle.clone();
+        let received = tokio::task::spawn_blocking(move || {
+            let mut capture = SyncCapture::new(capture_to);
+            capture_sync(&stream, &stderr, &mut capture, deadline);
+            capture.finish(rc)
+        })
+        .await
+        .unwrap_or_else(|error| Err(format!("reading the sync stream failed: {error}")));
+        // A refused stream fails here, without waiting for the lock the deadline may not
+        // leave time for.
+        if let Err(message) = received {
+            let _ = std::fs::remove_file(&bundle);
+            return Err(Self::sync_failed(record, message));
+        }
         let applying = std::time::Instant::now();
-        let outcome = match self.sync_lock(record).await {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let outcome = match self.sync_lock_for(record, wait).await {
             Ok(_lock) => match self.prepare_scratch(record, &piggyback.plan).await {
-                Ok(()) => self.apply_sync(record, SyncScope::Branch, received).await,
+                Ok(()) => {
+                    self.apply_sync(record, SyncScope::Branch, received, Some(deadline))
+                        .await
+                }
                 Err(error) => Err(error),
             },
             Err(error) => Err(error),

@@ -83,7 +83,9 @@ impl Paddock {
         }
 
         self.runtime_of(&record).destroy(&record).await?;
-        promote_copied_caches(&record);
+        // A copy of what the job wrote may be large: off the async workers.
+        let promoting = record.clone();
+        let _ = tokio::task::spawn_blocking(move || promote_copied_caches(&promoting)).await;
         self.remove_checkout(&repo, &record).await?;
 
         let tip = if repo_gone {
@@ -163,6 +165,32 @@ impl Paddock {
     }
 }
 
+/// How many bytes of holes a tree the job wrote may have before a copy of it is refused:
+/// dependency trees have next to none, and a copy writes them out in full.
+const MAX_HOLES: u64 = 1 << 30;
+
+/// Whether a copy of the job-written tree `from` may go next to `to`: refused when its
+/// files are mostly holes (a sparse terabyte is a few blocks to the job and a terabyte to
+/// write) or when they would not fit in the space left there.
+fn copy_fits(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    let sizes = crate::tree::sizes(from);
+    let room = to
+        .parent()
+        .and_then(crate::sys::fs_usage)
+        .map_or(0, |usage| usage.available);
+    if sizes.apparent > sizes.allocated.saturating_add(MAX_HOLES) || sizes.apparent > room {
+        tracing::warn!(
+            path = %from.display(),
+            apparent = sizes.apparent,
+            allocated = sizes.allocated,
+            room,
+            "a copy cache not kept: too large to copy"
+        );
+        return Err(std::io::Error::other("the cache copy is too large to keep"));
+    }
+    Ok(())
+}
+
 /// A `copy` cache whose entry is still empty is filled from the first job that populated its
 /// copy, so later jobs start from it. (A rename when on one filesystem.)
 fn promote_copied_caches(record: &JobRecord) {
@@ -178,13 +206,40 @@ fn promote_copied_caches(record: &JobRecord) {
             let staging = cache
                 .entry
                 .with_extension(format!("promote-{}", crate::job::random_hex(6)));
-            let moved = std::fs::rename(&copy, &staging)
-                .or_else(|_| crate::cache::copy_tree(&copy, &staging));
+            let moved = std::fs::rename(&copy, &staging).or_else(|_| {
+                copy_fits(&copy, &cache.entry)?;
+                crate::cache::copy_tree(&copy, &staging)
+            });
             if moved.is_ok() && std::fs::remove_dir(&cache.entry).is_ok() {
                 let _ = std::fs::rename(&staging, &cache.entry);
             } else {
                 let _ = crate::tree::remove_tree(&staging);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sparse_cache_copy_is_not_written_out() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let copy = dir.path().join("copy");
+        std::fs::create_dir_all(copy.join("deep")).expect("mkdir");
+        std::fs::write(copy.join("deep/real"), vec![1; 64 << 10]).expect("write");
+        let entry = dir.path().join("entry");
+        copy_fits(&copy, &entry).expect("a small real tree fits");
+        std::fs::File::create(copy.join("deep/sparse"))
+            .and_then(|f| f.set_len(1 << 40))
+            .expect("a sparse file");
+        let sizes = crate::tree::sizes(&copy);
+        assert_eq!(sizes.apparent, (1 << 40) + (64 << 10));
+        assert!(sizes.allocated < 1 << 20, "{sizes:?}");
+        assert!(
+            copy_fits(&copy, &entry).is_err(),
+            "a sparse terabyte is refused"
+        );
     }
 }

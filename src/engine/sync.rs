@@ -10,7 +10,7 @@
 //! update of that branch only, and emits `job.branch_rewritten`.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
@@ -96,12 +96,24 @@ impl Paddock {
 
     /// Syncs a job (see the module docs), recording the outcome on the job.
     pub async fn sync_job(&self, record: &JobRecord, scope: SyncScope) -> Result<Synced> {
+        self.sync_job_by(record, scope, None).await
+    }
+
+    /// [`Paddock::sync_job`], given up at `deadline` when one is given (an exec's sync:
+    /// the wait for the job's sync lock and the sandbox half both end by it), else within
+    /// the usual waits.
+    pub(super) async fn sync_job_by(
+        &self,
+        record: &JobRecord,
+        scope: SyncScope,
+        deadline: Option<Instant>,
+    ) -> Result<Synced> {
         if record.is_legacy() {
             return Err(Error::Legacy {
                 id: record.id.clone(),
             });
         }
-        let outcome = self.sync_unrecorded(record, scope).await;
+        let outcome = self.sync_unrecorded(record, scope, deadline).await;
         self.record_sync(record, &outcome);
         outcome
     }
@@ -140,11 +152,16 @@ impl Paddock {
         }
     }
 
-    /// Takes the job's sync lock: one sync of a job touches its scratch repository at a time.
-    pub(super) async fn sync_lock(&self, record: &JobRecord) -> Result<FileLock> {
+    /// Takes the job's sync lock, waiting at most `wait` for another sync of the job: one
+    /// sync of a job touches its scratch repository at a time.
+    pub(super) async fn sync_lock_for(
+        &self,
+        record: &JobRecord,
+        wait: Duration,
+    ) -> Result<FileLock> {
         let lock_path = self.home().job_dir(&record.id).join("sync.lock");
         Ok(
-            tokio::task::spawn_blocking(move || FileLock::acquire(&lock_path, SYNC_LOCK_WAIT))
+            tokio::task::spawn_blocking(move || FileLock::acquire(&lock_path, wait))
                 .await
                 .map_err(|e| Self::sync_failed(record, e.to_string()))??,
         )
@@ -221,8 +238,18 @@ impl Paddock {
         Ok(())
     }
 
-    async fn sync_unrecorded(&self, record: &JobRecord, scope: SyncScope) -> Result<Synced> {
-        let _lock = self.sync_lock(record).await?;
+    async fn sync_unrecorded(
+        &self,
+        record: &JobRecord,
+        scope: SyncScope,
+        deadline: Option<Instant>,
+    ) -> Result<Synced> {
+        let left = |most: Duration| {
+            deadline.map_or(most, |d| {
+                most.min(d.saturating_duration_since(Instant::now()))
+            })
+        };
+        let _lock = self.sync_lock_for(record, left(SYNC_LOCK_WAIT)).await?;
         let plan = self.plan_sync(record, scope).await?;
         self.prepare_scratch(record, &plan).await?;
         let mut cmd = vec![
@@ -236,7 +263,7 @@ impl Paddock {
             cmd,
             env: plan.env.into_iter().collect(),
             workdir: None,
-            timeout: SYNC_TIMEOUT,
+            timeout: left(SYNC_TIMEOUT),
             kill_policy: KillPolicy::Hard,
             grace: Duration::ZERO,
             output_cap: 4096,
@@ -251,18 +278,18 @@ impl Paddock {
         let received = match ran {
             Ok(result) if result.timed_out => Err(format!(
                 "the sync did not finish within {}",
-                crate::units::HumanDuration(SYNC_TIMEOUT)
+                crate::units::HumanDuration(request.timeout)
             )),
             Ok(result) => capture.finish(result.exit_code),
             Err(error) => Err(format!("the sandbox could not run the sync: {error}")),
         };
-        let outcome = self.apply_sync(record, scope, received).await;
+        let outcome = self.apply_sync(record, scope, received, deadline).await;
         let _ = std::fs::remove_file(&bundle);
         outcome
     }
 
     /// The host half: the checked stream into the scratch repository, then the branch into
-    /// the user's repository.
+    /// the user's repository (the pack checked by `deadline`, when given).
     /// A branch-only sync (after an exec) hands the user's repository the pack it received
     /// and moves the ref; a sync with uncommitted work fetches only what the branch needs, so
     /// snapshot objects never land in the user's repository unless `rm` publishes them.
@@ -271,10 +298,15 @@ impl Paddock {
         record: &JobRecord,
         scope: SyncScope,
         received: std::result::Result<Received, String>,
+        deadline: Option<Instant>,
     ) -> Result<Synced> {
         let received = received.map_err(|message| Self::sync_failed(record, message))?;
         let scratch = self.scratch_of(record);
-        let pack = scratch.receive(&received, &record.branch).await?;
+        // The pack's check is the host's one long step: it too ends by the deadline.
+        let limit = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        let pack = scratch.receive(&received, &record.branch, limit).await?;
         let mut forced = false;
         if let Some(tip) = &received.header.tip {
             let branch_ref = format!("refs/heads/{}", record.branch);

@@ -18,8 +18,12 @@ pub(super) const METADATA_TIMEOUT: Duration = Duration::from_secs(120);
 pub(super) const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// Config that makes host-side git inert against anything the agent wrote: no hooks, no
-/// fsmonitor daemon, and a parallel checkout sized to the machine.
+/// fsmonitor daemon, a parallel checkout sized to the machine, and blobs over 16 MiB
+/// streamed rather than held whole (index-pack of a sync otherwise inflates an agent's
+/// 500 MB file in memory to hash it).
 const SAFE_CONFIG: &[&str] = &[
+    "-c",
+    "core.bigFileThreshold=16m",
     "-c",
     "core.hooksPath=/dev/null",
     "-c",

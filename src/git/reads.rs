@@ -125,6 +125,20 @@ fn render_stat(diff: &git2::Diff<'_>, path: &Path) -> Result<String, GitError> {
     Ok(out)
 }
 
+/// A file bigger than this counts as binary in stats and patches (8 MiB): libgit2 then never
+/// loads it, so an agent's 500 MB file costs the host no memory when it is shown.
+pub(crate) const BINARY_OVER: u64 = 8 << 20;
+/// The most of a patch the host renders (32 MiB); the rest is cut with a marker line.
+pub(crate) const PATCH_CAP: usize = 32 << 20;
+
+/// Options for every diff whose contents the host reads (stats, patches): big files count
+/// as binary ([`BINARY_OVER`]).
+pub(super) fn content_diff_options() -> git2::DiffOptions {
+    let mut options = git2::DiffOptions::new();
+    options.max_size(i64::try_from(BINARY_OVER).expect("a small constant"));
+    options
+}
+
 /// Renders a diff as a patch, or with `stat` as a diffstat.
 pub(super) fn render_diff(
     diff: &git2::Diff<'_>,
@@ -135,13 +149,28 @@ pub(super) fn render_diff(
         return render_stat(diff, path);
     }
     let mut out = Vec::new();
-    diff.print(git2::DiffFormat::Patch, |_, _, line| {
+    let mut cut = false;
+    let printed = diff.print(git2::DiffFormat::Patch, |_, _, line| {
+        if out.len() + line.content().len() + 1 > PATCH_CAP {
+            // Stops the walk: libgit2 answers it with a user error, handled below.
+            cut = true;
+            return false;
+        }
         if matches!(line.origin(), '+' | '-' | ' ') {
             out.push(line.origin() as u8);
         }
         out.extend_from_slice(line.content());
         true
-    })
-    .map_err(read_err(path))?;
-    Ok(String::from_utf8_lossy(&out).into_owned())
+    });
+    if !cut {
+        printed.map_err(read_err(path))?;
+    }
+    let mut text = String::from_utf8_lossy(&out).into_owned();
+    if cut {
+        text.push_str(&format!(
+            "\n[paddock: patch truncated at {}]\n",
+            crate::units::format_size(PATCH_CAP as u64)
+        ));
+    }
+    Ok(text)
 }

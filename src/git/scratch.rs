@@ -92,10 +92,12 @@ impl ScratchRepo {
     /// the commits it names, and its objects pass fsck. Refs whose commit the host already
     /// has are set without a bundle. `refs/sync/state` follows the header's state. Returns the
     /// pack the bundle became, if one came.
+    /// `limit` bounds the pack's check (an exec's sync must end by the exec's deadline).
     pub async fn receive(
         &self,
         received: &Received,
         branch: &str,
+        limit: std::time::Duration,
     ) -> Result<Option<PathBuf>, GitError> {
         let header = &received.header;
         let branch_ref = format!("refs/heads/{branch}");
@@ -110,7 +112,14 @@ impl ScratchRepo {
         let mut fetched = BTreeSet::new();
         let mut pack = None;
         if let Some(bundle) = &received.bundle {
-            let (heads, pack_offset) = read_bundle_header(bundle)?;
+            // Host-written and capped (`SyncCapture`), but read off the async workers still.
+            let path = bundle.clone();
+            let (heads, pack_offset, empty) = blocking(move || {
+                let (heads, pack_offset) = read_bundle_header(&path)?;
+                let empty = pack_is_empty(&path, pack_offset)?;
+                Ok((heads, pack_offset, empty))
+            })
+            .await?;
             for (commit, name) in &heads {
                 let expected = wanted.iter().find(|(source, _, _)| source == name);
                 match expected {
@@ -127,7 +136,7 @@ impl ScratchRepo {
             }
             // A pack of no object (the branch moved to a commit the host has) is not kept:
             // the commits it names are checked below like those named without a bundle.
-            if pack_is_empty(bundle, pack_offset)? {
+            if empty {
                 for (commit, name) in &heads {
                     if let Some((_, _, target)) =
                         wanted.iter().find(|(source, _, _)| source == name)
@@ -154,7 +163,7 @@ impl ScratchRepo {
                     "--strict",
                 ])
                 .stdin_from(bundle, pack_offset)
-                .timeout(super::CHECKOUT_TIMEOUT)
+                .timeout(limit.min(super::CHECKOUT_TIMEOUT))
                 .run()
                 .await?;
             let hash = indexed
@@ -343,7 +352,11 @@ impl ScratchRepo {
             let (insertions, deletions) = match newest {
                 Some(newest) => {
                     let diff = repo
-                        .diff_tree_to_tree(Some(&base_tree), Some(&tree_of(newest)?), None)
+                        .diff_tree_to_tree(
+                            Some(&base_tree),
+                            Some(&tree_of(newest)?),
+                            Some(&mut super::reads::content_diff_options()),
+                        )
                         .map_err(read_err(path))?;
                     let stats = diff.stats().map_err(read_err(path))?;
                     (stats.insertions(), stats.deletions())
@@ -378,7 +391,11 @@ impl ScratchRepo {
                 None => base_tree.clone(),
             };
             let diff = repo
-                .diff_tree_to_tree(Some(&base_tree), Some(&newest_tree), None)
+                .diff_tree_to_tree(
+                    Some(&base_tree),
+                    Some(&newest_tree),
+                    Some(&mut super::reads::content_diff_options()),
+                )
                 .map_err(read_err(path))?;
             super::render_diff(&diff, stat, path)
         })

@@ -26,9 +26,14 @@ pub const SYNC_SCRIPT: &str = include_str!("sync.sh");
 /// The most a sync may send (untracked list plus bundle) before it is refused.
 pub const MAX_SYNC_BYTES: u64 = 2 << 30;
 /// The most the untracked list may take.
-const MAX_UNTRACKED_BYTES: u64 = 8 << 20;
-/// The most of the sandbox's stderr kept for an error message.
-const MAX_STDERR_BYTES: usize = 16 << 10;
+pub const MAX_UNTRACKED_BYTES: u64 = 8 << 20;
+/// The longest header line.
+pub const MAX_HEADER_BYTES: u64 = 512;
+/// The most of the sandbox's stderr kept for an error message (diagnostics only: more is
+/// dropped, and the message says so).
+pub const MAX_STDERR_BYTES: usize = 64 << 10;
+/// The most a whole sync stream may be: header line, untracked list and bundle.
+pub const MAX_STREAM_BYTES: u64 = MAX_HEADER_BYTES + 1 + MAX_UNTRACKED_BYTES + MAX_SYNC_BYTES;
 /// Where the scratch repository keeps the job's branch and uncommitted-work snapshot.
 pub const SCRATCH_BRANCH: &str = "refs/sync/branch";
 pub const SCRATCH_STATE: &str = "refs/sync/state";
@@ -116,6 +121,8 @@ pub struct SyncCapture {
     bundle: Option<std::fs::File>,
     bundle_bytes: u64,
     stderr: Vec<u8>,
+    /// Set when stderr passed its cap: said in the error message.
+    stderr_cut: bool,
     failure: Option<String>,
 }
 
@@ -130,14 +137,26 @@ impl SyncCapture {
             bundle: None,
             bundle_bytes: 0,
             stderr: Vec::new(),
+            stderr_cut: false,
             failure: None,
         }
     }
 
-    fn fail(&mut self, message: String) {
+    /// Refuses the stream with `message` (the first failure wins).
+    pub fn fail(&mut self, message: String) {
         if self.failure.is_none() {
             self.failure = Some(message);
         }
+    }
+
+    /// Whether the stream is already refused: its reader can stop, nothing more is kept.
+    pub fn failed(&self) -> bool {
+        self.failure.is_some()
+    }
+
+    /// Notes that the sandbox's stderr was longer than what was kept of it.
+    pub fn cut_stderr(&mut self) {
+        self.stderr_cut = true;
     }
 
     fn take_stdout(&mut self, mut bytes: &[u8]) {
@@ -151,8 +170,10 @@ impl SyncCapture {
                 None => (bytes, &[][..]),
             };
             self.header_line.extend_from_slice(line);
-            if self.header_line.len() > 512 {
-                return self.fail("the sync header is longer than 512 bytes".into());
+            if self.header_line.len() as u64 > MAX_HEADER_BYTES {
+                return self.fail(format!(
+                    "the sync header is longer than {MAX_HEADER_BYTES} bytes"
+                ));
             }
             if end.is_none() {
                 return;
@@ -211,10 +232,21 @@ impl SyncCapture {
     pub fn finish(mut self, exit_code: i64) -> Result<Received, String> {
         let stderr = String::from_utf8_lossy(&self.stderr);
         let stderr = stderr.trim();
+        let cut = if self.stderr_cut {
+            format!(
+                " (stderr cut at {})",
+                crate::units::format_size(MAX_STDERR_BYTES as u64)
+            )
+        } else {
+            String::new()
+        };
         let context = if stderr.is_empty() {
             String::new()
         } else {
-            format!(": {}", shown(stderr.lines().last().unwrap_or_default()))
+            format!(
+                ": {}{cut}",
+                shown(stderr.lines().last().unwrap_or_default())
+            )
         };
         if let Some(failure) = self.failure.take() {
             return Err(failure);
@@ -255,6 +287,7 @@ impl OutputSink for SyncCapture {
             StreamKind::Stdout => self.take_stdout(bytes),
             StreamKind::Stderr => {
                 let room = MAX_STDERR_BYTES.saturating_sub(self.stderr.len());
+                self.stderr_cut |= bytes.len() > room;
                 self.stderr
                     .extend_from_slice(&bytes[..room.min(bytes.len())]);
             }

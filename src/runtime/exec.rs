@@ -73,7 +73,14 @@ impl CappedOutput {
     }
 
     /// The kept text, with a marker where bytes were dropped.
-    pub fn finish(mut self) -> (String, bool) {
+    pub fn finish(self) -> (String, bool) {
+        let (text, truncated, _) = self.finish_exact();
+        (text, truncated)
+    }
+
+    /// [`finish`](Self::finish), plus the kept bytes exactly (base64) when they are not
+    /// UTF-8, so the text's U+FFFD replacements hide nothing.
+    pub fn finish_exact(mut self) -> (String, bool, Option<String>) {
         let head_cap = self.cap / 2;
         let tail_cap = self.cap - head_cap;
         if self.tail.len() > tail_cap {
@@ -81,15 +88,27 @@ impl CappedOutput {
             self.tail.drain(..excess);
         }
         let truncated = self.truncated();
-        let mut out = String::from_utf8_lossy(&self.head).into_owned();
+        let mut kept = std::mem::take(&mut self.head);
         if truncated {
-            let omitted = self.total - (self.head.len() + self.tail.len()) as u64;
-            out.push_str(&format!(
-                "\n[... paddock: {omitted} bytes of output omitted ...]\n"
-            ));
+            let omitted = self.total - (kept.len() + self.tail.len()) as u64;
+            kept.extend_from_slice(
+                format!("\n[... paddock: {omitted} bytes of output omitted ...]\n").as_bytes(),
+            );
         }
-        out.push_str(&String::from_utf8_lossy(&self.tail));
-        (out, truncated)
+        kept.extend_from_slice(&self.tail);
+        match String::from_utf8(kept) {
+            Ok(text) => (text, truncated, None),
+            Err(error) => {
+                use base64::Engine as _;
+                let bytes = error.into_bytes();
+                let exact = base64::engine::general_purpose::STANDARD.encode(&bytes);
+                (
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                    truncated,
+                    Some(exact),
+                )
+            }
+        }
     }
 }
 
@@ -107,6 +126,19 @@ mod tests {
         assert!(text.starts_with("01234"), "{text}");
         assert!(text.ends_with("fghij"), "{text}");
         assert!(text.contains("10 bytes of output omitted"), "{text}");
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_kept_exactly_beside_the_text() {
+        let mut out = CappedOutput::new(100);
+        out.push(b"ok \xff\xfe end");
+        let (text, truncated, exact) = out.finish_exact();
+        assert_eq!(text, "ok \u{fffd}\u{fffd} end");
+        assert!(!truncated);
+        assert_eq!(exact.as_deref(), Some("b2sg//4gZW5k"));
+        let mut plain = CappedOutput::new(100);
+        plain.push("é".as_bytes());
+        assert_eq!(plain.finish_exact().2, None);
     }
 
     #[test]

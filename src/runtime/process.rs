@@ -157,8 +157,8 @@ pub(super) async fn exec(
         .map(i64::from)
         .or_else(|| status.signal().map(|s| 128 + i64::from(s)))
         .unwrap_or(-1);
-    let (stdout, out_cut) = stdout.finish();
-    let (stderr, err_cut) = stderr.finish();
+    let (stdout, out_cut, stdout_base64) = stdout.finish_exact();
+    let (stderr, err_cut, stderr_base64) = stderr.finish_exact();
     Ok(ExecResult {
         exit_code,
         stdout,
@@ -169,6 +169,8 @@ pub(super) async fn exec(
         oom_killed: false,
         sync_error: None,
         exec_id: None,
+        stdout_base64,
+        stderr_base64,
     })
 }
 

@@ -25,8 +25,8 @@
 //! One lock per install (`sweep.lock`) keeps a cron sweep and the daemon's sweeper from acting
 //! at once: the second waits for the first, then finds nothing left to do.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -128,33 +128,6 @@ pub(super) fn age(now: DateTime<Utc>, then: DateTime<Utc>) -> Duration {
     (now - then).to_std().unwrap_or_default()
 }
 
-/// The newest modification time of anything in a worktree (symlinks not followed), used as
-/// the job's file activity when no daemon watcher recorded it.
-pub fn newest_mtime(root: &Path) -> Option<DateTime<Utc>> {
-    let mut newest: Option<SystemTime> = None;
-    let mut stack = vec![root.to_path_buf()];
-    let mut seen = 0usize;
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > 500_000 {
-                break;
-            }
-            let Ok(meta) = entry.metadata() else { continue };
-            if let Ok(modified) = meta.modified() {
-                newest = Some(newest.map_or(modified, |n| n.max(modified)));
-            }
-            if meta.is_dir() {
-                stack.push(entry.path());
-            }
-        }
-    }
-    newest.map(DateTime::<Utc>::from)
-}
-
 /// Why a job is stale, or `None` when it is not.
 fn staleness(record: &JobRecord, options: &SweepOptions) -> Option<String> {
     let now = options.now;
@@ -186,16 +159,15 @@ fn staleness(record: &JobRecord, options: &SweepOptions) -> Option<String> {
     } else {
         options.idle
     };
+    // Idle is judged from what paddock saw (execs, shells, API use, the daemon's file
+    // watcher, all stamped with paddock's own clock), never from file times: an agent sets
+    // those as it likes (`touch -d 2099-01-01` would keep a job alive for ever).
     if age(now, record.last_activity_at) > idle_limit {
-        let files = newest_mtime(&record.worktree).unwrap_or(record.last_activity_at);
-        let last = record.last_activity_at.max(files);
-        if age(now, last) > idle_limit {
-            return Some(format!(
-                "idle for {} (idle {})",
-                format_age(now - last),
-                crate::units::HumanDuration(idle_limit)
-            ));
-        }
+        return Some(format!(
+            "idle for {} (idle {})",
+            format_age(now - record.last_activity_at),
+            crate::units::HumanDuration(idle_limit)
+        ));
     }
     None
 }

@@ -124,3 +124,79 @@ fn daemon_pid(home: &TestHome) -> u32 {
     }
     panic!("no daemon for {root}");
 }
+
+/// Invalid UTF-8 never hides anything (issue 27, part 3): one exec prints a byte that is not
+/// text; every exec's output still comes back through the API, the log says it is lossy,
+/// and that exec's exact bytes come back as base64.
+#[test]
+fn output_that_is_not_utf8_hides_nothing() {
+    use base64::Engine as _;
+    if !docker_available("output_that_is_not_utf8_hides_nothing") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &[]);
+    let id = text(&job, "id");
+    home.sh(&id, "echo first");
+    let bad = home.json(&[
+        "exec",
+        &id,
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "printf 'bad \\377\\376 end\\n'",
+    ]);
+    let exact = base64::engine::general_purpose::STANDARD
+        .decode(bad["stdout_base64"].as_str().expect("stdout_base64"))
+        .unwrap();
+    assert_eq!(exact, b"bad \xff\xfe end\n");
+    home.sh(&id, "echo third");
+
+    let daemon = Daemon::start_with_runtime(&home, &[], "docker");
+    let get = |path: &str| {
+        let mut stream = UnixStream::connect(&daemon.socket).unwrap();
+        crate::api::http(&mut stream, "GET", path, None, &[])
+    };
+    let (status, logs) = get(&format!("/v1/jobs/{id}/logs"));
+    assert_eq!(status, 200, "{logs}");
+    let output = logs["output"].as_str().expect("output");
+    assert!(
+        output.contains("first") && output.contains("third"),
+        "{logs}"
+    );
+    assert_eq!(logs["lossy"], true, "{logs}");
+    let (_, execs) = get(&format!("/v1/jobs/{id}/execs"));
+    let mut bytes_back = Vec::new();
+    for exec in execs.as_array().expect("a list") {
+        let exec_id = exec["id"].as_str().unwrap();
+        let mut stream = UnixStream::connect(&daemon.socket).unwrap();
+        write!(
+            stream,
+            "GET /v1/jobs/{id}/execs/{exec_id}/output HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        for line in answer.lines().filter(|l| l.starts_with('{')) {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap();
+            match value["base64"].as_str() {
+                Some(b64) => bytes_back.extend(
+                    base64::engine::general_purpose::STANDARD
+                        .decode(b64)
+                        .unwrap(),
+                ),
+                None => bytes_back.extend(value["data"].as_str().unwrap_or("").as_bytes()),
+            }
+        }
+    }
+    let back = String::from_utf8_lossy(&bytes_back);
+    assert!(back.contains("first") && back.contains("third"), "{back}");
+    assert!(
+        bytes_back.windows(2).any(|w| w == b"\xff\xfe"),
+        "the exact bytes did not come back: {back}"
+    );
+    daemon.stop();
+    home.ok(&["rm", &id, "--force"]);
+}

@@ -9,6 +9,7 @@ mod fixtures;
 mod admission;
 mod api;
 mod architecture;
+mod bounded_reads;
 mod browser;
 mod cache;
 mod core_commands;

@@ -1,7 +1,8 @@
 //! `show`, `ls` and `conflicts` never pass a stale state off as the job's state now (issue
 //! 27, part 4): an agent makes its untracked list exceed the sync's cap (300,000 long names)
 //! and changes a tracked file; `show` starts with `UNKNOWN` and the reason, marks what it
-//! still prints as stale, and exits 12; `ls` marks the job; `conflicts` says `UNKNOWN`.
+//! still prints as stale, and exits 12; `ls` marks the job; `conflicts` says `UNKNOWN`. And
+//! idle is paddock's to judge (part 5): file times an agent sets never keep a job alive.
 
 use crate::fixtures::{FixtureRepo, TestHome, docker_available, text};
 
@@ -47,5 +48,83 @@ fn a_job_whose_sync_fails_is_shown_as_unknown_not_clean() {
     assert!(row.contains("(sync failed)"), "{ls}");
     let conflicts = home.ok(&["conflicts"]);
     assert!(conflicts.contains("UNKNOWN (sync failed"), "{conflicts}");
+    home.ok(&["rm", &id, "--force"]);
+}
+
+/// Idle is paddock's to judge (issue 27, part 5): an agent that sets its files' times in the
+/// future (`touch -d 2099-01-01`) is still found idle once no exec has come for `idle`.
+#[test]
+fn file_times_an_agent_sets_do_not_keep_its_job_alive() {
+    if !docker_available("file_times_an_agent_sets_do_not_keep_its_job_alive") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &[]);
+    let id = text(&job, "id");
+    home.sh(
+        &id,
+        "touch -d 2099-01-01 README.md . && mkdir -p later && touch -d 2099-01-01 later",
+    );
+    let later = (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339();
+    let report = home.json(&[
+        "sweep",
+        "--json",
+        "--dry-run",
+        "--idle",
+        "1h",
+        "--keep-finished",
+        "10h",
+        "--now",
+        &later,
+    ]);
+    let reasons: Vec<String> = report["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|item| text(item, "name") == id)
+        .map(|item| text(item, "reason"))
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r.starts_with("idle for")),
+        "the job is not found idle: {report}"
+    );
+    home.ok(&["rm", &id, "--force"]);
+}
+
+/// A 500 MB untracked text file (issue 27, part 2): `show`, `diff --stat` and `diff` each
+/// peak under 256 MiB resident on the host (files over 8 MiB count as binary; a patch is
+/// cut at 32 MiB).
+#[test]
+fn a_huge_untracked_file_costs_the_host_little_memory() {
+    if !docker_available("a_huge_untracked_file_costs_the_host_little_memory") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &[]);
+    let id = text(&job, "id");
+    home.sh(&id, "yes 'a line of agent text' | head -c 500M > big.txt");
+    for args in [
+        vec!["show", id.as_str()],
+        vec!["diff", id.as_str(), "--stat"],
+        vec!["diff", id.as_str()],
+    ] {
+        let timed = std::process::Command::new("/usr/bin/time")
+            .args(["-f", "%M"])
+            .arg(env!("CARGO_BIN_EXE_paddock"))
+            .args(&args)
+            .envs(home.cmd(&[]).get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .stdout(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(timed.status.success(), "{args:?}: {timed:?}");
+        let stderr = String::from_utf8_lossy(&timed.stderr);
+        let peak_kib: u64 = stderr.lines().last().unwrap().trim().parse().unwrap();
+        println!("{args:?} peaked at {peak_kib} KiB");
+        assert!(peak_kib < 256 * 1024, "{args:?} peaked at {peak_kib} KiB");
+        let stdout = String::from_utf8_lossy(&timed.stdout);
+        assert!(stdout.contains("big.txt"), "{args:?}: {stdout}");
+    }
     home.ok(&["rm", &id, "--force"]);
 }

@@ -377,8 +377,8 @@ async fn exec_in(
         sink.write(StreamKind::Stderr, note.as_bytes());
         stderr.push(note.as_bytes());
     }
-    let (stdout, out_cut) = stdout.finish();
-    let (stderr, err_cut) = stderr.finish();
+    let (stdout, out_cut, stdout_base64) = stdout.finish_exact();
+    let (stderr, err_cut, stderr_base64) = stderr.finish_exact();
     Ok((
         ExecResult {
             exit_code,
@@ -390,6 +390,8 @@ async fn exec_in(
             oom_killed,
             sync_error: None,
             exec_id: None,
+            stdout_base64,
+            stderr_base64,
         },
         oom_count,
     ))
