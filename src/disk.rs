@@ -1,19 +1,28 @@
-//! Per-job disk limits (`disk: 10g`, `--disk`): what an overlay job writes to its checkout
-//! lands in a filesystem of the limit's size, so writing past it fails inside the job with
-//! ENOSPC while the host and other jobs keep their space.
+//! Per-job disks: what a job can write on the host lands in a filesystem of its own, so
+//! writing past its size fails inside the job with ENOSPC while the host and other jobs keep
+//! their space.
 //!
-//! The mechanism (root only): a sparse image file `work/<id>/overlay/disk.img` of the limit's
-//! size, formatted ext4 (`mkfs.ext4`, lazy inode tables and journal: tens of milliseconds),
-//! attached to a loop device with autoclear and mounted at `work/<id>/overlay/layers/` with
-//! `discard`, so a file the job deletes gives its blocks back to the host (the image is
-//! only ever as large on the host as what the job holds, at most the limit). The overlay's
-//! upper and work dirs live inside it (`layers/upper`, `layers/work`). A limit therefore
-//! needs `checkout: overlay`; ext4's journal and metadata take a few percent of it.
+//! The mechanism (root only): a sparse image file `work/<id>/overlay/disk.img`, formatted
+//! ext4 (`mkfs.ext4`, lazy inode tables and journal: milliseconds), attached to a loop
+//! device with autoclear and mounted at `work/<id>/overlay/layers/` with `discard`, so a file
+//! the job deletes gives its blocks back to the host (the image is only ever as large on the
+//! host as what the job holds, at most its size). Two uses of the one mechanism:
+//! - a disk limit (`disk: 10g`, `--disk`; `record.disk`): the overlay's upper and work dirs
+//!   (`layers/upper`, `layers/work`), the job's git dir (`layers/git`) and its outbox
+//!   (`layers/outbox`) all live in it, so one limit covers everything the job writes. It
+//!   needs `checkout: overlay`; ext4's journal and metadata take a few percent of it.
+//! - without a limit, a container job made as root gets a git disk (`git_disk: 2g`;
+//!   `record.git_disk`) holding only its git dir and outbox; its checkout stays unbounded.
 //!
-//! Invariants: the loop device belongs to the mount (autoclear), so unmounting frees it and
-//! a killed paddock leaves at most a mount, which removal (rm, rollback, the sweep) finds
-//! in the mount table and unmounts after the overlay above it and before deleting the job
-//! dir. The job's git dir and outbox are not inside the limit.
+//! Which layout a job has is read from its record (its `git_dir` is under `layers/` or not),
+//! never from a global rule: records made before the git dir moved keep theirs at
+//! `work/<id>/git`. Without root there are no loop devices: nothing is capped (`doctor`
+//! says so).
+//!
+//! Invariants: the disk is mounted before the job's git dir is written (the create makes it
+//! first). The loop device belongs to the mount (autoclear), so unmounting frees it and a
+//! killed paddock leaves at most a mount, which removal (rm, rollback, the sweep) finds in
+//! the mount table and unmounts after the overlay above it and before deleting the job dir.
 
 use std::path::{Path, PathBuf};
 
@@ -35,8 +44,8 @@ pub enum DiskError {
     Unavailable { reason: String },
     #[error("a disk limit needs the overlay checkout, but {set_by} asks for a worktree checkout")]
     NeedsOverlay { set_by: String },
-    #[error("disk limit `{limit}` is too small: the least is 16m")]
-    TooSmall { limit: ByteSize },
+    #[error("{what} `{limit}` is too small: the least is 16m")]
+    TooSmall { what: &'static str, limit: ByteSize },
     #[error("cannot make the job's disk `{path}`: {message}")]
     Make { path: PathBuf, message: String },
     #[error("cannot unmount the job's disk at `{path}`: {message}")]
@@ -55,6 +64,17 @@ pub struct DiskUsage {
     /// What the job may still write: the limit less ext4's own journal and metadata, less
     /// `used_bytes`.
     pub free_bytes: Option<u64>,
+}
+
+impl DiskUsage {
+    /// A disk of `limit` whose usage is not known (not mounted, or not looked at).
+    pub fn unmounted(limit: ByteSize) -> DiskUsage {
+        DiskUsage {
+            limit_bytes: limit.0,
+            used_bytes: None,
+            free_bytes: None,
+        }
+    }
 }
 
 /// Whether this machine can give jobs a disk limit: root (loop devices and mounts), the
@@ -95,8 +115,13 @@ fn mkfs() -> Option<PathBuf> {
 
 /// Refuses a limit too small to hold a filesystem.
 pub fn check_limit(limit: ByteSize) -> Result<(), DiskError> {
-    if limit.0 < MIN_LIMIT {
-        return Err(DiskError::TooSmall { limit });
+    check_size("disk limit", limit)
+}
+
+/// Refuses a disk of `size` too small to hold a filesystem; `what` names the setting.
+pub fn check_size(what: &'static str, size: ByteSize) -> Result<(), DiskError> {
+    if size.0 < MIN_LIMIT {
+        return Err(DiskError::TooSmall { what, limit: size });
     }
     Ok(())
 }
@@ -106,12 +131,19 @@ pub fn image_path(job_dir: &Path) -> PathBuf {
     crate::overlay::layers_dir(job_dir).join("disk.img")
 }
 
-/// Where a job's disk is mounted: the overlay's layers dir when the job has a limit.
+/// Where a job's disk is mounted (the overlay's layers dir when the job has a limit; the
+/// name stays for a git disk, so removal and the sweep find every disk at one place).
 pub fn layers_dir(job_dir: &Path) -> PathBuf {
     crate::overlay::layers_dir(job_dir).join("layers")
 }
 
+/// The job's git dir when it lives on the job's disk (its outbox is beside it).
+pub fn git_dir(job_dir: &Path) -> PathBuf {
+    layers_dir(job_dir).join("git")
+}
+
 /// Makes the job's disk of `limit` bytes and mounts it at [`layers_dir`], which it returns.
+/// Its root stays root's and 0755: the agent gets only the dirs paddock makes in it.
 pub async fn make(job_dir: &Path, limit: ByteSize) -> Result<PathBuf, DiskError> {
     let image = image_path(job_dir);
     let layers = layers_dir(job_dir);
@@ -137,9 +169,19 @@ pub async fn make(job_dir: &Path, limit: ByteSize) -> Result<PathBuf, DiskError>
     crate::overlay::run_helper(command, &image)
         .await
         .map_err(|e| failed(format!("mkfs.ext4: {e}")))?;
+    attach(&file, &image, &layers)?;
+    Ok(layers)
+}
+
+/// Attaches `image` (open as `file`) to a free loop device and mounts it at `layers`.
+fn attach(file: &std::fs::File, image: &Path, layers: &Path) -> Result<(), DiskError> {
+    let failed = |message: String| DiskError::Make {
+        path: image.to_path_buf(),
+        message,
+    };
     let device =
-        crate::sys::loop_attach(&file, &image).map_err(|e| failed(format!("loop device: {e}")))?;
-    crate::sys::mount_device(&device.path, &layers, "ext4", MOUNT_OPTIONS).map_err(|e| {
+        crate::sys::loop_attach(file, image).map_err(|e| failed(format!("loop device: {e}")))?;
+    crate::sys::mount_device(&device.path, layers, "ext4", MOUNT_OPTIONS).map_err(|e| {
         failed(format!(
             "mounting {} at {}: {e}",
             device.path.display(),
@@ -148,7 +190,29 @@ pub async fn make(job_dir: &Path, limit: ByteSize) -> Result<PathBuf, DiskError>
     })?;
     // The mount holds the device now; dropping ours arms its autoclear.
     drop(device);
-    Ok(layers)
+    Ok(())
+}
+
+/// Mounts a job's disk again where only its image is left (a reboot keeps the image, not
+/// the mount): without it the job's container would see the empty mount point as its git
+/// dir. Returns whether it mounted anything; a mounted disk or a job without an image is
+/// left as it is.
+pub fn remount(job_dir: &Path) -> Result<bool, DiskError> {
+    let image = image_path(job_dir);
+    if is_mounted(job_dir) || !image.is_file() {
+        return Ok(false);
+    }
+    available()?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&image)
+        .map_err(|e| DiskError::Make {
+            path: image.clone(),
+            message: e.to_string(),
+        })?;
+    attach(&file, &image, &layers_dir(job_dir))?;
+    Ok(true)
 }
 
 /// Whether a job's disk is mounted.
@@ -226,5 +290,6 @@ mod tests {
         let job = Path::new("/h/jobs/j1");
         assert_eq!(image_path(job), Path::new("/h/jobs/j1/overlay/disk.img"));
         assert_eq!(layers_dir(job), Path::new("/h/jobs/j1/overlay/layers"));
+        assert_eq!(git_dir(job), Path::new("/h/jobs/j1/overlay/layers/git"));
     }
 }

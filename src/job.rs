@@ -226,8 +226,9 @@ pub struct JobRecord {
     pub repo: PathBuf,
     /// The repository's git common dir: where refs, objects and the lock live.
     pub git_common_dir: PathBuf,
-    /// The job's private git dir (`$PADDOCK_HOME/work/<id>/git`); for a legacy record, the
-    /// worktree's admin dir in the user's repository.
+    /// The job's private git dir: on the job's own disk (`work/<id>/overlay/layers/git`, see
+    /// `disk`) when it has one, else `$PADDOCK_HOME/work/<id>/git`; for a legacy record, the
+    /// worktree's admin dir in the user's repository. Its outbox is beside it ([`Self::outbox`]).
     pub git_dir: Option<PathBuf>,
     pub repo_key: String,
     pub branch: String,
@@ -308,10 +309,16 @@ pub struct JobRecord {
     /// container's job label) or cold, and why cold when a pool was asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<PoolStart>,
-    /// The job's disk limit (`disk`): its overlay's layers live in a filesystem of this size
-    /// (see `disk`). Unset: no limit.
+    /// The job's disk limit (`disk`): its overlay's layers (and, in records that name their
+    /// git dir on it, the git dir and outbox) live in a filesystem of this size (see `disk`).
+    /// Unset: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<ByteSize>,
+    /// Without a disk limit: the size of the job's own small filesystem holding only its git
+    /// dir and outbox (`git_disk`, container jobs made as root). Unset: none (the git dir and
+    /// outbox are plain host directories).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_disk: Option<ByteSize>,
     /// A container job's view of the repository's object store, fixed at create
     /// (`work/<id>/objects`, see `git::objview`), mounted where the live store would be.
     /// Unset: a process job, or a job made before views (its container mounts the live store).
@@ -331,6 +338,14 @@ pub enum PoolStart {
 }
 
 impl JobRecord {
+    /// The job's outbox on the host: the directory beside its git dir (on the job's disk
+    /// when the git dir is), mounted into its container at `/paddock/outbox`. The one place
+    /// its path is derived, so the mounts, the create and the sync's reader agree for every
+    /// record layout.
+    pub fn outbox(&self) -> Option<PathBuf> {
+        Some(self.git_dir.as_ref()?.parent()?.join("outbox"))
+    }
+
     /// What the job holds of the host budget: its recorded reserve, or (a record made
     /// before reserves) the default one within its limits.
     pub fn reserve(&self) -> crate::config::Reserve {

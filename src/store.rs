@@ -259,13 +259,6 @@ impl PaddockHome {
         self.job_dir(id).join("sync.git")
     }
 
-    /// The job's outbox: a host directory mounted into its container, where a sync that ran
-    /// right after an exec leaves its stream (read with `O_NOFOLLOW`, as the agent can write
-    /// there).
-    pub fn job_outbox(&self, id: &JobId) -> PathBuf {
-        self.job_dir(id).join("outbox")
-    }
-
     /// Where paddock's per-repository locks live (never inside a user's repository).
     pub fn locks_dir(&self) -> PathBuf {
         self.root.join("locks")

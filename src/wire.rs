@@ -97,9 +97,9 @@ pub struct CreateRequest {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub memory: Option<ByteSize>,
-    /// The most the job's checkout may hold, e.g. 10g: writing past it fails inside the job
-    /// with "No space left on device". Implies `--checkout overlay` (root only; a
-    /// loop-mounted ext4 image per job).
+    /// The most the job may write on the host (its checkout's changes, git dir and outbox),
+    /// e.g. 10g: writing past it fails inside the job with "No space left on device".
+    /// Implies `--checkout overlay` (root only; a loop-mounted ext4 image per job).
     #[arg(long)]
     #[serde(default)]
     #[schemars(with = "Option<String>")]
@@ -388,9 +388,14 @@ pub struct JobView {
     /// container came from the pool, `{"start": "cold", "reason": TEXT}` when it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<crate::job::PoolStart>,
-    /// The job's disk limit and what its checkout holds of it; null without a limit.
+    /// The job's disk limit and what the job holds of it (checkout changes, git dir and
+    /// outbox); null without a limit.
     #[serde(default)]
     pub disk: Option<DiskUsage>,
+    /// Without a limit: the size of the job's git disk (its git dir and outbox, a container
+    /// job made as root) and what they hold of it; absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_disk: Option<DiskUsage>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -426,11 +431,8 @@ impl From<&JobRecord> for JobView {
             merged: None,
             conflicts: None,
             pool: record.pool.clone(),
-            disk: record.disk.map(|limit| DiskUsage {
-                limit_bytes: limit.0,
-                used_bytes: None,
-                free_bytes: None,
-            }),
+            disk: record.disk.map(DiskUsage::unmounted),
+            git_disk: record.git_disk.map(DiskUsage::unmounted),
         }
     }
 }

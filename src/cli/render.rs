@@ -196,15 +196,17 @@ pub fn print_details(details: &JobDetails) {
     for port in &v.ports {
         say!("port      {} -> {}", port.port, port.address());
     }
-    if let Some(disk) = &v.disk {
+    // A limit's disk holds everything the job writes; a git disk its git dir and outbox.
+    for (label, disk) in [("disk     ", &v.disk), ("git disk ", &v.git_disk)] {
+        let Some(disk) = disk else { continue };
         let limit = format_size(disk.limit_bytes);
         match (disk.used_bytes, disk.free_bytes) {
             (Some(used), Some(free)) => say!(
-                "disk      {} of {limit} ({} free)",
+                "{label} {} of {limit} ({} free)",
                 format_size(used),
                 format_size(free)
             ),
-            _ => say!("disk      limit {limit} (not mounted)"),
+            _ => say!("{label} limit {limit} (not mounted)"),
         }
     }
     if let Some(id) = &v.container_id {

@@ -26,7 +26,7 @@ pub use files::check_branch_template;
 use files::{
     ConfigFile, cache_names, check_caches, check_profile_name, env_layers, read_file, source_origin,
 };
-pub use profile::{PoolSettings, Profile, ProfileLayer, Reserve, ReserveLayer};
+pub use profile::{DEFAULT_GIT_DISK, PoolSettings, Profile, ProfileLayer, Reserve, ReserveLayer};
 pub use setup::{JobSetup, SetupSettings};
 
 /// The name of the repo-level config file, at the target repository's root.

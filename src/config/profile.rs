@@ -18,6 +18,10 @@ use crate::cache::CacheSpec;
 use crate::egress::AllowEntry;
 use crate::units::{ByteSize, Cpus, HumanDuration};
 
+/// A container job's git disk without a limit (`git_disk`, see `disk`): room for the
+/// objects an agent makes and its syncs' output, far from what a runaway write would take.
+pub const DEFAULT_GIT_DISK: ByteSize = ByteSize(2 << 30);
+
 /// The source of a setting no layer set.
 static UNSET: Source = Source::Default;
 
@@ -33,6 +37,9 @@ pub struct ProfileLayer {
     /// The most the job's checkout may hold (its changes, in a filesystem of this size);
     /// implies `checkout: overlay`.
     pub disk: Option<ByteSize>,
+    /// Without `disk`: the size of a container job's own filesystem for its git dir and
+    /// outbox (as root; see `disk`).
+    pub git_disk: Option<ByteSize>,
     pub cpus: Option<Cpus>,
     /// What the job holds of the host budget while it exists (its limits stay caps).
     pub reserve: Option<ReserveLayer>,
@@ -145,6 +152,8 @@ pub struct Profile {
     pub memory: Sourced<ByteSize>,
     /// Unset (no limit) unless a layer sets it.
     pub disk: Option<Sourced<ByteSize>>,
+    /// The cap of a container job's git dir and outbox when it has no `disk` (root only).
+    pub git_disk: Sourced<ByteSize>,
     pub cpus: Sourced<Cpus>,
     /// The reserve's parts (see [`Profile::reserve`]).
     pub reserve_cpus: Sourced<Cpus>,
@@ -179,6 +188,7 @@ impl Default for Profile {
             checkout: Sourced::default_value(CheckoutMode::Worktree),
             memory: Sourced::default_value(ByteSize(2 << 30)),
             disk: None,
+            git_disk: Sourced::default_value(DEFAULT_GIT_DISK),
             cpus: Sourced::default_value(Cpus(2.0)),
             reserve_cpus: Sourced::default_value(Reserve::DEFAULT.cpus),
             reserve_memory: Sourced::default_value(Reserve::DEFAULT.memory),
@@ -254,6 +264,12 @@ impl Profile {
         }
         if let Some(value) = layer.setup_optional {
             self.setup_optional = Some(sourced(value));
+        }
+        if let Some(value) = layer.git_disk {
+            self.git_disk = Sourced {
+                value,
+                source: source.clone(),
+            };
         }
         if let Some(value) = layer.disk {
             self.disk = Some(Sourced {
@@ -353,6 +369,11 @@ impl Profile {
                 Some(disk) => ("disk".into(), disk.value.to_string(), &disk.source),
                 None => ("disk".into(), "none".into(), &UNSET),
             },
+            (
+                "git_disk".into(),
+                self.git_disk.value.to_string(),
+                &self.git_disk.source,
+            ),
             (
                 "cpus".into(),
                 self.cpus.value.to_string(),

@@ -141,8 +141,9 @@ fn overlay_check() -> Check {
     }
 }
 
-/// Whether jobs can have a disk limit (`disk`, `--disk`), and by which mechanism. A warning
-/// when not: jobs without a limit need nothing.
+/// Whether jobs can have a disk limit (`disk`, `--disk`) and container jobs a git disk
+/// (`git_disk`), and by which mechanism. A warning when not: jobs without a limit work, but
+/// nothing caps what they write on the host.
 fn disk_limit_check() -> Check {
     let problem = match (crate::disk::available(), crate::overlay::driver()) {
         (Err(error), _) => Some(error.to_string()),
@@ -154,15 +155,18 @@ fn disk_limit_check() -> Check {
             "disk limit",
             Status::Ok,
             format!(
-                "`disk` limits a job's checkout with a {}",
-                crate::disk::MECHANISM
+                "`disk` limits everything a job writes on the host (checkout changes, git dir, outbox) with a {}; a container job without one gets a git disk (`git_disk`, default {}) for its git dir and outbox",
+                crate::disk::MECHANISM,
+                crate::config::DEFAULT_GIT_DISK
             ),
             None,
         ),
         Some(problem) => check(
             "disk limit",
             Status::Warn,
-            format!("{problem}; `--disk` is refused (jobs without a limit work)"),
+            format!(
+                "{problem}; `--disk` is refused, and nothing caps what a job writes to its git dir and outbox (jobs without a limit work)"
+            ),
             Some(
                 "run paddock as root on a kernel with loop devices, ext4 and overlayfs, with mkfs.ext4 (apt-get install e2fsprogs)",
             ),

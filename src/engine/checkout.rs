@@ -4,7 +4,7 @@
 //! plain directory at `record.worktree` to everything else (container mounts, caches, sync,
 //! the file API); an overlay is unmounted before anything under it is deleted. A job with a
 //! disk limit (`record.disk`) has its overlay's layers in its own filesystem (`disk`), made
-//! before the overlay and unmounted after it.
+//! by the create before the git dir and unmounted after the overlay.
 
 use super::create::crash_point;
 use super::{Error, Paddock, Result};
@@ -87,14 +87,11 @@ impl Paddock {
         owner: Option<(u32, u32)>,
     ) -> Result<()> {
         let driver = crate::overlay::driver()?;
-        // With a disk limit, the job's layers live in its own filesystem of that size.
+        // With a disk limit, the job's layers live in its own filesystem of that size (made
+        // and mounted by the create before the git dir).
         let job_dir = self.home().job_dir(&record.id);
         let layers = match record.disk {
-            Some(limit) => {
-                let layers = crate::disk::make(&job_dir, limit).await?;
-                crash_point("disk");
-                layers
-            }
+            Some(_) => crate::disk::layers_dir(&job_dir),
             None => crate::overlay::layers_dir(&job_dir),
         };
         let pristines = Pristines::of(self.home());

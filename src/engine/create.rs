@@ -74,6 +74,22 @@ fn checkout_of(profile: &Profile, kernel_overlay: bool) -> Result<CheckoutMode> 
     Err(crate::disk::DiskError::NeedsOverlay { set_by }.into())
 }
 
+/// The git disk a job of `profile` gets (`git_disk`): a container job without a disk limit,
+/// where loop devices work (root); `None` elsewhere (a limit's disk holds the git dir; a
+/// process job's agent runs on the host anyway; without root nothing can be capped).
+fn git_disk_of(
+    profile: &Profile,
+    disk: Option<crate::units::ByteSize>,
+    runtime: crate::job::RuntimeKind,
+) -> Result<Option<crate::units::ByteSize>> {
+    if disk.is_some() || !runtime.uses_docker() || crate::disk::available().is_err() {
+        return Ok(None);
+    }
+    let size = profile.git_disk.value;
+    crate::disk::check_size("git_disk", size)?;
+    Ok(Some(size))
+}
+
 impl Paddock {
     /// Creates a job: branch, worktree, and (with a container runtime) its container.
     pub async fn create(&self, request: CreateRequest) -> Result<Created> {
@@ -173,6 +189,13 @@ impl Paddock {
         }
         // A reserve above a limit is refused before anything is reserved.
         let reserve = profile.reserve()?;
+        let git_disk = git_disk_of(&profile, disk, runtime.kind)?;
+        // With a disk of its own, the job's git dir (and its outbox beside it) live on it.
+        let git_dir = if disk.is_some() || git_disk.is_some() {
+            crate::disk::git_dir(&self.home.job_dir(&id))
+        } else {
+            self.home.job_git_dir(&id)
+        };
 
         let now = Utc::now();
         let record = JobRecord {
@@ -180,7 +203,7 @@ impl Paddock {
             id: id.clone(),
             repo: repo.root.clone(),
             git_common_dir: repo.common_dir.clone(),
-            git_dir: Some(self.home.job_git_dir(&id)),
+            git_dir: Some(git_dir),
             repo_key: repo_key.clone(),
             branch: branch.clone(),
             branch_created: !branch_exists,
@@ -219,6 +242,7 @@ impl Paddock {
             pristine: None,
             pool: None,
             disk,
+            git_disk,
             object_view: None,
         };
         let record = self
@@ -318,13 +342,22 @@ impl Paddock {
                 .await?
         };
         crash_point("registered");
+        // The job's disk before anything is written to it: its git dir and outbox (and an
+        // overlay's layers) live there when the record names the git dir on it.
+        if let Some(size) = record.disk.or(record.git_disk) {
+            let started = std::time::Instant::now();
+            crate::disk::make(&self.home.job_dir(&record.id), size).await?;
+            tracing::debug!(job = %record.id, %size, elapsed = ?started.elapsed(), "job disk made");
+            crash_point("disk");
+        }
         let git_dir = record
             .git_dir
             .clone()
             .expect("create sets the job's git dir before building");
         let job_git = JobGitDir::create(&git_dir, repo, &record.branch, &tip).await?;
-        if record.runtime.uses_docker() {
-            let outbox = self.home().job_outbox(&record.id);
+        if record.runtime.uses_docker()
+            && let Some(outbox) = record.outbox()
+        {
             std::fs::create_dir_all(&outbox).map_err(|source| crate::store::StoreError::Io {
                 path: outbox.clone(),
                 source,
@@ -436,18 +469,18 @@ pub const FAIL_POINTS: &[&str] = &[
     "record",
 ];
 
-/// The points `PADDOCK_CRASH_AT` accepts, in the order `create` passes them (`pristine`,
-/// after the pristine checkout is made and named in the record, and `mounted`, right after
-/// the overlay is mounted, are passed by `checkout: overlay` jobs only; `disk`, right after
-/// the job's disk is mounted, by jobs with a disk limit only; `claimed`, after a pool slot
+/// The points `PADDOCK_CRASH_AT` accepts, in the order `create` passes them (`disk`, right
+/// after the job's disk is mounted, by jobs with a disk limit or a git disk only;
+/// `pristine`, after the pristine checkout is made and named in the record, and `mounted`,
+/// right after the overlay is mounted, by `checkout: overlay` jobs only; `claimed`, after a pool slot
 /// is claimed and named in the record, and `pool-mounted`, after the job's files are
 /// mounted into it, by warm starts only).
 pub const CRASH_POINTS: &[&str] = &[
     "reserved",
     "marked",
     "registered",
-    "recorded",
     "disk",
+    "recorded",
     "pristine",
     "mounted",
     "checked-out",

@@ -37,7 +37,7 @@ impl Paddock {
     }
 
     /// The views of `records`, with the queue positions of queued ones and the usage of the
-    /// disks of those with a limit.
+    /// disks of those with a limit or a git disk.
     pub fn views(&self, records: &[JobRecord]) -> Vec<JobView> {
         let positions = if records.iter().any(|r| r.state == JobState::Queued) {
             self.queue_positions()
@@ -54,6 +54,9 @@ impl Paddock {
                     .map(|(_, place)| *place);
                 if let Some(limit) = record.disk {
                     view.disk = Some(crate::disk::usage(&self.home.job_dir(&record.id), limit));
+                }
+                if let Some(size) = record.git_disk {
+                    view.git_disk = Some(crate::disk::usage(&self.home.job_dir(&record.id), size));
                 }
                 view
             })

@@ -1,5 +1,6 @@
-//! Host reads of the files a job wrote into its outbox (`work/<id>/outbox`, mounted in its
-//! sandbox): the piggybacked sync's stream, stderr and exit code.
+//! Host reads of the files a job wrote into its outbox (`JobRecord::outbox`: `work/<id>/outbox`,
+//! or `layers/outbox` on the job's disk; mounted in its sandbox): the piggybacked sync's
+//! stream, stderr and exit code.
 //!
 //! The job owns those files while it runs and can replace, grow or truncate them at any
 //! moment (a background loop can `truncate -s 1T` them: a sparse terabyte costs it no disk).

@@ -131,7 +131,7 @@ impl Paddock {
     /// `/paddock/outbox`). `None` when the job's runtime has no outbox or the plan cannot be
     /// made (the exec then syncs on its own).
     pub(crate) async fn piggyback_sync(&self, record: &JobRecord) -> Option<Piggyback> {
-        let outbox = self.home().job_outbox(&record.id);
+        let outbox = record.outbox()?;
         let inside_outbox = self.runtime_of(record).sandbox_outbox()?;
         if record.is_legacy() || !outbox.is_dir() {
             return None;

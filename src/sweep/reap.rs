@@ -206,7 +206,7 @@ impl Paddock {
         id: &str,
     ) -> Result<Option<String>> {
         let job_id = crate::job::JobId::parse(id)?;
-        let git_dir = self.home().job_git_dir(&job_id);
+        let git_dir = self.orphan_git_dir(&job_id);
         let mut saved = None;
         if let Some(repo) = repo
             && git_dir.is_dir()
@@ -254,6 +254,16 @@ impl Paddock {
         Ok(saved)
     }
 
+    /// Where the git dir of a job whose record is gone is: on its disk when one holds it
+    /// (still mounted: a killed create), else at `work/<id>/git`.
+    fn orphan_git_dir(&self, id: &crate::job::JobId) -> std::path::PathBuf {
+        let on_disk = crate::disk::git_dir(&self.home().job_dir(id));
+        if on_disk.is_dir() {
+            return on_disk;
+        }
+        self.home().job_git_dir(id)
+    }
+
     /// A stand-in record for a checkout whose record is gone, enough to run a sync of its
     /// uncommitted work in a throwaway container with the default profile's image and
     /// limits. Refused when Docker cannot run it: running git on the host in an agent's
@@ -277,7 +287,7 @@ impl Paddock {
             Some(self.home().job_dir(&id).join("objects")).filter(|view| view.is_dir());
         Ok(JobRecord {
             schema: crate::job::RECORD_SCHEMA,
-            git_dir: Some(self.home().job_git_dir(&id)),
+            git_dir: Some(self.orphan_git_dir(&id)),
             id,
             repo: repo.root.clone(),
             git_common_dir: repo.common_dir.clone(),
@@ -315,6 +325,7 @@ impl Paddock {
             pristine: None,
             pool: None,
             disk: None,
+            git_disk: None,
             object_view,
         })
     }

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use crate::fixtures::{FixtureRepo, TestHome, disk_available, docker_available, text};
 use serde_json::Value;
 
-const MIB: u64 = 1 << 20;
+pub(crate) const MIB: u64 = 1 << 20;
 
 /// `paddock exec JOB --json -- sh -c SCRIPT`: the exec's result.
-fn sh(home: &TestHome, id: &str, script: &str) -> Value {
+pub(crate) fn sh(home: &TestHome, id: &str, script: &str) -> Value {
     let output = home.run(&["exec", id, "--json", "--", "sh", "-c", script]);
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
         panic!(
@@ -26,7 +26,7 @@ fn sh(home: &TestHome, id: &str, script: &str) -> Value {
 
 /// Bytes free on the filesystem holding `path`, once everything written is on it (the
 /// job's writes pass through its own filesystem's cache and the loop device first).
-fn host_free(path: &Path) -> u64 {
+pub(crate) fn host_free(path: &Path) -> u64 {
     Command::new("sync").status().expect("sync runs");
     let output = Command::new("df")
         .args(["-B1", "--output=avail"])
@@ -41,7 +41,7 @@ fn host_free(path: &Path) -> u64 {
 }
 
 /// What the job's disk image takes on the host (its allocated blocks: it is sparse).
-fn image_bytes(home: &TestHome, id: &str) -> u64 {
+pub(crate) fn image_bytes(home: &TestHome, id: &str) -> u64 {
     let image = home.root().join("work").join(id).join("overlay/disk.img");
     std::fs::metadata(&image)
         .unwrap_or_else(|e| panic!("{}: {e}", image.display()))
@@ -50,7 +50,7 @@ fn image_bytes(home: &TestHome, id: &str) -> u64 {
 }
 
 /// The type of the mount at `path`, from the mount table (what `findmnt` shows).
-fn mount_type(path: &Path) -> Option<String> {
+pub(crate) fn mount_type(path: &Path) -> Option<String> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     table.lines().rev().find_map(|line| {
         let (before, after) = line.split_once(" - ")?;
@@ -61,7 +61,7 @@ fn mount_type(path: &Path) -> Option<String> {
 
 /// Waits up to 10 s for `done` (the kernel frees a loop device, or punches the holes of a
 /// discard, a moment after the call that asked for it).
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
         assert!(start.elapsed() < Duration::from_secs(10), "{what}");

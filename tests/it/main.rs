@@ -17,6 +17,7 @@ mod dashboard;
 mod deep_trees;
 mod default_paths;
 mod disk;
+mod disk_caps;
 mod docker;
 mod docs;
 mod egress;

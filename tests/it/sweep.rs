@@ -114,9 +114,15 @@ pub(crate) fn crash_at_every_point(runtime: &[&str]) {
     let home = TestHome::new();
     let path = repo.path().display().to_string();
     // The pristine checkout and the mount are steps of overlay checkouts only (a disk limit
-    // implies one), the disk a step of jobs with a disk limit only.
-    let disk = runtime.contains(&"--disk");
-    let overlay = disk
+    // implies one), the disk a step of jobs with a disk limit, or (as root) of container
+    // jobs without one (their git disk).
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let limit = runtime.contains(&"--disk");
+    let disk = limit || (runtime.contains(&"docker") && root);
+    let overlay = limit
         || runtime.contains(&"overlay")
         || std::env::var("PADDOCK_CHECKOUT").as_deref() == Ok("overlay");
     for point in CRASH_POINTS {

@@ -328,7 +328,11 @@ pub async fn ensure_running(
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
     let name = job_container(record);
-    match inspect_ours(&docker, home, record).await? {
+    let status = inspect_ours(&docker, home, record).await?;
+    if !status.as_ref().is_some_and(|status| status.running) {
+        remount_disk(home, record)?;
+    }
+    match status {
         Some(status) if status.running => Ok(status.id),
         Some(_)
             if record
@@ -355,6 +359,25 @@ pub async fn ensure_running(
         }
         None => create_job_container(home, record).await,
     }
+}
+
+/// Mounts the job's disk again when its git dir lives there and a reboot left only the
+/// image (the container must not start on the empty mount point).
+fn remount_disk(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
+    let job_dir = home.job_dir(&record.id);
+    let on_disk = record
+        .git_dir
+        .as_ref()
+        .is_some_and(|git_dir| git_dir.starts_with(crate::disk::layers_dir(&job_dir)));
+    if on_disk
+        && crate::disk::remount(&job_dir).map_err(|e| RuntimeError::Io {
+            path: job_dir.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?
+    {
+        tracing::info!(job = %record.id, "mounted the job's disk again");
+    }
+    Ok(())
 }
 
 /// Whether a warm job's slot still has the job's checkout mounted where its container

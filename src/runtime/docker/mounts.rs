@@ -83,10 +83,9 @@ pub(super) fn nested_object_mounts(common_dir: &Path) -> Vec<Mount> {
         .collect()
 }
 
-/// The job's outbox on the host (beside its git dir), when it has one.
+/// The job's outbox on the host ([`JobRecord::outbox`]), when it has one.
 fn outbox_of(record: &JobRecord) -> Option<PathBuf> {
-    let outbox = record.git_dir.as_ref()?.parent()?.join("outbox");
-    outbox.is_dir().then_some(outbox)
+    record.outbox().filter(|outbox| outbox.is_dir())
 }
 
 /// When paddock runs as root the agent runs as an unprivileged uid: give that uid the job's

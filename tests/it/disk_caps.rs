@@ -1,0 +1,259 @@
+//! What a job can write on the host is capped (issue 26): under `--disk` its git dir and
+//! outbox (mounted read-write at `/paddock/git` and `/paddock/outbox`) live on the job's
+//! disk with its checkout's changes, so writing past the limit there fails inside the job
+//! and the host grows by at most the limit; without `--disk`, a container job made as root
+//! gets a git disk of its own (`git_disk`, default 2g) for them, while its checkout stays
+//! unbounded. Either way the job works on after a full disk, and `rm` leaves no mount.
+
+use std::path::{Path, PathBuf};
+
+use crate::disk::{MIB, eventually, host_free, image_bytes, mount_type, sh};
+use crate::fixtures::{FixtureRepo, TestHome, disk_available, docker_available, text};
+use serde_json::Value;
+
+/// The job's record on disk (the fields the API does not show: its git dir, its git disk).
+fn record(home: &TestHome, id: &str) -> Value {
+    let path = home.root().join("jobs").join(format!("{id}.json"));
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+}
+
+/// Writes 500 MiB of zeros at `target` inside the job; returns the exec's output and exit
+/// line (every error goes to stdout with it).
+fn write_500m(home: &TestHome, id: &str, target: &str) -> String {
+    let result = sh(
+        home,
+        id,
+        &format!("exec 2>&1; head -c 500M /dev/zero >{target}; echo \"write exit $?\""),
+    );
+    text(&result, "stdout")
+}
+
+fn assert_no_space(output: &str, target: &str) {
+    assert!(
+        output.contains("No space left on device"),
+        "writing 500 MiB at {target} should run out of space: {output}"
+    );
+    assert!(!output.contains("write exit 0"), "{target}: {output}");
+}
+
+/// The job's disk mount on the host (`work/<id>/overlay/layers`).
+fn disk_mount(home: &TestHome, id: &str) -> PathBuf {
+    home.root().join("work").join(id).join("overlay/layers")
+}
+
+/// The last commit's subject on `branch` of the user's repository.
+fn branch_subject(repo: &FixtureRepo, branch: &str) -> String {
+    repo.git(&["log", "-1", "--format=%s", branch])
+}
+
+/// Removes the job and checks it leaves no mount, no loop device and no job dir.
+fn remove_clean(home: &TestHome, id: &str) {
+    home.ok(&["rm", id, "--keep-branch"]);
+    assert_eq!(home.mounts(), Vec::<String>::new(), "rm left a mount");
+    eventually("rm frees the loop device", || {
+        home.loop_devices().is_empty()
+    });
+    assert_eq!(home.job_dirs(), 0);
+}
+
+#[test]
+fn under_a_disk_limit_the_git_dir_and_outbox_count_against_it() {
+    let test = "under_a_disk_limit_the_git_dir_and_outbox_count_against_it";
+    if !docker_available(test) || !disk_available(test) {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    // Its own filesystem: what the job takes from it is all that changes its free space.
+    let home = TestHome::new().on_own_filesystem("1g");
+    let before = host_free(&home.root());
+    let job = home.create_docker(&repo, &["--task", "caps", "--disk", "64m"]);
+    let id = text(&job, "id");
+    let branch = text(&job, "branch");
+    let saved = record(&home, &id);
+    let git_dir = PathBuf::from(text(&saved, "git_dir"));
+    assert_eq!(git_dir, disk_mount(&home, &id).join("git"), "{saved}");
+    assert!(saved.get("git_disk").is_none(), "{saved}");
+    assert_eq!(mount_type(&disk_mount(&home, &id)).as_deref(), Some("ext4"));
+    assert!(disk_mount(&home, &id).join("outbox").is_dir());
+
+    let grown = || before.saturating_sub(host_free(&home.root()));
+    let output = write_500m(&home, &id, "/paddock/git/junk");
+    assert_no_space(&output, "/paddock/git/junk");
+    assert!(
+        grown() <= 66 * MIB,
+        "the host lost {} MiB to a job limited to 64 MiB",
+        grown() / MIB
+    );
+    assert!(image_bytes(&home, &id) <= 64 * MIB);
+    let shown = home.json(&["show", &id, "--json"]);
+    assert!(
+        shown["job"]["disk"]["used_bytes"].as_u64().unwrap() > 50 * MIB,
+        "the git dir's junk counts in the job's disk usage: {shown}"
+    );
+
+    // The outbox alone, once the git dir's junk is gone.
+    let result = sh(&home, &id, "rm /paddock/git/junk");
+    assert_eq!(result["exit_code"], 0, "{result}");
+    let output = write_500m(&home, &id, "/paddock/outbox/junk");
+    assert_no_space(&output, "/paddock/outbox/junk");
+    assert!(
+        grown() <= 66 * MIB,
+        "the host lost {} MiB to a job limited to 64 MiB",
+        grown() / MIB
+    );
+    assert!(image_bytes(&home, &id) <= 64 * MIB);
+
+    // Freed, the job works on: a commit reaches the branch through the outbox's sync.
+    let result = sh(
+        &home,
+        &id,
+        "rm -f /paddock/outbox/junk && echo kept > after.txt && git add after.txt && git commit -q -m 'after the full git dir' && git log -1 --format=%s",
+    );
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert_eq!(branch_subject(&repo, &branch), "after the full git dir");
+    remove_clean(&home, &id);
+}
+
+#[test]
+fn without_a_disk_limit_the_git_dir_and_outbox_have_their_own_cap() {
+    let test = "without_a_disk_limit_the_git_dir_and_outbox_have_their_own_cap";
+    if !docker_available(test) || !disk_available(test) {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    repo.write(
+        ".paddock.yaml",
+        "profiles:\n  default:\n    git_disk: 32m\n",
+    );
+    repo.commit_all("a small git disk");
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &["--task", "gitcap"]);
+    let id = text(&job, "id");
+    let branch = text(&job, "branch");
+    assert!(job["disk"].is_null(), "no disk limit: {job}");
+    let saved = record(&home, &id);
+    assert_eq!(saved["git_disk"], "32m", "{saved}");
+    assert_eq!(
+        PathBuf::from(text(&saved, "git_dir")),
+        disk_mount(&home, &id).join("git"),
+        "{saved}"
+    );
+    let image = home.root().join("work").join(&id).join("overlay/disk.img");
+    let allocated = || {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&image).unwrap().blocks() * 512
+    };
+
+    for target in ["/paddock/git/junk", "/paddock/outbox/junk"] {
+        let output = write_500m(&home, &id, target);
+        assert_no_space(&output, target);
+        assert!(
+            allocated() <= 32 * MIB,
+            "{target}: the git disk holds {} MiB on the host, over its 32 MiB",
+            allocated() / MIB
+        );
+        sh(&home, &id, &format!("rm -f {target}"));
+    }
+    // The checkout is not on the git disk: it takes more than the git disk's size.
+    let result = sh(&home, &id, "head -c 100M /dev/zero > big && rm big");
+    assert_eq!(result["exit_code"], 0, "{result}");
+
+    let result = sh(
+        &home,
+        &id,
+        "echo kept > after.txt && git add after.txt && git commit -q -m 'after the full git disk'",
+    );
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert_eq!(branch_subject(&repo, &branch), "after the full git disk");
+    remove_clean(&home, &id);
+}
+
+#[test]
+fn a_container_job_gets_a_git_disk_of_2g_by_default() {
+    let test = "a_container_job_gets_a_git_disk_of_2g_by_default";
+    if !docker_available(test) || !disk_available(test) {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &["--task", "default-cap"]);
+    let id = text(&job, "id");
+    assert_eq!(record(&home, &id)["git_disk"], "2g");
+    // What the job sees: `/paddock/git` and `/paddock/outbox` on one filesystem of 2 GiB.
+    let result = sh(
+        &home,
+        &id,
+        "df -B1 --output=size,target /paddock/git /paddock/outbox | tail -n 2",
+    );
+    let output = text(&result, "stdout");
+    let sizes: Vec<u64> = output
+        .lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(sizes.len(), 2, "{output}");
+    for size in sizes {
+        assert!(
+            (1900 * MIB..=2048 * MIB).contains(&size),
+            "a 2 GiB git disk: {output}"
+        );
+    }
+    assert!(
+        Path::new(&disk_mount(&home, &id))
+            .join("git/HEAD")
+            .is_file()
+    );
+    // `show` gives its usage: the git dir's few files, ext4's metadata.
+    let shown = home.json(&["show", &id, "--json"]);
+    let git_disk = &shown["job"]["git_disk"];
+    assert_eq!(git_disk["limit_bytes"], 2048 * MIB, "{shown}");
+    assert!(
+        git_disk["used_bytes"].as_u64().unwrap() < 100 * MIB,
+        "{shown}"
+    );
+    assert!(shown["job"]["disk"].is_null(), "{shown}");
+    let human = home.ok(&["show", &id]);
+    assert!(
+        human
+            .lines()
+            .any(|l| l.starts_with("git disk ") && l.contains(" of 2.0 GiB (")),
+        "{human}"
+    );
+    remove_clean(&home, &id);
+}
+
+#[test]
+fn a_git_disk_a_reboot_unmounted_is_mounted_again_before_the_container_starts() {
+    let test = "a_git_disk_a_reboot_unmounted_is_mounted_again_before_the_container_starts";
+    if !docker_available(test) || !disk_available(test) {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    // A worktree checkout: what a reboot keeps of a job but its disk's mount.
+    let job = home.create_docker(&repo, &["--task", "reboot", "--checkout", "worktree"]);
+    let id = text(&job, "id");
+    let result = sh(
+        &home,
+        &id,
+        "echo one > one.txt && git add one.txt && git commit -q -m 'before the reboot'",
+    );
+    assert_eq!(result["exit_code"], 0, "{result}");
+    home.ok(&["stop", &id]);
+    // The reboot: the mount goes (and with it, autoclear, the loop device); the image stays.
+    let mount = disk_mount(&home, &id);
+    let status = std::process::Command::new("umount")
+        .arg(&mount)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(mount_type(&mount), None);
+    let result = sh(
+        &home,
+        &id,
+        "git log -1 --format=%s && ls /paddock/outbox >/dev/null",
+    );
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert_eq!(text(&result, "stdout").trim(), "before the reboot");
+    assert_eq!(mount_type(&mount).as_deref(), Some("ext4"));
+    remove_clean(&home, &id);
+}
