@@ -77,6 +77,12 @@ impl Paddock {
         let record = self.load(id)?;
         let (changes, changes_error) = match self.fresh_changes(&record).await {
             Ok((changes, stale)) => (Some(changes), stale),
+            // A job not made yet has no changes: nothing is unknown about that.
+            Err(Error::NotRunnable { .. })
+                if matches!(record.state, JobState::Queued | JobState::Creating) =>
+            {
+                (None, None)
+            }
             Err(e) => (None, Some(e.to_string())),
         };
         let record = self.load(id).unwrap_or(record);

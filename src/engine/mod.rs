@@ -178,6 +178,7 @@ impl Paddock {
         state: Option<JobState>,
         detail: serde_json::Value,
     ) {
+        let detail = crate::eventlog::bounded_detail(detail);
         let written = self.event_log.append(
             |id| Event {
                 id,

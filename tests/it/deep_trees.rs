@@ -133,7 +133,10 @@ fn a_deep_chain_is_removed_without_force_and_what_git_can_save_is_saved() {
     let wip = removed["wip_ref"]
         .as_str()
         .expect("uncommitted work was saved");
-    let saved = repo.git(&["ls-tree", "-r", "--name-only", wip]);
+    // The snapshot is in paddock's wip store: fetch it into the user's repository.
+    let store = removed["wip_store"].as_str().expect("a wip store");
+    repo.git(&["fetch", "-q", store, wip]);
+    let saved = repo.git(&["ls-tree", "-r", "--name-only", "FETCH_HEAD"]);
     assert!(
         saved.lines().any(|l| l == "uncommitted.txt"),
         "the work git can index is in {wip}: {saved}"
