@@ -446,6 +446,10 @@ pub struct JobDetails {
     /// Set when the worktree could not be read (for example it was deleted by hand).
     pub changes_error: Option<String>,
     pub isolation: String,
+    /// What the host keeps of the job's output (`logs/<job>/`: the output log, each exec's
+    /// record and output, the egress log), in bytes: each part has a cap.
+    #[serde(default)]
+    pub logs_bytes: u64,
     /// The branch against its base branch: merged, clean, conflicting files.
     #[serde(default)]
     pub merge: Option<MergeStatus>,

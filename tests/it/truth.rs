@@ -101,6 +101,28 @@ fn a_job_whose_sync_fails_is_marked_in_ls_and_conflicts() {
     assert!(row.contains("(sync failed)"), "{ls}");
     let conflicts = home.ok(&["conflicts"]);
     assert!(conflicts.contains("UNKNOWN (sync failed"), "{conflicts}");
+    // The dashboard's job page says so first.
+    let daemon = crate::api::Daemon::start_with_runtime(&home, &[], "docker");
+    let page = {
+        use std::io::{Read, Write};
+        let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+        write!(
+            stream,
+            "GET /jobs/{id} HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut page = String::new();
+        stream.read_to_string(&mut page).unwrap();
+        page
+    };
+    let unknown = page
+        .find("State unknown")
+        .expect("the page says the state is unknown");
+    assert!(
+        unknown < page.find("<dl").unwrap_or(usize::MAX),
+        "not first"
+    );
+    daemon.stop();
     home.sh(
         &id,
         "pkill -f 'truncate -s 1T' || true; pkill -f 'while :' || true",
