@@ -13,7 +13,7 @@ use crate::fixtures::{FixtureRepo, TestHome, docker_available, text};
 const MIB: u64 = 1 << 20;
 
 /// Peak resident memory (KiB) of a field of `/proc/<pid>/status`.
-fn status_kib(pid: u32, field: &str) -> u64 {
+pub(crate) fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
         .lines()
@@ -104,7 +104,7 @@ fn a_stdout_flood_stays_within_the_log_caps_and_reads_in_constant_memory() {
 }
 
 /// The pid of the daemon serving `home` (the only `paddock serve` with its state root).
-fn daemon_pid(home: &TestHome) -> u32 {
+pub(crate) fn daemon_pid(home: &TestHome) -> u32 {
     let root = home.root().display().to_string();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {

@@ -205,5 +205,26 @@ fn a_huge_untracked_file_costs_the_host_little_memory() {
         let stdout = String::from_utf8_lossy(&timed.stdout);
         assert!(stdout.contains("big.txt"), "{args:?}: {stdout}");
     }
+    // The dashboard's job page (with its diff), rendered by the daemon.
+    let daemon = crate::api::Daemon::start_with_runtime(&home, &[], "docker");
+    let pid = crate::flood::daemon_pid(&home);
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+    let page = {
+        use std::io::{Read, Write};
+        let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+        write!(
+            stream,
+            "GET /jobs/{id} HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut page = Vec::new();
+        stream.read_to_end(&mut page).unwrap();
+        String::from_utf8_lossy(&page).into_owned()
+    };
+    assert!(page.contains("big.txt"), "the page does not show the file");
+    let peak_kib = crate::flood::status_kib(pid, "VmHWM:");
+    println!("the daemon's job page peaked at {peak_kib} KiB");
+    assert!(peak_kib < 256 * 1024, "the daemon peaked at {peak_kib} KiB");
+    daemon.stop();
     home.ok(&["rm", &id, "--force"]);
 }
