@@ -33,6 +33,7 @@ mod legacy;
 pub mod merge;
 pub mod objview;
 pub mod pristine;
+pub mod push;
 mod reads;
 pub mod scratch;
 pub mod sync;
@@ -107,6 +108,18 @@ pub enum GitError {
     JobCheckout { branch: String, path: PathBuf },
     #[error("`{repo}` is a bare repository: there is no working tree to apply to")]
     NoCheckout { repo: PathBuf },
+    #[error(
+        "`{remote}` is not a remote of `{repo}` (paddock pushes only to remotes the repository's config names)"
+    )]
+    NoRemote { remote: String, repo: PathBuf },
+    #[error(
+        "`{dest}` on `{remote}` is at {remote_tip}, which the job's branch does not contain: pushing would rewrite it"
+    )]
+    NotFastForward {
+        remote: String,
+        dest: String,
+        remote_tip: String,
+    },
     #[error("git read task failed: {0}")]
     Join(String),
 }
