@@ -36,6 +36,10 @@ pub struct PushTarget {
     pub remote: String,
     /// The URL pushed to (`pushurl`, else `url`), with any password removed.
     pub url: String,
+    /// The configured `pushurl` as written (it may hold a password: never shown).
+    push_url: Option<String>,
+    /// The configured `url` as written (the same).
+    fetch_url: String,
     /// The branch on the remote (no `refs/heads/`).
     pub dest: String,
 }
@@ -51,6 +55,31 @@ pub struct Pushed {
     pub updated: bool,
     /// The remote branch was rewritten (with the lease).
     pub forced: bool,
+}
+
+impl PushTarget {
+    /// `error` without the configured URLs' passwords (in its command line or git's words).
+    fn scrub(&self, error: GitError) -> GitError {
+        let clean = |text: String| {
+            [Some(&self.fetch_url), self.push_url.as_ref()]
+                .into_iter()
+                .flatten()
+                .fold(text, |text, raw| text.replace(raw.as_str(), &redact_url(raw)))
+        };
+        match error {
+            GitError::Command { args, dir, stderr } => GitError::Command {
+                args: clean(args),
+                dir,
+                stderr: clean(stderr),
+            },
+            GitError::Timeout { args, dir, after } => GitError::Timeout {
+                args: clean(args),
+                dir,
+                after,
+            },
+            other => other,
+        }
+    }
 }
 
 impl GitRepo {
@@ -98,10 +127,9 @@ impl GitRepo {
         let Some(url) = self.config_value(&format!("remote.{remote}.url")).await? else {
             return Err(no_remote());
         };
-        let url = self
+        let push_url = self
             .config_value(&format!("remote.{remote}.pushurl"))
-            .await?
-            .unwrap_or(url);
+            .await?;
         let dest = match self.config_value(&format!("branch.{branch}.merge")).await? {
             Some(merge) if upstream_remote.as_deref() == Some(remote.as_str()) => merge
                 .strip_prefix("refs/heads/")
@@ -114,21 +142,25 @@ impl GitRepo {
         }
         Ok(PushTarget {
             remote,
-            url: redact_url(&url),
+            url: redact_url(push_url.as_deref().unwrap_or(&url)),
+            push_url,
+            fetch_url: url,
             dest,
         })
     }
 
-    /// The remote's tip of `refs/heads/<dest>` now (None: no such branch).
+    /// The remote's tip of `refs/heads/<dest>` now (None: no such branch), read where the
+    /// push goes: the `pushurl` when there is one (`ls-remote NAME` reads the fetch `url`).
     async fn remote_tip(&self, target: &PushTarget) -> Result<Option<String>, GitError> {
         let refname = format!("refs/heads/{}", target.dest);
         let listed = self
             .call(&["ls-remote", "--refs", "--"])
-            .arg(&target.remote)
+            .arg(target.push_url.as_deref().unwrap_or(&target.remote))
             .arg(&refname)
             .timeout(PUSH_TIMEOUT)
             .run()
-            .await?;
+            .await
+            .map_err(|error| target.scrub(error))?;
         Ok(listed.lines().find_map(|line| {
             let (sha, name) = line.split_once('\t')?;
             (name == refname).then(|| sha.to_string())
@@ -200,7 +232,8 @@ impl GitRepo {
             .arg(&target.remote)
             .arg(format!("{tip}:{dest_ref}"))
             .run()
-            .await?;
+            .await
+            .map_err(|error| target.scrub(error))?;
         Ok(Pushed {
             old,
             new: tip.to_string(),

@@ -37,6 +37,7 @@ mod merge_safety;
 mod net_ranges;
 mod pool;
 mod ports;
+mod push;
 mod process;
 mod setup_network;
 mod snapshots;
