@@ -64,7 +64,9 @@ impl PushTarget {
             [Some(&self.fetch_url), self.push_url.as_ref()]
                 .into_iter()
                 .flatten()
-                .fold(text, |text, raw| text.replace(raw.as_str(), &redact_url(raw)))
+                .fold(text, |text, raw| {
+                    text.replace(raw.as_str(), &redact_url(raw))
+                })
         };
         match error {
             GitError::Command { args, dir, stderr } => GitError::Command {

@@ -19,7 +19,10 @@ use crate::fixtures::{FixtureRepo, TestHome, closed_dir, docker_available, git, 
 fn bare_origin(repo: &FixtureRepo, name: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = closed_dir("paddock-remote-");
     let bare = dir.path().join("remote.git");
-    git(dir.path(), &["init", "-q", "--bare", "-b", "main", "remote.git"]);
+    git(
+        dir.path(),
+        &["init", "-q", "--bare", "-b", "main", "remote.git"],
+    );
     repo.git(&["remote", "add", name, bare.to_str().unwrap()]);
     repo.git(&["push", "-q", name, "main"]);
     (dir, bare)
@@ -63,13 +66,16 @@ fn push_publishes_exactly_the_jobs_branch_and_refuses_a_rewrite_without_the_leas
     // The user's config asks for more than one ref (every branch, tags): a push of a job's
     // branch sends that branch only.
     repo.git(&["branch", "other"]);
-    repo.git(&["tag", "v1"]);
+    repo.git(&["tag", "-a", "v1", "-m", "v1"]);
     repo.git(&["config", "remote.origin.push", "refs/heads/*:refs/heads/*"]);
     repo.git(&["config", "push.followTags", "true"]);
     let job = home.create(&repo, &[]);
     let id = text(&job, "id");
     let branch = text(&job, "branch");
-    home.sh(&id, "echo one > one.txt && git add one.txt && git commit -qm one");
+    home.sh(
+        &id,
+        "echo one > one.txt && git add one.txt && git commit -qm one",
+    );
 
     let (code, report, stderr) = push(&home, &id, &[]);
     assert_eq!(code, 0, "{stderr}");
@@ -96,7 +102,10 @@ fn push_publishes_exactly_the_jobs_branch_and_refuses_a_rewrite_without_the_leas
     assert_eq!(report["old"], tip.as_str());
 
     // A commit the job made after the last exec is synced first, as `show` does.
-    home.sh(&id, "echo two > two.txt && git add two.txt && git commit -qm two");
+    home.sh(
+        &id,
+        "echo two > two.txt && git add two.txt && git commit -qm two",
+    );
     let (code, report, stderr) = push(&home, &id, &[]);
     assert_eq!(code, 0, "{stderr}");
     let second = repo.git(&["rev-parse", &branch]);
@@ -186,18 +195,24 @@ fn push_goes_to_the_branchs_upstream_and_names_a_pull_request_page() {
         repo.git(&["rev-parse", &branch])
     );
     assert!(
-        !heads(&bare).iter().any(|h| h.starts_with(&format!("{branch}="))),
+        !heads(&bare)
+            .iter()
+            .any(|h| h.starts_with(&format!("{branch}="))),
         "the branch went to its upstream name only"
     );
     // The human form says the same.
     home.sh(&id, "echo y > y.txt && git add y.txt && git commit -qm y");
     let out = home.ok(&["push", &id]);
     assert!(
-        out.contains(&format!("pushed {branch} to upstream refs/heads/review/feature")),
+        out.contains(&format!(
+            "pushed {branch} to upstream refs/heads/review/feature"
+        )),
         "{out}"
     );
     assert!(
-        out.contains("open a pull request: https://github.com/acme/widgets/pull/new/review/feature"),
+        out.contains(
+            "open a pull request: https://github.com/acme/widgets/pull/new/review/feature"
+        ),
         "{out}"
     );
 }
@@ -277,8 +292,14 @@ server.serve_forever()
 impl HttpRemote {
     fn start(user: &str, password: &str) -> HttpRemote {
         let root = closed_dir("paddock-http-remote-");
-        git(root.path(), &["init", "-q", "--bare", "-b", "main", "r.git"]);
-        git(&root.path().join("r.git"), &["config", "http.receivepack", "true"]);
+        git(
+            root.path(),
+            &["init", "-q", "--bare", "-b", "main", "r.git"],
+        );
+        git(
+            &root.path().join("r.git"),
+            &["config", "http.receivepack", "true"],
+        );
         let script = root.path().join("serve.py");
         std::fs::write(&script, HTTP_BACKEND).unwrap();
         let port_file = root.path().join("port");
@@ -317,11 +338,15 @@ impl HttpRemote {
 impl Drop for HttpRemote {
     fn drop(&mut self) {
         let _ = self.child.kill();
-        if std::thread::panicking() {
-            if let Some(stderr) = self.child.stderr.take() {
-                for line in BufReader::new(stderr).lines().map_while(Result::ok).take(50) {
-                    eprintln!("http-backend: {line}");
-                }
+        if std::thread::panicking()
+            && let Some(stderr) = self.child.stderr.take()
+        {
+            for line in BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+                .take(50)
+            {
+                eprintln!("http-backend: {line}");
             }
         }
         let _ = self.child.wait();
@@ -341,7 +366,10 @@ fn push_to_an_http_remote_uses_the_hosts_credential_helper_which_the_job_never_s
     let job = home.create_docker(&repo, &[]);
     let id = text(&job, "id");
     let branch = text(&job, "branch");
-    home.sh(&id, "echo web > web.txt && git add web.txt && git commit -qm web");
+    home.sh(
+        &id,
+        "echo web > web.txt && git add web.txt && git commit -qm web",
+    );
 
     // No credentials yet: the server refuses, and so does the push (git's error, exit 7).
     let (code, _, stderr) = push(&home, &id, &[]);
@@ -402,24 +430,59 @@ fn planted_config_case(runtime: &str) {
     let evil_dir = closed_dir("paddock-evil-");
     let evil = evil_dir.path().join("evil.git");
     git(evil_dir.path(), &["init", "-q", "--bare", "evil.git"]);
-    let job = home.create_docker(&repo, &["--runtime", runtime]);
+    let image = crate::fixtures::test_image();
+    let job = home.create(&repo, &["--runtime", runtime, "--image", &image]);
+    assert_eq!(job["runtime"], runtime, "{job}");
     let id = text(&job, "id");
     let branch = text(&job, "branch");
     let evil_url = evil.display().to_string();
-    // Whatever of this the job may write (its git dir's config may be read-only), it tries.
-    home.sh(
+    let plant = format!(
+        "remote.origin.pushurl={evil_url}\nremote.origin.url={evil_url}\nremote.evil.url={evil_url}\n\
+         url.{evil_url}.insteadOf={bare}\nbranch.{branch}.remote=evil\n",
+        bare = bare.display()
+    );
+    let set_all = |flag: &str| {
+        plant
+            .lines()
+            .map(|line| {
+                let (key, value) = line.split_once('=').unwrap();
+                format!("git config {flag} '{key}' '{value}'")
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    // The agent plants it where it can: its global config (its job git dir's `config` is
+    // mounted read-only, so that attempt fails).
+    let planted = home.sh(
         &id,
         &format!(
-            "echo p > p.txt && git add p.txt && git commit -qm p; \
-             git config remote.origin.pushurl {evil_url}; \
-             git config remote.origin.url {evil_url}; \
-             git config remote.evil.url {evil_url}; \
-             git config url.{evil_url}.pushInsteadOf {bare}; \
-             git config branch.{branch}.remote evil; \
-             true",
-            bare = bare.display()
+            "echo p > p.txt && git add p.txt && git commit -qm p; {}; {}; \
+             git config --get remote.evil.url; git config --get remote.origin.pushurl",
+            set_all("--global"),
+            set_all(""),
         ),
     );
+    assert_eq!(
+        planted.lines().collect::<Vec<_>>(),
+        [evil_url.as_str(); 2],
+        "{planted}"
+    );
+    // And, as if it had got there, in the job's private git dir on the host: never read.
+    let work = home.root().join("work").join(&id);
+    let job_config = [
+        work.join("git/config"),
+        work.join("overlay/layers/git/config"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .unwrap_or_else(|| panic!("the job's git config under {}", work.display()));
+    for line in plant.lines() {
+        let (key, value) = line.split_once('=').unwrap();
+        git(
+            &work,
+            &["config", "--file", job_config.to_str().unwrap(), key, value],
+        );
+    }
     let (code, report, stderr) = push(&home, &id, &[]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(report["remote"], "origin", "{report}");
@@ -450,7 +513,11 @@ fn push_on_sync_pushes_after_each_exec_that_moves_the_branch_and_a_failure_never
 
     home.sh(&id, "echo a > a.txt && git add a.txt && git commit -qm a");
     let tip = repo.git(&["rev-parse", &branch]);
-    assert_eq!(git(&bare, &["rev-parse", &branch]), tip, "pushed after the exec");
+    assert_eq!(
+        git(&bare, &["rev-parse", &branch]),
+        tip,
+        "pushed after the exec"
+    );
     // An exec that moves nothing pushes nothing (no event).
     home.sh(&id, "true");
     home.sh(&id, "echo b > b.txt && git add b.txt && git commit -qm b");
@@ -474,7 +541,11 @@ fn push_on_sync_pushes_after_each_exec_that_moves_the_branch_and_a_failure_never
         .map(|e| e["type"].as_str().unwrap_or_default().to_string())
         .filter(|k| k.starts_with("job.push"))
         .collect();
-    assert_eq!(kinds, ["job.pushed", "job.pushed", "job.push_failed"], "{events}");
+    assert_eq!(
+        kinds,
+        ["job.pushed", "job.pushed", "job.push_failed"],
+        "{events}"
+    );
     // Back: the next exec's push clears it.
     std::fs::rename(bare.with_extension("gone"), &bare).unwrap();
     home.sh(&id, "echo d > d.txt && git add d.txt && git commit -qm d");
