@@ -334,6 +334,7 @@ fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
         ("file_list", json!({"job": id})),
         ("job_diff", json!({"job": id})),
         ("job_stop", json!({"job": id})),
+        ("job_push", json!({"job": id})),
         ("job_remove", json!({"job": id, "force": true})),
     ] {
         let result = other.call(tool, &arguments);

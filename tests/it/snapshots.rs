@@ -34,6 +34,7 @@ const COMMANDS: &[&str] = &[
     "conflicts",
     "merge",
     "apply",
+    "push",
     "image",
     "image build",
     "doctor",
