@@ -165,6 +165,7 @@ fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
             "job_log",
             "job_stop",
             "job_remove",
+            "job_push",
             "file_read",
             "file_write",
             "file_list"
