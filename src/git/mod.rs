@@ -12,7 +12,8 @@
 //!   worktree as its repository once an agent has run there.
 //! - paddock writes nothing into the user's repository but the job's branch and its own
 //!   `refs/paddock/*` (plus, on the user's explicit `merge` or `apply`, the target branch,
-//!   its checkouts and the main checkout: `land`), and changes no owner or mode there.
+//!   its checkouts and the main checkout: `land`; on `push`, git's own remote-tracking
+//!   ref of the branch pushed), and changes no owner or mode there.
 //!   Read-only merges write their objects into a quarantine (`merge`). Its lock lives
 //!   under `$PADDOCK_HOME/locks`, not in the repository.
 //! - Metadata mutations on one repository hold that lock, so parallel `paddock` processes
