@@ -389,6 +389,35 @@ fn push_to_an_http_remote_uses_the_hosts_credential_helper_which_the_job_never_s
     assert_eq!(report["new"], tip.as_str());
     assert_eq!(heads(&server.bare()), vec![format!("{branch}={tip}")]);
 
+    // A remote whose URL carries the password (the user's choice): it works, and the
+    // password shows nowhere paddock prints, on success or on failure.
+    let with_password = server.url.replace("http://", &format!("http://alice:{password}@"));
+    repo.git(&["remote", "add", "inline", &with_password]);
+    home.sh(&id, "echo more >> web.txt && git commit -qam more");
+    let output = home.run(&["push", &id, "--remote", "inline", "--json"]);
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{printed}");
+    assert!(!printed.contains(&password), "{printed}");
+    assert!(printed.contains(&server.url), "{printed}");
+    // A failing one, through a `pushurl` (named on git's command line) with the password.
+    repo.git(&[
+        "config",
+        "remote.inline.pushurl",
+        &with_password.replace("/r.git", "/missing.git"),
+    ]);
+    let output = home.run(&["push", &id, "--remote", "inline"]);
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(7), "{printed}");
+    assert!(!printed.contains(&password), "{printed}");
+
     // Inside the job: neither the password nor the helper, anywhere the agent can look.
     let seen = home.sh(
         &id,
