@@ -391,7 +391,9 @@ fn push_to_an_http_remote_uses_the_hosts_credential_helper_which_the_job_never_s
 
     // A remote whose URL carries the password (the user's choice): it works, and the
     // password shows nowhere paddock prints, on success or on failure.
-    let with_password = server.url.replace("http://", &format!("http://alice:{password}@"));
+    let with_password = server
+        .url
+        .replace("http://", &format!("http://alice:{password}@"));
     repo.git(&["remote", "add", "inline", &with_password]);
     home.sh(&id, "echo more >> web.txt && git commit -qam more");
     let output = home.run(&["push", &id, "--remote", "inline", "--json"]);
