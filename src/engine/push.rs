@@ -134,3 +134,35 @@ impl Paddock {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn pushes_of_a_job_coalesce_into_one_in_flight_and_one_more() {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let env = BTreeMap::from([(
+            "PADDOCK_HOME".to_string(),
+            tmp.path().join("home").display().to_string(),
+        )]);
+        let paddock = Paddock::with_env(Box::new(env)).expect("an engine");
+        let (a, b) = (
+            JobId::parse("a").expect("an id"),
+            JobId::parse("b").expect("an id"),
+        );
+        assert!(paddock.claim_push(&a), "the first push of a goes");
+        assert!(paddock.claim_push(&b), "b's push is its own");
+        // Three syncs while a's push runs: one more push, not three.
+        assert!(!paddock.claim_push(&a));
+        assert!(!paddock.claim_push(&a));
+        assert!(!paddock.claim_push(&a));
+        assert!(paddock.release_push(&a), "go once more");
+        assert!(!paddock.release_push(&a), "then done");
+        assert!(paddock.claim_push(&a), "free again");
+        assert!(!paddock.release_push(&a));
+        assert!(!paddock.release_push(&b));
+    }
+}
