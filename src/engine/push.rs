@@ -89,9 +89,13 @@ impl Paddock {
                     json!({ "error": error }),
                 );
             }
-            let _ = self
-                .store()
-                .update(&record.id, |r| r.push_error.clone_from(&error));
+            // Written only when it changes: most pushes work, and a record write is an fsync.
+            let noted = self.load(record.id.as_str()).ok().map(|r| r.push_error);
+            if noted.as_ref() != Some(&error) {
+                let _ = self
+                    .store()
+                    .update(&record.id, |r| r.push_error.clone_from(&error));
+            }
             if !self.release_push(&record.id) {
                 break;
             }
