@@ -7,9 +7,9 @@
 //!   names with a `url`, the destination is the branch's configured upstream on that remote
 //!   or the same name. A job's private git dir (`work/<id>/git`, which the agent writes) is
 //!   never opened here, so a `pushurl` or `remote.*` the agent planted there is never read.
-//! - Exactly one explicit refspec, `refs/heads/<branch>:refs/heads/<dest>`, is pushed: the
-//!   remote's configured push refspecs, `push.followTags` and submodule recursion are off,
-//!   so no other ref leaves.
+//! - Exactly one explicit refspec, `<tip>:refs/heads/<dest>` (the branch's commit as the
+//!   user's repository has it), is pushed: the remote's configured push refspecs,
+//!   `push.followTags` and submodule recursion are off, so no other ref or tag leaves.
 //! - Hooks never run (`core.hooksPath=/dev/null` from `GitCall` and `--no-verify`). The
 //!   user's environment reaches git (HOME, SSH agent, credential helpers), unlike the inert
 //!   reads: the credentials, `core.sshCommand` and `url.*.insteadOf` of the user's own config
