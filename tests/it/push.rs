@@ -360,7 +360,9 @@ fn push_to_an_http_remote_uses_the_hosts_credential_helper_which_the_job_never_s
     }
     let password = format!("pw-{}", std::process::id());
     let server = HttpRemote::start("alice", &password);
-    let home = TestHome::new();
+    // The user's own HOME (and so their global git config) reaches the push.
+    let user_home = closed_dir("paddock-user-home-");
+    let home = TestHome::new().env("HOME", user_home.path().to_str().unwrap());
     let repo = FixtureRepo::new();
     repo.git(&["remote", "add", "origin", &server.url]);
     let job = home.create_docker(&repo, &[]);
@@ -388,6 +390,24 @@ fn push_to_an_http_remote_uses_the_hosts_credential_helper_which_the_job_never_s
     assert_eq!(report["url"], server.url.as_str(), "{report}");
     assert_eq!(report["new"], tip.as_str());
     assert_eq!(heads(&server.bare()), vec![format!("{branch}={tip}")]);
+
+    // The same helper in the user's global config ($HOME/.gitconfig) instead.
+    repo.git(&["config", "--unset", "credential.helper"]);
+    std::fs::write(
+        user_home.path().join(".gitconfig"),
+        format!(
+            "[credential]\n\thelper = \"!f() {{ echo username=alice; echo password={password}; }}; f\"\n"
+        ),
+    )
+    .unwrap();
+    home.sh(&id, "echo global >> web.txt && git commit -qam global");
+    let (code, report, stderr) = push(&home, &id, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(report["old"], tip.as_str(), "{report}");
+    assert_eq!(
+        git(&server.bare(), &["rev-parse", &branch]),
+        repo.git(&["rev-parse", &branch])
+    );
 
     // A remote whose URL carries the password (the user's choice): it works, and the
     // password shows nowhere paddock prints, on success or on failure.
