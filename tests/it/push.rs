@@ -657,3 +657,88 @@ fn the_api_route_pushes_and_an_mcp_session_pushes_only_its_own_jobs() {
     assert_eq!(result["isError"], false, "{result}");
     assert_eq!(result["structuredContent"]["updated"], false, "{result}");
 }
+
+/// The unprivileged user of `.ci/run` (`useradd --uid 4243 paddock-ci`).
+const USER_UID: u32 = 4243;
+
+#[test]
+fn an_unprivileged_user_pushes_with_their_own_global_credentials() {
+    let user_exists = Command::new("id")
+        .arg(USER_UID.to_string())
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        user_exists,
+        "needs a user of uid {USER_UID} (.ci/run makes it: `useradd --uid {USER_UID} paddock-ci`)"
+    );
+    let password = format!("pw-user-{}", std::process::id());
+    let server = HttpRemote::start("bob", &password);
+    // The user's world, below a closed dir of theirs: home, repository.
+    let top = closed_dir("paddock-push-user-");
+    let user_home = top.path().join("home");
+    let repo = top.path().join("repo");
+    std::fs::create_dir_all(user_home.join(".config/paddock")).unwrap();
+    std::fs::write(
+        user_home.join(".config/paddock/config.yaml"),
+        "admission:\n  memory: 1024g\n  cpus: 1000\n",
+    )
+    .unwrap();
+    std::fs::write(
+        user_home.join(".gitconfig"),
+        format!(
+            "[user]\n\tname = Bob\n\temail = bob@example.com\n[credential]\n\thelper = \"!f() {{ echo username=bob; echo password={password}; }}; f\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README.md"), "# user\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "initial"]);
+    git(&repo, &["remote", "add", "origin", &server.url]);
+    crate::fixtures::chown_trees(&[top.path()], USER_UID);
+    let run = |args: &[&str]| {
+        let output = Command::new("setpriv")
+            .arg(format!("--reuid={USER_UID}"))
+            .arg(format!("--regid={USER_UID}"))
+            .arg("--clear-groups")
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_paddock"))
+            .args(args)
+            .current_dir(&repo)
+            .env_remove("PADDOCK_CONFIG")
+            .env_remove("PADDOCK_PROFILE")
+            .env_remove("PADDOCK_NO_DAEMON")
+            .env("PADDOCK_HOME", user_home.join(".local/share/paddock"))
+            .env("HOME", &user_home)
+            .env("XDG_CONFIG_HOME", user_home.join(".config"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("paddock runs");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "paddock {args:?} as {USER_UID}: {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
+    };
+    let job: Value =
+        serde_json::from_str(&run(&["create", "--runtime", "process", "--json"])).unwrap();
+    let id = text(&job, "id");
+    let branch = text(&job, "branch");
+    run(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo u > u.txt && git add u.txt && git commit -qm u",
+    ]);
+    let report: Value = serde_json::from_str(&run(&["push", &id, "--json"])).unwrap();
+    assert_eq!(report["updated"], true, "{report}");
+    let tip = git(&repo, &["-c", "safe.directory=*", "rev-parse", &branch]);
+    assert_eq!(report["new"], tip.as_str());
+    assert_eq!(heads(&server.bare()), vec![format!("{branch}={tip}")]);
+    run(&["rm", &id, "--delete-branch"]);
+}
