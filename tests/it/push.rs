@@ -3,7 +3,7 @@
 //! http-backend` behind basic auth served by the test on loopback; another ref, a rewrite
 //! without `--force-with-lease`, a URL for a remote and a remote the agent planted in its
 //! own git config are refused or never read; `push: on-sync`; the API route and the MCP
-//! tool; a gVisor job.
+//! tool; a gVisor job; an unprivileged user with the helper in their own global config.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
