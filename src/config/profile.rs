@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CheckoutMode, ConfigError, DEFAULT_IMAGE, KillPolicy, NetworkMode, RuntimeChoice, Source,
-    Sourced, cache_names, files::source_origin,
+    CheckoutMode, ConfigError, DEFAULT_IMAGE, KillPolicy, NetworkMode, PushPolicy, RuntimeChoice,
+    Source, Sourced, cache_names, files::source_origin,
 };
 use crate::cache::CacheSpec;
 use crate::egress::AllowEntry;
@@ -73,6 +73,8 @@ pub struct ProfileLayer {
     pub setup_allow: Option<Vec<AllowEntry>>,
     /// A warm pool of this profile's containers, started ahead of creates.
     pub pool: Option<PoolSettings>,
+    /// `on-sync`: push the job's branch after each exec that moved it (user config only).
+    pub push: Option<PushPolicy>,
 }
 
 /// `pool:` of a profile: how many containers wait, started ahead, for this profile's jobs
@@ -178,6 +180,7 @@ pub struct Profile {
     pub setup_network: Option<Sourced<NetworkMode>>,
     pub setup_allow: Option<Sourced<Vec<AllowEntry>>>,
     pub pool: Sourced<PoolSettings>,
+    pub push: Sourced<PushPolicy>,
 }
 
 impl Default for Profile {
@@ -210,6 +213,7 @@ impl Default for Profile {
             setup_network: None,
             setup_allow: None,
             pool: Sourced::default_value(PoolSettings::default()),
+            push: Sourced::default_value(PushPolicy::Manual),
         }
     }
 }
@@ -257,6 +261,17 @@ impl Profile {
             }
             if let Some(value) = reserve.memory {
                 self.reserve_memory = Sourced {
+                    value,
+                    source: source.clone(),
+                };
+            }
+        }
+        // A repository's own file cannot make paddock publish with the user's credentials.
+        if let Some(value) = layer.push {
+            if matches!(source, Source::RepoFile(_)) {
+                tracing::warn!(%source, "`push` is honoured only outside the repository's file");
+            } else {
+                self.push = Sourced {
                     value,
                     source: source.clone(),
                 };
@@ -454,6 +469,13 @@ impl Profile {
                     self.pool.value.size, self.pool.value.idle
                 ),
                 &self.pool.source,
+            ));
+        }
+        if self.push.value != PushPolicy::Manual {
+            rows.push((
+                "push".into(),
+                self.push.value.to_string(),
+                &self.push.source,
             ));
         }
         if !self.caches.value.is_empty() {
