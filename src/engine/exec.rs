@@ -164,6 +164,30 @@ fn shell_words(cmd: &[String]) -> String {
         .join(" ")
 }
 
+/// What no process can be given (a NUL in an argument, the environment or the directory; an
+/// environment name with `=`): a 400 before anything runs, never a failure of paddock's.
+fn check_exec_request(options: &ExecOptions) -> Result<()> {
+    let bad = |reason: &str| {
+        Err(Error::BadExec {
+            reason: reason.to_string(),
+        })
+    };
+    if options.cmd.iter().any(|arg| arg.contains('\0')) {
+        return bad("an argument holds a NUL byte");
+    }
+    if options
+        .env
+        .iter()
+        .any(|(name, value)| name.is_empty() || name.contains(['=', '\0']) || value.contains('\0'))
+    {
+        return bad("an environment name is empty or holds `=` or NUL, or a value holds NUL");
+    }
+    if options.workdir.as_deref().is_some_and(|w| w.contains('\0')) {
+        return bad("the working directory holds a NUL byte");
+    }
+    Ok(())
+}
+
 impl Paddock {
     /// Runs a command in a job: the job becomes `running`, then `exited` or `timed-out` (or
     /// `failed` when paddock itself could not run it). Output goes to `sink` as it comes and
@@ -175,6 +199,7 @@ impl Paddock {
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult> {
         let mut clock = StageClock::start();
+        check_exec_request(&options)?;
         let record = self.load(id)?;
         if record.is_legacy() {
             return Err(Error::Legacy { id: record.id });

@@ -60,6 +60,8 @@ pub enum RuntimeError {
     },
     #[error("empty command: give the program to run after `--`")]
     EmptyCommand,
+    #[error("the working directory `{dir}` is not a directory in the job")]
+    NoWorkdir { dir: std::path::PathBuf },
     #[error("refusing to touch container `{name}`: it does not carry this install's labels")]
     NotOurContainer { name: String },
     #[error("the container name `{name}` is already in use by a container that is not this job's")]
