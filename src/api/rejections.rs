@@ -7,7 +7,8 @@
 //! Invariant: only API paths (`/v1/...`, `/healthz`, `/metrics`) are rewritten, and only
 //! error answers (4xx, 5xx) that are not JSON already; the dashboard's pages keep theirs, and
 //! a success is never touched. The text axum wrote becomes the message; headers such as
-//! `Allow` (405) and `Retry-After` stay.
+//! `Allow` (405) and `Retry-After` stay. axum's 422 (a JSON body of the wrong shape) is a 400,
+//! as every other malformed request is.
 
 use axum::extract::Request;
 use axum::http::{StatusCode, header};
@@ -59,10 +60,16 @@ pub(crate) async fn json_errors(request: Request, next: Next) -> Response {
     if json {
         return response;
     }
+    // A non-JSON 422 is axum's (a JSON body of the wrong shape): the API calls that a 400,
+    // as `ApiJson` does; paddock's own 422s (setup_failed, idempotency_mismatch) are JSON.
+    let status = if status == StatusCode::UNPROCESSABLE_ENTITY {
+        StatusCode::BAD_REQUEST
+    } else {
+        status
+    };
     let (parts, body) = response.into_parts();
     // axum's rejections are short texts; a body that cannot be read is named by its status.
-    let text = match tokio::time::timeout(std::time::Duration::from_secs(5), body.collect()).await
-    {
+    let text = match tokio::time::timeout(std::time::Duration::from_secs(5), body.collect()).await {
         Ok(Ok(collected)) => {
             let bytes = collected.to_bytes();
             let end = bytes.len().min(MESSAGE_CAP);
