@@ -164,6 +164,32 @@ fn shell_words(cmd: &[String]) -> String {
         .join(" ")
 }
 
+/// What the exec ran on and under, from the job's record: the one place `meta` is made.
+fn exec_meta(record: &crate::job::JobRecord) -> crate::output::ExecMeta {
+    use crate::job::RuntimeKind;
+    let limits = &record.limits;
+    let runtime = match record.runtime {
+        RuntimeKind::Docker => "runc",
+        RuntimeKind::Runsc => "runsc",
+        RuntimeKind::Process => "process",
+    };
+    crate::output::ExecMeta {
+        runtime: runtime.to_string(),
+        image: record.runtime.uses_docker().then(|| limits.image.clone()),
+        image_id: None,
+        paddock_version: env!("CARGO_PKG_VERSION").to_string(),
+        checkout: record.checkout.to_string(),
+        limits: crate::output::ExecLimits {
+            cpus: limits.cpus.to_string(),
+            memory: limits.memory.to_string(),
+            pids: limits.pids,
+            disk: record.disk.map(|d| d.to_string()),
+            network: limits.network.to_string(),
+            allow: limits.allow.iter().map(ToString::to_string).collect(),
+        },
+    }
+}
+
 /// What no process can be given (a NUL in an argument, the environment or the directory; an
 /// environment name with `=`): a 400 before anything runs, never a failure of paddock's.
 fn check_exec_request(options: &ExecOptions) -> Result<()> {
@@ -294,6 +320,7 @@ impl Paddock {
         tee.log_end(&outcome);
         if let Ok(done) = &mut outcome {
             done.result.exec_id = Some(tee.recorder.id().to_string());
+            done.result.meta = Some(exec_meta(&record));
         }
         let (container_id, oom_kills) = match &outcome {
             Ok(o) => (o.container_id.clone(), o.oom_kills),

@@ -184,6 +184,7 @@ pub(super) async fn exec(
         exec_id: None,
         stdout_base64,
         stderr_base64,
+        meta: None,
     })
 }
 
@@ -236,6 +237,7 @@ fn shell_refusal(
         exec_id: None,
         stdout_base64: None,
         stderr_base64: None,
+        meta: None,
     }
 }
 
