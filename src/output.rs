@@ -55,7 +55,7 @@ pub struct ExecResult {
     /// Where and under what limits the command ran; set by the engine's exec (absent in
     /// results recorded before it existed, and in a setup command's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub meta: Option<ExecMeta>,
+    pub meta: Option<Box<ExecMeta>>,
 }
 
 /// What an exec ran on: the runtime, image, paddock's version, the checkout kind and the

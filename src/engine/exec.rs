@@ -320,7 +320,7 @@ impl Paddock {
         tee.log_end(&outcome);
         if let Ok(done) = &mut outcome {
             done.result.exec_id = Some(tee.recorder.id().to_string());
-            done.result.meta = Some(exec_meta(&record));
+            done.result.meta = Some(Box::new(exec_meta(&record)));
         }
         let (container_id, oom_kills) = match &outcome {
             Ok(o) => (o.container_id.clone(), o.oom_kills),

@@ -10,8 +10,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::api::Daemon;
+use crate::api::{Daemon, api};
 use crate::fixtures::{FixtureRepo, TestHome};
+use serde_json::json;
 
 /// The seed of every run (a failure reproduces with it).
 const SEED: u64 = 28;
@@ -212,5 +213,57 @@ fn a_status_the_document_leaves_out_fails_the_run() {
         report.contains("curl"),
         "a failure says how to reproduce it: {report}"
     );
+    target.daemon.stop();
+}
+
+#[test]
+fn a_missing_program_exits_127_and_every_rejection_is_the_json_error_body() {
+    let target = target();
+    let socket = &target.daemon.socket;
+    for cmd in [json!([""]), json!(["no-such-program-28"])] {
+        let (status, result) = api(
+            socket,
+            "POST",
+            "/v1/jobs/fuzz/exec",
+            Some(&json!({"cmd": cmd})),
+        );
+        assert_eq!(status, 200, "{result}");
+        assert_eq!(result["exit_code"], 127, "{result}");
+        assert!(
+            result["stderr"]
+                .as_str()
+                .unwrap()
+                .contains("command not found"),
+            "{result}"
+        );
+        assert_eq!(result["meta"]["runtime"], "process", "{result}");
+        assert_eq!(result["meta"]["limits"]["network"], "none", "{result}");
+        assert!(result["meta"]["paddock_version"].is_string(), "{result}");
+    }
+    let (status, body) = api(
+        socket,
+        "POST",
+        "/v1/jobs/fuzz/exec",
+        Some(&json!({"cmd": ["true"], "workdir": "not/there"})),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_input")),
+        "{body}"
+    );
+    // axum's own rejections (a query string, an unknown route, a method) answer JSON too.
+    for (method, path, want) in [
+        ("DELETE", "/v1/jobs/victim-1?keep_branch=maybe", 400),
+        ("POST", "/v1/sweep?dry_run=2", 400),
+        ("GET", "/v1/no-such-route", 404),
+        ("PATCH", "/v1/jobs", 405),
+    ] {
+        let (status, body) = api(socket, method, path, None);
+        assert_eq!(status, want, "{method} {path}: {body}");
+        assert!(
+            body["error"]["code"].is_string() && body["error"]["message"].is_string(),
+            "{method} {path}: {body}"
+        );
+    }
     target.daemon.stop();
 }
