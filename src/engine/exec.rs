@@ -399,6 +399,7 @@ impl Paddock {
                 "oom_killed": oom_killed,
                 "duration_ms": entry.duration_ms,
                 "sync_error": outcome.as_ref().ok().and_then(|o| o.result.sync_error.clone()),
+                "meta": outcome.as_ref().ok().and_then(|o| o.result.meta.clone()),
             }),
         );
         clock.mark("log");
