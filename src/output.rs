@@ -66,7 +66,8 @@ pub struct ExecMeta {
     pub runtime: String,
     /// The job's image; null for the process runtime.
     pub image: Option<String>,
-    /// The image's id (`sha256:...`) when the job recorded it; null otherwise.
+    /// The id (`sha256:...`) of the image the job's container runs; null for the process
+    /// runtime, or when the daemon did not say.
     pub image_id: Option<String>,
     pub paddock_version: String,
     /// `worktree` or `overlay`.

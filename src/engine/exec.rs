@@ -165,7 +165,7 @@ fn shell_words(cmd: &[String]) -> String {
 }
 
 /// What the exec ran on and under, from the job's record: the one place `meta` is made.
-fn exec_meta(record: &crate::job::JobRecord) -> crate::output::ExecMeta {
+fn exec_meta(record: &crate::job::JobRecord, image_id: Option<String>) -> crate::output::ExecMeta {
     use crate::job::RuntimeKind;
     let limits = &record.limits;
     let runtime = match record.runtime {
@@ -176,7 +176,7 @@ fn exec_meta(record: &crate::job::JobRecord) -> crate::output::ExecMeta {
     crate::output::ExecMeta {
         runtime: runtime.to_string(),
         image: record.runtime.uses_docker().then(|| limits.image.clone()),
-        image_id: None,
+        image_id,
         paddock_version: env!("CARGO_PKG_VERSION").to_string(),
         checkout: record.checkout.to_string(),
         limits: crate::output::ExecLimits {
@@ -320,7 +320,7 @@ impl Paddock {
         tee.log_end(&outcome);
         if let Ok(done) = &mut outcome {
             done.result.exec_id = Some(tee.recorder.id().to_string());
-            done.result.meta = Some(Box::new(exec_meta(&record)));
+            done.result.meta = Some(Box::new(exec_meta(&record, done.image_id.take())));
         }
         let (container_id, oom_kills) = match &outcome {
             Ok(o) => (o.container_id.clone(), o.oom_kills),

@@ -96,6 +96,8 @@ pub struct ExecOutcome {
     pub container_id: Option<String>,
     /// The container's OOM-kill counter, when it was read.
     pub oom_kills: Option<u64>,
+    /// The id of the image the command's container runs (`sha256:...`), when known.
+    pub image_id: Option<String>,
 }
 
 /// A sandbox this install left on the machine (a container carrying its labels), as the

@@ -317,6 +317,7 @@ impl super::Runtime for ProcessRuntime {
             result: exec(record, request, sink).await?,
             container_id: None,
             oom_kills: None,
+            image_id: None,
         })
     }
 
