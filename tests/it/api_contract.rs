@@ -30,16 +30,15 @@ fn document() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.yaml")
 }
 
+/// How to get the two tools (`.ci/run` does this).
+const INSTALL: &str =
+    "install them with `pip install schemathesis==4.32.5 openapi-spec-validator==0.9.0`";
+
 fn tool(program: &str, args: &[&str]) -> Output {
     Command::new(program)
         .args(args)
         .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run `{program}` ({e}): install it with \
-             `pip install schemathesis==4.32.5 openapi-spec-validator==0.9.0` (as .ci/run does)"
-            )
-        })
+        .unwrap_or_else(|e| panic!("cannot run `{program}` ({e}): {INSTALL}"))
 }
 
 #[test]
@@ -162,7 +161,12 @@ request-timeout = 3
             "50",
         ];
         args.extend_from_slice(extra);
-        tool("st", &args)
+        // schemathesis keeps a cache and reports in its working directory: the test's own.
+        Command::new("st")
+            .args(&args)
+            .current_dir(self.home.dir.path())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run `st` ({e}): {INSTALL}"))
     }
 }
 
