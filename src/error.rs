@@ -182,6 +182,8 @@ pub enum Error {
     EventLog(#[from] crate::eventlog::EventLogError),
     #[error("path escapes the workspace: `{path}`")]
     PathEscapes { path: String },
+    #[error("the exec cannot be run as asked: {reason}")]
+    BadExec { reason: String },
     #[error("path goes through a symbolic link: `{path}`")]
     PathSymlink { path: String },
     #[error("refusing to touch `{path}` in the job: {reason}")]
@@ -274,6 +276,7 @@ impl Error {
             | Error::ExecFiles { .. }
             | Error::EventLog(_) => K::Internal,
             Error::NoExec { .. } | Error::FileNotFound { .. } => K::NotFound,
+            Error::BadExec { .. } => K::InvalidInput,
             Error::PathEscapes { .. } | Error::PathSymlink { .. } | Error::PathRefused { .. } => {
                 K::Refused
             }
@@ -315,6 +318,7 @@ impl Error {
                 | RuntimeError::OciRuntimeMisconfigured { .. },
             ) => K::RuntimeUnavailable,
             Error::Runtime(RuntimeError::EmptyCommand) => K::Usage,
+            Error::Runtime(RuntimeError::NoWorkdir { .. }) => K::InvalidInput,
             Error::Runtime(RuntimeError::Unsupported { .. }) => K::InvalidInput,
             Error::Runtime(RuntimeError::NotOurContainer { .. }) => K::Refused,
             Error::Runtime(RuntimeError::NameInUse { .. }) => K::Conflict,

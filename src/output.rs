@@ -52,6 +52,41 @@ pub struct ExecResult {
     /// The same for stderr.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_base64: Option<String>,
+    /// Where and under what limits the command ran; set by the engine's exec (absent in
+    /// results recorded before it existed, and in a setup command's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Box<ExecMeta>>,
+}
+
+/// What an exec ran on: the runtime, image, paddock's version, the checkout kind and the
+/// limits in force for it. Built in one place (the engine's exec) from the job's record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecMeta {
+    /// `runc`, `runsc` or `process` (later runtimes add their names).
+    pub runtime: String,
+    /// The job's image; null for the process runtime.
+    pub image: Option<String>,
+    /// The id (`sha256:...`) of the image the job's container runs; null for the process
+    /// runtime, or when the daemon did not say.
+    pub image_id: Option<String>,
+    pub paddock_version: String,
+    /// `worktree` or `overlay`.
+    pub checkout: String,
+    pub limits: ExecLimits,
+}
+
+/// The limits an exec ran under, as the job's record holds them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecLimits {
+    pub cpus: String,
+    pub memory: String,
+    pub pids: u32,
+    /// The job's disk limit; null without one.
+    pub disk: Option<String>,
+    /// `none`, `allowlist` or `open`.
+    pub network: String,
+    /// The allow-list's entries (empty unless `network` is `allowlist`).
+    pub allow: Vec<String>,
 }
 
 /// One chunk of a command's output as a JSON line's object: `{"stream", "data"}`, plus

@@ -152,6 +152,7 @@ mod files;
 mod idempotency;
 pub(crate) mod ids;
 mod merges;
+pub(crate) mod rejections;
 mod streams;
 
 pub(crate) type ApiResult<T> = Result<T, ApiError>;

@@ -207,7 +207,7 @@ fn actions(id: &str, csrf: &str) -> String {
 
 fn exec_table(execs: &[ExecInfo], now: DateTime<Utc>) -> String {
     let mut out = String::from(
-        r#"<table class="execs" id="execs"><thead><tr><th>exec</th><th>command</th><th>state</th><th>exit code</th><th>duration</th><th>started</th></tr></thead><tbody>"#,
+        r#"<table class="execs" id="execs"><thead><tr><th>exec</th><th>command</th><th>state</th><th>exit code</th><th>duration</th><th>ran on</th><th>started</th></tr></thead><tbody>"#,
     );
     for exec in execs.iter().rev() {
         let state = match exec.state {
@@ -230,14 +230,29 @@ fn exec_table(execs: &[ExecInfo], now: DateTime<Utc>) -> String {
                 )
             },
         );
+        // The exec's meta: where it ran and under which limits.
+        let ran_on = exec
+            .result
+            .as_ref()
+            .and_then(|r| r.meta.as_ref())
+            .map_or_else(
+                || "—".to_string(),
+                |m| {
+                    format!(
+                        "{} · {} CPUs · {} · pids {} · network {}",
+                        m.runtime, m.limits.cpus, m.limits.memory, m.limits.pids, m.limits.network
+                    )
+                },
+            );
         let _ = write!(
             out,
-            "<tr><td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{} ago</td></tr>",
+            "<tr><td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ago</td></tr>",
             esc(&exec.id),
             esc(&exec.command.join(" ")),
             state,
             esc(&exit),
             duration,
+            esc(&ran_on),
             format_age(now - exec.started_at)
         );
     }

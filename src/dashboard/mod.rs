@@ -47,6 +47,7 @@ pub fn app(state: ApiState) -> Router {
         .layer(middleware::from_fn(move |request: Request, next: Next| {
             auth::authorize(access.clone(), request, next)
         }))
+        .layer(middleware::from_fn(crate::api::rejections::json_errors))
         .layer(middleware::from_fn(crate::api::catch_panic))
 }
 

@@ -164,6 +164,56 @@ fn shell_words(cmd: &[String]) -> String {
         .join(" ")
 }
 
+/// What the exec ran on and under, from the job's record: the one place `meta` is made.
+fn exec_meta(record: &crate::job::JobRecord, image_id: Option<String>) -> crate::output::ExecMeta {
+    use crate::job::RuntimeKind;
+    let limits = &record.limits;
+    let runtime = match record.runtime {
+        RuntimeKind::Docker => "runc",
+        RuntimeKind::Runsc => "runsc",
+        RuntimeKind::Process => "process",
+    };
+    crate::output::ExecMeta {
+        runtime: runtime.to_string(),
+        image: record.runtime.uses_docker().then(|| limits.image.clone()),
+        image_id,
+        paddock_version: env!("CARGO_PKG_VERSION").to_string(),
+        checkout: record.checkout.to_string(),
+        limits: crate::output::ExecLimits {
+            cpus: limits.cpus.to_string(),
+            memory: limits.memory.to_string(),
+            pids: limits.pids,
+            disk: record.disk.map(|d| d.to_string()),
+            network: limits.network.to_string(),
+            allow: limits.allow.iter().map(ToString::to_string).collect(),
+        },
+    }
+}
+
+/// What no process can be given (a NUL in an argument, the environment or the directory; an
+/// environment name with `=`): a 400 before anything runs, never a failure of paddock's.
+fn check_exec_request(options: &ExecOptions) -> Result<()> {
+    let bad = |reason: &str| {
+        Err(Error::BadExec {
+            reason: reason.to_string(),
+        })
+    };
+    if options.cmd.iter().any(|arg| arg.contains('\0')) {
+        return bad("an argument holds a NUL byte");
+    }
+    if options
+        .env
+        .iter()
+        .any(|(name, value)| name.is_empty() || name.contains(['=', '\0']) || value.contains('\0'))
+    {
+        return bad("an environment name is empty or holds `=` or NUL, or a value holds NUL");
+    }
+    if options.workdir.as_deref().is_some_and(|w| w.contains('\0')) {
+        return bad("the working directory holds a NUL byte");
+    }
+    Ok(())
+}
+
 impl Paddock {
     /// Runs a command in a job: the job becomes `running`, then `exited` or `timed-out` (or
     /// `failed` when paddock itself could not run it). Output goes to `sink` as it comes and
@@ -175,6 +225,7 @@ impl Paddock {
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult> {
         let mut clock = StageClock::start();
+        check_exec_request(&options)?;
         let record = self.load(id)?;
         if record.is_legacy() {
             return Err(Error::Legacy { id: record.id });
@@ -269,6 +320,7 @@ impl Paddock {
         tee.log_end(&outcome);
         if let Ok(done) = &mut outcome {
             done.result.exec_id = Some(tee.recorder.id().to_string());
+            done.result.meta = Some(Box::new(exec_meta(&record, done.image_id.take())));
         }
         let (container_id, oom_kills) = match &outcome {
             Ok(o) => (o.container_id.clone(), o.oom_kills),
@@ -347,6 +399,7 @@ impl Paddock {
                 "oom_killed": oom_killed,
                 "duration_ms": entry.duration_ms,
                 "sync_error": outcome.as_ref().ok().and_then(|o| o.result.sync_error.clone()),
+                "meta": outcome.as_ref().ok().and_then(|o| o.result.meta.clone()),
             }),
         );
         clock.mark("log");

@@ -23,16 +23,23 @@ mod tools;
 
 pub use tools::{SESSION_LABEL, Session};
 
-/// The protocol version this server speaks by default.
-pub const PROTOCOL_VERSION: &str = "2025-06-18";
-/// The versions whose messages this server's subset reads and writes alike.
-pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2024-11-05"];
+/// The protocol version this server speaks by default (the newest).
+pub const PROTOCOL_VERSION: &str = "2025-11-25";
+/// The versions this server speaks, newest first. What differs for a tools-only server:
+/// from 2025-11-25, arguments that do not fit a tool's input schema are a tool execution
+/// error (an `isError` result the model can correct from), not a JSON-RPC -32602; and
+/// `serverInfo` carries a `description`.
+pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// The first version that answers bad tool arguments with an `isError` result.
+const INPUT_ERRORS_AS_RESULTS: &str = "2025-11-25";
 
 /// A JSON-RPC error: its code and message.
 #[derive(Debug)]
 pub(crate) struct RpcError {
     code: i64,
     message: String,
+    /// Arguments that do not fit a tool's schema (a tool execution error from 2025-11-25).
+    tool_input: bool,
 }
 
 pub(crate) const PARSE_ERROR: i64 = -32700;
@@ -45,6 +52,15 @@ impl RpcError {
         RpcError {
             code,
             message: message.into(),
+            tool_input: false,
+        }
+    }
+
+    /// Arguments that do not fit a tool's input schema.
+    pub(crate) fn tool_input(message: impl Into<String>) -> RpcError {
+        RpcError {
+            tool_input: true,
+            ..RpcError::new(INVALID_PARAMS, message)
         }
     }
 }
@@ -68,11 +84,13 @@ pub async fn serve(
     mut output: impl AsyncWrite + Unpin,
 ) -> std::io::Result<()> {
     let mut lines = input.lines();
+    // The version `initialize` agreed on (dates compare as strings); none before it.
+    let mut version: Option<&'static str> = None;
     while let Some(line) = lines.next_line().await? {
         if line.trim().is_empty() {
             continue;
         }
-        if let Some(answer) = handle_line(ops, session, &line).await {
+        if let Some(answer) = handle_line(ops, session, &mut version, &line).await {
             let mut text = answer.to_string();
             text.push('\n');
             output.write_all(text.as_bytes()).await?;
@@ -83,7 +101,12 @@ pub async fn serve(
 }
 
 /// The answer to one line, or none (a notification, or a response from the client).
-async fn handle_line(ops: &impl Operations, session: &Session, line: &str) -> Option<Value> {
+async fn handle_line(
+    ops: &impl Operations,
+    session: &Session,
+    version: &mut Option<&'static str>,
+    line: &str,
+) -> Option<Value> {
     let message: Value = match serde_json::from_str(line) {
         Ok(message) => message,
         Err(error) => {
@@ -122,10 +145,22 @@ async fn handle_line(ops: &impl Operations, session: &Session, line: &str) -> Op
     // A notification (no id) gets no answer, whatever it is.
     let id = id?;
     let outcome = match method {
-        "initialize" => initialize(&params),
+        "initialize" => initialize(&params).map(|(agreed, result)| {
+            *version = Some(agreed);
+            result
+        }),
         "ping" => Ok(json!({})),
         "tools/list" => Ok(json!({"tools": tools::list()})),
-        "tools/call" => tools::call(ops, session, &params).await,
+        "tools/call" => match tools::call(ops, session, &params).await {
+            // A client that never initialized gets the newest version's behaviour.
+            Err(error)
+                if error.tool_input
+                    && version.unwrap_or(PROTOCOL_VERSION) >= INPUT_ERRORS_AS_RESULTS =>
+            {
+                Ok(tools::input_error(&error.message))
+            }
+            outcome => outcome,
+        },
         other => Err(RpcError::new(
             METHOD_NOT_FOUND,
             format!("method not found: `{other}`"),
@@ -134,32 +169,42 @@ async fn handle_line(ops: &impl Operations, session: &Session, line: &str) -> Op
     Some(response(&id, outcome))
 }
 
-fn initialize(params: &Value) -> Result<Value, RpcError> {
+/// The version agreed on (the client's when this server speaks it, else the newest) and the
+/// answer.
+fn initialize(params: &Value) -> Result<(&'static str, Value), RpcError> {
     let Some(asked) = params.get("protocolVersion").and_then(Value::as_str) else {
         return Err(RpcError::new(
             INVALID_PARAMS,
             "initialize needs params.protocolVersion (a string)",
         ));
     };
-    let version = if SUPPORTED_VERSIONS.contains(&asked) {
-        asked
-    } else {
-        PROTOCOL_VERSION
-    };
-    Ok(json!({
-        "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}},
-        "serverInfo": {
-            "name": "paddock",
-            "title": "paddock",
-            "version": env!("CARGO_PKG_VERSION"),
-        },
-        "instructions": "paddock gives each task its own git branch, checkout and container. \
-            Make a job with job_create (repo = the repository's path), work in it with \
-            file_write/file_read/file_list and job_exec (command is an argv array; use \
-            [\"sh\", \"-c\", \"...\"] for a shell line; commit with git inside the job), \
-            review with job_diff/job_log, and end it with job_remove (the branch keeps \
-            committed work). Paths are as the agent sees them (/workspace/...) or relative \
-            to the workspace.",
-    }))
+    let version = SUPPORTED_VERSIONS
+        .into_iter()
+        .find(|v| *v == asked)
+        .unwrap_or(PROTOCOL_VERSION);
+    let mut server_info = json!({
+        "name": "paddock",
+        "title": "paddock",
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    if version >= "2025-11-25" {
+        // Implementation.description, new in 2025-11-25.
+        server_info["description"] =
+            json!("Git branches, checkouts and sandboxes for coding agents' jobs");
+    }
+    Ok((
+        version,
+        json!({
+            "protocolVersion": version,
+            "capabilities": {"tools": {"listChanged": false}},
+            "serverInfo": server_info,
+            "instructions": "paddock gives each task its own git branch, checkout and container. \
+                Make a job with job_create (repo = the repository's path), work in it with \
+                file_write/file_read/file_list and job_exec (command is an argv array; use \
+                [\"sh\", \"-c\", \"...\"] for a shell line; commit with git inside the job), \
+                review with job_diff/job_log, and end it with job_remove (the branch keeps \
+                committed work). Paths are as the agent sees them (/workspace/...) or relative \
+                to the workspace.",
+        }),
+    ))
 }

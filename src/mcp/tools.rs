@@ -274,11 +274,17 @@ impl From<Error> for Failure {
 }
 
 fn arguments<T: DeserializeOwned>(name: &str, arguments: Value) -> Result<T, RpcError> {
-    serde_json::from_value(arguments).map_err(|e| {
-        RpcError::new(
-            INVALID_PARAMS,
-            format!("invalid arguments for `{name}`: {e}"),
-        )
+    serde_json::from_value(arguments)
+        .map_err(|e| RpcError::tool_input(format!("invalid arguments for `{name}`: {e}")))
+}
+
+/// The `isError` result for arguments that do not fit a tool's schema (2025-11-25 on), in
+/// the shape of every tool failure, so the model can correct the call.
+pub(super) fn input_error(message: &str) -> Value {
+    json!({
+        "content": [{"type": "text", "text": message}],
+        "structuredContent": {"error": {"code": "invalid_input", "message": message}},
+        "isError": true,
     })
 }
 

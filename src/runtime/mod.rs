@@ -60,6 +60,8 @@ pub enum RuntimeError {
     },
     #[error("empty command: give the program to run after `--`")]
     EmptyCommand,
+    #[error("the working directory `{dir}` is not a directory in the job")]
+    NoWorkdir { dir: std::path::PathBuf },
     #[error("refusing to touch container `{name}`: it does not carry this install's labels")]
     NotOurContainer { name: String },
     #[error("the container name `{name}` is already in use by a container that is not this job's")]
@@ -94,6 +96,8 @@ pub struct ExecOutcome {
     pub container_id: Option<String>,
     /// The container's OOM-kill counter, when it was read.
     pub oom_kills: Option<u64>,
+    /// The id of the image the command's container runs (`sha256:...`), when known.
+    pub image_id: Option<String>,
 }
 
 /// A sandbox this install left on the machine (a container carrying its labels), as the

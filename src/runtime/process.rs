@@ -48,6 +48,9 @@ pub(super) async fn exec(
     let pids = u64::from(limits.pids);
     let cpu_secs = request.timeout.as_secs() + request.grace.as_secs() + 1;
 
+    if !dir.is_dir() {
+        return Err(RuntimeError::NoWorkdir { dir });
+    }
     let mut command = Command::new(program);
     command
         .args(args)
@@ -75,11 +78,21 @@ pub(super) async fn exec(
     }
     .apply(&mut command);
     let started = Instant::now();
-    let mut child = command.spawn().map_err(|source| RuntimeError::Spawn {
-        program: program.clone(),
-        dir: dir.clone(),
-        source,
-    })?;
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(source) => match not_runnable(program, &dir, &source) {
+            Some((exit_code, message)) => {
+                return Ok(shell_refusal(exit_code, &message, started, sink));
+            }
+            None => {
+                return Err(RuntimeError::Spawn {
+                    program: program.clone(),
+                    dir: dir.clone(),
+                    source,
+                });
+            }
+        },
+    };
     let pgid = child.id().and_then(|pid| i32::try_from(pid).ok());
 
     let (tx, mut rx) = mpsc::channel::<(StreamKind, Vec<u8>)>(64);
@@ -171,7 +184,61 @@ pub(super) async fn exec(
         exec_id: None,
         stdout_base64,
         stderr_base64,
+        meta: None,
     })
+}
+
+/// A command that cannot be started for a reason of its own (no such program, not
+/// executable, an empty name) ends as a shell ends it: exit 127 (not found) or 126 (found,
+/// not runnable), the reason on stderr. That is the command's result, not paddock's failure;
+/// a working directory that is not there stays an error (the request named it).
+fn not_runnable(
+    program: &str,
+    dir: &std::path::Path,
+    source: &std::io::Error,
+) -> Option<(i64, String)> {
+    use std::io::ErrorKind;
+    if !dir.is_dir() {
+        return None; // gone since the check above: paddock's failure, not the command's
+    }
+    let shown = if program.is_empty() { "''" } else { program };
+    match source.kind() {
+        ErrorKind::NotFound | ErrorKind::InvalidInput => {
+            Some((127, format!("paddock: {shown}: command not found")))
+        }
+        ErrorKind::PermissionDenied | ErrorKind::IsADirectory => {
+            Some((126, format!("paddock: {shown}: {source}")))
+        }
+        _ if source.raw_os_error() == Some(libc::ENOEXEC) => {
+            Some((126, format!("paddock: {shown}: cannot execute: {source}")))
+        }
+        _ => None,
+    }
+}
+
+/// The result of a command that never started: `exit_code` and `message` on stderr.
+fn shell_refusal(
+    exit_code: i64,
+    message: &str,
+    started: Instant,
+    sink: &mut dyn OutputSink,
+) -> ExecResult {
+    let stderr = format!("{message}\n");
+    sink.write(StreamKind::Stderr, stderr.as_bytes());
+    ExecResult {
+        exit_code,
+        stdout: String::new(),
+        stderr,
+        duration_ms: crate::units::millis(started.elapsed()),
+        timed_out: false,
+        truncated: false,
+        oom_killed: false,
+        sync_error: None,
+        exec_id: None,
+        stdout_base64: None,
+        stderr_base64: None,
+        meta: None,
+    }
 }
 
 fn signal_group(pgid: Option<i32>, signal: i32) {
@@ -250,6 +317,7 @@ impl super::Runtime for ProcessRuntime {
             result: exec(record, request, sink).await?,
             container_id: None,
             oom_kills: None,
+            image_id: None,
         })
     }
 

@@ -151,6 +151,18 @@ fn isolated_and_limited(runtime: &str) {
     // Not root.
     let result = sh(&home, &id, "id -u");
     assert_ne!(result["stdout"].as_str().unwrap().trim(), "0", "{result}");
+    // The result says what it ran on and under (issue 28): the OCI runtime, the image and
+    // its id as the daemon has it, the limits given above.
+    let meta = &result["meta"];
+    let oci = if runtime == "docker" { "runc" } else { "runsc" };
+    assert_eq!(meta["runtime"], oci, "{result}");
+    assert_eq!(meta["image"], image.as_str(), "{result}");
+    let image_id = docker(&["image", "inspect", "--format", "{{.Id}}", &image]);
+    assert_eq!(meta["image_id"], image_id.trim(), "{result}");
+    assert_eq!(meta["limits"]["cpus"], "0.5", "{result}");
+    assert_eq!(meta["limits"]["pids"], 64, "{result}");
+    assert_eq!(meta["limits"]["memory"], "64m", "{result}");
+    assert_eq!(meta["limits"]["network"], "none", "{result}");
 
     // A file outside the mounts is not there.
     let marker = format!("/root/paddock-marker-{id}");

@@ -8,6 +8,7 @@ mod fixtures;
 
 mod admission;
 mod api;
+mod api_contract;
 mod architecture;
 mod bounded_reads;
 mod browser;

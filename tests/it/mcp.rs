@@ -19,6 +19,17 @@ pub(crate) struct McpClient {
 
 impl McpClient {
     pub(crate) fn start(home: &TestHome, extra: &[&str]) -> McpClient {
+        let (client, init) = McpClient::start_speaking(home, extra, "2025-06-18");
+        assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
+        client
+    }
+
+    /// A session whose client asks for protocol version `asked`; with `initialize`'s answer.
+    pub(crate) fn start_speaking(
+        home: &TestHome,
+        extra: &[&str],
+        asked: &str,
+    ) -> (McpClient, Value) {
         let mut args = vec!["mcp"];
         args.extend_from_slice(extra);
         let mut child = home
@@ -39,19 +50,18 @@ impl McpClient {
         let init = client.request(
             "initialize",
             &json!({
-                "protocolVersion": "2025-06-18",
+                "protocolVersion": asked,
                 "capabilities": {},
                 "clientInfo": {"name": "paddock-tests", "version": "1"},
             }),
         );
-        assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
         assert_eq!(init["result"]["serverInfo"]["name"], "paddock");
         assert!(init["result"]["capabilities"]["tools"].is_object());
         // A notification: no answer (the next answer read is the next request's).
         client.send_line(
             &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
         );
-        client
+        (client, init)
     }
 
     fn send_line(&mut self, line: &str) {
@@ -248,6 +258,9 @@ fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
     );
     assert_eq!(result["exit_code"], 0, "{result}");
     assert_eq!(result["stdout"], "done\n");
+    // What it ran on and under (issue 28).
+    assert!(result["meta"]["runtime"].is_string(), "{result}");
+    assert!(result["meta"]["limits"]["pids"].is_u64(), "{result}");
     let diff = mcp.ok("job_diff", &json!({"job": id}));
     let patch = diff["diff"].as_str().unwrap();
     assert!(
@@ -377,4 +390,68 @@ fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
     drop(mcp.stdin.take());
     let status = mcp.child.wait().unwrap();
     assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn a_2025_11_25_client_gets_its_version_and_bad_arguments_as_tool_errors_older_ones_theirs() {
+    let home = TestHome::new();
+    let (mut client, init) = McpClient::start_speaking(&home, &[], "2025-11-25");
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    assert!(
+        init["result"]["serverInfo"]["description"].is_string(),
+        "{init}"
+    );
+    let tools = client.request("tools/list", &json!({}));
+    let tools = tools["result"]["tools"].as_array().unwrap().clone();
+    assert!(tools.len() > 5, "{tools:?}");
+    for tool in &tools {
+        // 2025-11-25's tool names: 1 to 128 of A-Z a-z 0-9 _ - .
+        let name = tool["name"].as_str().unwrap();
+        assert!(
+            (1..=128).contains(&name.len())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)),
+            "{name}"
+        );
+    }
+    let listed = client.call("job_list", &json!({}));
+    assert_eq!(listed["isError"], false, "{listed}");
+    // Arguments that do not fit the schema: a tool execution error the model can read.
+    let bad = client.call(
+        "job_exec",
+        &json!({"job": "some-job", "command": "not-an-array"}),
+    );
+    assert_eq!(bad["isError"], true, "{bad}");
+    assert_eq!(
+        bad["structuredContent"]["error"]["code"], "invalid_input",
+        "{bad}"
+    );
+    assert!(
+        bad["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("job_exec"),
+        "{bad}"
+    );
+    // An unknown tool stays a protocol error.
+    let unknown = client.request(
+        "tools/call",
+        &json!({"name": "no_such_tool", "arguments": {}}),
+    );
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    drop(client);
+
+    // A 2025-06-18 client keeps its version and its -32602 for bad arguments.
+    let mut older = McpClient::start(&home, &[]);
+    let answer = older.request(
+        "tools/call",
+        &json!({"name": "job_exec", "arguments": {"job": "some-job", "command": "not-an-array"}}),
+    );
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    drop(older);
+    for (asked, agreed) in [("2024-11-05", "2024-11-05"), ("2099-01-01", "2025-11-25")] {
+        let (_client, init) = McpClient::start_speaking(&home, &[], asked);
+        assert_eq!(init["result"]["protocolVersion"], agreed, "{init}");
+    }
 }

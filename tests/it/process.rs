@@ -61,9 +61,11 @@ fn exit_codes_pass_through_and_the_record_follows() {
     let worktree = job["job"]["worktree"].as_str().unwrap();
     assert_eq!(pwd.trim(), worktree, "commands run in the worktree");
 
-    // A missing program is paddock's failure (125), not the command's.
+    // A missing program ends as a shell ends it (127, the reason on stderr): the command's
+    // result, not paddock's failure (issue 28).
     let output = home.run(&["exec", &id, "--", "/no/such/program"]);
-    assert_eq!(output.status.code(), Some(125));
+    assert_eq!(output.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("command not found"));
 
     // Every exec is in the audit log; `logs` shows commands and output.
     let audit =
@@ -84,7 +86,10 @@ fn exit_codes_pass_through_and_the_record_follows() {
     ] {
         assert!(entries[0].get(key).is_some(), "audit entry lacks {key}");
     }
-    assert!(entries[2]["error"].is_string());
+    assert_eq!(
+        entries[2]["exit_code"], 127,
+        "a missing program is an exit, not an error"
+    );
     let logs = home.ok(&["logs", &id]);
     assert!(
         logs.contains("$ sh -c 'echo out; echo err >&2; exit 7'"),

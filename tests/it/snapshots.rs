@@ -142,9 +142,17 @@ impl Scrubber {
             Value::String(s) => Value::String(self.text(s)),
             Value::Number(_) => Value::String("[number]".into()),
             Value::Array(items) => Value::Array(items.iter().map(|v| self.json(v)).collect()),
-            Value::Object(map) => {
-                Value::Object(map.iter().map(|(k, v)| (k.clone(), self.json(v))).collect())
-            }
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| match (k.as_str(), v) {
+                        // An exec's meta: the checkout kind follows the machine (overlay as
+                        // root with overlayfs), the version the release.
+                        ("checkout", Value::String(_)) => (k.clone(), "[checkout]".into()),
+                        ("paddock_version", Value::String(_)) => (k.clone(), "[version]".into()),
+                        _ => (k.clone(), self.json(v)),
+                    })
+                    .collect(),
+            ),
             other => other.clone(),
         }
     }

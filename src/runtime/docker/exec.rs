@@ -392,6 +392,7 @@ async fn exec_in(
             exec_id: None,
             stdout_base64,
             stderr_base64,
+            meta: None,
         },
         oom_count,
     ))

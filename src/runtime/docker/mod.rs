@@ -320,6 +320,17 @@ async fn inspect_named(
     }))
 }
 
+/// The id of the image container `id` runs (for an exec's `meta`); `None` when the daemon
+/// does not say within the API deadline: the meta names what it knows, the exec stands.
+pub(super) async fn image_of(id: &str) -> Option<String> {
+    let docker = connect().ok()?;
+    let info = tokio::time::timeout(API_TIMEOUT, docker.inspect_container(id, None))
+        .await
+        .ok()?
+        .ok()?;
+    info.image.filter(|image| !image.is_empty())
+}
+
 /// Makes sure the job's container runs: starts it when stopped, recreates it (same mounts
 /// and limits) when it is gone. Returns the container id.
 pub async fn ensure_running(

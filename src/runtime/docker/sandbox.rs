@@ -89,10 +89,12 @@ impl Runtime for DockerRuntime {
     ) -> Result<ExecOutcome, RuntimeError> {
         let (result, container_id, oom_kills) =
             super::exec::exec(&self.home, record, request, sink).await?;
+        let image_id = super::image_of(&container_id).await;
         Ok(ExecOutcome {
             result,
             container_id: Some(container_id),
             oom_kills,
+            image_id,
         })
     }
 
@@ -118,6 +120,7 @@ impl Runtime for DockerRuntime {
             result,
             container_id: None,
             oom_kills: None,
+            image_id: None,
         })
     }
 
