@@ -73,6 +73,8 @@ pub struct ProfileLayer {
     pub setup_allow: Option<Vec<AllowEntry>>,
     /// A warm pool of this profile's containers, started ahead of creates.
     pub pool: Option<PoolSettings>,
+    /// Secrets of the user config its jobs get (user file only).
+    pub secrets: Option<Vec<String>>,
 }
 
 /// `pool:` of a profile: how many containers wait, started ahead, for this profile's jobs
@@ -178,6 +180,8 @@ pub struct Profile {
     pub setup_network: Option<Sourced<NetworkMode>>,
     pub setup_allow: Option<Sourced<Vec<AllowEntry>>>,
     pub pool: Sourced<PoolSettings>,
+    /// Names of user-config secrets its jobs get.
+    pub secrets: Sourced<Vec<String>>,
 }
 
 impl Default for Profile {
@@ -210,6 +214,7 @@ impl Default for Profile {
             setup_network: None,
             setup_allow: None,
             pool: Sourced::default_value(PoolSettings::default()),
+            secrets: Sourced::default_value(Vec::new()),
         }
     }
 }
@@ -242,7 +247,8 @@ impl Profile {
             ports,
             copy,
             setup,
-            pool
+            pool,
+            secrets
         );
         let sourced = |value| Sourced {
             value,
