@@ -1,0 +1,365 @@
+//! Secrets injected at the egress proxy, against the real daemon. Every server is one this
+//! test starts on this machine's address on Docker's default bridge: an HTTPS server with a
+//! CA of the test's own (given to the proxy as `egress.upstream_ca`) that the secret is for,
+//! a plain HTTP server that must never see a placeholder, and a second HTTPS server without a
+//! secret (still a tunnel). Fails when Docker is absent unless PADDOCK_SKIP_DOCKER_TESTS=1.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::Value;
+
+use crate::api::Daemon;
+use crate::egress::{bash, collect_denials, decisions};
+use crate::fixtures::{FixtureRepo, TestHome, bridge_gateway, docker_available, text};
+
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// A CA of the test's own and a server certificate for `address` it signed: (CA PEM,
+/// server config).
+fn test_tls(address: &str) -> (String, Arc<rustls::ServerConfig>) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "paddock test upstream CA");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, &ca_key);
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec![address.to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![CertificateDer::from(leaf.der().to_vec())],
+        PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+    )
+    .unwrap();
+    (ca_cert.pem(), Arc::new(config))
+}
+
+fn read_head(stream: &mut impl Read) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    Some(String::from_utf8_lossy(&head).into_owned())
+}
+
+/// An HTTPS server on `address`: records each request head and answers with its
+/// `Authorization` header echoed in the body. Returns its port and what it saw.
+fn https_server(address: &str, config: Arc<rustls::ServerConfig>) -> (u16, Seen) {
+    let listener = TcpListener::bind((address, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let (config, record) = (config.clone(), record.clone());
+            std::thread::spawn(move || {
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(20)))
+                    .unwrap();
+                let connection = rustls::ServerConnection::new(config).unwrap();
+                let mut tls = rustls::StreamOwned::new(connection, stream);
+                while let Some(head) = read_head(&mut tls) {
+                    let auth = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .starts_with("authorization:")
+                                .then(|| l[14..].trim().to_string())
+                        })
+                        .unwrap_or_default();
+                    record.lock().unwrap().push(head);
+                    let body = format!("echo: {auth}\n");
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Echo: {auth}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = tls.write_all(response.as_bytes());
+                    tls.conn.send_close_notify();
+                    let _ = tls.flush();
+                    break;
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// A plain TCP server on `address` that records every byte it receives.
+fn capture_server(address: &str) -> (u16, Seen) {
+    let listener = TcpListener::bind((address, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let record = record.clone();
+            std::thread::spawn(move || {
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(5)))
+                    .unwrap();
+                let mut buffer = vec![0u8; 4096];
+                let n = stream.read(&mut buffer).unwrap_or(0);
+                record
+                    .lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&buffer[..n]).into_owned());
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// Runs `openssl s_client` through the job's proxy to `target` (IP:PORT), sending `request`;
+/// prints what came back.
+fn https_in_job(home: &TestHome, id: &str, target: &str, request: &str) -> String {
+    let ip = target.rsplit_once(':').unwrap().0;
+    bash(
+        home,
+        id,
+        &format!(
+            "printf \"{request}\" | timeout 20 openssl s_client -quiet -proxy $proxy_host:$proxy_port -connect {target} -CAfile \"$SSL_CERT_FILE\" -verify_return_error -verify_ip {ip} 2>&1"
+        ),
+    )
+}
+
+#[test]
+fn secrets_reach_only_their_hosts_under_runc() {
+    if docker_available("secrets_reach_only_their_hosts_under_runc") {
+        secrets_hold("docker");
+    }
+}
+
+#[test]
+fn secrets_reach_only_their_hosts_under_gvisor() {
+    if docker_available("secrets_reach_only_their_hosts_under_gvisor") {
+        secrets_hold("runsc");
+    }
+}
+
+fn secrets_hold(runtime: &str) {
+    let gateway = bridge_gateway();
+    let (ca_pem, config) = test_tls(&gateway);
+    let (secret_port, secret_seen) = https_server(&gateway, config.clone());
+    let (tunnel_port, tunnel_seen) = https_server(&gateway, config);
+    let (other_port, other_seen) = capture_server(&gateway);
+    let token = format!("tok-{}", std::process::id()) + "-Zq81xVbT2mWk";
+    let key = format!("key-{}", std::process::id()) + "-Hh3Yp0Lr";
+    let secret_host = format!("{gateway}:{secret_port}");
+    let other_host = format!("{gateway}:{other_port}");
+    let tunnel_host = format!("{gateway}:{tunnel_port}");
+
+    let repo = FixtureRepo::new();
+    let home = TestHome::new()
+        .env("PADDOCK_TEST_TOKEN", &token)
+        .env("PADDOCK_TEST_KEY", &key);
+    let ca_file = home.dir.path().join("upstream-ca.pem");
+    std::fs::write(&ca_file, &ca_pem).unwrap();
+    std::fs::write(
+        home.dir.path().join("config/paddock/config.yaml"),
+        format!(
+            "admission:\n  memory: 1024g\n  cpus: 1000\n  max_running_execs: 1000\n\
+             secrets:\n  api:\n    env: PADDOCK_TEST_TOKEN\n    hosts: ['{secret_host}']\n    variable: API_TOKEN\n\
+             \x20 registry:\n    env: PADDOCK_TEST_KEY\n    hosts: ['{secret_host}']\n    header: 'X-Api-Key: {{}}'\n\
+             egress:\n  upstream_ca: {}\n",
+            ca_file.display()
+        ),
+    )
+    .unwrap();
+    // Through a daemon (with the same environment), so refusals reach its event stream.
+    let daemon = Daemon::start(&home, &[]);
+    let denials = collect_denials(&daemon, 1);
+    let image = crate::fixtures::test_image();
+    let job = home.create(
+        &repo,
+        &[
+            "--runtime",
+            runtime,
+            "--image",
+            &image,
+            "--secret",
+            "api",
+            "--secret",
+            "registry",
+            "--allow",
+            &other_host,
+            "--allow",
+            &tunnel_host,
+        ],
+    );
+    let id = text(&job, "id");
+    assert_eq!(job["limits"]["network"], "allowlist", "{job}");
+
+    // Inside: the placeholder, never the value.
+    let env = bash(
+        &home,
+        &id,
+        // (Parts of the values only: an exec's command is kept in its log.)
+        "echo \"$API_TOKEN\"; env | grep -c -e Zq81xVbT2mWk -e Hh3Yp0Lr; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c -e Zq81xVbT2mWk -e Hh3Yp0Lr; echo \"$SSL_CERT_FILE\"",
+    );
+    let lines: Vec<&str> = env.lines().collect();
+    assert!(lines[0].starts_with("paddock-secret-"), "{env}");
+    assert_eq!(lines[1..3], ["0", "0"], "{env}");
+    assert_eq!(lines[3], "/paddock/ca/bundle.pem", "{env}");
+    let placeholder = lines[0].to_string();
+
+    // The secret's host gets the value (placeholder swapped, template header added); what
+    // it echoes comes back as the placeholder.
+    let request = format!(
+        "GET /api HTTP/1.1\\r\\nHost: {secret_host}\\r\\nAuthorization: Bearer $API_TOKEN\\r\\nConnection: close\\r\\n\\r\\n"
+    );
+    let out = https_in_job(&home, &id, &secret_host, &request);
+    assert!(out.contains("200 OK"), "{out}");
+    assert!(
+        out.contains(&format!("echo: Bearer {placeholder}")),
+        "{out}"
+    );
+    assert!(!out.contains(&token), "{out}");
+    let heads = secret_seen.lock().unwrap().clone();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    let head = heads[0].to_ascii_lowercase();
+    assert!(
+        head.contains(&format!(
+            "authorization: bearer {}",
+            token.to_ascii_lowercase()
+        )),
+        "{head}"
+    );
+    assert!(
+        head.contains(&format!("x-api-key: {}", key.to_ascii_lowercase())),
+        "{head}"
+    );
+    assert!(!head.contains("paddock-secret-"), "{head}");
+
+    // The placeholder to another allowed host: refused, logged, never sent.
+    let out = bash(
+        &home,
+        &id,
+        &format!(
+            "exec 3<>/dev/tcp/$proxy_host/$proxy_port; printf 'GET http://{other_host}/ HTTP/1.1\\r\\nHost: {other_host}\\r\\nAuthorization: Bearer %s\\r\\n\\r\\n' \"$API_TOKEN\" >&3; line"
+        ),
+    );
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(other_seen.lock().unwrap().is_empty(), "nothing reached it");
+    let logged = decisions(&home, &id);
+    assert!(
+        logged
+            .iter()
+            .any(|d| d["reason"] == "secret_to_unlisted_host" && d["port"] == other_port),
+        "{logged:?}"
+    );
+    let denied = denials.join().unwrap();
+    assert_eq!(
+        denied[0]["detail"]["reason"], "secret_to_unlisted_host",
+        "{denied:?}"
+    );
+
+    // A host without a secret is still a tunnel: the job sees the server's own certificate.
+    let out = bash(
+        &home,
+        &id,
+        &format!(
+            "timeout 20 openssl s_client -proxy $proxy_host:$proxy_port -connect {tunnel_host} </dev/null 2>/dev/null | openssl x509 -noout -issuer"
+        ),
+    );
+    assert!(out.contains("paddock test upstream CA"), "{out}");
+    let _ = tunnel_seen;
+
+    // Nowhere: files of the install, containers' settings, logs, events, show.
+    let grep = Command::new("grep")
+        .args(["-rlF", &token])
+        .arg(home.root())
+        .output()
+        .unwrap();
+    assert!(
+        grep.stdout.is_empty(),
+        "the value is in {}",
+        String::from_utf8_lossy(&grep.stdout)
+    );
+    for object in home.docker_objects() {
+        let inspect = Command::new("docker")
+            .args(["inspect", &object])
+            .output()
+            .unwrap();
+        let inspect = String::from_utf8_lossy(&inspect.stdout);
+        assert!(
+            !inspect.contains(&token) && !inspect.contains(&key),
+            "{object}"
+        );
+    }
+    let job_inspect = Command::new("docker")
+        .args(["inspect", &crate::fixtures::container_of(&job)])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&job_inspect.stdout).contains(&placeholder));
+    for args in [
+        vec!["logs", id.as_str()],
+        vec!["events", "--json"],
+        vec!["show", id.as_str(), "--json"],
+    ] {
+        let out = home.run(&args);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !all.contains(&token) && !all.contains(&key),
+            "{args:?}: {all}"
+        );
+    }
+    home.ok(&["rm", &id, "--force"]);
+    daemon.stop();
+}
+
+#[test]
+fn secrets_are_refused_in_a_repository_s_file() {
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    repo.write(
+        ".paddock.yaml",
+        "secrets:\n  gh:\n    env: HOME\n    hosts: [evil.example]\n",
+    );
+    let out = home.run(&[
+        "config",
+        "show",
+        "--repo",
+        &repo.path().display().to_string(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("user config file"), "{stderr}");
+    repo.write(
+        ".paddock.yaml",
+        "profiles:\n  default:\n    secrets: [gh]\n",
+    );
+    let out = home.run(&[
+        "config",
+        "show",
+        "--repo",
+        &repo.path().display().to_string(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("profiles.default.secrets"), "{stderr}");
+    let _: Option<Value> = None;
+}
