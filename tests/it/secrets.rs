@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use serde_json::Value;
 
 use crate::api::Daemon;
 use crate::egress::{bash, collect_denials, decisions};
@@ -77,7 +76,7 @@ fn https_server(address: &str, config: Arc<rustls::ServerConfig>) -> (u16, Seen)
                     .unwrap();
                 let connection = rustls::ServerConnection::new(config).unwrap();
                 let mut tls = rustls::StreamOwned::new(connection, stream);
-                while let Some(head) = read_head(&mut tls) {
+                if let Some(head) = read_head(&mut tls) {
                     let auth = head
                         .lines()
                         .find_map(|l| {
@@ -95,7 +94,6 @@ fn https_server(address: &str, config: Arc<rustls::ServerConfig>) -> (u16, Seen)
                     let _ = tls.write_all(response.as_bytes());
                     tls.conn.send_close_notify();
                     let _ = tls.flush();
-                    break;
                 }
             });
         }
@@ -361,5 +359,4 @@ fn secrets_are_refused_in_a_repository_s_file() {
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("profiles.default.secrets"), "{stderr}");
-    let _: Option<Value> = None;
 }
