@@ -19,6 +19,7 @@ mod choices;
 mod files;
 mod profile;
 mod rows;
+mod secrets;
 mod setup;
 use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
 pub use choices::{BranchPolicy, CheckoutMode, KillPolicy, NetworkMode, RuntimeChoice};
@@ -27,6 +28,8 @@ use files::{
     ConfigFile, cache_names, check_caches, check_profile_name, env_layers, read_file, source_origin,
 };
 pub use profile::{DEFAULT_GIT_DISK, PoolSettings, Profile, ProfileLayer, Reserve, ReserveLayer};
+pub(crate) use secrets::value_error;
+pub use secrets::{EgressSettings, SecretSpec, check_spec};
 pub use setup::{JobSetup, SetupSettings};
 
 /// The name of the repo-level config file, at the target repository's root.
@@ -203,9 +206,9 @@ pub struct Config {
     /// Top-level `copy` and `setup` (see [`Config::job_setup`]).
     pub setup: SetupSettings,
     /// The user file's `secrets:` (a repository's file may not have them).
-    pub secrets: BTreeMap<String, crate::secrets::SecretSpec>,
+    pub secrets: BTreeMap<String, SecretSpec>,
     /// The user file's `egress:`.
-    pub egress: crate::secrets::EgressSettings,
+    pub egress: EgressSettings,
 }
 
 /// The user config file: `$PADDOCK_CONFIG`, else `$XDG_CONFIG_HOME/paddock/config.yaml`, else
@@ -239,7 +242,7 @@ impl Config {
             caches: Sourced::default_value(Vec::new()),
             setup: SetupSettings::default(),
             secrets: BTreeMap::new(),
-            egress: crate::secrets::EgressSettings::default(),
+            egress: EgressSettings::default(),
         };
         if let Some((path, explicit)) = user_config_path(env)
             && let Some(file) = read_file(&path, explicit)?
@@ -416,7 +419,7 @@ impl Config {
             }
         }
         for (name, spec) in file.secrets.take().unwrap_or_default() {
-            crate::secrets::check_spec(&name, &spec).map_err(|e| match e {
+            check_spec(&name, &spec).map_err(|e| match e {
                 ConfigError::Value { key, message, .. } => ConfigError::Value {
                     origin: origin.to_string(),
                     key,

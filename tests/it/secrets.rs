@@ -168,16 +168,16 @@ fn secrets_hold(runtime: &str) {
 
     let repo = FixtureRepo::new();
     let home = TestHome::new()
-        .env("PADDOCK_TEST_TOKEN", &token)
-        .env("PADDOCK_TEST_KEY", &key);
+        .env("IT_SECRET_TOKEN", &token)
+        .env("IT_SECRET_KEY", &key);
     let ca_file = home.dir.path().join("upstream-ca.pem");
     std::fs::write(&ca_file, &ca_pem).unwrap();
     std::fs::write(
         home.dir.path().join("config/paddock/config.yaml"),
         format!(
             "admission:\n  memory: 1024g\n  cpus: 1000\n  max_running_execs: 1000\n\
-             secrets:\n  api:\n    env: PADDOCK_TEST_TOKEN\n    hosts: ['{secret_host}']\n    variable: API_TOKEN\n\
-             \x20 registry:\n    env: PADDOCK_TEST_KEY\n    hosts: ['{secret_host}']\n    header: 'X-Api-Key: {{}}'\n\
+             secrets:\n  api:\n    env: IT_SECRET_TOKEN\n    hosts: ['{secret_host}']\n    variable: API_TOKEN\n\
+             \x20 registry:\n    env: IT_SECRET_KEY\n    hosts: ['{secret_host}']\n    header: 'X-Api-Key: {{}}'\n\
              egress:\n  upstream_ca: {}\n",
             ca_file.display()
         ),
