@@ -335,8 +335,59 @@ fn secrets_hold(runtime: &str) {
             "{args:?}: {all}"
         );
     }
+    let page = dashboard_page(&home, &format!("/jobs/{id}"));
+    assert!(page.contains(&id), "{page}");
+    assert!(!page.contains(&token) && !page.contains(&key), "{page}");
     home.ok(&["rm", &id, "--force"]);
     daemon.stop();
+}
+
+/// A page of the dashboard (`paddock dashboard`), signed in with its link.
+fn dashboard_page(home: &TestHome, path: &str) -> String {
+    use std::io::BufRead;
+    let mut child = home
+        .cmd(&["dashboard", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut text = String::new();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap());
+    while !text.trim_end().ends_with('}') {
+        let mut line = String::new();
+        assert!(lines.read_line(&mut line).unwrap() > 0, "dashboard: {text}");
+        text.push_str(&line);
+    }
+    let lease: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let address = lease["address"].as_str().unwrap().to_string();
+    let url = lease["url"].as_str().unwrap();
+    let login = &url[url.find("/login").unwrap()..];
+    let get = |path: &str, cookie: &str| {
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {address}\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    let signed_in = get(login, "");
+    let cookie = signed_in
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("set-cookie:")
+                .then(|| l[11..].trim())
+        })
+        .and_then(|c| c.split(';').next())
+        .unwrap_or_default()
+        .to_string();
+    let page = get(path, &cookie);
+    let _ = child.kill();
+    let _ = child.wait();
+    page
 }
 
 #[test]
