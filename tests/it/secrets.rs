@@ -494,7 +494,7 @@ fn secret_host_overhead() {
         println!(
             "{what}: secret host (TLS terminated) {through} us, tunnel {direct} us: {:.2}x, +{} us",
             through as f64 / direct as f64,
-            through as i64 - direct as i64
+            through.cast_signed() - direct.cast_signed()
         );
     }
     home.ok(&["rm", &id, "--force"]);
