@@ -181,7 +181,12 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, files: &ProxyFiles) {
                     rules,
                     loaded,
                 };
-                super::intercept::serve(client, upstream, target).await
+                tokio::time::timeout(
+                    TUNNEL_DEADLINE,
+                    super::intercept::serve(client, upstream, target),
+                )
+                .await
+                .unwrap_or_else(|_| Err("the connection outlived its deadline".into()))
             }
             None => Err(
                 "the job's secrets are not loaded: paddock sends them when it starts the job"
