@@ -94,7 +94,10 @@ fn https_server_of(address: &str, config: Arc<rustls::ServerConfig>, size: usize
                     let body = if size == 0 {
                         format!("echo: {auth}\n")
                     } else {
-                        "a".repeat(size)
+                        // Text with the value's first byte all over: the proxy scans it all.
+                        let mut body = "lorem ipsum dolor sit amet ".repeat(size / 27 + 1);
+                        body.truncate(size);
+                        body
                     };
                     let response = format!(
                         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Echo: {auth}\r\nConnection: close\r\n\r\n{body}",
