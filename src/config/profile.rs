@@ -452,6 +452,14 @@ impl Profile {
                 &self.ports.source,
             ));
         }
+        if !self.secrets.value.is_empty() {
+            // Names only: where a value comes from is in the user file.
+            rows.push((
+                "secrets".into(),
+                self.secrets.value.join(", "),
+                &self.secrets.source,
+            ));
+        }
         if self.pool.value.size > 0 {
             rows.push((
                 "pool".into(),
