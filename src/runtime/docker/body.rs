@@ -48,7 +48,7 @@ pub(super) fn container_body(
     }
     env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
     // Placeholders only: the values stay in the proxy (see `secrets.rs`).
-    let (secret_mounts, secret_env) = super::secrets::job_parts(home, record)?;
+    let (secret_mounts, secret_env) = super::secrets::job_parts(home, record);
     env.extend(secret_env);
     let mut mounts = job_mounts(record)?;
     mounts.extend(secret_mounts);

@@ -224,6 +224,7 @@ pub async fn ensure(
         return Ok(None);
     }
     write_policy(home, record)?;
+    super::secrets::write_bundle(home, record).await?;
     let base = job_container(record);
     let network = network_name(&base);
     let subnet = ensure_network(docker, home, record, &network).await?;

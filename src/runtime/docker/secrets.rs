@@ -98,31 +98,48 @@ pub fn sidecar_parts(
     ))
 }
 
-/// The job container's mount of its CA bundle (written here) and its variables: the
-/// placeholders and the bundle. Nothing for a job without secrets.
-pub fn job_parts(
-    home: &PaddockHome,
-    record: &JobRecord,
-) -> Result<(Vec<Mount>, Vec<String>), RuntimeError> {
+/// The job container's mount of its CA bundle (see [`write_bundle`]) and its variables:
+/// the placeholders and the bundle. Nothing for a job without secrets.
+pub fn job_parts(home: &PaddockHome, record: &JobRecord) -> (Vec<Mount>, Vec<String>) {
     let Some(secrets) = record
         .limits
         .secrets
         .as_ref()
         .filter(|_| has_secrets(record))
     else {
-        return Ok((Vec::new(), Vec::new()));
+        return (Vec::new(), Vec::new());
     };
-    let ca = InstallCa::load_or_create(home.root()).map_err(|e| failed(record, "*", e))?;
-    let path = bundle_path(home, record);
-    let dir = path.parent().expect("the bundle is in a directory");
-    std::fs::create_dir_all(dir).map_err(io_error(dir))?;
-    let mut bundle = host_roots_pem();
-    bundle.push_str(&ca.cert_pem);
-    crate::atomic::write_atomic(&path, bundle.as_bytes(), false).map_err(io_error(&path))?;
-    Ok((
-        vec![bind(&path, Path::new(JOB_BUNDLE), true)],
+    (
+        vec![bind(
+            &bundle_path(home, record),
+            Path::new(JOB_BUNDLE),
+            true,
+        )],
         crate::secrets::job_env(secrets, JOB_BUNDLE),
-    ))
+    )
+}
+
+/// Writes the job's CA bundle (the host's roots and the install's CA, made the first time)
+/// before its container is made; on a blocking thread (a read of the host's roots).
+pub async fn write_bundle(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
+    if !has_secrets(record) {
+        return Ok(());
+    }
+    let (root, path, job) = (
+        home.root().to_path_buf(),
+        bundle_path(home, record),
+        record.clone(),
+    );
+    tokio::task::spawn_blocking(move || {
+        let ca = InstallCa::load_or_create(&root).map_err(|e| failed(&job, "*", e))?;
+        let dir = path.parent().expect("the bundle is in a directory");
+        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let mut bundle = host_roots_pem();
+        bundle.push_str(&ca.cert_pem);
+        crate::atomic::write_atomic(&path, bundle.as_bytes(), false).map_err(io_error(&path))
+    })
+    .await
+    .expect("writing the bundle does not panic")
 }
 
 /// Reads the job's values and sends them, with its certificate and the upstream roots, to
