@@ -534,3 +534,47 @@ fn secret_host_overhead() {
     }
     home.ok(&["rm", &id, "--force"]);
 }
+
+#[test]
+fn a_secret_that_cannot_be_read_fails_the_create_and_leaves_nothing() {
+    if !docker_available("a_secret_that_cannot_be_read_fails_the_create_and_leaves_nothing") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    std::fs::write(
+        home.dir.path().join("config/paddock/config.yaml"),
+        "secrets:\n  api:\n    env: IT_SECRET_UNSET\n    hosts: [api.example.org]\n",
+    )
+    .unwrap();
+    let image = crate::fixtures::test_image();
+    let repo_path = repo.path().display().to_string();
+    let output = home.run(&[
+        "create",
+        "--repo",
+        &repo_path,
+        "--runtime",
+        "docker",
+        "--image",
+        &image,
+        "--secret",
+        "api",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("secret `api`") && stderr.contains("IT_SECRET_UNSET"),
+        "{stderr}"
+    );
+    assert!(
+        home.docker_objects().is_empty(),
+        "{:?}",
+        home.docker_objects()
+    );
+    assert_eq!(home.job_records(), 0);
+    let output = home.run(&[
+        "create", "--repo", &repo_path, "--image", &image, "--secret", "nope",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no secret `nope`"), "{stderr}");
+}
