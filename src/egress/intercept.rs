@@ -46,6 +46,9 @@ pub struct Target {
     /// Every secret of the job (a placeholder of one not covering the host is a leak).
     pub rules: Vec<SecretRule>,
     pub loaded: Arc<Loaded>,
+    /// The policy the connection was allowed by: a new connection upstream, when the server
+    /// closed an idle one, is checked against it.
+    pub policy: Option<super::EgressPolicy>,
 }
 
 /// What an intercepted connection did: bytes down, and the refusals of its requests.
@@ -84,23 +87,7 @@ pub async fn serve(
     let client_tls = tokio::time::timeout(HANDSHAKE_DEADLINE, accepted)
         .await
         .map_err(|_| "TLS from the job: no handshake in time".to_string())??;
-    let name = rustls::pki_types::ServerName::try_from(
-        target
-            .host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string(),
-    )
-    .map_err(|e| format!("`{}` is no server name: {e}", target.host))?;
-    let connector = tokio_rustls::TlsConnector::from(target.loaded.client.clone());
-    let upstream_tls = tokio::time::timeout(HANDSHAKE_DEADLINE, connector.connect(name, upstream))
-        .await
-        .map_err(|_| "TLS to the server: no handshake in time".to_string())?
-        .map_err(|e| format!("TLS to the server: {e}"))?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(upstream_tls))
-        .await
-        .map_err(|e| format!("HTTP to the server: {e}"))?;
-    tokio::spawn(connection);
+    let sender = open_upstream(&target, upstream).await?;
     let relay = Arc::new(Relay {
         target,
         sender: Mutex::new(sender),
@@ -123,9 +110,33 @@ pub async fn serve(
     })
 }
 
+/// TLS and HTTP/1.1 over `upstream`, the server verified against the roots paddock sent.
+async fn open_upstream(target: &Target, upstream: TcpStream) -> Result<Sender, String> {
+    let name = rustls::pki_types::ServerName::try_from(
+        target
+            .host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+    )
+    .map_err(|e| format!("`{}` is no server name: {e}", target.host))?;
+    let connector = tokio_rustls::TlsConnector::from(target.loaded.client.clone());
+    let upstream_tls = tokio::time::timeout(HANDSHAKE_DEADLINE, connector.connect(name, upstream))
+        .await
+        .map_err(|_| "TLS to the server: no handshake in time".to_string())?
+        .map_err(|e| format!("TLS to the server: {e}"))?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(upstream_tls))
+        .await
+        .map_err(|e| format!("HTTP to the server: {e}"))?;
+    tokio::spawn(connection);
+    Ok(sender)
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Incoming>;
+
 struct Relay {
     target: Target,
-    sender: Mutex<hyper::client::conn::http1::SendRequest<Incoming>>,
+    sender: Mutex<Sender>,
     bytes_down: Arc<AtomicU64>,
     refusals: std::sync::Mutex<Vec<String>>,
 }
@@ -209,7 +220,26 @@ impl Relay {
         }
         request.headers_mut().remove("proxy-authorization");
         request.headers_mut().remove("proxy-connection");
-        let sent = self.sender.lock().await.send_request(request).await;
+        let mut sender = self.sender.lock().await;
+        // The server closed the connection (idle, or after a response): a new one, checked
+        // as the first was.
+        if sender.is_closed() || sender.ready().await.is_err() {
+            let reopened = match &target.policy {
+                Some(policy) => {
+                    match super::proxy::connect(policy, &target.host, target.port).await {
+                        Ok(stream) => open_upstream(target, stream).await,
+                        Err(verdict) => Err(verdict.reason),
+                    }
+                }
+                None => Err("no policy".to_string()),
+            };
+            match reopened {
+                Ok(new) => *sender = new,
+                Err(e) => return answer(StatusCode::BAD_GATEWAY, &format!("the server: {e}")),
+            }
+        }
+        let sent = sender.send_request(request).await;
+        drop(sender);
         let mut response = match sent {
             Ok(response) => response,
             Err(e) => {

@@ -180,6 +180,7 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, files: &ProxyFiles) {
                     port: request.port,
                     rules,
                     loaded,
+                    policy: policy.as_ref().ok().cloned(),
                 };
                 tokio::time::timeout(
                     TUNNEL_DEADLINE,
@@ -284,7 +285,11 @@ async fn load_policy(files: &ProxyFiles) -> Result<EgressPolicy, String> {
 }
 
 /// Resolves `host` here, checks every address, connects to the first allowed one.
-async fn connect(policy: &EgressPolicy, host: &str, port: u16) -> Result<TcpStream, Verdict> {
+pub(super) async fn connect(
+    policy: &EgressPolicy,
+    host: &str,
+    port: u16,
+) -> Result<TcpStream, Verdict> {
     let literal = host
         .trim_start_matches('[')
         .trim_end_matches(']')
