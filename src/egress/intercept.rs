@@ -84,10 +84,14 @@ pub async fn serve(
             .await
             .map_err(|e| format!("TLS from the job: {e}"))
     };
-    let client_tls = tokio::time::timeout(HANDSHAKE_DEADLINE, accepted)
-        .await
-        .map_err(|_| "TLS from the job: no handshake in time".to_string())??;
-    let sender = open_upstream(&target, upstream).await?;
+    let accepted = async {
+        tokio::time::timeout(HANDSHAKE_DEADLINE, accepted)
+            .await
+            .map_err(|_| "TLS from the job: no handshake in time".to_string())?
+    };
+    // Both handshakes at once: a small request pays for one round of them, not two. Nothing
+    // of the job's goes upstream before its own handshake passed its checks.
+    let (client_tls, sender) = tokio::try_join!(accepted, open_upstream(&target, upstream))?;
     let relay = Arc::new(Relay {
         target,
         sender: Mutex::new(sender),
@@ -322,9 +326,16 @@ impl Body for Scrub {
                         if clean {
                             return Poll::Ready(Some(Ok(Frame::data(data))));
                         }
-                        this.carry.extend_from_slice(&data);
-                        let (out, keep) = scrub(&this.carry, &this.pairs);
-                        this.carry.drain(..keep);
+                        let out = if this.carry.is_empty() {
+                            let (out, used) = scrub(&data, &this.pairs);
+                            this.carry.extend_from_slice(&data[used..]);
+                            out
+                        } else {
+                            this.carry.extend_from_slice(&data);
+                            let (out, used) = scrub(&this.carry, &this.pairs);
+                            this.carry.drain(..used);
+                            out
+                        };
                         if !out.is_empty() {
                             return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
                         }
