@@ -171,7 +171,9 @@ pub async fn serve_control(
             .await;
             let answer = match read {
                 Ok(Ok(_)) => match serde_json::from_slice::<Load>(&text)
-                    .map_err(|e| format!("not a load: {}", e.classify() as u8))
+                    .map_err(|e| {
+                        format!("not a load ({:?} error at line {})", e.classify(), e.line())
+                    })
                     .and_then(Loaded::new)
                 {
                     Ok(loaded) => {
