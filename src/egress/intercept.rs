@@ -262,7 +262,12 @@ impl Relay {
                 }
             }
         }
-        response.headers_mut().remove(hyper::header::CONTENT_LENGTH);
+        // Hop-by-hop: each side's connection is its own (a server closing its connection does
+        // not close the job's; the next request gets a new one).
+        for hop in [hyper::header::CONTENT_LENGTH, hyper::header::CONNECTION] {
+            response.headers_mut().remove(hop);
+        }
+        response.headers_mut().remove("keep-alive");
         let mut firsts = [false; 256];
         for (value, _) in &pairs {
             if let Some(first) = value.bytes().next() {

@@ -148,7 +148,7 @@ impl Store {
             .clone()
     }
 
-    fn set(&self, loaded: Loaded) {
+    pub(super) fn set(&self, loaded: Loaded) {
         *self.0.write().expect("the store lock is not poisoned") = Some(Arc::new(loaded));
     }
 }
