@@ -251,9 +251,12 @@ impl Error {
                 | GitError::InTheWay { .. }
                 | GitError::JobCheckout { .. },
             ) => K::Refused,
-            Error::Git(GitError::NoCheckout { .. } | GitError::NoSuchBranch { .. }) => {
-                K::InvalidInput
-            }
+            Error::Git(
+                GitError::NoCheckout { .. }
+                | GitError::NoSuchBranch { .. }
+                | GitError::NoRemote { .. },
+            ) => K::InvalidInput,
+            Error::Git(GitError::NotFastForward { .. }) => K::Conflict,
             Error::MergeConflict { .. } => K::Conflict,
             Error::NoTargetBranch { .. } | Error::RebaseMerges { .. } => K::InvalidInput,
             Error::Git(_) | Error::Sync { .. } => K::Git,
@@ -369,6 +372,12 @@ impl Error {
                 "bring the base into the job's branch inside the job (`paddock exec`), or merge with git and resolve by hand"
             }
             Error::NoTargetBranch { .. } => "pass --into BRANCH",
+            Error::Git(GitError::NoRemote { .. }) => {
+                "add the remote to the repository first (`git remote add NAME URL`), or pass --remote NAME"
+            }
+            Error::Git(GitError::NotFastForward { .. }) => {
+                "bring the remote branch into the job's branch inside the job, or pass --force-with-lease to replace it"
+            }
             Error::RebaseMerges { .. } => "use --merge or --squash",
             Error::Git(GitError::InTheWay { .. }) => {
                 "move those files aside (or delete them) in that checkout, then merge again"

@@ -13,12 +13,52 @@
 //!   their events fall out of the window (the last [`KEEP_EVENTS`] ids and [`KEEP_AGE`]),
 //!   and readers skip events outside the window, so what a reader sees is exactly the window.
 //!
+//! An event's detail may quote what an agent made (an egress host, a sync error naming a
+//! path): each string in it is kept to [`DETAIL_STRING_CAP`] and each list to
+//! [`DETAIL_LIST_CAP`] items ([`bounded_detail`]), so one event line stays small and the
+//! window bounds the whole log.
+//!
 //! Readers take no lock: they parse complete lines only (skipping a torn one, which a write
 //! cut short leaves; the next append starts a fresh line after it), and an [`EventCursor`]
 //! remembers its segment and byte offset so tailing reads only new bytes.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+
+/// The most of one string in an event's detail (2 KiB), then a marker.
+pub const DETAIL_STRING_CAP: usize = 2 << 10;
+/// The most items of one list in an event's detail.
+pub const DETAIL_LIST_CAP: usize = 64;
+
+/// An event's detail with every string cut at [`DETAIL_STRING_CAP`] bytes (on a character
+/// boundary, with `…[cut]`) and every list at [`DETAIL_LIST_CAP`] items. Details are built
+/// by paddock (a few levels deep), so the walk is shallow.
+pub fn bounded_detail(detail: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match detail {
+        Value::String(text) if text.len() > DETAIL_STRING_CAP => {
+            let mut end = DETAIL_STRING_CAP;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            Value::String(format!("{}…[cut]", &text[..end]))
+        }
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .take(DETAIL_LIST_CAP)
+                .map(bounded_detail)
+                .collect(),
+        ),
+        Value::Object(fields) => Value::Object(
+            fields
+                .into_iter()
+                .map(|(key, value)| (key, bounded_detail(value)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -387,6 +427,23 @@ fn read_from(path: &Path, offset: u64) -> Result<Vec<u8>, EventLogError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn long_strings_and_lists_in_a_detail_are_cut() {
+        let detail = serde_json::json!({
+            "host": "é".repeat(5000),
+            "files": (0..500).map(|n| n.to_string()).collect::<Vec<_>>(),
+            "ok": 1,
+        });
+        let bounded = super::bounded_detail(detail);
+        let host = bounded["host"].as_str().expect("a string");
+        assert!(host.len() <= super::DETAIL_STRING_CAP + 8 && host.ends_with("…[cut]"));
+        assert_eq!(
+            bounded["files"].as_array().expect("a list").len(),
+            super::DETAIL_LIST_CAP
+        );
+        assert_eq!(bounded["ok"], 1);
+    }
+
     use super::*;
     use crate::wire::EventKind;
 

@@ -328,6 +328,16 @@ pub struct JobRecord {
     /// Unset: a process job, or a job made before views (its container mounts the live store).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object_view: Option<PathBuf>,
+    /// `on-sync`: the branch is pushed after each exec that moved it (`engine/push.rs`).
+    #[serde(default, skip_serializing_if = "is_manual")]
+    pub push: crate::config::PushPolicy,
+    /// Why the last `push: on-sync` push failed (cleared by one that worked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push_error: Option<String>,
+}
+
+fn is_manual(push: &crate::config::PushPolicy) -> bool {
+    *push == crate::config::PushPolicy::Manual
 }
 
 /// A job's container start when its profile has a pool.

@@ -16,7 +16,8 @@ use crate::output::OutputSink;
 use crate::wire::{
     AdmissionView, ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
     EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobView,
-    MergeReport, MergeRequest, NetworkChange, RemoveOptions, RemoveReport, RunReport,
+    MergeReport, MergeRequest, NetworkChange, PushReport, PushRequest, RemoveOptions, RemoveReport,
+    RunReport,
 };
 
 /// paddock's job operations (see the module docs).
@@ -73,6 +74,10 @@ pub trait Operations {
 
     /// Lands a job's branch on a branch of the user's repository.
     fn merge(&self, id: &str, request: MergeRequest) -> impl Future<Output = Result<MergeReport>>;
+
+    /// Pushes exactly a job's branch (synced first) to a remote of the user's repository,
+    /// with the user's own git credentials on the host.
+    fn push(&self, id: &str, request: PushRequest) -> impl Future<Output = Result<PushReport>>;
 
     /// Applies a job's committed and uncommitted changes to the user's checkout, uncommitted.
     fn apply(&self, id: &str) -> impl Future<Output = Result<ApplyReport>>;
@@ -175,6 +180,10 @@ impl Operations for Paddock {
 
     async fn apply(&self, id: &str) -> Result<ApplyReport> {
         Paddock::apply(self, id).await
+    }
+
+    async fn push(&self, id: &str, request: PushRequest) -> Result<PushReport> {
+        Paddock::push(self, id, request).await
     }
 
     async fn view(&self, id: &str) -> Result<JobView> {

@@ -24,12 +24,14 @@ use crate::job::{JobId, JobRecord, JobState, Limits};
 use crate::units::{ByteSize, Cpus, HumanDuration};
 
 pub use crate::git::merge::ConflictFile;
+pub use dashboard::{DashboardLease, DashboardRequest};
 pub use files::{FileEntry, FileKind, FileList, FileWritten};
 pub use merges::{
     ApplyReport, ConflictsQuery, ConflictsReport, JobConflicts, JobPair, MergeReport, MergeRequest,
-    MergeStatus, MergeStrategy,
+    MergeStatus, MergeStrategy, PushReport, PushRequest,
 };
 
+mod dashboard;
 mod files;
 mod labels;
 mod merges;
@@ -366,6 +368,9 @@ pub struct JobView {
     pub caches: Vec<crate::cache::JobCache>,
     /// Why the last sync into the user's repository failed (null when it worked).
     pub sync_error: Option<String>,
+    /// Why the last `push: on-sync` push failed (absent when it worked, or none ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push_error: Option<String>,
     /// The labels given at create.
     pub labels: BTreeMap<String, String>,
     /// While `queued`: the job's place in the admission queue (1 = next).
@@ -427,6 +432,7 @@ impl From<&JobRecord> for JobView {
             reserve: record.reserve(),
             caches: record.caches.clone(),
             sync_error: record.sync_error.clone(),
+            push_error: record.push_error.clone(),
             labels: record.labels.clone(),
             queue_position: None,
             ports: record.ports.clone(),
@@ -450,6 +456,10 @@ pub struct JobDetails {
     /// Set when the worktree could not be read (for example it was deleted by hand).
     pub changes_error: Option<String>,
     pub isolation: String,
+    /// What the host keeps of the job's output (`logs/<job>/`: the output log, each exec's
+    /// record and output, the egress log), in bytes: each part has a cap.
+    #[serde(default)]
+    pub logs_bytes: u64,
     /// The branch against its base branch: merged, clean, conflicting files.
     #[serde(default)]
     pub merge: Option<MergeStatus>,
@@ -489,6 +499,12 @@ pub enum EventKind {
     /// A job's branch that conflicted with its base merges cleanly again.
     #[serde(rename = "job.conflict_resolved")]
     JobConflictResolved,
+    /// A job's branch was pushed (`detail.remote`, `ref`, `old`, `new`, `forced`).
+    #[serde(rename = "job.pushed")]
+    JobPushed,
+    /// A `push: on-sync` push failed (`detail.error`).
+    #[serde(rename = "job.push_failed")]
+    PushFailed,
     /// Not a happening: the first event of a replay that asked for events older than the
     /// oldest kept one (`detail.oldest`); the ones before it are gone.
     #[serde(rename = "reset")]
@@ -509,6 +525,8 @@ impl EventKind {
             EventKind::EgressDenied => "egress.denied",
             EventKind::JobConflict => "job.conflict",
             EventKind::JobConflictResolved => "job.conflict_resolved",
+            EventKind::JobPushed => "job.pushed",
+            EventKind::PushFailed => "job.push_failed",
             EventKind::Reset => "reset",
         }
     }
@@ -577,21 +595,4 @@ pub struct ExecInfo {
     pub pid: u32,
     /// Its deadline after `started_at` (timeout plus grace), in milliseconds.
     pub deadline_ms: u64,
-}
-
-/// The body of `POST /v1/dashboard` (`paddock dashboard`): where the dashboard listener
-/// opens (a loopback address; default `127.0.0.1:0`, a free port).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DashboardRequest {
-    #[serde(default)]
-    pub listen: Option<String>,
-}
-
-/// The first line of `POST /v1/dashboard`'s answer: the listener's address and the sign-in
-/// URL (with its one-time token). The listener lives while the answer streams.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct DashboardLease {
-    pub address: String,
-    pub url: String,
 }

@@ -263,6 +263,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/v1/jobs/{id}/merge", post(merges::merge_job))
         .route("/v1/jobs/{id}/apply", post(merges::apply_job))
+        .route("/v1/jobs/{id}/push", post(merges::push_job))
         .route("/v1/conflicts", get(merges::conflicts))
         .route("/v1/sweep", post(sweep))
         .route("/v1/events", get(streams::events))

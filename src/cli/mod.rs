@@ -40,6 +40,7 @@ mod merge;
 mod net;
 mod pool;
 mod port;
+mod push;
 mod render;
 mod rm;
 mod run;
@@ -117,6 +118,9 @@ pub(crate) enum Command {
     /// Apply a job's committed and uncommitted changes to the repository's checkout,
     /// without committing.
     Apply(apply::ApplyArgs),
+    /// Push exactly a job's branch to a remote of the repository, with your own git
+    /// credentials (the job never sees them).
+    Push(push::PushArgs),
     /// Agent image commands.
     Image {
         #[command(subcommand)]
@@ -210,6 +214,7 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Conflicts(args) => conflicts::run(ops, args).await,
         Command::Merge(args) => merge::run(ops, args).await,
         Command::Apply(args) => apply::run(ops, args).await,
+        Command::Push(args) => push::run(ops, args).await,
         Command::Execs(args) => execs::run(ops, args).await,
         Command::Events(args) => events::run(ops, args).await,
         Command::Shell(args) => shell::run(paddock, args).await,
@@ -239,6 +244,7 @@ async fn keyed_without_daemon(paddock: &Paddock, key: &str, command: Command) ->
         | Command::Rm(_)
         | Command::Merge(_)
         | Command::Apply(_)
+        | Command::Push(_)
         | Command::Net(_) => {
             tell!(
                 "error: --idempotency-key needs a running daemon (`paddock serve`) for this command"

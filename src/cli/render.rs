@@ -209,6 +209,12 @@ pub fn print_details(details: &JobDetails) {
             _ => say!("{label} limit {limit} (not mounted)"),
         }
     }
+    if details.logs_bytes > 0 {
+        say!(
+            "logs      {} on the host (output log capped at 64 MiB, each exec's output at 64 MiB)",
+            format_size(details.logs_bytes)
+        );
+    }
     if let Some(id) = &v.container_id {
         say!("container {}", &id[..id.len().min(12)]);
     }

@@ -21,7 +21,7 @@ use crate::store::PaddockHome;
 use crate::wire::{
     AdmissionView, ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
     EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobView,
-    MergeReport, MergeRequest, NetworkChange, RemoveOptions, RemoveReport,
+    MergeReport, MergeRequest, NetworkChange, PushReport, PushRequest, RemoveOptions, RemoveReport,
 };
 
 mod streams;
@@ -361,6 +361,12 @@ impl Operations for DaemonClient {
     async fn merge(&self, id: &str, request: MergeRequest) -> Result<MergeReport, Error> {
         let body = serde_json::to_value(&request).expect("a merge request serializes");
         let path = format!("/v1/jobs/{}/merge", encode(id));
+        self.call(Method::POST, &path, Some(&body)).await
+    }
+
+    async fn push(&self, id: &str, request: PushRequest) -> Result<PushReport, Error> {
+        let body = serde_json::to_value(&request).expect("a push request serializes");
+        let path = format!("/v1/jobs/{}/push", encode(id));
         self.call(Method::POST, &path, Some(&body)).await
     }
 

@@ -113,6 +113,32 @@ fn not_a_branch_policy(input: &str) -> UnitError {
     }
 }
 
+/// When a job's branch is pushed to a remote of the repository (`push:` of a profile).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, EnumString, Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(
+    serialize_all = "kebab-case",
+    parse_err_ty = UnitError,
+    parse_err_fn = not_a_push_policy
+)]
+pub enum PushPolicy {
+    /// Only on `paddock push` (the default).
+    #[default]
+    Manual,
+    /// After each exec whose sync moved the branch, as `paddock push` would (coalesced).
+    OnSync,
+}
+
+fn not_a_push_policy(input: &str) -> UnitError {
+    UnitError {
+        what: "push policy",
+        input: input.to_string(),
+        expected: "manual or on-sync",
+    }
+}
+
 /// How a job's checkout is made. `worktree`: the job's own files, checked out by
 /// `git read-tree` (portable, the default). `overlay`: an overlay mount of a read-only
 /// pristine checkout shared by every job of the same repository and commit, with the job's

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CheckoutMode, ConfigError, DEFAULT_IMAGE, KillPolicy, NetworkMode, RuntimeChoice, Source,
-    Sourced, cache_names, files::source_origin,
+    CheckoutMode, ConfigError, DEFAULT_IMAGE, KillPolicy, NetworkMode, PushPolicy, RuntimeChoice,
+    Source, Sourced, cache_names, files::source_origin,
 };
 use crate::cache::CacheSpec;
 use crate::egress::AllowEntry;
@@ -75,6 +75,8 @@ pub struct ProfileLayer {
     pub pool: Option<PoolSettings>,
     /// Secrets of the user config its jobs get (user file only).
     pub secrets: Option<Vec<String>>,
+    /// `on-sync`: push the job's branch after each exec that moved it (user config only).
+    pub push: Option<PushPolicy>,
 }
 
 /// `pool:` of a profile: how many containers wait, started ahead, for this profile's jobs
@@ -182,6 +184,7 @@ pub struct Profile {
     pub pool: Sourced<PoolSettings>,
     /// Names of user-config secrets its jobs get.
     pub secrets: Sourced<Vec<String>>,
+    pub push: Sourced<PushPolicy>,
 }
 
 impl Default for Profile {
@@ -215,6 +218,7 @@ impl Default for Profile {
             setup_allow: None,
             pool: Sourced::default_value(PoolSettings::default()),
             secrets: Sourced::default_value(Vec::new()),
+            push: Sourced::default_value(PushPolicy::Manual),
         }
     }
 }
@@ -263,6 +267,17 @@ impl Profile {
             }
             if let Some(value) = reserve.memory {
                 self.reserve_memory = Sourced {
+                    value,
+                    source: source.clone(),
+                };
+            }
+        }
+        // A repository's own file cannot make paddock publish with the user's credentials.
+        if let Some(value) = layer.push {
+            if matches!(source, Source::RepoFile(_)) {
+                tracing::warn!(%source, "`push` is honoured only outside the repository's file");
+            } else {
+                self.push = Sourced {
                     value,
                     source: source.clone(),
                 };
@@ -468,6 +483,13 @@ impl Profile {
                     self.pool.value.size, self.pool.value.idle
                 ),
                 &self.pool.source,
+            ));
+        }
+        if self.push.value != PushPolicy::Manual {
+            rows.push((
+                "push".into(),
+                self.push.value.to_string(),
+                &self.push.source,
             ));
         }
         if !self.caches.value.is_empty() {

@@ -35,6 +35,14 @@ pub fn render(job: &JobPage, now: DateTime<Utc>) -> String {
         id = esc(&id),
         state = esc(&view.state.to_string()),
     );
+    // Unknown first and plainly: what follows is as the host last saw the job.
+    if let Some(error) = &view.sync_error {
+        let _ = write!(
+            body,
+            r#"<p class="error" id="state-unknown"><strong>State unknown:</strong> the job's last sync failed ({}); its branch may have moved since, and what this page shows is as of the last good sync.</p>"#,
+            esc(error)
+        );
+    }
     body.push_str(&fields(&job.row, now));
     body.push_str(&actions(&id, &job.csrf));
 

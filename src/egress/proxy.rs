@@ -486,6 +486,11 @@ async fn respond(client: &mut TcpStream, status: u16, reason: &str) {
     let _ = client.shutdown().await;
 }
 
+/// The most of a job's egress log (16 MiB): an agent decides how many requests it makes.
+/// Past it, one `{"truncated": true, "limit"}` line, then nothing more is logged (the
+/// proxy's decisions still hold; only their record stops).
+pub const EGRESS_LOG_CAP: u64 = 16 << 20;
+
 async fn log(files: &ProxyFiles, decision: &Decision) {
     let mut line = serde_json::to_string(decision).expect("decisions serialize");
     line.push('\n');
@@ -496,6 +501,13 @@ async fn log(files: &ProxyFiles, decision: &Decision) {
             .create(true)
             .open(&files.log)
             .await?;
+        let len = file.metadata().await?.len();
+        if len >= EGRESS_LOG_CAP {
+            return Ok(());
+        }
+        if len + line.len() as u64 > EGRESS_LOG_CAP {
+            line = format!("{{\"truncated\":true,\"limit\":{EGRESS_LOG_CAP}}}\n");
+        }
         file.write_all(line.as_bytes()).await
     }
     .await;

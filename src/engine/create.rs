@@ -253,6 +253,8 @@ impl Paddock {
             disk,
             git_disk,
             object_view: None,
+            push: profile.push.value,
+            push_error: None,
         };
         let record = self
             .admit_create(record, &request, &config.admission, client)

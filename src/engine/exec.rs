@@ -350,6 +350,14 @@ impl Paddock {
             }),
         );
         clock.mark("log");
+        // `push: on-sync`: after the exec's own bookkeeping, so a slow remote never delays
+        // what the exec recorded; its failure is the push's (an event), never the exec's.
+        if record.push == crate::config::PushPolicy::OnSync
+            && matches!(after, AfterCommand::Synced { failed: false, .. })
+        {
+            self.push_after_sync(&record).await;
+            clock.mark("push");
+        }
         clock.log(&record.id);
         Ok(outcome?.result)
     }

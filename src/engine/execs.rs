@@ -2,7 +2,8 @@
 //! client that started the exec went away: `logs/<job>/execs/<exec>.json` (an [`ExecInfo`],
 //! written atomically at start and at the end) and `<exec>.ndjson` (the output as
 //! `{"stream", "data"}` lines, appended one whole line per write, at most [`OUTPUT_LIMIT`]
-//! bytes, then one `{"truncated": true, "limit"}` line).
+//! bytes, then one `{"truncated": true, "limit"}` line). All execs of a job together keep at
+//! most [`JOB_OUTPUT_LIMIT`]: an exec that starts with less room left keeps only that much.
 //!
 //! Readers: `execs` lists a job's execs, `exec_info` reads one, `exec_output_reader` reads the
 //! output from a byte offset (offsets of whole lines: a reader that resumes at the sum of the
@@ -23,6 +24,20 @@ use crate::wire::{ExecInfo, ExecResult, ExecState};
 
 /// Most output bytes kept per exec.
 pub const OUTPUT_LIMIT: u64 = 64 << 20;
+/// Most output bytes kept for all the execs of one job (1 GiB).
+pub const JOB_OUTPUT_LIMIT: u64 = 1 << 30;
+
+/// The bytes the `.ndjson` outputs in `dir` already hold (one directory read).
+fn outputs_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "ndjson"))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    })
+}
 /// The status file's version.
 const INFO_SCHEMA: u32 = 1;
 /// Most bytes one read of the output returns.
@@ -53,6 +68,9 @@ pub(super) struct ExecRecorder {
     status_path: PathBuf,
     output: Option<File>,
     written: u64,
+    /// What this exec may keep: [`OUTPUT_LIMIT`], or the job's room left under
+    /// [`JOB_OUTPUT_LIMIT`] when that is less.
+    limit: u64,
     /// The start of a character cut off at the end of the last chunk (stdout, stderr).
     partial: [Vec<u8>; 2],
 }
@@ -66,6 +84,7 @@ impl ExecRecorder {
         deadline: Duration,
     ) -> ExecRecorder {
         let id = new_exec_id();
+        let limit = OUTPUT_LIMIT.min(JOB_OUTPUT_LIMIT.saturating_sub(outputs_size(dir)));
         let output_path = dir.join(format!("{id}.ndjson"));
         let output = std::fs::create_dir_all(dir)
             .and_then(|()| {
@@ -94,6 +113,7 @@ impl ExecRecorder {
             status_path: dir.join(format!("{id}.json")),
             output,
             written: 0,
+            limit,
             partial: [Vec::new(), Vec::new()],
         };
         // Not fsynced: a crash before the end leaves a running exec that is lost anyway, and
@@ -155,8 +175,8 @@ impl ExecRecorder {
             .expect("output lines serialize");
         line.push(b'\n');
         let mut capped = false;
-        if self.written + line.len() as u64 > OUTPUT_LIMIT {
-            line = format!("{{\"truncated\":true,\"limit\":{OUTPUT_LIMIT}}}\n").into_bytes();
+        if self.written + line.len() as u64 > self.limit {
+            line = format!("{{\"truncated\":true,\"limit\":{}}}\n", self.limit).into_bytes();
             capped = true;
         }
         if file.write_all(&line).is_ok() {
@@ -350,6 +370,22 @@ impl Paddock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_execs_of_one_job_keep_at_most_the_job_limit() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // Earlier execs already hold all but 10 bytes of the job's room (sparse: no disk).
+        std::fs::File::create(dir.path().join("x-old.ndjson"))
+            .and_then(|f| f.set_len(JOB_OUTPUT_LIMIT - 10))
+            .expect("an old output");
+        let job = JobId::parse("full").expect("an id");
+        let mut recorder = ExecRecorder::start(dir.path(), &job, &["x".into()], Duration::ZERO);
+        recorder.write(StreamKind::Stdout, &[b'A'; 100]);
+        recorder.finish(Err("gone".into()));
+        let log = std::fs::read_to_string(dir.path().join(format!("{}.ndjson", recorder.id())))
+            .expect("the output log");
+        assert_eq!(log, "{\"truncated\":true,\"limit\":10}\n");
+    }
 
     #[test]
     fn a_character_cut_between_chunks_is_kept_whole() {

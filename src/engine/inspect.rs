@@ -77,6 +77,12 @@ impl Paddock {
         let record = self.load(id)?;
         let (changes, changes_error) = match self.fresh_changes(&record).await {
             Ok((changes, stale)) => (Some(changes), stale),
+            // A job not made yet has no changes: nothing is unknown about that.
+            Err(Error::NotRunnable { .. })
+                if matches!(record.state, JobState::Queued | JobState::Creating) =>
+            {
+                (None, None)
+            }
             Err(e) => (None, Some(e.to_string())),
         };
         let record = self.load(id).unwrap_or(record);
@@ -88,10 +94,15 @@ impl Paddock {
         };
         view.merged = merge.as_ref().map(|m| m.merged);
         view.conflicts = merge.as_ref().map(|m| !m.clean);
+        let logs = self.home().logs_dir(&record.id);
+        let logs_bytes = tokio::task::spawn_blocking(move || logs_size(&logs))
+            .await
+            .unwrap_or(0);
         Ok(JobDetails {
             view,
             changes,
             changes_error,
+            logs_bytes,
             isolation: self.runtime_of(&record).isolation_note().to_string(),
             merge,
         })
@@ -182,4 +193,20 @@ impl Paddock {
             .ok()?;
         Some((ahead, behind))
     }
+}
+
+/// The bytes of a job's logs dir and its `execs/` (paddock writes both; two levels, no
+/// link followed).
+fn logs_size(dir: &std::path::Path) -> u64 {
+    let files = |dir: &std::path::Path| -> u64 {
+        std::fs::read_dir(dir).map_or(0, |entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(std::fs::Metadata::is_file)
+                .map(|m| m.len())
+                .sum()
+        })
+    };
+    files(dir) + files(&dir.join("execs"))
 }

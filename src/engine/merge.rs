@@ -25,28 +25,29 @@ struct Landing {
     fast_forward: bool,
 }
 
-impl Paddock {
-    fn require_branch(record: &JobRecord) -> Result<()> {
-        if record.is_legacy() {
-            return Err(Error::Legacy {
-                id: record.id.clone(),
-            });
-        }
-        if matches!(record.state, JobState::Queued | JobState::Creating) {
-            return Err(Error::NotRunnable {
-                id: record.id.clone(),
-                state: record.state,
-            });
-        }
-        Ok(())
+/// Refuses a job without a branch of its own to work on (legacy, queued, being created).
+pub(super) fn require_branch(record: &JobRecord) -> Result<()> {
+    if record.is_legacy() {
+        return Err(Error::Legacy {
+            id: record.id.clone(),
+        });
     }
+    if matches!(record.state, JobState::Queued | JobState::Creating) {
+        return Err(Error::NotRunnable {
+            id: record.id.clone(),
+            state: record.state,
+        });
+    }
+    Ok(())
+}
 
+impl Paddock {
     /// Lands a job's branch on `request.into` (default: its base branch); see the module
     /// docs. With `delete`, the job is then removed as `rm` does, and its branch deleted
     /// when it did not move meanwhile.
     pub async fn merge(&self, id: &str, request: MergeRequest) -> Result<MergeReport> {
         let record = self.load(id)?;
-        Self::require_branch(&record)?;
+        require_branch(&record)?;
         let repo = self.repo_of(&record);
         let branch_ref = format!("refs/heads/{}", record.branch);
         let tip = repo.ref_target(&branch_ref).await?.ok_or_else(|| {
@@ -279,7 +280,7 @@ impl Paddock {
     /// conflict with the checkout's HEAD.
     pub async fn apply(&self, id: &str) -> Result<ApplyReport> {
         let record = self.load(id)?;
-        Self::require_branch(&record)?;
+        require_branch(&record)?;
         let repo = self.repo_of(&record);
         let checkout =
             repo.checkout_dir()

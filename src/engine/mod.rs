@@ -44,6 +44,7 @@ mod piggyback;
 mod pool;
 pub use pool::PoolKey;
 mod ports;
+mod push;
 mod remove;
 mod setup;
 mod sync;
@@ -88,6 +89,9 @@ pub struct Paddock {
     /// A daemon's refill task: pools to refill after a claim (a CLI process starts a
     /// detached `paddock pool fill` instead).
     pool_refills: Option<tokio::sync::mpsc::UnboundedSender<PoolKey>>,
+    /// `push: on-sync` pushes in flight, each with whether another sync asked for one more
+    /// (`engine/push.rs`).
+    pushes: std::sync::Mutex<std::collections::HashMap<JobId, bool>>,
 }
 
 impl Paddock {
@@ -111,6 +115,7 @@ impl Paddock {
             build_slots: None,
             stopping: std::sync::atomic::AtomicBool::new(false),
             pool_refills: None,
+            pushes: std::sync::Mutex::default(),
         })
     }
 
@@ -178,6 +183,7 @@ impl Paddock {
         state: Option<JobState>,
         detail: serde_json::Value,
     ) {
+        let detail = crate::eventlog::bounded_detail(detail);
         let written = self.event_log.append(
             |id| Event {
                 id,

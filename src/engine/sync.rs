@@ -147,6 +147,16 @@ impl Paddock {
         }
     }
 
+    /// The user's repository's own object store (the first of its object dirs).
+    fn user_objects(record: &JobRecord) -> Result<std::path::PathBuf> {
+        crate::git::object_dirs(&record.git_common_dir)
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                Self::sync_failed(record, "the repository's object store is gone".into())
+            })
+    }
+
     pub(super) fn sync_failed(record: &JobRecord, message: String) -> Error {
         Error::Sync {
             id: record.id.clone(),
@@ -178,12 +188,7 @@ impl Paddock {
             .sandbox_git_paths(record)
             .ok_or_else(|| Self::sync_failed(record, "the job has no git dir yet".into()))?;
         let scratch = self.scratch_of(record);
-        let user_objects = crate::git::object_dirs(&record.git_common_dir)
-            .into_iter()
-            .next()
-            .ok_or_else(|| {
-                Self::sync_failed(record, "the repository's object store is gone".into())
-            })?;
+        let user_objects = Self::user_objects(record)?;
         let (mut known_tip, known_state) = scratch.known().await?;
         let mut seed = None;
         if known_tip.is_none()
@@ -401,12 +406,7 @@ impl Paddock {
             move |source| crate::store::StoreError::Io { path, source }
         };
         std::fs::create_dir_all(&parent).map_err(io(&parent))?;
-        let user_objects = crate::git::object_dirs(&record.git_common_dir)
-            .into_iter()
-            .next()
-            .ok_or_else(|| {
-                Self::sync_failed(record, "the repository's object store is gone".into())
-            })?;
+        let user_objects = Self::user_objects(record)?;
         let tmp = parent.join(format!(".tmp-{}", crate::job::random_hex(8)));
         let made = ScratchRepo { path: tmp.clone() }
             .ensure(&user_objects)

@@ -97,10 +97,11 @@ impl<'a> GitCall<'a> {
     /// Runs git; an exit code in `accepted` is a success (`merge-tree` exits 1 for a merge
     /// with conflicts), returned with the raw standard output.
     pub(super) async fn output(self, accepted: &[i32]) -> Result<(i32, Vec<u8>), GitError> {
+        // As logs and errors show it: a URL's password (a user's configured push URL) never.
         let shown = self
             .args
             .iter()
-            .map(|a| a.to_string_lossy().into_owned())
+            .map(|a| super::push::redact_url(&a.to_string_lossy()))
             .collect::<Vec<_>>()
             .join(" ");
         let mut command = Command::new("git");

@@ -12,7 +12,8 @@
 //!   worktree as its repository once an agent has run there.
 //! - paddock writes nothing into the user's repository but the job's branch and its own
 //!   `refs/paddock/*` (plus, on the user's explicit `merge` or `apply`, the target branch,
-//!   its checkouts and the main checkout: `land`), and changes no owner or mode there.
+//!   its checkouts and the main checkout: `land`; on `push`, git's own remote-tracking
+//!   ref of the branch pushed), and changes no owner or mode there.
 //!   Read-only merges write their objects into a quarantine (`merge`). Its lock lives
 //!   under `$PADDOCK_HOME/locks`, not in the repository.
 //! - Metadata mutations on one repository hold that lock, so parallel `paddock` processes
@@ -33,6 +34,7 @@ mod legacy;
 pub mod merge;
 pub mod objview;
 pub mod pristine;
+pub mod push;
 mod reads;
 pub mod scratch;
 pub mod sync;
@@ -107,6 +109,18 @@ pub enum GitError {
     JobCheckout { branch: String, path: PathBuf },
     #[error("`{repo}` is a bare repository: there is no working tree to apply to")]
     NoCheckout { repo: PathBuf },
+    #[error(
+        "`{remote}` is not a remote of `{repo}` (paddock pushes only to remotes the repository's config names)"
+    )]
+    NoRemote { remote: String, repo: PathBuf },
+    #[error(
+        "`{dest}` on `{remote}` is at {remote_tip}, which the job's branch does not contain: pushing would rewrite it"
+    )]
+    NotFastForward {
+        remote: String,
+        dest: String,
+        remote_tip: String,
+    },
     #[error("git read task failed: {0}")]
     Join(String),
 }

@@ -21,7 +21,7 @@ use crate::error::Error;
 use crate::ops::Operations;
 use crate::output::Discard;
 use crate::units::HumanDuration;
-use crate::wire::{CreateRequest, ExecOptions, Label, RemoveOptions};
+use crate::wire::{CreateRequest, ExecOptions, Label, PushRequest, RemoveOptions};
 
 /// The label that says which MCP session created a job.
 pub const SESSION_LABEL: &str = "mcp-session";
@@ -121,6 +121,21 @@ pub struct RemoveArgs {
     pub force: bool,
 }
 
+/// `job_push`: the job's branch to a remote of the repository, with the host's credentials.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PushArgs {
+    /// The job's id.
+    pub job: String,
+    /// A remote of the repository's config (default: the branch's upstream remote, else
+    /// `origin`); never a URL.
+    #[serde(default)]
+    pub remote: Option<String>,
+    /// Replace a remote branch the job's branch does not contain (if unchanged since seen).
+    #[serde(default)]
+    pub force_with_lease: bool,
+}
+
 /// `file_read`: the file's bytes as `content` (UTF-8) or `content_base64` (anything else).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -215,6 +230,11 @@ pub fn list() -> Vec<Value> {
             "job_remove",
             "Remove a job; the branch stays when it has commits, uncommitted work is kept in refs/paddock/wip/<job> of the wip store named by wip_store.",
             schema::<RemoveArgs>(),
+        ),
+        tool(
+            "job_push",
+            "Push the job's branch (and only it) to a remote of the repository with the host user's git credentials, which the job never sees. Returns the remote, the ref, the old and new tips and, for GitHub/GitLab, a pull request URL.",
+            schema::<PushArgs>(),
         ),
         tool(
             "file_read",
@@ -421,6 +441,7 @@ async fn job_tool(
         "job_diff" => Parsed::Diff(arguments(name, args)?),
         "job_stop" => Parsed::Stop(arguments(name, args)?),
         "job_remove" => Parsed::Remove(arguments(name, args)?),
+        "job_push" => Parsed::Push(arguments(name, args)?),
         "file_read" => Parsed::Read(arguments(name, args)?),
         "file_list" => Parsed::List(arguments(name, args)?),
         other => {
@@ -444,6 +465,7 @@ enum Parsed {
     Diff(DiffArgs),
     Stop(StopArgs),
     Remove(RemoveArgs),
+    Push(PushArgs),
     Read(FileArgs),
     List(ListFilesArgs),
 }
@@ -456,6 +478,7 @@ impl Parsed {
             | Parsed::Diff(DiffArgs { job, .. })
             | Parsed::Stop(StopArgs { job, .. })
             | Parsed::Remove(RemoveArgs { job, .. })
+            | Parsed::Push(PushArgs { job, .. })
             | Parsed::Read(FileArgs { job, .. })
             | Parsed::List(ListFilesArgs { job, .. }) => job,
         }
@@ -497,6 +520,13 @@ async fn run_job_tool(
             let options =
                 RemoveOptions::from_flags(args.delete_branch, args.keep_branch, None, args.force);
             value(ops.remove(job, options).await?)
+        }
+        Parsed::Push(args) => {
+            let request = PushRequest {
+                remote: args.remote,
+                force_with_lease: args.force_with_lease,
+            };
+            value(ops.push(job, request).await?)
         }
         Parsed::Read(args) => {
             let bytes = ops.read_file(job, &args.path).await?;

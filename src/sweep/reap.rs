@@ -327,6 +327,8 @@ impl Paddock {
             disk: None,
             git_disk: None,
             object_view,
+            push: crate::config::PushPolicy::Manual,
+            push_error: None,
         })
     }
 

@@ -136,3 +136,40 @@ pub struct ApplyReport {
     /// Files the applied changes touch.
     pub files: Vec<String>,
 }
+
+/// The inputs of `push` beyond the job id: the body of `POST /v1/jobs/{id}/push`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PushRequest {
+    /// A remote of the repository's config (default: the branch's upstream remote, else
+    /// `origin`); never a URL.
+    #[serde(default)]
+    pub remote: Option<String>,
+    /// Replace a remote branch the job's branch does not contain, if it is still at the
+    /// tip seen just before the push.
+    #[serde(default)]
+    pub force_with_lease: bool,
+}
+
+/// What `push` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushReport {
+    pub id: JobId,
+    /// The job's branch (pushed from the user's repository, after a sync).
+    pub branch: String,
+    /// The remote's name in the repository's config, and the URL pushed to (no password).
+    pub remote: String,
+    pub url: String,
+    /// The ref written on the remote (`refs/heads/...`).
+    #[serde(rename = "ref")]
+    pub dest_ref: String,
+    /// The remote ref's tip before (null: it did not exist) and after.
+    pub old: Option<String>,
+    pub new: String,
+    /// False when the remote already had the tip (nothing sent).
+    pub updated: bool,
+    /// The remote branch was rewritten (`--force-with-lease`).
+    pub forced: bool,
+    /// For a github.com or gitlab.com remote, the page that opens a pull request.
+    pub pull_request_url: Option<String>,
+}

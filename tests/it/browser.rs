@@ -102,7 +102,15 @@ impl Browser {
             .send(tungstenite::Message::text(message))
             .expect("send a CDP command");
         loop {
-            let message = self.socket.read().expect("read a CDP message");
+            // A signal (the test harness's, a child's exit) may interrupt the read: retry.
+            let message = match self.socket.read() {
+                Err(tungstenite::Error::Io(error))
+                    if error.kind() == std::io::ErrorKind::Interrupted =>
+                {
+                    continue;
+                }
+                other => other.expect("read a CDP message"),
+            };
             let tungstenite::Message::Text(text) = message else {
                 continue;
             };

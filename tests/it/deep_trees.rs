@@ -4,7 +4,7 @@
 //! file git cannot reach (its path is past PATH_MAX) instead of refusing, and removes
 //! everything while the daemon answers `GET /v1/jobs` within a second. The heavy case (a
 //! million files in the git dir and a 100,000-level chain) is `#[ignore]`d for its time:
-//! `cargo test --test it -- --ignored deep_trees::`. Docker tests fail when Docker is absent
+//! `cargo test --test it -- --ignored deep_trees::` (.ci/run runs it alone, after the suite). Docker tests fail when Docker is absent
 //! unless PADDOCK_SKIP_DOCKER_TESTS=1.
 
 use std::sync::Arc;
@@ -133,7 +133,10 @@ fn a_deep_chain_is_removed_without_force_and_what_git_can_save_is_saved() {
     let wip = removed["wip_ref"]
         .as_str()
         .expect("uncommitted work was saved");
-    let saved = repo.git(&["ls-tree", "-r", "--name-only", wip]);
+    // The snapshot is in paddock's wip store: fetch it into the user's repository.
+    let store = removed["wip_store"].as_str().expect("a wip store");
+    repo.git(&["fetch", "-q", store, wip]);
+    let saved = repo.git(&["ls-tree", "-r", "--name-only", "FETCH_HEAD"]);
     assert!(
         saved.lines().any(|l| l == "uncommitted.txt"),
         "the work git can index is in {wip}: {saved}"

@@ -13,7 +13,7 @@ use crate::fixtures::{FixtureRepo, TestHome, docker_available, text};
 const MIB: u64 = 1 << 20;
 
 /// Peak resident memory (KiB) of a field of `/proc/<pid>/status`.
-fn status_kib(pid: u32, field: &str) -> u64 {
+pub(crate) fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
         .lines()
@@ -61,17 +61,7 @@ fn a_stdout_flood_stays_within_the_log_caps_and_reads_in_constant_memory() {
     );
 
     // `paddock logs` streams: its peak RSS stays far under the log's size.
-    let timed = Command::new("/usr/bin/time")
-        .args(["-f", "%M"])
-        .arg(env!("CARGO_BIN_EXE_paddock"))
-        .args(["logs", &id])
-        .envs(home.cmd(&[]).get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(timed.status.success(), "{timed:?}");
-    let stderr = String::from_utf8_lossy(&timed.stderr);
-    let peak_kib: u64 = stderr.lines().last().unwrap().trim().parse().unwrap();
+    let (peak_kib, _) = peak_kib_of(&home, &["logs", &id]);
     assert!(
         peak_kib < 64 * 1024,
         "paddock logs peaked at {peak_kib} KiB"
@@ -104,7 +94,7 @@ fn a_stdout_flood_stays_within_the_log_caps_and_reads_in_constant_memory() {
 }
 
 /// The pid of the daemon serving `home` (the only `paddock serve` with its state root).
-fn daemon_pid(home: &TestHome) -> u32 {
+pub(crate) fn daemon_pid(home: &TestHome) -> u32 {
     let root = home.root().display().to_string();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
@@ -199,4 +189,34 @@ fn output_that_is_not_utf8_hides_nothing() {
     );
     daemon.stop();
     home.ok(&["rm", &id, "--force"]);
+}
+
+/// Runs `paddock ARGS` under GNU time; asserts it succeeds; returns its peak resident memory
+/// (KiB, children included) and its output.
+pub(crate) fn peak_kib_of(home: &TestHome, args: &[&str]) -> (u64, std::process::Output) {
+    let timed = Command::new("/usr/bin/time")
+        .args(["-f", "%M"])
+        .arg(env!("CARGO_BIN_EXE_paddock"))
+        .args(args)
+        .envs(home.cmd(&[]).get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(timed.status.success(), "{args:?}: {timed:?}");
+    let stderr = String::from_utf8_lossy(&timed.stderr);
+    let peak_kib = stderr.lines().last().unwrap().trim().parse().unwrap();
+    (peak_kib, timed)
+}
+
+/// A `GET` of `path` over the daemon's socket: the whole raw answer (head and body).
+pub(crate) fn get_raw(socket: &std::path::Path, path: &str) -> String {
+    let mut stream = UnixStream::connect(socket).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
 }

@@ -448,8 +448,12 @@ git update-ref "refs/heads/$(git symbolic-ref --short HEAD)" "$bad""#;
         "{result}"
     );
     assert_eq!(repo.git(&["rev-parse", &branch]), base, "the branch stayed");
-    let shown = home.json(&["show", &id, "--json"]);
+    // `show` says the state is unknown (exit 12) rather than passing the old one off.
+    let shown = home.run(&["show", &id, "--json"]);
+    assert_eq!(shown.status.code(), Some(12), "{shown:?}");
+    let shown: Value = serde_json::from_slice(&shown.stdout).expect("show --json");
     assert!(shown["job"]["sync_error"].is_string(), "{shown}");
+    assert!(shown["changes_error"].is_string(), "{shown}");
     let fsck = Command::new("git")
         .args(["fsck", "--full", "--strict"])
         .current_dir(repo.path())

@@ -111,8 +111,14 @@ fn copied_files_stay_out_of_commits_and_snapshots(docker: bool) {
     // Uncommitted work is snapshotted on rm, without the copied files.
     home.sh(&id, "echo wip > wip.txt && echo again >> config/local.toml");
     let report = home.json(&["rm", &id, "--force", "--json"]);
-    let wip = text(&report, "wip_commit");
-    let tree = repo.git(&["ls-tree", "-r", "--name-only", &wip]);
+    // The snapshot is in paddock's wip store, not the user's repository: fetch it.
+    repo.git(&[
+        "fetch",
+        "-q",
+        &text(&report, "wip_store"),
+        &text(&report, "wip_ref"),
+    ]);
+    let tree = repo.git(&["ls-tree", "-r", "--name-only", "FETCH_HEAD"]);
     assert!(tree.lines().any(|l| l == "wip.txt"), "{tree}");
     assert!(
         !tree.contains(".env") && !tree.contains("local.toml"),

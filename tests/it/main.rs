@@ -38,6 +38,7 @@ mod net_ranges;
 mod pool;
 mod ports;
 mod process;
+mod push;
 mod secrets;
 mod setup_network;
 mod snapshots;

@@ -165,6 +165,7 @@ fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
             "job_log",
             "job_stop",
             "job_remove",
+            "job_push",
             "file_read",
             "file_write",
             "file_list"
@@ -334,6 +335,7 @@ fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
         ("file_list", json!({"job": id})),
         ("job_diff", json!({"job": id})),
         ("job_stop", json!({"job": id})),
+        ("job_push", json!({"job": id})),
         ("job_remove", json!({"job": id, "force": true})),
     ] {
         let result = other.call(tool, &arguments);

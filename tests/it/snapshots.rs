@@ -34,6 +34,7 @@ const COMMANDS: &[&str] = &[
     "conflicts",
     "merge",
     "apply",
+    "push",
     "image",
     "image build",
     "doctor",
@@ -208,6 +209,17 @@ fn json_shapes_and_human_tables() {
         "conflicts_json",
         scrub.json(&home.json(&["conflicts", "--json"]))
     );
+    // A bare remote beside the install (its path scrubs as the test's dir).
+    let remote = home.dir.path().join("remote.git");
+    crate::fixtures::git(
+        home.dir.path(),
+        &["init", "-q", "--bare", "-b", "main", "remote.git"],
+    );
+    repo.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
+    insta::assert_json_snapshot!(
+        "push_json",
+        scrub.json(&home.json(&["push", &id, "--json"]))
+    );
     insta::assert_json_snapshot!(
         "merge_json",
         scrub.json(&home.json(&["merge", &id, "--squash", "--json"]))
@@ -252,7 +264,7 @@ fn json_shapes_and_human_tables() {
         .collect();
     insta::assert_json_snapshot!("events_json", scrub.json(&Value::Array(events)));
     // The last event only: an exec's detail is cut at a width its duration changes.
-    let table = scrub.text(&home.ok(&["events", "--since", "10"]));
+    let table = scrub.text(&home.ok(&["events", "--since", "11"]));
     let table = regex_replace(&table, " {2,}", "  ");
     insta::assert_snapshot!("events_table", table);
 }

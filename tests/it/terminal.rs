@@ -125,6 +125,8 @@ fn agent_text_stays_off_the_terminal(runtime: &str, test: &str) {
         vec!["execs", &id],
         vec!["conflicts"],
         vec!["logs", &id],
+        vec!["sweep", "--dry-run"],
+        vec!["doctor"],
     ] {
         let output = home.run(&args);
         if args[0] != "logs" {
@@ -155,6 +157,10 @@ fn agent_text_stays_off_the_terminal(runtime: &str, test: &str) {
         );
         assert_safe(&format!("{} (terminal)", args.join(" ")), &output);
     }
+    // A merge of the branch (its names land in the fixture's checkout) prints safely too.
+    let merge = home.run(&["merge", &id]);
+    assert!(merge.status.success(), "{merge:?}");
+    assert_safe("merge", &merge);
     let raw = home.run(&["logs", &id]);
     assert!(
         String::from_utf8_lossy(&raw.stdout).contains("out \u{1b}]52"),
@@ -204,4 +210,51 @@ fn agent_text_stays_off_the_terminal_runc() {
 #[test]
 fn agent_text_stays_off_the_terminal_under_gvisor() {
     agent_text_stays_off_the_terminal("runsc", "agent_text_stays_off_the_terminal_under_gvisor");
+}
+
+/// An egress host name with escape sequences (a CONNECT the proxy refuses) reaches `paddock
+/// events` only as visible escapes, and `events --json` keeps it exactly.
+#[test]
+fn an_egress_host_with_escapes_stays_off_the_terminal() {
+    if !docker_available("an_egress_host_with_escapes_stays_off_the_terminal") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let daemon = crate::api::Daemon::start_with_runtime(&home, &[], "docker");
+    let job = home.create_docker(&repo, &["--allow", "127.0.0.1:9"]);
+    let id = text(&job, "id");
+    let host = "evil\u{1b}]52;c;QUFBQQ==\u{7}\u{1b}[2J.example";
+    let script = format!(
+        "h=${{HTTPS_PROXY#http://}}; exec 3<>/dev/tcp/${{h%:*}}/${{h##*:}} && \
+         printf 'CONNECT %s:443 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n' $'{}' >&3; sleep 1; true",
+        host.replace('\u{1b}', "\\e").replace('\u{7}', "\\a")
+    );
+    home.run(&["exec", &id, "--", "bash", "-c", &script]);
+    // The daemon relays the proxy's refusals into the event log.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let events = loop {
+        let events = home.run(&["events", "--json"]);
+        let text = String::from_utf8_lossy(&events.stdout).into_owned();
+        if text.contains("egress.denied") || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    let denied: Vec<Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "egress.denied")
+        .collect();
+    assert!(
+        denied
+            .iter()
+            .any(|e| e["detail"].to_string().contains("evil\\u001b]52")),
+        "no refusal with the host kept exactly: {events}"
+    );
+    let table = home.run(&["events"]);
+    assert_safe("events", &table);
+    assert!(String::from_utf8_lossy(&table.stdout).contains("egress.denied"));
+    daemon.stop();
+    home.ok(&["rm", &id, "--force"]);
 }

@@ -101,6 +101,17 @@ fn a_job_whose_sync_fails_is_marked_in_ls_and_conflicts() {
     assert!(row.contains("(sync failed)"), "{ls}");
     let conflicts = home.ok(&["conflicts"]);
     assert!(conflicts.contains("UNKNOWN (sync failed"), "{conflicts}");
+    // The dashboard's job page says so first.
+    let daemon = crate::api::Daemon::start_with_runtime(&home, &[], "docker");
+    let page = crate::flood::get_raw(&daemon.socket, &format!("/jobs/{id}"));
+    let unknown = page
+        .find("State unknown")
+        .expect("the page says the state is unknown");
+    assert!(
+        unknown < page.find("<dl").unwrap_or(usize::MAX),
+        "not first"
+    );
+    daemon.stop();
     home.sh(
         &id,
         "pkill -f 'truncate -s 1T' || true; pkill -f 'while :' || true",
@@ -167,21 +178,21 @@ fn a_huge_untracked_file_costs_the_host_little_memory() {
         vec!["diff", id.as_str(), "--stat"],
         vec!["diff", id.as_str()],
     ] {
-        let timed = std::process::Command::new("/usr/bin/time")
-            .args(["-f", "%M"])
-            .arg(env!("CARGO_BIN_EXE_paddock"))
-            .args(&args)
-            .envs(home.cmd(&[]).get_envs().filter_map(|(k, v)| Some((k, v?))))
-            .stdout(std::process::Stdio::piped())
-            .output()
-            .unwrap();
-        assert!(timed.status.success(), "{args:?}: {timed:?}");
-        let stderr = String::from_utf8_lossy(&timed.stderr);
-        let peak_kib: u64 = stderr.lines().last().unwrap().trim().parse().unwrap();
+        let (peak_kib, timed) = crate::flood::peak_kib_of(&home, &args);
         println!("{args:?} peaked at {peak_kib} KiB");
         assert!(peak_kib < 256 * 1024, "{args:?} peaked at {peak_kib} KiB");
         let stdout = String::from_utf8_lossy(&timed.stdout);
         assert!(stdout.contains("big.txt"), "{args:?}: {stdout}");
     }
+    // The dashboard's job page (with its diff), rendered by the daemon.
+    let daemon = crate::api::Daemon::start_with_runtime(&home, &[], "docker");
+    let pid = crate::flood::daemon_pid(&home);
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+    let page = crate::flood::get_raw(&daemon.socket, &format!("/jobs/{id}"));
+    assert!(page.contains("big.txt"), "the page does not show the file");
+    let peak_kib = crate::flood::status_kib(pid, "VmHWM:");
+    println!("the daemon's job page peaked at {peak_kib} KiB");
+    assert!(peak_kib < 256 * 1024, "the daemon peaked at {peak_kib} KiB");
+    daemon.stop();
     home.ok(&["rm", &id, "--force"]);
 }
