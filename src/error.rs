@@ -319,7 +319,9 @@ impl Error {
             ) => K::RuntimeUnavailable,
             Error::Runtime(RuntimeError::EmptyCommand) => K::Usage,
             Error::Runtime(RuntimeError::NoWorkdir { .. }) => K::InvalidInput,
-            Error::Runtime(RuntimeError::Unsupported { .. }) => K::InvalidInput,
+            Error::Runtime(RuntimeError::Unsupported { .. } | RuntimeError::Secret { .. }) => {
+                K::InvalidInput
+            }
             Error::Runtime(RuntimeError::NotOurContainer { .. }) => K::Refused,
             Error::Runtime(RuntimeError::NameInUse { .. }) => K::Conflict,
             Error::Runtime(_) => K::Internal,

@@ -191,6 +191,9 @@ pub struct Limits {
     /// Ports inside the job served to the host (see `JobRecord::ports` for where).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<u16>,
+    /// Secrets the job's proxy holds (placeholders and sources, never values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<crate::secrets::JobSecrets>,
 }
 
 impl From<&crate::config::Profile> for Limits {
@@ -213,6 +216,7 @@ impl From<&crate::config::Profile> for Limits {
                 .map(|(k, v)| (k.clone(), v.value.clone()))
                 .collect(),
             ports: profile.ports.value.clone(),
+            secrets: None,
         }
     }
 }

@@ -31,6 +31,7 @@ pub mod output;
 pub mod overlay;
 pub mod pool;
 pub mod runtime;
+pub mod secrets;
 pub(crate) mod serve;
 pub mod store;
 pub mod sweep;

@@ -144,6 +144,10 @@ pub struct CreateRequest {
     #[arg(long = "port", value_name = "PORT")]
     #[serde(default)]
     pub ports: Vec<u16>,
+    /// A secret of the user config (repeatable): the job sees a placeholder. Implies allowlist.
+    #[arg(long = "secret", value_name = "NAME")]
+    #[serde(default)]
+    pub secrets: Vec<String>,
     /// The job's per-exec deadline default, e.g. 10m.
     #[arg(long)]
     #[serde(default)]

@@ -26,6 +26,9 @@ pub struct EgressProxyArgs {
     /// (repeatable).
     #[arg(long = "relay")]
     relays: Vec<RelaySpec>,
+    /// A Unix socket where paddock sends the job's secrets (kept in memory only).
+    #[arg(long)]
+    control: Option<PathBuf>,
 }
 
 pub async fn run(args: EgressProxyArgs) -> Result<i32> {
@@ -35,9 +38,24 @@ pub async fn run(args: EgressProxyArgs) -> Result<i32> {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| failed(format!("cannot listen on {listen}: {e}")))?;
+        let secrets = std::sync::Arc::new(crate::egress::secrets::Store::default());
+        if let Some(path) = &args.control {
+            // A socket left by the proxy's last run is in the way of this one's.
+            let _ = std::fs::remove_file(path);
+            let control = tokio::net::UnixListener::bind(path)
+                .map_err(|e| failed(format!("cannot listen on {}: {e}", path.display())))?;
+            let store = secrets.clone();
+            servers.spawn(async move {
+                (
+                    "the control socket",
+                    crate::egress::secrets::serve_control(control, store).await,
+                )
+            });
+        }
         let files = ProxyFiles {
             policy: args.policy,
             log: args.log,
+            secrets,
         };
         servers.spawn(async move { ("the egress proxy", serve(listener, files).await) });
     }

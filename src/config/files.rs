@@ -60,6 +60,10 @@ pub(super) struct ConfigFile {
     pub(super) setup_network: Option<super::NetworkMode>,
     /// With `setup_network: allowlist`: what setup may reach besides the job's allow-list.
     pub(super) setup_allow: Option<Vec<crate::egress::AllowEntry>>,
+    /// Secrets jobs may be given (user file only: see `secrets`).
+    pub(super) secrets: Option<BTreeMap<String, super::SecretSpec>>,
+    /// The proxy's settings (user file only).
+    pub(super) egress: Option<super::EgressSettings>,
 }
 
 /// Splits an env layer into one layer per variable so each value names its own variable.

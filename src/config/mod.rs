@@ -19,6 +19,7 @@ mod choices;
 mod files;
 mod profile;
 mod rows;
+mod secrets;
 mod setup;
 use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
 pub use choices::{BranchPolicy, CheckoutMode, KillPolicy, NetworkMode, PushPolicy, RuntimeChoice};
@@ -27,6 +28,8 @@ use files::{
     ConfigFile, cache_names, check_caches, check_profile_name, env_layers, read_file, source_origin,
 };
 pub use profile::{DEFAULT_GIT_DISK, PoolSettings, Profile, ProfileLayer, Reserve, ReserveLayer};
+pub(crate) use secrets::value_error;
+pub use secrets::{EgressSettings, SecretSpec, check_spec};
 pub use setup::{JobSetup, SetupSettings};
 
 /// The name of the repo-level config file, at the target repository's root.
@@ -202,6 +205,10 @@ pub struct Config {
     pub caches: Sourced<Vec<CacheSpec>>,
     /// Top-level `copy` and `setup` (see [`Config::job_setup`]).
     pub setup: SetupSettings,
+    /// The user file's `secrets:` (a repository's file may not have them).
+    pub secrets: BTreeMap<String, SecretSpec>,
+    /// The user file's `egress:`.
+    pub egress: EgressSettings,
 }
 
 /// The user config file: `$PADDOCK_CONFIG`, else `$XDG_CONFIG_HOME/paddock/config.yaml`, else
@@ -234,6 +241,8 @@ impl Config {
             admission: AdmissionSettings::default(),
             caches: Sourced::default_value(Vec::new()),
             setup: SetupSettings::default(),
+            secrets: BTreeMap::new(),
+            egress: EgressSettings::default(),
         };
         if let Some((path, explicit)) = user_config_path(env)
             && let Some(file) = read_file(&path, explicit)?
@@ -256,6 +265,7 @@ impl Config {
     fn apply_file(&mut self, mut file: ConfigFile, source: &Source) -> Result<(), ConfigError> {
         let origin = source_origin(source);
         setup::check_file(&mut file, &origin)?;
+        self.apply_secrets(&mut file, source, &origin)?;
         self.setup.apply(&file, source);
         if let Some(value) = file.default_profile {
             self.default_profile = Sourced {
@@ -377,6 +387,50 @@ impl Config {
                     );
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// `secrets:`, `egress:` and profiles' `secrets` come from the user file only: a
+    /// repository's file could otherwise send the user's token to hosts it names, or hand
+    /// its jobs the user's tokens.
+    fn apply_secrets(
+        &mut self,
+        file: &mut ConfigFile,
+        source: &Source,
+        origin: &str,
+    ) -> Result<(), ConfigError> {
+        let repo = matches!(source, Source::RepoFile(_));
+        let refuse = |key: String| ConfigError::Value {
+            origin: origin.to_string(),
+            key,
+            message: "secrets belong in the user config file, never a repository's".into(),
+        };
+        let in_profile = file.profiles.iter().find(|(_, l)| l.secrets.is_some());
+        if repo {
+            if file.secrets.is_some() {
+                return Err(refuse("secrets".into()));
+            }
+            if file.egress.is_some() {
+                return Err(refuse("egress".into()));
+            }
+            if let Some((name, _)) = in_profile {
+                return Err(refuse(format!("profiles.{name}.secrets")));
+            }
+        }
+        for (name, spec) in file.secrets.take().unwrap_or_default() {
+            check_spec(&name, &spec).map_err(|e| match e {
+                ConfigError::Value { key, message, .. } => ConfigError::Value {
+                    origin: origin.to_string(),
+                    key,
+                    message,
+                },
+                other => other,
+            })?;
+            self.secrets.insert(name, spec);
+        }
+        if let Some(egress) = file.egress.take() {
+            self.egress = egress;
         }
         Ok(())
     }

@@ -73,6 +73,8 @@ pub struct ProfileLayer {
     pub setup_allow: Option<Vec<AllowEntry>>,
     /// A warm pool of this profile's containers, started ahead of creates.
     pub pool: Option<PoolSettings>,
+    /// Secrets of the user config its jobs get (user file only).
+    pub secrets: Option<Vec<String>>,
     /// `on-sync`: push the job's branch after each exec that moved it (user config only).
     pub push: Option<PushPolicy>,
 }
@@ -180,6 +182,8 @@ pub struct Profile {
     pub setup_network: Option<Sourced<NetworkMode>>,
     pub setup_allow: Option<Sourced<Vec<AllowEntry>>>,
     pub pool: Sourced<PoolSettings>,
+    /// Names of user-config secrets its jobs get.
+    pub secrets: Sourced<Vec<String>>,
     pub push: Sourced<PushPolicy>,
 }
 
@@ -213,6 +217,7 @@ impl Default for Profile {
             setup_network: None,
             setup_allow: None,
             pool: Sourced::default_value(PoolSettings::default()),
+            secrets: Sourced::default_value(Vec::new()),
             push: Sourced::default_value(PushPolicy::Manual),
         }
     }
@@ -246,7 +251,8 @@ impl Profile {
             ports,
             copy,
             setup,
-            pool
+            pool,
+            secrets
         );
         let sourced = |value| Sourced {
             value,
@@ -459,6 +465,14 @@ impl Profile {
                     .collect::<Vec<_>>()
                     .join(", "),
                 &self.ports.source,
+            ));
+        }
+        if !self.secrets.value.is_empty() {
+            // Names only: where a value comes from is in the user file.
+            rows.push((
+                "secrets".into(),
+                self.secrets.value.join(", "),
+                &self.secrets.source,
             ));
         }
         if self.pool.value.size > 0 {

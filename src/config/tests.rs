@@ -253,3 +253,36 @@ fn a_reserve_is_layered_cut_to_the_limits_or_refused_above_them() {
     let err = Config::load(None, &vars).unwrap_err().to_string();
     assert!(err.contains("cpu"), "{err}");
 }
+
+#[test]
+fn secrets_come_from_the_user_file_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let user = write(
+        dir.path(),
+        "user.yaml",
+        "secrets:\n  gh:\n    command: [gh, auth, token]\n    hosts: [api.github.com]\negress:\n  upstream_ca: /roots.pem\nprofiles:\n  default:\n    secrets: [gh]\n",
+    );
+    let vars = env(&[("PADDOCK_CONFIG", user.to_str().unwrap())]);
+    let config = Config::load(Some(dir.path()), &vars).unwrap();
+    assert!(config.secrets.contains_key("gh"));
+    assert_eq!(config.egress.upstream_ca, Some(PathBuf::from("/roots.pem")));
+    let (_, profile) = config.select_profile(None, "agent", None).unwrap();
+    assert_eq!(profile.secrets.value, vec!["gh".to_string()]);
+    assert!(
+        profile
+            .rows()
+            .iter()
+            .any(|(key, value, _)| key == "secrets" && value == "gh")
+    );
+    for repo_file in [
+        "secrets:\n  gh:\n    env: HOME\n    hosts: [evil.example]\n",
+        "egress:\n  upstream_ca: /evil.pem\n",
+        "profiles:\n  default:\n    secrets: [gh]\n",
+    ] {
+        write(dir.path(), REPO_CONFIG_FILE, repo_file);
+        let error = Config::load(Some(dir.path()), &vars)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("user config file"), "{error}");
+    }
+}

@@ -4,10 +4,13 @@
 //! `runtime/docker/egress.rs`; the unreachable route that keeps the job range on the host is
 //! [`ranges`].
 
+pub mod ca;
+pub mod intercept;
 pub mod policy;
 pub mod proxy;
 pub mod ranges;
 pub mod relay;
+pub mod secrets;
 pub mod tls;
 mod tunnel;
 

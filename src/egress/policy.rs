@@ -259,6 +259,10 @@ pub struct EgressPolicy {
     pub allow: Vec<AllowEntry>,
     #[serde(default)]
     pub host_addresses: Vec<IpAddr>,
+    /// The job's secrets as the proxy matches them (no values: those come over the
+    /// proxy's control socket, see `egress::secrets`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<super::secrets::SecretRule>,
 }
 
 /// Why a destination was allowed or refused, in the words of `egress.jsonl`.
@@ -364,6 +368,7 @@ mod tests {
                 entry("git.example.com:22"),
             ],
             host_addresses: vec![],
+            secrets: vec![],
         };
         assert!(policy.check_request("registry.example.org", 443).allowed);
         assert!(policy.check_request("REGISTRY.example.org.", 80).allowed);
@@ -389,6 +394,7 @@ mod tests {
         let mut policy = EgressPolicy {
             allow: vec![entry("internal.example"), entry("10.1.2.0/24:5432")],
             host_addresses: vec!["203.0.113.7".parse().unwrap()],
+            secrets: vec![],
         };
         let addr = |s: &str| s.parse::<IpAddr>().unwrap();
         assert!(policy.check_address(addr("93.184.216.34"), 443).allowed);

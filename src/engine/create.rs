@@ -155,6 +155,12 @@ impl Paddock {
         if worktree.exists() {
             return Err(Error::WorktreeExists { path: worktree });
         }
+        let secrets = crate::secrets::for_job(
+            &config.secrets,
+            config.egress.upstream_ca.as_ref(),
+            &mut profile,
+            &request.secrets,
+        )?;
         check_network(&request, profile.network.value)?;
         let driver = crate::overlay::driver();
         let kernel_overlay = matches!(driver, Ok(crate::overlay::Driver::Kernel));
@@ -214,7 +220,10 @@ impl Paddock {
             task: request.task.clone(),
             profile: profile_name,
             runtime: runtime.kind,
-            limits: Limits::from(&profile),
+            limits: Limits {
+                secrets,
+                ..Limits::from(&profile)
+            },
             reserve: Some(reserve),
             container_id: None,
             container_name: self.runtimes.of(runtime.kind).sandbox_name(&id),

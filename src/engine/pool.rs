@@ -87,7 +87,10 @@ impl Paddock {
             change.note = Some(reason.to_string());
             return Ok(change);
         }
-        if limits.network == crate::config::NetworkMode::Allowlist {
+        // A profile with secrets gets the allowlist network (and its proxy) at create.
+        if limits.network == crate::config::NetworkMode::Allowlist
+            || !profile.secrets.value.is_empty()
+        {
             change.note = Some(
                 "an allowlist profile starts cold (its sealed network and proxy are made with each container)".into(),
             );

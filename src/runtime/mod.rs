@@ -73,6 +73,13 @@ pub enum RuntimeError {
         runtime: &'static str,
         what: &'static str,
     },
+    /// A job's secret could not be read or handed to its proxy (never says the value).
+    #[error("job {job}: secret `{name}`: {message}")]
+    Secret {
+        job: String,
+        name: String,
+        message: String,
+    },
     #[error("failed to write `{path}`: {source}")]
     Io {
         path: std::path::PathBuf,

@@ -35,7 +35,7 @@ fn echo_server(address: &str) -> u16 {
 }
 
 /// Runs a bash script in the job; returns stdout (the script decides what it prints).
-fn bash(home: &TestHome, id: &str, script: &str) -> String {
+pub(crate) fn bash(home: &TestHome, id: &str, script: &str) -> String {
     // Reads poll: under gVisor (runsc --network=host) bash's /dev/tcp sockets are
     // non-blocking, so a plain `read` can fail with EAGAIN before the answer arrives.
     let prelude = r#"h=${HTTPS_PROXY#http://}; proxy_host=${h%:*}; proxy_port=${h##*:}
@@ -63,7 +63,7 @@ connect() { exec 3<>/dev/tcp/$proxy_host/$proxy_port || { echo no-proxy; exit 1;
     String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
-fn decisions(home: &TestHome, id: &str) -> Vec<Value> {
+pub(crate) fn decisions(home: &TestHome, id: &str) -> Vec<Value> {
     let path = home.root().join("logs").join(id).join("egress.jsonl");
     std::fs::read_to_string(&path)
         .unwrap_or_default()
@@ -281,7 +281,10 @@ fn allowlist_holds(runtime: &str) {
 
 /// Reads the daemon's event stream until `count` `egress.denied` events came (or a minute
 /// passed); returns them.
-fn collect_denials(daemon: &Daemon, count: usize) -> std::thread::JoinHandle<Vec<Value>> {
+pub(crate) fn collect_denials(
+    daemon: &Daemon,
+    count: usize,
+) -> std::thread::JoinHandle<Vec<Value>> {
     use std::io::BufRead;
     let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
     stream

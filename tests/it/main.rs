@@ -40,6 +40,7 @@ mod pool;
 mod ports;
 mod process;
 mod push;
+mod secrets;
 mod setup_network;
 mod snapshots;
 mod sweep;

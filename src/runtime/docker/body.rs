@@ -47,6 +47,11 @@ pub(super) fn container_body(
         ));
     }
     env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
+    // Placeholders only: the values stay in the proxy (see `secrets.rs`).
+    let (secret_mounts, secret_env) = super::secrets::job_parts(home, record);
+    env.extend(secret_env);
+    let mut mounts = job_mounts(record)?;
+    mounts.extend(secret_mounts);
     // paddock's own facts last, so no profile variable can misstate them.
     env.extend(
         crate::runtime::job_env(record)
@@ -85,7 +90,7 @@ pub(super) fn container_body(
         // other name resolves and no query leaves the job.
         dns: sealed.is_some().then(|| vec!["127.0.0.1".into()]),
         port_bindings: published.port_bindings,
-        ..hardened_host_config(limits, record.runtime, job_mounts(record)?)
+        ..hardened_host_config(limits, record.runtime, mounts)
     };
     Ok(ContainerCreateBody {
         image: Some(limits.image.clone()),

@@ -188,6 +188,7 @@ pub fn write_policy(home: &PaddockHome, record: &JobRecord) -> Result<(), Runtim
     let policy = EgressPolicy {
         allow: record.limits.allow.clone(),
         host_addresses: crate::sys::host_addresses(),
+        secrets: super::secrets::rules(record),
     };
     let path = dir.join("policy.json");
     let text = serde_json::to_vec_pretty(&policy).expect("a policy serializes");
@@ -223,6 +224,7 @@ pub async fn ensure(
         return Ok(None);
     }
     write_policy(home, record)?;
+    super::secrets::write_bundle(home, record).await?;
     let base = job_container(record);
     let network = network_name(&base);
     let subnet = ensure_network(docker, home, record, &network).await?;
@@ -233,9 +235,13 @@ pub async fn ensure(
     let address = subnet.map(JobSubnet::proxy);
     let name = sidecar_name(&base);
     match inspect_named(docker, home, &name, record.id.as_str()).await? {
-        Some(status) if status.running => return Ok(Some(sealed)),
+        Some(status) if status.running => {
+            super::secrets::send(home, record).await?;
+            return Ok(Some(sealed));
+        }
         Some(_) => {
             if start_named(docker, &name).await.is_ok() {
+                super::secrets::send(home, record).await?;
                 return Ok(Some(sealed));
             }
             remove_labelled_container(home, &name, record.id.as_str()).await?;
@@ -264,6 +270,7 @@ pub async fn ensure(
     )
     .await?;
     start_named(docker, &name).await?;
+    super::secrets::send(home, record).await?;
     Ok(Some(sealed))
 }
 
@@ -279,6 +286,7 @@ pub async fn restart_sidecar(home: &PaddockHome, record: &JobRecord) -> Result<(
     {
         super::stop_container(&docker, &name, std::time::Duration::from_secs(1)).await?;
         start_named(&docker, &name).await?;
+        super::secrets::send(home, record).await?;
     }
     Ok(())
 }
@@ -422,16 +430,22 @@ fn sidecar_body(
         std::os::unix::fs::chown(&log, Some(uid), Some(gid)).map_err(io_error(&log))?;
     }
     let relays = super::ports::sidecar_relays(&record.ports, subnet.map(JobSubnet::job));
+    let (control_mounts, control_args) = super::secrets::sidecar_parts(home, record, uid, gid)?;
     let host_config = HostConfig {
-        mounts: Some(vec![
-            bind(&exe, Path::new(SIDECAR_BINARY), true),
-            bind(
-                &policy_dir(home, &record.id),
-                Path::new(SIDECAR_POLICY_DIR),
-                true,
-            ),
-            bind(&log, Path::new(SIDECAR_LOG), false),
-        ]),
+        mounts: Some(
+            [
+                bind(&exe, Path::new(SIDECAR_BINARY), true),
+                bind(
+                    &policy_dir(home, &record.id),
+                    Path::new(SIDECAR_POLICY_DIR),
+                    true,
+                ),
+                bind(&log, Path::new(SIDECAR_LOG), false),
+            ]
+            .into_iter()
+            .chain(control_mounts)
+            .collect(),
+        ),
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec!["no-new-privileges".into()]),
         readonly_rootfs: Some(true),
@@ -458,6 +472,7 @@ fn sidecar_body(
         SIDECAR_LOG.into(),
     ]);
     cmd.extend(relays.args);
+    cmd.extend(control_args);
     Ok(ContainerCreateBody {
         image: Some(record.limits.image.clone()),
         user: Some(format!("{uid}:{gid}")),

@@ -48,6 +48,7 @@ mod pool;
 mod ports;
 mod ranges;
 mod sandbox;
+mod secrets;
 mod stats;
 
 use body::{base_env, container_body, hardened_host_config, warm_env};
