@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CheckoutMode, ConfigError, DEFAULT_IMAGE, KillPolicy, NetworkMode, PushPolicy, RuntimeChoice,
-    Source, Sourced, cache_names, files::source_origin,
+    CheckoutMode, ConfigError, DEFAULT_IMAGE, EnvironmentChoice, KillPolicy, NetworkMode,
+    PushPolicy, RuntimeChoice, Source, Sourced, cache_names, files::source_origin,
 };
 use crate::cache::CacheSpec;
 use crate::egress::AllowEntry;
@@ -75,6 +75,8 @@ pub struct ProfileLayer {
     pub pool: Option<PoolSettings>,
     /// `on-sync`: push the job's branch after each exec that moved it (user config only).
     pub push: Option<PushPolicy>,
+    /// Whether the repository's devcontainer.json defines the job's environment.
+    pub environment: Option<EnvironmentChoice>,
 }
 
 /// `pool:` of a profile: how many containers wait, started ahead, for this profile's jobs
@@ -181,6 +183,7 @@ pub struct Profile {
     pub setup_allow: Option<Sourced<Vec<AllowEntry>>>,
     pub pool: Sourced<PoolSettings>,
     pub push: Sourced<PushPolicy>,
+    pub environment: Sourced<EnvironmentChoice>,
 }
 
 impl Default for Profile {
@@ -214,6 +217,7 @@ impl Default for Profile {
             setup_allow: None,
             pool: Sourced::default_value(PoolSettings::default()),
             push: Sourced::default_value(PushPolicy::Manual),
+            environment: Sourced::default_value(EnvironmentChoice::Auto),
         }
     }
 }
@@ -246,7 +250,8 @@ impl Profile {
             ports,
             copy,
             setup,
-            pool
+            pool,
+            environment
         );
         let sourced = |value| Sourced {
             value,
@@ -476,6 +481,13 @@ impl Profile {
                 "push".into(),
                 self.push.value.to_string(),
                 &self.push.source,
+            ));
+        }
+        if self.environment.value != EnvironmentChoice::Auto {
+            rows.push((
+                "environment".into(),
+                self.environment.value.to_string(),
+                &self.environment.source,
             ));
         }
         if !self.caches.value.is_empty() {
