@@ -65,7 +65,11 @@ impl Paddock {
             reason: "not UTF-8 text".into(),
         })?;
         let mut report = devcontainer::parse(file, &text)?;
-        if profile.runtime.value == RuntimeChoice::Process {
+        if let Source::Flag(_) = profile.image.source {
+            report
+                .ignored
+                .push("image: an explicit `--image` wins".into());
+        } else if profile.runtime.value == RuntimeChoice::Process {
             report
                 .ignored
                 .push("image: the process runtime runs no image".into());
@@ -73,6 +77,9 @@ impl Paddock {
             self.make_image(repo, commit, &mut report).await?;
         }
         apply(&report, profile);
+        for ignored in report.ignored.iter().chain(&report.unsupported) {
+            tracing::warn!(file = %report.file, "devcontainer: ignored {ignored}");
+        }
         Ok(Some(report))
     }
 
