@@ -116,8 +116,16 @@ struct File {
     init: Option<bool>,
     #[serde(default)]
     features: BTreeMap<String, serde_json::Value>,
+    host_requirements: Option<HostRequirements>,
     #[serde(flatten)]
     rest: BTreeMap<String, serde_json::Value>,
+}
+
+/// `hostRequirements`: checked against the profile's caps (the profile wins).
+#[derive(Debug, Clone, Default, Deserialize)]
+struct HostRequirements {
+    cpus: Option<f64>,
+    memory: Option<String>,
 }
 
 /// Keys of the spec that are understood as harmless metadata (editors, names).
@@ -173,6 +181,12 @@ pub struct DevcontainerReport {
     /// Keys (or entries) ignored, each with why: paddock's hardening wins over them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignored: Vec<String>,
+    /// `hostRequirements.cpus`, checked against the profile's `cpus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cpus: Option<f64>,
+    /// `hostRequirements.memory` in bytes, checked against the profile's `memory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_memory: Option<u64>,
     /// Keys paddock does not implement (features need a registry).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unsupported: Vec<String>,
@@ -325,6 +339,17 @@ pub fn parse(file: &str, text: &str) -> Result<DevcontainerReport, DevcontainerE
             .ignored
             .push("init: false (paddock's init always runs)".into());
     }
+    if let Some(host) = &parsed.host_requirements {
+        report.host_cpus = host.cpus;
+        if let Some(memory) = &host.memory {
+            report.host_memory =
+                Some(bytes_of(memory).ok_or_else(|| DevcontainerError::Unusable {
+                    file: file.to_string(),
+                    reason: format!("hostRequirements.memory `{memory}` is not a size (like 4gb)"),
+                })?);
+        }
+        report.read.push("hostRequirements".into());
+    }
     for feature in parsed.features.keys() {
         report
             .unsupported
@@ -359,6 +384,26 @@ fn mount_refusal(mount: &serde_json::Value) -> &'static str {
     } else {
         "not supported: use a paddock cache"
     }
+}
+
+/// A size of the spec (`4gb`, `512mb`, `8G`, bytes without a unit) in bytes.
+fn bytes_of(text: &str) -> Option<u64> {
+    let text = text.trim().to_ascii_lowercase();
+    let text = text.strip_suffix('b').unwrap_or(&text);
+    let (number, shift) = match text.chars().last()? {
+        'k' => (&text[..text.len() - 1], 10),
+        'm' => (&text[..text.len() - 1], 20),
+        'g' => (&text[..text.len() - 1], 30),
+        't' => (&text[..text.len() - 1], 40),
+        _ => (text, 0),
+    };
+    let number: f64 = number.trim().parse().ok()?;
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a size the user wrote, checked to be finite and not negative"
+    )]
+    (number.is_finite() && number >= 0.0).then(|| (number * (1u64 << shift) as f64) as u64)
 }
 
 /// `path` (relative to the repository directory `dir`) as a normalized repository path;

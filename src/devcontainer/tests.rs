@@ -90,3 +90,23 @@ fn paths_stay_in_the_repository() {
     assert!(parse(FILE, r#"{"build": {"dockerfile": "/etc/Dockerfile"}}"#).is_err());
     assert!(parse(FILE, r#"{"name": "no image"}"#).is_err());
 }
+
+#[test]
+fn host_requirements_are_read() {
+    let report = parse(
+        FILE,
+        r#"{"image": "x", "hostRequirements": {"cpus": 4, "memory": "8gb"}}"#,
+    )
+    .expect("parses");
+    assert_eq!(report.host_cpus, Some(4.0));
+    assert_eq!(report.host_memory, Some(8 << 30));
+    assert_eq!(bytes_of("512MB"), Some(512 << 20));
+    assert_eq!(bytes_of("1024"), Some(1024));
+    assert!(
+        parse(
+            FILE,
+            r#"{"image": "x", "hostRequirements": {"memory": "lots"}}"#
+        )
+        .is_err()
+    );
+}

@@ -77,6 +77,7 @@ impl Paddock {
             self.make_image(repo, commit, &mut report).await?;
         }
         apply(&report, profile);
+        check_host(&mut report, profile);
         for ignored in report.ignored.iter().chain(&report.unsupported) {
             tracing::warn!(file = %report.file, "devcontainer: ignored {ignored}");
         }
@@ -166,5 +167,29 @@ fn apply(report: &DevcontainerReport, profile: &mut Profile) {
         && profile.workspace_dir.source == Source::Default
     {
         profile.workspace_dir = sourced(dir.clone());
+    }
+}
+
+/// Notes each `hostRequirements` part the profile's caps do not meet: the profile's limits
+/// win (a repository cannot raise what a job may take), and the user sees why a build or a
+/// test may be slow or run out of memory.
+fn check_host(report: &mut DevcontainerReport, profile: &Profile) {
+    if let Some(cpus) = report.host_cpus
+        && profile.cpus.value.0 < cpus
+    {
+        report.ignored.push(format!(
+            "hostRequirements.cpus: {cpus} asked, the profile gives {} (the profile's limits win)",
+            profile.cpus.value
+        ));
+    }
+    let memory = profile.memory.value;
+    if let Some(asked) = report.host_memory
+        && memory.0 != 0
+        && memory.0 < asked
+    {
+        report.ignored.push(format!(
+            "hostRequirements.memory: {} asked, the profile gives {memory} (the profile's limits win)",
+            crate::units::ByteSize(asked)
+        ));
     }
 }

@@ -59,7 +59,12 @@ fn a_devcontainer_build_defines_the_job_and_is_reused() {
     assert_eq!(job["limits"]["image"], image.as_str(), "{job}");
     assert_eq!(dc["file"], ".devcontainer/devcontainer.json", "{job}");
     let ignored = dc["ignored"].to_string();
-    for key in ["privileged", "capAdd: SYS_ADMIN", "bind mounts"] {
+    for key in [
+        "privileged",
+        "capAdd: SYS_ADMIN",
+        "bind mounts",
+        "hostRequirements.cpus: 64",
+    ] {
         assert!(ignored.contains(key), "{key} not named: {job}");
     }
     let id = text(&job, "id");
