@@ -108,6 +108,8 @@ pub enum Error {
     #[error(transparent)]
     Copy(#[from] CopyError),
     #[error(transparent)]
+    Devcontainer(#[from] crate::devcontainer::DevcontainerError),
+    #[error(transparent)]
     Overlay(#[from] OverlayError),
     #[error(transparent)]
     Pool(#[from] PoolError),
@@ -296,6 +298,7 @@ impl Error {
             Error::Copy(CopyError::Io { .. }) => K::Internal,
             Error::Copy(CopyError::Missing { .. } | CopyError::Special { .. }) => K::InvalidInput,
             Error::Copy(_) => K::Refused,
+            Error::Devcontainer(_) => K::Config,
             Error::SetupFailed { .. } => K::SetupFailed,
             Error::Overlay(OverlayError::Unavailable { .. }) => K::InvalidInput,
             Error::Overlay(OverlayError::Store(StoreError::LockTimeout { .. })) => K::Conflict,

@@ -334,6 +334,9 @@ pub struct JobRecord {
     /// Why the last `push: on-sync` push failed (cleared by one that worked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push_error: Option<String>,
+    /// What the repository's devcontainer.json gave the job (read from its base commit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devcontainer: Option<crate::devcontainer::DevcontainerReport>,
 }
 
 fn is_manual(push: &crate::config::PushPolicy) -> bool {

@@ -13,6 +13,7 @@ pub mod client;
 pub mod config;
 pub mod copy_files;
 pub(crate) mod dashboard;
+pub mod devcontainer;
 pub mod disk;
 pub(crate) mod doctor;
 pub mod egress;

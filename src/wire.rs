@@ -371,6 +371,9 @@ pub struct JobView {
     /// Why the last `push: on-sync` push failed (absent when it worked, or none ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push_error: Option<String>,
+    /// What the repository's devcontainer.json gave the job: read, ignored, unsupported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devcontainer: Option<crate::devcontainer::DevcontainerReport>,
     /// The labels given at create.
     pub labels: BTreeMap<String, String>,
     /// While `queued`: the job's place in the admission queue (1 = next).
@@ -433,6 +436,7 @@ impl From<&JobRecord> for JobView {
             caches: record.caches.clone(),
             sync_error: record.sync_error.clone(),
             push_error: record.push_error.clone(),
+            devcontainer: record.devcontainer.clone(),
             labels: record.labels.clone(),
             queue_position: None,
             ports: record.ports.clone(),

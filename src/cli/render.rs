@@ -196,6 +196,20 @@ pub fn print_details(details: &JobDetails) {
     for port in &v.ports {
         say!("port      {} -> {}", port.port, port.address());
     }
+    // The file is the repository's (an agent's commits can change it): its text goes
+    // through `line` like any agent-controlled text.
+    if let Some(dc) = &v.devcontainer {
+        let built = if dc.built { "built" } else { "reused" };
+        say!(
+            "environ   {} ({}: {built})",
+            path(&dc.file),
+            line(&dc.image)
+        );
+        say!("          read: {}", line(&dc.read.join(", ")));
+        for ignored in dc.ignored.iter().chain(&dc.unsupported) {
+            say!("          ignored: {}", line(ignored));
+        }
+    }
     // A limit's disk holds everything the job writes; a git disk its git dir and outbox.
     for (label, disk) in [("disk     ", &v.disk), ("git disk ", &v.git_disk)] {
         let Some(disk) = disk else { continue };

@@ -209,3 +209,30 @@ mod tests {
         );
     }
 }
+
+/// Where a job's environment comes from (`environment:` of a profile): `auto` (the default)
+/// uses the repository's devcontainer.json when its base commit has one, `devcontainer`
+/// requires it, `image` ignores it and uses the profile's image.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, EnumString, Display,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(
+    serialize_all = "lowercase",
+    parse_err_ty = UnitError,
+    parse_err_fn = not_an_environment
+)]
+pub enum EnvironmentChoice {
+    #[default]
+    Auto,
+    Devcontainer,
+    Image,
+}
+
+fn not_an_environment(input: &str) -> UnitError {
+    UnitError {
+        what: "environment",
+        input: input.to_string(),
+        expected: "auto, devcontainer or image",
+    }
+}

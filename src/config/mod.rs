@@ -22,7 +22,10 @@ mod rows;
 mod secrets;
 mod setup;
 use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
-pub use choices::{BranchPolicy, CheckoutMode, KillPolicy, NetworkMode, PushPolicy, RuntimeChoice};
+pub use choices::{
+    BranchPolicy, CheckoutMode, EnvironmentChoice, KillPolicy, NetworkMode, PushPolicy,
+    RuntimeChoice,
+};
 pub use files::check_branch_template;
 use files::{
     ConfigFile, cache_names, check_caches, check_profile_name, env_layers, read_file, source_origin,

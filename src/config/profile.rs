@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CheckoutMode, ConfigError, DEFAULT_IMAGE, KillPolicy, NetworkMode, PushPolicy, RuntimeChoice,
-    Source, Sourced, cache_names, files::source_origin,
+    CheckoutMode, ConfigError, DEFAULT_IMAGE, EnvironmentChoice, KillPolicy, NetworkMode,
+    PushPolicy, RuntimeChoice, Source, Sourced, cache_names, files::source_origin,
 };
 use crate::cache::CacheSpec;
 use crate::egress::AllowEntry;
@@ -77,6 +77,8 @@ pub struct ProfileLayer {
     pub secrets: Option<Vec<String>>,
     /// `on-sync`: push the job's branch after each exec that moved it (user config only).
     pub push: Option<PushPolicy>,
+    /// Whether the repository's devcontainer.json defines the job's environment.
+    pub environment: Option<EnvironmentChoice>,
 }
 
 /// `pool:` of a profile: how many containers wait, started ahead, for this profile's jobs
@@ -185,6 +187,7 @@ pub struct Profile {
     /// Names of user-config secrets its jobs get.
     pub secrets: Sourced<Vec<String>>,
     pub push: Sourced<PushPolicy>,
+    pub environment: Sourced<EnvironmentChoice>,
 }
 
 impl Default for Profile {
@@ -219,6 +222,7 @@ impl Default for Profile {
             pool: Sourced::default_value(PoolSettings::default()),
             secrets: Sourced::default_value(Vec::new()),
             push: Sourced::default_value(PushPolicy::Manual),
+            environment: Sourced::default_value(EnvironmentChoice::Auto),
         }
     }
 }
@@ -252,7 +256,8 @@ impl Profile {
             copy,
             setup,
             pool,
-            secrets
+            secrets,
+            environment
         );
         let sourced = |value| Sourced {
             value,
@@ -490,6 +495,13 @@ impl Profile {
                 "push".into(),
                 self.push.value.to_string(),
                 &self.push.source,
+            ));
+        }
+        if self.environment.value != EnvironmentChoice::Auto {
+            rows.push((
+                "environment".into(),
+                self.environment.value.to_string(),
+                &self.environment.source,
             ));
         }
         if !self.caches.value.is_empty() {

@@ -155,6 +155,10 @@ impl Paddock {
         if worktree.exists() {
             return Err(Error::WorktreeExists { path: worktree });
         }
+        // Before anything is reserved: a bad devcontainer.json or a failed build leaves nothing.
+        let devcontainer = self
+            .devcontainer_env(&repo, &base_commit, &mut profile)
+            .await?;
         let secrets = crate::secrets::for_job(
             &config.secrets,
             config.egress.upstream_ca.as_ref(),
@@ -255,6 +259,7 @@ impl Paddock {
             object_view: None,
             push: profile.push.value,
             push_error: None,
+            devcontainer,
         };
         let record = self
             .admit_create(record, &request, &config.admission, client)
@@ -294,7 +299,11 @@ impl Paddock {
             )
             .cloned()
             .collect();
-        let setup = config.job_setup(&record.profile);
+        let mut setup = config.job_setup(&record.profile);
+        // The devcontainer's lifecycle commands run after the profile's own setup.
+        if let Some(devcontainer) = &record.devcontainer {
+            setup.commands.extend(devcontainer.setup.iter().cloned());
+        }
         let pool = config
             .select_profile(Some(&record.profile), &record.agent, record.task.as_deref())
             .map(|(_, profile)| profile.pool.value)

@@ -31,6 +31,7 @@ mod caches;
 mod checkout;
 mod conflicts;
 mod create;
+mod devcontainer;
 mod events;
 mod exec;
 mod execs;

@@ -37,6 +37,7 @@ pub mod pristine;
 pub mod push;
 mod reads;
 pub mod scratch;
+mod snapshot;
 pub mod sync;
 
 use call::{CHECKOUT_TIMEOUT, GitCall};
@@ -77,6 +78,8 @@ pub enum GitError {
     },
     #[error("failed to lock repository `{repo}`: {message}")]
     Lock { repo: PathBuf, message: String },
+    #[error("reading the base commit: {what}")]
+    Snapshot { what: String },
     #[error("failed to read `{path}`: {source}")]
     Read {
         path: PathBuf,

@@ -326,6 +326,31 @@ pub trait Runtime: Send + Sync {
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError>;
 
+    /// Whether the image `tag` is present (for a devcontainer's cached build).
+    async fn image_present(&self, _tag: &str) -> Result<bool, RuntimeError> {
+        Err(RuntimeError::Unsupported {
+            runtime: "process",
+            what: "use images",
+        })
+    }
+
+    /// Builds `tag` from a build context (a tar) with its Dockerfile, args and target (a
+    /// devcontainer's `build`); returns the image id.
+    async fn build_from_context(
+        &self,
+        _context: Vec<u8>,
+        _dockerfile: &str,
+        _args: &std::collections::BTreeMap<String, String>,
+        _target: Option<&str>,
+        _tag: &str,
+        _progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
+    ) -> Result<String, RuntimeError> {
+        Err(RuntimeError::Unsupported {
+            runtime: "process",
+            what: "build images (it runs no containers)",
+        })
+    }
+
     /// What the job's sandbox is doing now (state, health, CPU and memory), for display;
     /// None when this runtime cannot tell or the look failed. Never waits long.
     async fn sandbox_status(&self, _record: &JobRecord) -> Option<SandboxStatus> {

@@ -329,6 +329,7 @@ impl Paddock {
             object_view,
             push: crate::config::PushPolicy::Manual,
             push_error: None,
+            devcontainer: None,
         })
     }
 

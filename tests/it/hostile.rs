@@ -122,26 +122,40 @@ exit 0
 /// A job on `runtime` (docker or runsc) with the test image.
 fn create_on(home: &TestHome, repo: &FixtureRepo, runtime: &str, task: &str) -> Value {
     let image = crate::fixtures::test_image();
-    home.json(&[
-        "create",
-        "--repo",
-        repo.path().to_str().unwrap(),
-        "--runtime",
-        runtime,
-        "--image",
-        &image,
-        "--task",
-        task,
-        "--json",
-    ])
+    create_with(
+        home,
+        repo,
+        &["--runtime", runtime, "--image", &image, "--task", task],
+    )
+}
+
+fn create_with(home: &TestHome, repo: &FixtureRepo, flags: &[&str]) -> Value {
+    let mut args = vec!["create", "--repo", repo.path().to_str().unwrap(), "--json"];
+    args.extend_from_slice(flags);
+    home.json(&args)
 }
 
 /// Runs the attack in a job on `runtime` and checks the promise on the host.
 fn attack_from_inside(runtime: &str, test: &str) {
+    attack_in(runtime, test, false);
+}
+
+/// The attack in a job on `runtime`, whose image is the test image or (`devcontainer`) the
+/// one built from examples/devcontainer (which asks for `privileged` and `capAdd`).
+fn attack_in(runtime: &str, test: &str, devcontainer: bool) {
     if !docker_available(test) {
         return;
     }
     let repo = FixtureRepo::new();
+    if devcontainer {
+        let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/devcontainer/.devcontainer");
+        for name in ["devcontainer.json", "Dockerfile"] {
+            let text = std::fs::read_to_string(example.join(name)).unwrap();
+            repo.write(&format!(".devcontainer/{name}"), &text);
+        }
+        repo.commit_all("devcontainer");
+    }
     repo.git(&["branch", "feature"]);
     repo.git(&["pack-refs", "--all"]);
     let scratch = tempfile::tempdir().unwrap();
@@ -150,7 +164,16 @@ fn attack_from_inside(runtime: &str, test: &str) {
     let marker = format!("SECRET-{}", std::process::id());
     std::fs::write(&secret, format!("{marker}\n")).unwrap();
     let home = TestHome::new();
-    let job = create_on(&home, &repo, runtime, "hostile");
+    let job = if devcontainer {
+        let job = create_with(&home, &repo, &["--runtime", runtime, "--task", "hostile"]);
+        assert!(
+            text(&job["devcontainer"], "image").starts_with("paddock-devc:"),
+            "{job}"
+        );
+        job
+    } else {
+        create_on(&home, &repo, runtime, "hostile")
+    };
     let id = text(&job, "id");
     let branch = text(&job, "branch");
     let before = repo_state(&repo, &[&format!("refs/heads/{branch}")]);
@@ -302,6 +325,11 @@ fn a_hostile_agent_under_runc_cannot_touch_the_users_repository() {
 #[test]
 fn a_hostile_agent_under_gvisor_cannot_touch_the_users_repository() {
     attack_from_inside("runsc", "a_hostile_agent_under_gvisor");
+}
+
+#[test]
+fn a_hostile_agent_in_a_devcontainer_job_cannot_touch_the_users_repository() {
+    attack_in("docker", "a_hostile_agent_in_a_devcontainer_job", true);
 }
 
 /// Git inside works as an agent uses it, and history rewrites reach the user's repository as

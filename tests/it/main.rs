@@ -17,6 +17,7 @@ mod core_commands;
 mod dashboard;
 mod deep_trees;
 mod default_paths;
+mod devcontainer;
 mod disk;
 mod disk_caps;
 mod docker;

@@ -10,7 +10,7 @@ use crate::fixtures::{FixtureRepo, TestHome, bridge_gateway, docker_available, t
 
 /// Starts, detached inside the job, a server on port 3000 (all the job's addresses) that
 /// answers every connection with `hello from <job>`.
-fn serve_hello(home: &TestHome, id: &str) {
+pub(crate) fn serve_hello(home: &TestHome, id: &str) {
     let script = format!(
         r#"setsid -f perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => "0.0.0.0", LocalPort => 3000, Listen => 5, ReuseAddr => 1) or die "listen: $!"; while ($c = $s->accept) {{ print $c "HTTP/1.0 200 OK\r\n\r\nhello from {id}\n"; close $c }}' >/dev/null 2>&1 </dev/null"#
     );
@@ -19,7 +19,7 @@ fn serve_hello(home: &TestHome, id: &str) {
 
 /// What `address` answers, retried while the server inside starts (a loaded machine can
 /// take long to start perl in a container).
-fn fetch(address: &str, job: &str) -> String {
+pub(crate) fn fetch(address: &str, job: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let answer = TcpStream::connect(address).and_then(|mut stream| {

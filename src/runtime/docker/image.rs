@@ -1,7 +1,7 @@
 //! Building the agent image from the Dockerfile and entrypoint built into paddock, so
 //! `paddock image build` works from anywhere and needs no registry when the base is local.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use bollard::query_parameters::BuildImageOptionsBuilder;
@@ -36,6 +36,64 @@ pub async fn build_image(
         .pull("false")
         .buildargs(&HashMap::from([("BASE_IMAGE", base_image)]))
         .build();
+    run_build(&docker, options, context, tag, progress).await
+}
+
+/// Builds `tag` from a repository's build context (a tar, see `git::snapshot`) with its
+/// Dockerfile, args and target; nothing is pulled (a base the engine lacks fails the build).
+pub async fn build_from_context(
+    context: Vec<u8>,
+    dockerfile: &str,
+    args: &BTreeMap<String, String>,
+    target: Option<&str>,
+    tag: &str,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<String, RuntimeError> {
+    let docker = connect()?;
+    let args: HashMap<&str, &str> = args.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut options = BuildImageOptionsBuilder::new()
+        .dockerfile(dockerfile)
+        .t(tag)
+        .rm(true)
+        .forcerm(true)
+        .pull("false")
+        .buildargs(&args);
+    if let Some(target) = target {
+        options = options.target(target);
+    }
+    run_build(&docker, options.build(), context, tag, progress).await
+}
+
+/// Whether the engine has the image `tag`.
+pub async fn image_present(tag: &str) -> Result<bool, RuntimeError> {
+    let docker = connect()?;
+    let after = std::time::Duration::from_secs(30);
+    let inspected = tokio::time::timeout(after, docker.inspect_image(tag))
+        .await
+        .map_err(|_| RuntimeError::DockerTimeout {
+            action: "inspect image",
+            target: tag.to_string(),
+            after,
+        })?;
+    match inspected {
+        Ok(_) => Ok(true),
+        Err(e) if super::calls::is_not_found(&e) => Ok(false),
+        Err(e) => Err(RuntimeError::Docker {
+            action: "inspect image",
+            target: tag.to_string(),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// Sends one build and reads its output to the end (or the build deadline).
+async fn run_build(
+    docker: &bollard::Docker,
+    options: bollard::query_parameters::BuildImageOptions,
+    context: Vec<u8>,
+    tag: &str,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<String, RuntimeError> {
     let mut stream = docker.build_image(
         options,
         None,

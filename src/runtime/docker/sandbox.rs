@@ -222,4 +222,20 @@ impl Runtime for DockerRuntime {
     ) -> Result<String, RuntimeError> {
         super::image::build_image(base_image, tag, progress).await
     }
+
+    async fn image_present(&self, tag: &str) -> Result<bool, RuntimeError> {
+        super::image::image_present(tag).await
+    }
+
+    async fn build_from_context(
+        &self,
+        context: Vec<u8>,
+        dockerfile: &str,
+        args: &std::collections::BTreeMap<String, String>,
+        target: Option<&str>,
+        tag: &str,
+        progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
+    ) -> Result<String, RuntimeError> {
+        super::image::build_from_context(context, dockerfile, args, target, tag, progress).await
+    }
 }
