@@ -5,7 +5,8 @@
 //! p95 over at least 5 runs. Results go to `target/bench/results.json` and
 //! `docs/BENCHMARKS.md`. Set `PADDOCK_BENCH_QUICK=1` for a smoke run (5,000-file repo only),
 //! `PADDOCK_BENCH_REPO=/path` to add a repository of your own, `PADDOCK_BENCH_ONLY=egress`
-//! to run only the egress proxy rows (`=queue`: the 100 queued runs; `=marks`: `ls` with the
+//! to run only the egress proxy rows (`=secrets`: the proxy's cost for a secret host, TLS
+//! terminated, against a tunnel and a direct request; `=queue`: the 100 queued runs; `=marks`: `ls` with the
 //! merged and conflicts marks; `=overlay`: the overlay checkout rows on the 50,000-file
 //! repository; `=ready`: job ready and first exec, cold and warm, on 1, 5,000 and 50,000
 //! files; `=exec`: an exec's cost against `docker exec` and the warm pool's first exec, on
@@ -13,6 +14,8 @@
 
 #[path = "../fixtures/mod.rs"]
 mod fixtures;
+#[path = "paddock/secrets.rs"]
+mod secrets;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -1382,7 +1385,7 @@ fn main() {
     if let Some(only) = only.as_deref().filter(|o| {
         matches!(
             *o,
-            "egress" | "queue" | "marks" | "overlay" | "ready" | "exec"
+            "egress" | "secrets" | "queue" | "marks" | "overlay" | "ready" | "exec"
         )
     }) {
         // A check of some rows alone; the results file and table are left as they are.
@@ -1415,6 +1418,7 @@ fn main() {
                 }
             }
             "egress" => egress_overhead(&mut rows),
+            "secrets" => secrets::secret_host_overhead(&mut rows),
             "queue" => queue_drain(&mut rows),
             _ => ls_with_marks(&mut rows),
         }
@@ -1459,6 +1463,8 @@ fn main() {
     if docker {
         eprintln!("egress proxy");
         egress_overhead(&mut rows);
+        eprintln!("egress proxy for a secret host (TLS terminated)");
+        secrets::secret_host_overhead(&mut rows);
     }
     eprintln!("16 parallel creates");
     parallel_creates(&small, &mut rows);

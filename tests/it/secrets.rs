@@ -7,111 +7,13 @@
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::api::Daemon;
 use crate::egress::{bash, collect_denials, decisions};
+use crate::fixtures::tls::{Seen, https_server, test_tls};
 use crate::fixtures::{FixtureRepo, TestHome, bridge_gateway, docker_available, text};
-
-type Seen = Arc<Mutex<Vec<String>>>;
-
-/// A CA of the test's own and a server certificate for `address` it signed: (CA PEM,
-/// server config).
-fn test_tls(address: &str) -> (String, Arc<rustls::ServerConfig>) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "paddock test upstream CA");
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, &ca_key);
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec![address.to_string()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![CertificateDer::from(leaf.der().to_vec())],
-        PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
-    )
-    .unwrap();
-    (ca_cert.pem(), Arc::new(config))
-}
-
-fn read_head(stream: &mut impl Read) -> Option<String> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte) {
-            Ok(1) => head.push(byte[0]),
-            _ => return None,
-        }
-    }
-    Some(String::from_utf8_lossy(&head).into_owned())
-}
-
-/// An HTTPS server on `address`: records each request head and answers with its
-/// `Authorization` header echoed in the body (or `size` bytes, when not 0). Returns its port
-/// and what it saw.
-fn https_server(address: &str, config: Arc<rustls::ServerConfig>) -> (u16, Seen) {
-    https_server_of(address, config, 0)
-}
-
-fn https_server_of(address: &str, config: Arc<rustls::ServerConfig>, size: usize) -> (u16, Seen) {
-    let listener = TcpListener::bind((address, 0)).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen: Seen = Arc::default();
-    let record = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let (config, record) = (config.clone(), record.clone());
-            std::thread::spawn(move || {
-                stream
-                    .set_read_timeout(Some(Duration::from_secs(20)))
-                    .unwrap();
-                let connection = rustls::ServerConnection::new(config).unwrap();
-                let mut tls = rustls::StreamOwned::new(connection, stream);
-                if let Some(head) = read_head(&mut tls) {
-                    let auth = head
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .starts_with("authorization:")
-                                .then(|| l[14..].trim().to_string())
-                        })
-                        .unwrap_or_default();
-                    record.lock().unwrap().push(head);
-                    let body = if size == 0 {
-                        format!("echo: {auth}\n")
-                    } else {
-                        // Text with the value's first byte all over: the proxy scans it all.
-                        let mut body = "lorem ipsum dolor sit amet ".repeat(size / 27 + 1);
-                        body.truncate(size);
-                        body
-                    };
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Echo: {auth}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = tls.write_all(response.as_bytes());
-                    tls.conn.send_close_notify();
-                    let _ = tls.flush();
-                }
-            });
-        }
-    });
-    (port, seen)
-}
 
 /// A plain TCP server on `address` that records every byte it receives.
 fn capture_server(address: &str) -> (u16, Seen) {
@@ -454,85 +356,6 @@ fn secrets_are_refused_in_a_repository_s_file() {
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("profiles.default.secrets"), "{stderr}");
-}
-
-/// The proxy's cost for a secret host (TLS terminated, headers and body rewritten) against
-/// a tunnel to the same kind of server: a 10 MiB download and small requests, timed inside
-/// the job with the same client (`openssl s_client`) both ways. Prints medians; run by hand
-/// (`cargo test --release --test it -- secrets::secret_host_overhead --ignored --nocapture`).
-#[test]
-#[ignore = "a measurement, not a check"]
-fn secret_host_overhead() {
-    if !docker_available("secret_host_overhead") {
-        return;
-    }
-    let gateway = bridge_gateway();
-    let (ca_pem, config) = test_tls(&gateway);
-    let size = 10 << 20;
-    let secret_host = format!(
-        "{gateway}:{}",
-        https_server_of(&gateway, config.clone(), size).0
-    );
-    let tunnel_host = format!(
-        "{gateway}:{}",
-        https_server_of(&gateway, config.clone(), size).0
-    );
-    let small_secret = format!("{gateway}:{}", https_server(&gateway, config.clone()).0);
-    let small_tunnel = format!("{gateway}:{}", https_server(&gateway, config).0);
-    let repo = FixtureRepo::new();
-    let home = TestHome::new().env("IT_SECRET_TOKEN", "tok-measured");
-    let ca_file = home.dir.path().join("upstream-ca.pem");
-    std::fs::write(&ca_file, &ca_pem).unwrap();
-    std::fs::write(
-        home.dir.path().join("config/paddock/config.yaml"),
-        format!(
-            "admission:\n  memory: 1024g\n  cpus: 1000\n  max_running_execs: 1000\n\
-             secrets:\n  api:\n    env: IT_SECRET_TOKEN\n    hosts: ['{secret_host}', '{small_secret}']\n\
-             egress:\n  upstream_ca: {}\n",
-            ca_file.display()
-        ),
-    )
-    .unwrap();
-    let image = crate::fixtures::test_image();
-    let job = home.create(
-        &repo,
-        &[
-            "--runtime",
-            "docker",
-            "--image",
-            &image,
-            "--secret",
-            "api",
-            "--allow",
-            &tunnel_host,
-            "--allow",
-            &small_tunnel,
-        ],
-    );
-    let id = text(&job, "id");
-    let script = |host: &str, runs: u32| {
-        format!(
-            "for i in $(seq {runs}); do s=$(date +%s%N); printf 'GET / HTTP/1.1\\r\\nHost: {host}\\r\\nAuthorization: Bearer %s\\r\\nConnection: close\\r\\n\\r\\n' \"$API\" | openssl s_client -quiet -proxy $proxy_host:$proxy_port -connect {host} -CAfile \"$SSL_CERT_FILE\" 2>/dev/null | wc -c >/dev/null; e=$(date +%s%N); echo $(( (e-s)/1000 )); done"
-        )
-    };
-    let median = |out: String| {
-        let mut micros: Vec<u64> = out.lines().filter_map(|l| l.trim().parse().ok()).collect();
-        micros.sort_unstable();
-        micros[micros.len() / 2]
-    };
-    for (what, secret, tunnel, runs) in [
-        ("10 MiB download", &secret_host, &tunnel_host, 7),
-        ("small request", &small_secret, &small_tunnel, 25),
-    ] {
-        let through = median(bash(&home, &id, &script(secret, runs)));
-        let direct = median(bash(&home, &id, &script(tunnel, runs)));
-        println!(
-            "{what}: secret host (TLS terminated) {through} us, tunnel {direct} us: {:.2}x, +{} us",
-            through as f64 / direct as f64,
-            through.cast_signed() - direct.cast_signed()
-        );
-    }
-    home.ok(&["rm", &id, "--force"]);
 }
 
 #[test]
