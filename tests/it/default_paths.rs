@@ -20,27 +20,27 @@ use serde_json::Value;
 use crate::fixtures::{closed_dir, docker_available, git, overlay_available, test_image, text};
 
 /// The unprivileged user of these tests (no passwd entry needed: paddock asks for none).
-const USER_UID: u32 = 4243;
+pub(crate) const USER_UID: u32 = 4243;
 /// Where root's state lives with no `PADDOCK_HOME` (see the README).
 const ROOT_STATE: &str = "/var/lib/paddock";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Who {
+pub(crate) enum Who {
     Root,
     User,
 }
 
 /// One person's machine: a closed directory holding their home (0700), their repository
 /// inside it, and their user config; paddock run with no `PADDOCK_HOME`.
-struct Machine {
+pub(crate) struct Machine {
     who: Who,
     _top: tempfile::TempDir,
-    home: PathBuf,
-    repo: PathBuf,
+    pub(crate) home: PathBuf,
+    pub(crate) repo: PathBuf,
 }
 
 impl Machine {
-    fn new(who: Who) -> Machine {
+    pub(crate) fn new(who: Who) -> Machine {
         Self::new_in(who, closed_dir("paddock-default-"))
     }
 
@@ -74,14 +74,14 @@ impl Machine {
     }
 
     /// Where paddock keeps this person's state with no `PADDOCK_HOME`.
-    fn state_root(&self) -> PathBuf {
+    pub(crate) fn state_root(&self) -> PathBuf {
         match self.who {
             Who::Root => PathBuf::from(ROOT_STATE),
             Who::User => self.home.join(".local/share/paddock"),
         }
     }
 
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         let mut command = match self.who {
             Who::Root => Command::new(env!("CARGO_BIN_EXE_paddock")),
             Who::User => {
@@ -114,7 +114,7 @@ impl Machine {
             .expect("paddock runs")
     }
 
-    fn json(&self, args: &[&str]) -> Value {
+    pub(crate) fn json(&self, args: &[&str]) -> Value {
         let output = self.run(args);
         assert!(
             output.status.success(),

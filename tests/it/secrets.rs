@@ -401,3 +401,95 @@ fn a_secret_that_cannot_be_read_fails_the_create_and_leaves_nothing() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no secret `nope`"), "{stderr}");
 }
+
+/// The way people run it: an unprivileged user (uid 4243, in the docker group) with no
+/// `PADDOCK_HOME` (so `~/.local/share/paddock` in a 0700 home), the secret in a file only
+/// that user can read. The test's HTTPS server gets the value; the job, the state root and
+/// `docker inspect` hold only the placeholder.
+#[test]
+fn an_unprivileged_user_s_secret_file_reaches_its_host_and_nothing_else() {
+    use crate::default_paths::{Machine, USER_UID, Who};
+    use std::os::unix::fs::PermissionsExt as _;
+    if !docker_available("an_unprivileged_user_s_secret_file_reaches_its_host_and_nothing_else") {
+        return;
+    }
+    let gateway = bridge_gateway();
+    let (ca_pem, config) = test_tls(&gateway);
+    let (port, seen) = https_server(&gateway, config);
+    let host = format!("{gateway}:{port}");
+    let token = format!("tok-user-{}-Rr7Qm2Kx", std::process::id());
+    let machine = Machine::new(Who::User);
+    let config_dir = machine.home.join(".config/paddock");
+    let token_file = config_dir.join("api-token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ca_file = config_dir.join("upstream-ca.pem");
+    std::fs::write(&ca_file, &ca_pem).unwrap();
+    std::fs::write(
+        config_dir.join("config.yaml"),
+        format!(
+            "admission:\n  memory: 1024g\n  cpus: 1000\n\
+             secrets:\n  api:\n    file: {}\n    hosts: ['{host}']\n    header: 'Authorization: Bearer {{}}'\n\
+             egress:\n  upstream_ca: {}\n",
+            token_file.display(),
+            ca_file.display()
+        ),
+    )
+    .unwrap();
+    crate::fixtures::chown_trees(&[&config_dir], USER_UID);
+    let image = crate::fixtures::test_image();
+    let job = machine.json(&[
+        "create",
+        "--runtime",
+        "docker",
+        "--image",
+        &image,
+        "--secret",
+        "api",
+        "--json",
+    ]);
+    let id = text(&job, "id");
+    let out = machine.json(&[
+        "exec",
+        &id,
+        "--json",
+        "--",
+        "bash",
+        "-c",
+        &format!(
+            "h=${{HTTPS_PROXY#http://}}; echo \"$API\"; printf 'GET /u HTTP/1.1\\r\\nHost: {host}\\r\\nConnection: close\\r\\n\\r\\n' | timeout 20 openssl s_client -quiet -proxy $h -connect {host} -CAfile \"$SSL_CERT_FILE\" 2>&1"
+        ),
+    ]);
+    let stdout = out["stdout"].as_str().unwrap_or_default().to_string();
+    assert!(stdout.starts_with("paddock-secret-"), "{out}");
+    assert!(stdout.contains("200 OK"), "{out}");
+    assert!(!stdout.contains(&token), "{out}");
+    let heads = seen.lock().unwrap().clone();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(
+        heads[0].to_ascii_lowercase().contains(&format!(
+            "authorization: bearer {}",
+            token.to_ascii_lowercase()
+        )),
+        "{heads:?}"
+    );
+    let state = machine.state_root();
+    assert!(state.starts_with(&machine.home), "{}", state.display());
+    let grep = Command::new("grep")
+        .args(["-rlF", &token])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert!(
+        grep.stdout.is_empty(),
+        "the value is in {}",
+        String::from_utf8_lossy(&grep.stdout)
+    );
+    let inspect = Command::new("docker")
+        .args(["inspect", &crate::fixtures::container_of(&job)])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&inspect.stdout).contains(&token));
+    let removed = machine.run(&["rm", &id, "--force"]);
+    assert!(removed.status.success(), "{removed:?}");
+}
