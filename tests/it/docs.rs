@@ -133,6 +133,26 @@ fn broken_links(file: &Path) -> Vec<String> {
     broken
 }
 
+/// ARCHITECTURE.md stays short: modules, lifecycle and the four main data flows; the rest
+/// lives in docs/ (internals, threat model, decisions).
+const ARCHITECTURE_MAX_LINES: usize = 300;
+
+#[test]
+fn architecture_md_stays_short_and_names_the_main_data_flows() {
+    let text = read("ARCHITECTURE.md");
+    let lines = text.lines().count();
+    assert!(
+        lines <= ARCHITECTURE_MAX_LINES,
+        "ARCHITECTURE.md has {lines} lines; keep it under {ARCHITECTURE_MAX_LINES}: move detail to docs/internals.md"
+    );
+    for heading in ["## Modules", "## Job lifecycle", "## Data flow"] {
+        assert!(text.contains(heading), "ARCHITECTURE.md has `{heading}`");
+    }
+    for flow in ["**create**", "**exec**", "**sync**", "**sweep**"] {
+        assert!(text.contains(flow), "ARCHITECTURE.md's data flow has {flow}");
+    }
+}
+
 #[test]
 fn the_readme_is_a_front_door_and_every_doc_link_resolves() {
     let readme = read("README.md");
