@@ -149,7 +149,10 @@ fn architecture_md_stays_short_and_names_the_main_data_flows() {
         assert!(text.contains(heading), "ARCHITECTURE.md has `{heading}`");
     }
     for flow in ["**create**", "**exec**", "**sync**", "**sweep**"] {
-        assert!(text.contains(flow), "ARCHITECTURE.md's data flow has {flow}");
+        assert!(
+            text.contains(flow),
+            "ARCHITECTURE.md's data flow has {flow}"
+        );
     }
 }
 
