@@ -43,6 +43,7 @@ mod ports;
 mod process;
 mod push;
 mod push_http;
+mod push_ssh;
 mod secrets;
 mod setup_network;
 mod snapshots;
