@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Paddock, Result};
 use crate::git::GitRepo;
+use crate::git::marks::MarkAsk;
 use crate::git::merge::MergeSession;
 use crate::job::{JobId, JobRecord, JobState};
 use crate::wire::{ConflictsQuery, ConflictsReport, EventKind, JobConflicts, JobPair, MergeStatus};
@@ -68,71 +69,138 @@ impl<'a> Checker<'a> {
 
     /// The job's branch against `facts.base`, from the cache when its key matches.
     pub async fn status(&mut self, record: &JobRecord, facts: &Facts) -> Result<MergeStatus> {
-        let untouched = MergeStatus {
-            base: facts.base.clone(),
-            base_tip: facts.base_tip.clone(),
-            branch_tip: facts.branch_tip.clone(),
-            merged: false,
-            clean: true,
-            files: Vec::new(),
-            conflicts: Vec::new(),
-        };
-        let Some(tip) = facts.branch_tip.clone() else {
-            return Ok(untouched);
-        };
-        // A branch still at its base (a job that made no commit): nothing to ask git.
-        if tip == facts.base_tip || tip == record.base_commit {
-            return Ok(untouched);
+        self.statuses(&[(record, facts)])
+            .await?
+            .pop()
+            .expect("one answer per job")
+    }
+
+    /// Each job's branch against its base, in order: cached answers read, and the rest
+    /// worked out together (one git2 open for their facts, one `merge-tree --stdin` for the
+    /// merges they need), so a moved base costs a few processes, not a few per job. A job
+    /// git cannot answer for gets its own error; the outer one is the batch's.
+    pub async fn statuses(
+        &mut self,
+        jobs: &[(&JobRecord, &Facts)],
+    ) -> Result<Vec<Result<MergeStatus>>> {
+        let mut answers: Vec<Option<Result<MergeStatus>>> = Vec::with_capacity(jobs.len());
+        let mut asks = Vec::new();
+        for (i, (record, facts)) in jobs.iter().enumerate() {
+            // A branch still at its base (a job that made no commit): nothing to ask git.
+            let Some(tip) = facts
+                .branch_tip
+                .clone()
+                .filter(|tip| *tip != facts.base_tip && *tip != record.base_commit)
+            else {
+                answers.push(Some(Ok(MergeStatus {
+                    base: facts.base.clone(),
+                    base_tip: facts.base_tip.clone(),
+                    branch_tip: facts.branch_tip.clone(),
+                    merged: false,
+                    clean: true,
+                    files: Vec::new(),
+                    conflicts: Vec::new(),
+                })));
+                continue;
+            };
+            if let Some(cached) = self.cached(record, facts, &tip) {
+                answers.push(Some(Ok(cached)));
+                continue;
+            }
+            answers.push(None);
+            asks.push((
+                i,
+                MarkAsk {
+                    tip,
+                    job_base: record.base_commit.clone(),
+                    base_tip: facts.base_tip.clone(),
+                },
+            ));
         }
-        let cache = self
-            .paddock
+        if !asks.is_empty() {
+            let facts = self
+                .repo
+                .mark_facts(asks.iter().map(|(_, ask)| ask.clone()).collect())
+                .await?;
+            // The merges of the branches their base does not already contain, in one batch.
+            let pairs: Vec<(String, String)> = asks
+                .iter()
+                .zip(&facts)
+                .filter(|(_, f)| f.as_ref().is_ok_and(|f| !f.contained))
+                .map(|((_, ask), _)| (ask.base_tip.clone(), ask.tip.clone()))
+                .collect();
+            let mut merges = if pairs.is_empty() {
+                Vec::new()
+            } else {
+                self.session().await?.merge_trees(&pairs).await?
+            }
+            .into_iter();
+            for ((i, ask), facts) in asks.into_iter().zip(facts) {
+                let status = facts.map_err(Into::into).map(|facts| {
+                    let (merged, conflicts) = if facts.contained {
+                        (facts.ahead, Vec::new())
+                    } else {
+                        let outcome = merges.next().expect("one outcome per pair");
+                        let same_tree = outcome.tree == facts.base_tree;
+                        (
+                            facts.ahead && outcome.clean() && same_tree,
+                            outcome.conflicts,
+                        )
+                    };
+                    MergeStatus {
+                        base: jobs[i].1.base.clone(),
+                        base_tip: ask.base_tip,
+                        branch_tip: Some(ask.tip),
+                        merged,
+                        clean: conflicts.is_empty(),
+                        files: facts.files,
+                        conflicts,
+                    }
+                });
+                if let Ok(status) = &status {
+                    self.keep(jobs[i].0, status);
+                }
+                answers[i] = Some(status);
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.expect("every job answered"))
+            .collect())
+    }
+
+    /// The cached answer for this tip, base and base tip, if one is kept.
+    fn cached(&self, record: &JobRecord, facts: &Facts, tip: &str) -> Option<MergeStatus> {
+        let bytes = std::fs::read(self.cache_of(record)).ok()?;
+        let cached = serde_json::from_slice::<Cached>(&bytes).ok()?;
+        (cached.branch_tip == tip && cached.base == facts.base && cached.base_tip == facts.base_tip)
+            .then_some(cached.status)
+    }
+
+    fn cache_of(&self, record: &JobRecord) -> PathBuf {
+        self.paddock
             .home()
             .job_dir(&record.id)
-            .join("merge-status.json");
-        if let Ok(bytes) = std::fs::read(&cache)
-            && let Ok(cached) = serde_json::from_slice::<Cached>(&bytes)
-            && cached.branch_tip == tip
-            && cached.base == facts.base
-            && cached.base_tip == facts.base_tip
-        {
-            return Ok(cached.status);
-        }
-        let repo = self.repo.clone();
-        // Commits beyond the job's base commit: a branch with none has nothing to be merged.
-        let ahead = !repo.is_ancestor(&tip, &record.base_commit).await?;
-        let files = repo.changed_since_merge_base(&facts.base_tip, &tip).await?;
-        let (merged, conflicts) = if repo.is_ancestor(&tip, &facts.base_tip).await? {
-            (ahead, Vec::new())
-        } else {
-            let outcome = self
-                .session()
-                .await?
-                .merge_tree(&facts.base_tip, &tip, None)
-                .await?;
-            let same_tree = outcome.tree == repo.tree_of(&facts.base_tip).await?;
-            (ahead && outcome.clean() && same_tree, outcome.conflicts)
-        };
-        let status = MergeStatus {
-            base: facts.base.clone(),
-            base_tip: facts.base_tip.clone(),
-            branch_tip: Some(tip.clone()),
-            merged,
-            clean: conflicts.is_empty(),
-            files,
-            conflicts,
+            .join("merge-status.json")
+    }
+
+    /// Keeps an answer for the next look. A cache that cannot be written (the job's dir is
+    /// gone mid-removal) costs a recompute.
+    fn keep(&self, record: &JobRecord, status: &MergeStatus) {
+        let cache = self.cache_of(record);
+        let Some(tip) = status.branch_tip.clone() else {
+            return;
         };
         let cached = Cached {
             branch_tip: tip,
-            base: facts.base.clone(),
-            base_tip: facts.base_tip.clone(),
+            base: status.base.clone(),
+            base_tip: status.base_tip.clone(),
             status: status.clone(),
         };
-        // A cache that cannot be written (the job's dir is gone mid-removal) costs a recompute.
         if cache.parent().is_some_and(Path::is_dir) {
             let bytes = serde_json::to_vec(&cached).expect("a status serializes");
             let _ = crate::atomic::write_atomic(&cache, &bytes, false);
         }
-        Ok(status)
     }
 }
 
@@ -218,9 +286,12 @@ impl Paddock {
             let Ok(facts) = self.facts(&repo, &group, None).await else {
                 continue;
             };
-            let mut checker = Checker::new(self, repo);
-            for (record, facts) in group.iter().zip(&facts) {
-                if let Ok(status) = checker.status(record, facts).await {
+            let jobs: Vec<(&JobRecord, &Facts)> = group.iter().copied().zip(&facts).collect();
+            let Ok(statuses) = Checker::new(self, repo).statuses(&jobs).await else {
+                continue;
+            };
+            for ((record, _), status) in jobs.iter().zip(statuses) {
+                if let Ok(status) = status {
                     marks.insert(record.id.clone(), (status.merged, status.clean));
                 }
             }
@@ -259,12 +330,13 @@ impl Paddock {
             let facts = self.facts(&repo, &group, query.base.as_deref()).await?;
             let mut checker = Checker::new(self, repo);
             let first = report.jobs.len();
-            for (record, facts) in group.iter().zip(&facts) {
+            let jobs: Vec<(&JobRecord, &Facts)> = group.iter().copied().zip(&facts).collect();
+            for ((record, _), status) in jobs.iter().zip(checker.statuses(&jobs).await?) {
                 report.jobs.push(JobConflicts {
                     id: record.id.clone(),
                     branch: record.branch.clone(),
                     sync_error: record.sync_error.clone(),
-                    status: checker.status(record, facts).await?,
+                    status: status?,
                 });
             }
             let jobs = &report.jobs[first..];
@@ -312,19 +384,26 @@ impl Paddock {
             let Ok(facts) = self.facts(&repo, &group, None).await else {
                 continue;
             };
-            let mut checker = Checker::new(self, repo);
-            for (record, facts) in group.iter().zip(&facts) {
-                if facts.branch_tip.is_none() {
+            let jobs: Vec<(&JobRecord, &Facts)> = group
+                .iter()
+                .copied()
+                .zip(&facts)
+                .filter(|(_, facts)| facts.branch_tip.is_some())
+                .collect();
+            let statuses = match Checker::new(self, repo).statuses(&jobs).await {
+                Ok(statuses) => statuses,
+                Err(error) => {
+                    tracing::debug!(%error, "conflict checks failed");
                     continue;
                 }
-                let status = match checker.status(record, facts).await {
-                    Ok(status) => status,
+            };
+            for ((record, _), status) in jobs.iter().zip(statuses) {
+                match status {
+                    Ok(status) => self.notify_conflict(record, &status),
                     Err(error) => {
-                        tracing::debug!(job = %record.id, %error, "conflict check failed");
-                        continue;
+                        tracing::debug!(job = %record.id, %error, "conflict check failed")
                     }
-                };
-                self.notify_conflict(record, &status);
+                }
             }
         }
     }

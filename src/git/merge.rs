@@ -15,13 +15,17 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::merge_parse::{parse_merge_batch, parse_merge_tree};
 use super::{GitCall, GitError, GitRepo, blocking, read_err};
 
 /// The oldest git whose `merge-tree` has `--write-tree`.
 const NEEDED: (u32, u32) = (2, 38);
+/// The oldest git whose `merge-tree` takes `--stdin` (many merges in one process).
+const BATCHES: (u32, u32) = (2, 40);
 
-/// The git on `PATH`, checked once per process: `Err` holds the version found.
-static VERSION_CHECK: tokio::sync::OnceCell<Result<(), String>> =
+/// The git on `PATH`, checked once per process: its (major, minor), or `Err` with the
+/// version found when it is too old.
+static VERSION_CHECK: tokio::sync::OnceCell<Result<(u32, u32), String>> =
     tokio::sync::OnceCell::const_new();
 
 /// One file a merge cannot resolve, and how (`contents`, `modify/delete`, `add/add`,
@@ -74,7 +78,7 @@ pub async fn require_merge_tree(dir: &Path) -> Result<(), GitError> {
                     let mut parts = found.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
                     let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
                     if version >= NEEDED {
-                        Ok(())
+                        Ok(version)
                     } else {
                         Err(found)
                     }
@@ -83,10 +87,21 @@ pub async fn require_merge_tree(dir: &Path) -> Result<(), GitError> {
             }
         })
         .await;
-    checked.clone().map_err(|found| GitError::TooOld {
-        found,
-        needed: format!("{}.{}", NEEDED.0, NEEDED.1),
-    })
+    checked
+        .clone()
+        .map(|_| ())
+        .map_err(|found| GitError::TooOld {
+            found,
+            needed: format!("{}.{}", NEEDED.0, NEEDED.1),
+        })
+}
+
+/// Whether the git on `PATH` merges a batch in one `merge-tree --stdin` (after
+/// [`require_merge_tree`] checked it).
+fn batches() -> bool {
+    VERSION_CHECK
+        .get()
+        .is_some_and(|v| v.as_ref().is_ok_and(|v| *v >= BATCHES))
 }
 
 /// `GIT_ALTERNATE_OBJECT_DIRECTORIES`: `:`-separated, a path quoted when it holds one.
@@ -107,61 +122,6 @@ fn alternates_env(dirs: &[PathBuf]) -> OsString {
         }
     }
     joined
-}
-
-/// Parses `merge-tree --write-tree -z --name-only` output: the tree, the conflicted paths,
-/// an empty field, then messages (`N`, N paths, the type, the message).
-fn parse_merge_tree(output: &[u8], conflicted: bool) -> Option<MergeOutcome> {
-    let mut fields = output
-        .split(|&b| b == 0)
-        .map(|f| String::from_utf8_lossy(f).into_owned());
-    let tree = fields.next()?.trim().to_string();
-    let mut conflicts: Vec<ConflictFile> = Vec::new();
-    if !conflicted {
-        return Some(MergeOutcome { tree, conflicts });
-    }
-    let mut paths = Vec::new();
-    for field in fields.by_ref() {
-        if field.is_empty() {
-            break;
-        }
-        if !paths.contains(&field) {
-            paths.push(field);
-        }
-    }
-    // Messages: the types of the conflicted paths.
-    while let Some(count) = fields.next() {
-        let Ok(count) = count.parse::<usize>() else {
-            break;
-        };
-        let named: Vec<String> = fields.by_ref().take(count).collect();
-        let kind = fields.next().unwrap_or_default();
-        let _message = fields.next();
-        let Some(kind) = kind
-            .strip_prefix("CONFLICT (")
-            .and_then(|k| k.strip_suffix(')'))
-        else {
-            continue;
-        };
-        for path in named {
-            if paths.contains(&path) && !conflicts.iter().any(|c| c.path == path) {
-                conflicts.push(ConflictFile {
-                    path,
-                    kind: kind.to_string(),
-                });
-            }
-        }
-    }
-    for path in paths {
-        if !conflicts.iter().any(|c| c.path == path) {
-            conflicts.push(ConflictFile {
-                path,
-                kind: "conflict".into(),
-            });
-        }
-    }
-    conflicts.sort_by(|a, b| a.path.cmp(&b.path));
-    Some(MergeOutcome { tree, conflicts })
 }
 
 /// Who a commit paddock writes is by: the original author for a replayed commit.
@@ -242,6 +202,43 @@ impl MergeSession {
             dir: self.repo.root.clone(),
             stderr: "no tree in its output".into(),
         })
+    }
+
+    /// Merges each `(ours, theirs)` pair (their own merge base each), in order: one
+    /// `merge-tree --stdin` for the lot in a read-only session with git 2.40 or newer, else
+    /// one `merge-tree` per pair.
+    pub async fn merge_trees(
+        &self,
+        pairs: &[(String, String)],
+    ) -> Result<Vec<MergeOutcome>, GitError> {
+        let Some(quarantine) = self
+            .quarantine
+            .as_ref()
+            .filter(|_| pairs.len() > 1 && batches())
+        else {
+            let mut outcomes = Vec::with_capacity(pairs.len());
+            for (ours, theirs) in pairs {
+                outcomes.push(self.merge_tree(ours, theirs, None).await?);
+            }
+            return Ok(outcomes);
+        };
+        let input = quarantine.join(format!("batch-{}.in", crate::ids::random_hex(6)));
+        let lines: String = pairs.iter().map(|(a, b)| format!("{a} {b}\n")).collect();
+        let failed = |stderr: String| GitError::Command {
+            args: format!("merge-tree --stdin ({} merges)", pairs.len()),
+            dir: self.repo.root.clone(),
+            stderr,
+        };
+        std::fs::write(&input, lines).map_err(|e| failed(e.to_string()))?;
+        let result = self
+            .call(&["merge-tree", "--stdin", "--name-only"])
+            .stdin_from(&input, 0)
+            .output(&[0])
+            .await;
+        let _ = std::fs::remove_file(&input);
+        let (_, output) = result?;
+        parse_merge_batch(&output, pairs.len())
+            .ok_or_else(|| failed("its output does not hold one answer per merge".into()))
     }
 
     /// The tree of a commit this session can see (one it wrote included).
@@ -508,48 +505,6 @@ impl GitRepo {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn merge_tree_output_is_read_with_conflict_types() {
-        let fields = [
-            "55b2",
-            "f",
-            "g",
-            "",
-            "1",
-            "f",
-            "Auto-merging",
-            "Auto-merging f\n",
-            "1",
-            "f",
-            "CONFLICT (contents)",
-            "CONFLICT (content): Merge conflict in f\n",
-            "1",
-            "g",
-            "CONFLICT (modify/delete)",
-            "g deleted\n",
-            "",
-        ];
-        let output = fields.join("\0");
-        let output = output.as_bytes();
-        let outcome = parse_merge_tree(output, true).unwrap();
-        assert_eq!(outcome.tree, "55b2");
-        assert_eq!(
-            outcome.conflicts,
-            vec![
-                ConflictFile {
-                    path: "f".into(),
-                    kind: "contents".into()
-                },
-                ConflictFile {
-                    path: "g".into(),
-                    kind: "modify/delete".into()
-                },
-            ]
-        );
-        let clean = parse_merge_tree(b"abcd\0", false).unwrap();
-        assert!(clean.clean() && clean.tree == "abcd");
-    }
 
     #[test]
     fn alternates_with_colons_are_quoted() {

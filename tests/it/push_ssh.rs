@@ -174,7 +174,11 @@ fn push_over_ssh_uses_the_hosts_agent_which_the_job_never_sees() {
         .output()
         .expect("paddock runs");
     assert!(!refused.status.success(), "{refused:?}");
-    assert!(heads(&remote.bare()).is_empty(), "{:?}", heads(&remote.bare()));
+    assert!(
+        heads(&remote.bare()).is_empty(),
+        "{:?}",
+        heads(&remote.bare())
+    );
 
     let (code, report, stderr) = push(&with_agent, &id, &[]);
     assert_eq!(code, 0, "{stderr}");
