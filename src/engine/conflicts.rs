@@ -184,8 +184,9 @@ impl<'a> Checker<'a> {
             .join("merge-status.json")
     }
 
-    /// Keeps an answer for the next look. A cache that cannot be written (the job's dir is
-    /// gone mid-removal) costs a recompute.
+    /// Keeps an answer for the next look, without waiting for the disk: a cache lost in a
+    /// crash, torn (unreadable) or not written (the job's dir is gone mid-removal) costs one
+    /// recompute, and two fsyncs per job made a cold `ls` of 200 jobs wait 1.7 s here.
     fn keep(&self, record: &JobRecord, status: &MergeStatus) {
         let cache = self.cache_of(record);
         let Some(tip) = status.branch_tip.clone() else {
@@ -199,7 +200,7 @@ impl<'a> Checker<'a> {
         };
         if cache.parent().is_some_and(Path::is_dir) {
             let bytes = serde_json::to_vec(&cached).expect("a status serializes");
-            let _ = crate::atomic::write_atomic(&cache, &bytes, false);
+            let _ = crate::atomic::replace_unsynced(&cache, &bytes);
         }
     }
 }
