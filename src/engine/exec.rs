@@ -244,6 +244,8 @@ impl Paddock {
             .admit_exec(&record.id, options.no_wait, options.waiter.as_deref())
             .await?;
         clock.mark("admit");
+        // A container started since the last exec runs its devcontainer's postStartCommand.
+        self.post_start(&mut record.clone(), false).await?;
         // The branch sync rides along in the exec's own sandbox session when it can.
         let piggyback = self.piggyback_sync(&record).await;
         clock.mark("plan");

@@ -124,29 +124,73 @@ fn the_gvisor_container_is_isolated_and_limited() {
     }
 }
 
+/// The limits [`check_isolated_and_limited`] checks: flags of `create`.
+pub(crate) const LIMIT_FLAGS: [&str; 6] = ["--memory", "64m", "--pids", "64", "--cpus", "0.5"];
+
 fn isolated_and_limited(runtime: &str) {
     let repo = FixtureRepo::new();
     let home = TestHome::new();
     let image = crate::fixtures::test_image();
-    let job = home.create(
-        &repo,
-        &[
-            "--runtime",
-            runtime,
-            "--image",
-            &image,
-            "--task",
-            "iso",
-            "--memory",
-            "64m",
-            "--pids",
-            "64",
-            "--cpus",
-            "0.5",
-        ],
-    );
+    let mut flags = vec!["--runtime", runtime, "--image", &image, "--task", "iso"];
+    flags.extend(LIMIT_FLAGS);
+    let job = home.create(&repo, &flags);
+    check_isolated_and_limited(&home, &job, runtime);
+}
+
+/// The isolation and limits every container job has, checked from inside `job` (made on
+/// `runtime` with [`LIMIT_FLAGS`]) and in what the engine says of its container: not root,
+/// no capabilities, no new privileges, seccomp, a read-only root, no host file, no engine
+/// socket, no network, memory, pids and CPU held. Removes the job.
+pub(crate) fn check_isolated_and_limited(home: &TestHome, job: &Value, runtime: &str) {
     assert_eq!(job["runtime"], runtime, "{job}");
-    let id = text(&job, "id");
+    let id = text(job, "id");
+    let image = text(&job["limits"], "image");
+
+    // What the engine was asked for: nothing a job file could loosen.
+    let inspect = docker(&[
+        "inspect",
+        "--format",
+        "{{.HostConfig.Privileged}}|{{.HostConfig.CapAdd}}|{{.HostConfig.CapDrop}}|{{.HostConfig.ReadonlyRootfs}}|{{.HostConfig.NetworkMode}}|{{.HostConfig.SecurityOpt}}|{{.HostConfig.PidMode}}|{{.HostConfig.IpcMode}}|{{range .Mounts}}{{.Source}} {{end}}",
+        &container_of(job),
+    ]);
+    let parts: Vec<&str> = inspect.split('|').collect();
+    assert_eq!(
+        parts[..5],
+        ["false", "[]", "[ALL]", "true", "none"],
+        "{inspect}"
+    );
+    assert!(parts[5].contains("no-new-privileges"), "{inspect}");
+    assert!(!parts[5].contains("unconfined"), "{inspect}");
+    assert!(
+        !parts[6].contains("host") && !parts[7].contains("host"),
+        "{inspect}"
+    );
+    for source in parts[8].split_whitespace() {
+        assert!(
+            source != "/" && !source.ends_with("docker.sock") && source != "/etc",
+            "a host path is mounted: {inspect}"
+        );
+    }
+    // The same from inside: no capability, no new privileges, a seccomp filter (gVisor is
+    // its own kernel: it filters the sandbox's calls outside the job's view), no engine
+    // socket, no way to mount.
+    let result = sh(
+        home,
+        &id,
+        "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; ls /var/run/docker.sock /run/docker.sock /host 2>/dev/null; mount -t tmpfs x /mnt 2>/dev/null && echo mounted; echo end",
+    );
+    let out = result["stdout"].as_str().unwrap();
+    assert!(out.contains("CapEff:\t0000000000000000"), "{result}");
+    assert!(out.contains("CapBnd:\t0000000000000000"), "{result}");
+    assert!(out.contains("NoNewPrivs:\t1"), "{result}");
+    if runtime == "docker" {
+        assert!(out.contains("Seccomp:\t2"), "{result}");
+    }
+    assert!(
+        !out.contains("docker.sock") && !out.contains("mounted"),
+        "{result}"
+    );
+    assert!(out.trim_end().ends_with("end"), "{result}");
 
     // Not root.
     let result = sh(&home, &id, "id -u");
@@ -259,7 +303,7 @@ fn isolated_and_limited(runtime: &str) {
     // CPU: a 2-second busy loop under --cpus 0.5 gets about half a CPU (cgroup accounting;
     // gVisor shows no cgroup files inside, so there the host's account of the container).
     let share = if runtime == "runsc" {
-        let container = docker(&["inspect", "--format", "{{.Id}}", &container_of(&job)]);
+        let container = docker(&["inspect", "--format", "{{.Id}}", &container_of(job)]);
         let usage_file = format!(
             "/sys/fs/cgroup/cpuacct/docker/{}/cpuacct.usage",
             container.trim()
