@@ -259,7 +259,7 @@ const LIFECYCLE: &str = r#"{
   "build": {"dockerfile": ".devcontainer/Dockerfile", "context": ".devcontainer",
             "args": {"TOOL_VERSION": "1.2.3"}},
   "workspaceFolder": "/work/${localWorkspaceFolderBasename}",
-  "containerEnv": {"LEAK": "${localEnv:PADDOCK_DEVC_SECRET}", "WS": "${containerWorkspaceFolder}",
+  "containerEnv": {"LEAK": "${localEnv:DEVC_HOST_SECRET}", "WS": "${containerWorkspaceFolder}",
                    "EXTRA": "/opt/extra"},
   "remoteEnv": {"PATH": "${containerEnv:PATH}:${containerEnv:EXTRA}/bin"},
   "mounts": ["source=deps,target=${containerWorkspaceFolder}/deps,type=volume"],
@@ -278,7 +278,7 @@ fn variables_volumes_and_post_start_follow_the_spec_and_the_host_env_stays_out()
     repo.write(".devcontainer.json", LIFECYCLE);
     repo.commit_all("lifecycle");
     let secret = format!("devc-secret-{}", std::process::id());
-    let home = TestHome::new().env("PADDOCK_DEVC_SECRET", &secret);
+    let home = TestHome::new().env("DEVC_HOST_SECRET", &secret);
     let job = create(&home, &repo, "life");
     let id = text(&job, "id");
     let basename = repo
@@ -292,7 +292,7 @@ fn variables_volumes_and_post_start_follow_the_spec_and_the_host_env_stays_out()
     assert!(
         job["devcontainer"]["ignored"]
             .to_string()
-            .contains("localEnv: PADDOCK_DEVC_SECRET"),
+            .contains("localEnv: DEVC_HOST_SECRET"),
         "{job}"
     );
 
