@@ -309,6 +309,9 @@ fn variables_volumes_and_post_start_follow_the_spec_and_the_host_env_stays_out()
     assert!(!env.contains(&secret), "{env}");
     let shown = home.ok(&["show", &id, "--json"]);
     assert!(!shown.contains(&secret), "{shown}");
+    let shown = home.ok(&["show", &id]);
+    assert!(shown.contains("volume: devcontainer-deps at deps"), "{shown}");
+    assert!(shown.contains("at each start: echo start"), "{shown}");
 
     // postStartCommand: once at create, again after each start, not on every exec; the
     // named volume is a cache: kept out of git, and shared with the next job.
