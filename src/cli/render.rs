@@ -214,7 +214,10 @@ pub fn print_details(details: &JobDetails) {
             );
         }
         if !dc.post_start.is_empty() {
-            say!("          at each start: {}", line(&dc.post_start.join(" && ")));
+            say!(
+                "          at each start: {}",
+                line(&dc.post_start.join(" && "))
+            );
         }
         for ignored in dc.ignored.iter().chain(&dc.unsupported) {
             say!("          ignored: {}", line(ignored));

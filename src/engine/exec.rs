@@ -511,6 +511,8 @@ impl Paddock {
     /// process runtime, in its worktree. Returns the shell's exit code.
     pub async fn shell(&self, id: &str) -> Result<i32> {
         let record = self.load(id)?;
+        // As before an exec: a container started since runs its postStartCommand first.
+        self.post_start(&mut record.clone(), false).await?;
         let mut command = self.runtime_of(&record).shell_command(&record).await?;
         let status = command
             .status()

@@ -326,8 +326,8 @@ pub trait Runtime: Send + Sync {
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError>;
 
-    /// The tags `repository:*` of images paddock built (they carry its image label), each
-    /// with when its image was made.
+    /// The tags `repository:*` of images this install built (they carry its image and home
+    /// labels), each with when its image was made.
     async fn labelled_images(
         &self,
         _repository: &str,

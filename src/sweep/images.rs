@@ -1,8 +1,9 @@
 //! Devcontainer images (`paddock-devc:<digest>` and the repository's build under it,
 //! `...-base`): content-addressed, so they pile up as repositories change their
 //! Dockerfiles. The sweep removes one when
-//! - it carries paddock's image label (an image a user tagged `paddock-devc:*` by hand is
-//!   never touched),
+//! - it carries paddock's image label and this install's home label (an image a user tagged
+//!   `paddock-devc:*` by hand, or another install built, is never touched; an install that
+//!   reuses another's image keeps it from removal only while its containers use it),
 //! - no job of this install names it (its record's image: a stopped job's container is
 //!   recreated from it),
 //! - it was last used (by a create of this install, see `engine::devcontainer`) or, never

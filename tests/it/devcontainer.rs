@@ -310,7 +310,10 @@ fn variables_volumes_and_post_start_follow_the_spec_and_the_host_env_stays_out()
     let shown = home.ok(&["show", &id, "--json"]);
     assert!(!shown.contains(&secret), "{shown}");
     let shown = home.ok(&["show", &id]);
-    assert!(shown.contains("volume: devcontainer-deps at deps"), "{shown}");
+    assert!(
+        shown.contains("volume: devcontainer-deps at deps"),
+        "{shown}"
+    );
     assert!(shown.contains("at each start: echo start"), "{shown}");
 
     // postStartCommand: once at create, again after each start, not on every exec; the
@@ -358,9 +361,18 @@ fn the_sweep_removes_devcontainer_images_long_unused_and_nothing_else() {
     );
     repo.commit_all("devcontainer");
     let home = TestHome::new();
-    let job = create(&home, &repo, "swept");
+    let mut job = create(&home, &repo, "swept");
+    if job["devcontainer"]["built"] == false {
+        // Left by an earlier run (another install's labels): this install builds its own.
+        home.ok(&["rm", &text(&job, "id"), "--force"]);
+        remove_image(&text(&job["devcontainer"], "image"));
+        job = create(&home, &repo, "swept");
+        assert_eq!(job["devcontainer"]["built"], true, "{job}");
+    }
     let id = text(&job, "id");
     let image = text(&job["devcontainer"], "image");
+    // Another install sees none of it: its labels are this install's.
+    let other = TestHome::new();
     // A tag of the same repository name that paddock did not build (no label).
     let foreign = format!("paddock-devc:not-ours-{}", std::process::id());
     assert!(
@@ -409,6 +421,19 @@ fn the_sweep_removes_devcontainer_images_long_unused_and_nothing_else() {
 
     // Unused for ten days: a dry run names it, the sweep removes it; the foreign tag stays.
     make_old();
+    // Even one that notes an old use of it (without the home label, it would remove it).
+    let other_uses = other.root().join("devcontainer-images");
+    std::fs::create_dir_all(&other_uses).unwrap();
+    std::fs::copy(&use_file, other_uses.join(use_file.file_name().unwrap())).unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10 * 86400);
+    std::fs::File::options()
+        .write(true)
+        .open(other_uses.join(use_file.file_name().unwrap()))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let report = other.json(&["sweep", "--json"]);
+    assert!(!report.to_string().contains(&image), "{report}");
     let dry = home.json(&["sweep", "--json", "--dry-run"]);
     assert!(names(&dry, "removed").contains(&image), "{dry}");
     assert!(image_exists(&image));

@@ -193,7 +193,7 @@ pub(crate) fn check_isolated_and_limited(home: &TestHome, job: &Value, runtime: 
     assert!(out.trim_end().ends_with("end"), "{result}");
 
     // Not root.
-    let result = sh(&home, &id, "id -u");
+    let result = sh(home, &id, "id -u");
     assert_ne!(result["stdout"].as_str().unwrap().trim(), "0", "{result}");
     // The result says what it ran on and under (issue 28): the OCI runtime, the image and
     // its id as the daemon has it, the limits given above.
@@ -211,7 +211,7 @@ pub(crate) fn check_isolated_and_limited(home: &TestHome, job: &Value, runtime: 
     // A file outside the mounts is not there.
     let marker = format!("/root/paddock-marker-{id}");
     std::fs::write(&marker, "secret").unwrap();
-    let result = sh(&home, &id, &format!("cat {marker}"));
+    let result = sh(home, &id, &format!("cat {marker}"));
     std::fs::remove_file(&marker).unwrap();
     assert_ne!(result["exit_code"], 0, "{result}");
     assert!(!result["stdout"].as_str().unwrap().contains("secret"));
@@ -227,7 +227,7 @@ pub(crate) fn check_isolated_and_limited(home: &TestHome, job: &Value, runtime: 
     );
     // (gVisor has no /sys/class/net; /proc/net/dev lists the same interfaces.)
     let result = sh(
-        &home,
+        home,
         &id,
         &format!(
             "ls /sys/class/net 2>/dev/null || awk 'NR>2 {{ sub(\":\", \"\", $1); print $1 }}' /proc/net/dev; bash -c '{probe}'"
@@ -237,14 +237,14 @@ pub(crate) fn check_isolated_and_limited(home: &TestHome, job: &Value, runtime: 
     assert_ne!(result["exit_code"], 0, "{result}");
 
     // The root filesystem is read-only; /tmp and HOME are writable.
-    let result = sh(&home, &id, "touch /usr/paddock-x");
+    let result = sh(home, &id, "touch /usr/paddock-x");
     assert_ne!(result["exit_code"], 0, "{result}");
-    let result = sh(&home, &id, "touch /tmp/x \"$HOME/x\"");
+    let result = sh(home, &id, "touch /tmp/x \"$HOME/x\"");
     assert_eq!(result["exit_code"], 0, "{result}");
 
     // Memory: beyond the limit is an OOM kill, reported as such.
     let (result, _) = exec(
-        &home,
+        home,
         &id,
         &[],
         &["sh", "-c", "head -c 600000000 /dev/zero | tail > /dev/null"],
@@ -252,7 +252,7 @@ pub(crate) fn check_isolated_and_limited(home: &TestHome, job: &Value, runtime: 
     assert_eq!(result["exit_code"], 137, "{result}");
     assert_eq!(result["oom_killed"], true, "{result}");
     // Exit 137 alone (a SIGKILL) is not OOM.
-    let result = sh(&home, &id, "kill -9 $$");
+    let result = sh(home, &id, "kill -9 $$");
     assert_eq!(result["exit_code"], 137, "{result}");
     assert_eq!(result["oom_killed"], false, "{result}");
 
@@ -261,7 +261,7 @@ pub(crate) fn check_isolated_and_limited(home: &TestHome, job: &Value, runtime: 
     // own limits (its host tasks under the pids limit, or its memory), which stops the whole
     // sandbox (exit 137, said in stderr); the host is fine and the next exec starts it again.
     let (result, _) = exec(
-        &home,
+        home,
         &id,
         &["--timeout", "3s"],
         &["sh", "-c", "f() { f | f & }; f; sleep 100"],
@@ -281,7 +281,7 @@ pub(crate) fn check_isolated_and_limited(home: &TestHome, job: &Value, runtime: 
         // Needs forks, as the CPU check below does: the bomb's last processes may still be
         // dying and holding the pids.
         let (result, _) = exec(
-            &home,
+            home,
             &id,
             &["--timeout", "5s"],
             &["sh", "-c", "a=$(echo al)$(echo ive); echo $a"],
@@ -298,7 +298,7 @@ pub(crate) fn check_isolated_and_limited(home: &TestHome, job: &Value, runtime: 
     // ends every process of the job, and the next exec starts it afresh.
     home.ok(&["stop", &id]);
     // Started again before the CPU check reads the container's cgroup (gone while stopped).
-    sh(&home, &id, "true");
+    sh(home, &id, "true");
 
     // CPU: a 2-second busy loop under --cpus 0.5 gets about half a CPU (cgroup accounting;
     // gVisor shows no cgroup files inside, so there the host's account of the container).
@@ -317,14 +317,14 @@ pub(crate) fn check_isolated_and_limited(home: &TestHome, job: &Value, runtime: 
         };
         let (before, started) = (usage(), std::time::Instant::now());
         sh(
-            &home,
+            home,
             &id,
             "t0=$(date +%s%N); while [ $(( $(date +%s%N) - t0 )) -lt 2000000000 ]; do :; done",
         );
         (usage() - before) / started.elapsed().as_nanos() as f64
     } else {
         let result = sh(
-            &home,
+            home,
             &id,
             "u=/sys/fs/cgroup/cpuacct/cpuacct.usage; [ -r $u ] || u=/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage; \
              a=$(cat $u); t0=$(date +%s%N); while [ $(( $(date +%s%N) - t0 )) -lt 2000000000 ]; do :; done; \

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 
-use super::{BUILD_TIMEOUT, connect};
+use super::{BUILD_TIMEOUT, LABEL_HOME, connect};
 use crate::runtime::RuntimeError;
 
 /// The Dockerfile and entrypoint built into the binary, so `paddock image build` works from
@@ -17,7 +17,8 @@ const DOCKERFILE: &str = include_str!("../../../Dockerfile.agent");
 const ENTRYPOINT: &str = include_str!("../../../entrypoint.sh");
 
 /// Marks the images paddock built (`agent`: its agent layer; `devcontainer-base`: a
-/// repository's own build under it): only images carrying it are ever removed by paddock.
+/// repository's own build under it), beside the building install's [`LABEL_HOME`]: paddock
+/// removes only images carrying both, its own.
 pub const LABEL_IMAGE: &str = "dev.paddock.image";
 
 /// Builds the agent image from the Dockerfile built into paddock. `progress` receives each
@@ -25,6 +26,7 @@ pub const LABEL_IMAGE: &str = "dev.paddock.image";
 pub async fn build_image(
     base_image: &str,
     tag: &str,
+    home_id: &str,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
@@ -39,7 +41,10 @@ pub async fn build_image(
         .forcerm(true)
         .pull("false")
         .buildargs(&HashMap::from([("BASE_IMAGE", base_image)]))
-        .labels(&HashMap::from([(LABEL_IMAGE, "agent")]))
+        .labels(&HashMap::from([
+            (LABEL_IMAGE, "agent"),
+            (LABEL_HOME, home_id),
+        ]))
         .build();
     run_build(&docker, options, context, tag, progress).await
 }
@@ -52,6 +57,7 @@ pub async fn build_from_context(
     args: &BTreeMap<String, String>,
     target: Option<&str>,
     tag: &str,
+    home_id: &str,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
@@ -63,7 +69,10 @@ pub async fn build_from_context(
         .forcerm(true)
         .pull("false")
         .buildargs(&args)
-        .labels(&HashMap::from([(LABEL_IMAGE, "devcontainer-base")]));
+        .labels(&HashMap::from([
+            (LABEL_IMAGE, "devcontainer-base"),
+            (LABEL_HOME, home_id),
+        ]));
     if let Some(target) = target {
         options = options.target(target);
     }
@@ -160,13 +169,18 @@ fn build_context() -> std::io::Result<Vec<u8>> {
     builder.into_inner()
 }
 
-/// The images tagged `repository:*` that carry [`LABEL_IMAGE`]: (tag, created).
+/// The images tagged `repository:*` that carry [`LABEL_IMAGE`] and this install's
+/// [`LABEL_HOME`] (`home_id`): (tag, created).
 pub async fn labelled_images(
     repository: &str,
+    home_id: &str,
 ) -> Result<Vec<(String, Option<chrono::DateTime<chrono::Utc>>)>, RuntimeError> {
     let docker = connect()?;
     let filters = HashMap::from([
-        ("label", vec![LABEL_IMAGE.to_string()]),
+        (
+            "label",
+            vec![LABEL_IMAGE.to_string(), format!("{LABEL_HOME}={home_id}")],
+        ),
         ("reference", vec![format!("{repository}:*")]),
     ]);
     let options = bollard::query_parameters::ListImagesOptionsBuilder::new()
@@ -189,7 +203,10 @@ pub async fn labelled_images(
     Ok(images
         .into_iter()
         // Checked again here: the label filter is the daemon's, the rule is ours.
-        .filter(|image| image.labels.contains_key(LABEL_IMAGE))
+        .filter(|image| {
+            image.labels.contains_key(LABEL_IMAGE)
+                && image.labels.get(LABEL_HOME).map(String::as_str) == Some(home_id)
+        })
         .flat_map(|image| {
             let created = chrono::DateTime::from_timestamp(image.created, 0);
             image

@@ -220,14 +220,14 @@ impl Runtime for DockerRuntime {
         tag: &str,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
-        super::image::build_image(base_image, tag, progress).await
+        super::image::build_image(base_image, tag, self.home.id(), progress).await
     }
 
     async fn labelled_images(
         &self,
         repository: &str,
     ) -> Result<Vec<(String, Option<chrono::DateTime<chrono::Utc>>)>, RuntimeError> {
-        super::image::labelled_images(repository).await
+        super::image::labelled_images(repository, self.home.id()).await
     }
 
     async fn remove_image(&self, tag: &str) -> Result<(), RuntimeError> {
@@ -247,6 +247,15 @@ impl Runtime for DockerRuntime {
         tag: &str,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
-        super::image::build_from_context(context, dockerfile, args, target, tag, progress).await
+        super::image::build_from_context(
+            context,
+            dockerfile,
+            args,
+            target,
+            tag,
+            self.home.id(),
+            progress,
+        )
+        .await
     }
 }
