@@ -276,6 +276,9 @@ impl Paddock {
         if !container && !at_create {
             return Ok(());
         }
+        if !at_create && self.post_start_ran(record).await {
+            return Ok(());
+        }
         let script = if container {
             post_start_script(&lines)
         } else {
@@ -296,6 +299,29 @@ impl Paddock {
             tracing::warn!(job = %record.id, log = %log.display(), "devcontainer postStartCommand failed: {}", run.outcome());
         }
         Ok(())
+    }
+}
+
+impl Paddock {
+    /// Whether this start of the job's container ran its `postStartCommand` (the mark is
+    /// there). A short exec that is not recorded: the run itself, when due, is. A failed
+    /// look counts as not run (the script checks the mark again).
+    async fn post_start_ran(&self, record: &JobRecord) -> bool {
+        let request = crate::runtime::ExecRequest {
+            cmd: vec!["test".into(), "-e".into(), POST_START_MARK.into()],
+            env: std::collections::BTreeMap::new(),
+            workdir: None,
+            timeout: std::time::Duration::from_secs(30),
+            kill_policy: record.limits.kill_policy,
+            grace: record.limits.grace.0,
+            output_cap: 1024,
+            after: None,
+        };
+        let mut discard = crate::output::Discard;
+        self.runtime_of(record)
+            .exec(record, &request, &mut discard)
+            .await
+            .is_ok_and(|done| done.result.exit_code == 0)
     }
 }
 
