@@ -300,9 +300,7 @@ impl Paddock {
         }
         Ok(())
     }
-}
 
-impl Paddock {
     /// Whether this start of the job's container ran its `postStartCommand` (the mark is
     /// there). A short exec that is not recorded: the run itself, when due, is. A failed
     /// look counts as not run (the script checks the mark again).
