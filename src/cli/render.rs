@@ -206,6 +206,19 @@ pub fn print_details(details: &JobDetails) {
             line(&dc.image)
         );
         say!("          read: {}", line(&dc.read.join(", ")));
+        for volume in &dc.volumes {
+            say!(
+                "          volume: {} at {}",
+                line(&volume.name),
+                path(&volume.path)
+            );
+        }
+        if !dc.post_start.is_empty() {
+            say!(
+                "          at each start: {}",
+                line(&dc.post_start.join(" && "))
+            );
+        }
         for ignored in dc.ignored.iter().chain(&dc.unsupported) {
             say!("          ignored: {}", line(ignored));
         }

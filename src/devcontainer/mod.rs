@@ -7,6 +7,10 @@
 //! report of what was read and ignored is kept in the job's record.
 
 mod jsonc;
+mod mounts;
+mod vars;
+
+pub use vars::{Vars, container_env, container_env_in_shell};
 
 use std::collections::BTreeMap;
 
@@ -150,6 +154,14 @@ pub struct BuildSpec {
     pub target: Option<String>,
 }
 
+/// A named volume of `mounts`, as a cache: `name` (the volume's source) at `path` in the
+/// workspace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Volume {
+    pub name: String,
+    pub path: String,
+}
+
 /// What a devcontainer.json gave a job: kept in its record and shown by `create --json` and
 /// `show`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -173,9 +185,16 @@ pub struct DevcontainerReport {
     pub ports: Vec<u16>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_dir: Option<String>,
-    /// Commands run after the profile's setup (create, content, post-create, post-start).
+    /// Commands run after the profile's setup (create, content, post-create).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub setup: Vec<String>,
+    /// `postStartCommand`: run after the setup at create, and again at each later start of
+    /// the job's container (see `engine::devcontainer`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_start: Vec<String>,
+    /// Named volumes of `mounts`, each placed as a paddock cache mounted in the workspace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
     /// The keys that were applied.
     pub read: Vec<String>,
     /// Keys (or entries) ignored, each with why: paddock's hardening wins over them.
@@ -192,10 +211,12 @@ pub struct DevcontainerReport {
     pub unsupported: Vec<String>,
 }
 
-/// Parses `text`, the file at `file` (a path in the repository), into what it gives a job.
-pub fn parse(file: &str, text: &str) -> Result<DevcontainerReport, DevcontainerError> {
+/// Parses `text`, the file at `file` (a path in the repository), into what it gives a job;
+/// `vars` are what the spec's `${...}` variables stand for (see `vars`; the workspace dir
+/// in it is the profile's, which the file's `workspaceFolder` replaces).
+pub fn parse(file: &str, text: &str, vars: &Vars) -> Result<DevcontainerReport, DevcontainerError> {
     let stripped = jsonc::strip(text);
-    let parsed: File = serde_json::from_str(&stripped).map_err(|e| DevcontainerError::Invalid {
+    let invalid = |e: serde_json::Error| DevcontainerError::Invalid {
         file: file.to_string(),
         line: e.line(),
         column: e.column(),
@@ -205,9 +226,26 @@ pub fn parse(file: &str, text: &str) -> Result<DevcontainerReport, DevcontainerE
             .next()
             .unwrap_or_default()
             .to_string(),
+    };
+    // Typed first, for an error's line and column; then the strings get their variables.
+    serde_json::from_str::<File>(&stripped).map_err(invalid)?;
+    let mut tree: serde_json::Value = serde_json::from_str(&stripped).map_err(invalid)?;
+    let mut refused = Vec::new();
+    let mut vars = vars.clone();
+    if let Some(folder) = tree.get("workspaceFolder").and_then(|f| f.as_str()) {
+        let folder = vars::substitute(folder, &vars, &mut Vec::new());
+        if folder.starts_with('/') {
+            vars.container_workspace_folder = folder;
+        }
+    }
+    vars::substitute_tree(&mut tree, &vars, &mut refused);
+    let parsed: File = serde_json::from_value(tree).map_err(|e| DevcontainerError::Unusable {
+        file: file.to_string(),
+        reason: e.to_string(),
     })?;
     let mut report = DevcontainerReport {
         file: file.to_string(),
+        ignored: refused,
         ..DevcontainerReport::default()
     };
     let dir = file.rsplit_once('/').map_or("", |(dir, _)| dir);
@@ -251,7 +289,11 @@ pub fn parse(file: &str, text: &str) -> Result<DevcontainerReport, DevcontainerE
         report.read.push("remoteEnv".into());
         for (name, value) in parsed.remote_env {
             match value {
-                Some(value) => report.env.insert(name, value),
+                // The file's own containerEnv now; the image's env once it is known.
+                Some(value) => report.env.insert(
+                    name,
+                    vars::container_env_known(&value, &parsed.container_env),
+                ),
                 None => report.env.remove(&name),
             };
         }
@@ -295,12 +337,18 @@ pub fn parse(file: &str, text: &str) -> Result<DevcontainerReport, DevcontainerE
         ("onCreateCommand", &parsed.on_create_command),
         ("updateContentCommand", &parsed.update_content_command),
         ("postCreateCommand", &parsed.post_create_command),
-        ("postStartCommand", &parsed.post_start_command),
     ] {
         if let Some(command) = command {
             command.lines(&mut report.setup);
             report.read.push(key.into());
         }
+    }
+    if let Some(command) = &parsed.post_start_command {
+        command.lines(&mut report.post_start);
+        report.read.push("postStartCommand".into());
+    }
+    for line in report.setup.iter_mut().chain(report.post_start.iter_mut()) {
+        *line = vars::container_env_in_shell(line);
     }
     for (key, user) in [
         ("remoteUser", &parsed.remote_user),
@@ -308,14 +356,20 @@ pub fn parse(file: &str, text: &str) -> Result<DevcontainerReport, DevcontainerE
     ] {
         if let Some(user) = user {
             report.ignored.push(format!(
-                "{key}: `{user}` (the job runs as paddock's agent user)"
+                "{key}: `{user}` (the job runs as paddock's agent user, the profile's `uid`, never root)"
             ));
         }
     }
     for mount in &parsed.mounts {
-        report
-            .ignored
-            .push(format!("mounts: {} ({})", mount, mount_refusal(mount)));
+        match mounts::volume(mount, &vars.container_workspace_folder) {
+            Ok(volume) => {
+                if !report.read.iter().any(|r| r == "mounts") {
+                    report.read.push("mounts".into());
+                }
+                report.volumes.push(volume);
+            }
+            Err(why) => report.ignored.push(format!("mounts: {mount} ({why})")),
+        }
     }
     if parsed.privileged == Some(true) {
         report
@@ -367,23 +421,6 @@ pub fn parse(file: &str, text: &str) -> Result<DevcontainerReport, DevcontainerE
         });
     }
     Ok(report)
-}
-
-/// Why a `mounts` entry is not applied: bind mounts of host paths would hand the sandbox
-/// part of the host; named volumes are not mapped onto caches yet.
-fn mount_refusal(mount: &serde_json::Value) -> &'static str {
-    let text = match mount {
-        serde_json::Value::String(text) => text.clone(),
-        other => other
-            .get("type")
-            .map(|t| format!("type={}", t.as_str().unwrap_or("")))
-            .unwrap_or_default(),
-    };
-    if text.contains("type=bind") {
-        "refused: bind mounts of host paths never enter a job"
-    } else {
-        "not supported: use a paddock cache"
-    }
 }
 
 /// A size of the spec (`4gb`, `512mb`, `8G`, bytes without a unit) in bytes.

@@ -2,6 +2,19 @@ use super::*;
 
 const FILE: &str = ".devcontainer/devcontainer.json";
 
+/// A repository at /home/u/shop whose jobs work in /workspace.
+fn vars() -> Vars {
+    Vars {
+        local_workspace_folder: "/home/u/shop".into(),
+        container_workspace_folder: "/workspace".into(),
+        devcontainer_id: "abc".into(),
+    }
+}
+
+fn parse(file: &str, text: &str) -> Result<DevcontainerReport, DevcontainerError> {
+    super::parse(file, text, &vars())
+}
+
 #[test]
 fn maps_the_supported_fields() {
     let text = r#"{
@@ -33,10 +46,8 @@ fn maps_the_supported_fields() {
     );
     assert_eq!(report.ports, vec![8080, 9000, 3000]);
     assert_eq!(report.workspace_dir.as_deref(), Some("/src"));
-    assert_eq!(
-        report.setup,
-        vec!["echo one", r"'touch' 'it'\''s'", "'echo' 'a'", "echo b"]
-    );
+    assert_eq!(report.setup, vec!["echo one", r"'touch' 'it'\''s'"]);
+    assert_eq!(report.post_start, vec!["'echo' 'a'", "echo b"]);
     assert!(report.ignored.iter().any(|i| i.contains("db:5432")));
 }
 
@@ -45,6 +56,7 @@ fn hardening_fields_are_ignored_and_named() {
     let text = r#"{"image": "x", "privileged": true, "capAdd": ["SYS_ADMIN"],
         "securityOpt": ["seccomp=unconfined"], "runArgs": ["--network=host"], "init": false,
         "mounts": ["source=/,target=/host,type=bind", {"type": "volume", "source": "v", "target": "/v"}],
+        "containerUser": "root",
         "features": {"ghcr.io/devcontainers/features/node:1": {}}, "remoteUser": "root"}"#;
     let report = parse(FILE, text).expect("parses");
     let ignored = report.ignored.join("\n");
@@ -55,6 +67,8 @@ fn hardening_fields_are_ignored_and_named() {
         "runArgs",
         "init: false",
         "remoteUser",
+        "containerUser: `root`",
+        "only targets inside the workspace",
     ] {
         assert!(ignored.contains(key), "{key} in {ignored}");
     }
@@ -109,4 +123,72 @@ fn host_requirements_are_read() {
         )
         .is_err()
     );
+}
+
+#[test]
+fn named_volumes_become_caches_and_binds_are_refused() {
+    let text = r#"{"image": "x", "workspaceFolder": "/work/${localWorkspaceFolderBasename}",
+        "mounts": [
+            "source=${localWorkspaceFolderBasename}-node_modules,target=${containerWorkspaceFolder}/node_modules,type=volume",
+            {"type": "volume", "source": "cargo", "target": "/work/shop/target"},
+            "type=bind,source=/var/run/docker.sock,target=/var/run/docker.sock",
+            "source=/etc,target=/work/shop/etc,type=bind",
+            "type=volume,target=/work/shop/anon",
+            "type=tmpfs,target=/work/shop/t",
+            "source=x,target=/work/shop/.git/hooks,type=volume"
+        ]}"#;
+    let report = parse(FILE, text).expect("parses");
+    assert_eq!(report.workspace_dir.as_deref(), Some("/work/shop"));
+    assert_eq!(
+        report.volumes,
+        vec![
+            Volume {
+                name: "devcontainer-shop-node_modules".into(),
+                path: "node_modules".into()
+            },
+            Volume {
+                name: "devcontainer-cargo".into(),
+                path: "target".into()
+            },
+        ]
+    );
+    let ignored = report.ignored.join("\n");
+    assert_eq!(
+        ignored.matches("refused: bind mounts").count(),
+        2,
+        "{ignored}"
+    );
+    assert!(ignored.contains("anonymous"), "{ignored}");
+    assert!(ignored.contains("type `tmpfs`"), "{ignored}");
+    assert!(ignored.contains(".git/hooks"), "{ignored}");
+}
+
+#[test]
+fn variables_are_substituted_and_the_host_env_never_read() {
+    // HOME is set in the test's environment: its value must not come through.
+    let text = r#"{"image": "img-${devcontainerId}",
+        "containerEnv": {"HOME_ENV": "${localEnv:HOME}", "D": "${localEnv:NOPE:fallback}",
+                         "W": "${containerWorkspaceFolder}|${containerWorkspaceFolderBasename}",
+                         "L": "${localWorkspaceFolder}|${localWorkspaceFolderBasename}",
+                         "TOOLS": "/opt/tools"},
+        "remoteEnv": {"PATH": "${containerEnv:PATH}:${containerEnv:TOOLS}/bin", "U": "${unknown}"},
+        "postCreateCommand": "echo ${containerEnv:TOOLS} ${containerEnv:X:-d}"}"#;
+    let report = parse(FILE, text).expect("parses");
+    assert_eq!(report.base_image.as_deref(), Some("img-abc"));
+    assert_eq!(report.env["HOME_ENV"], "");
+    assert_eq!(report.env["D"], "fallback");
+    assert_eq!(report.env["W"], "/workspace|workspace");
+    assert_eq!(report.env["L"], "/home/u/shop|shop");
+    assert_eq!(report.env["U"], "${unknown}");
+    // The file's containerEnv now, the image's later.
+    assert_eq!(report.env["PATH"], "${containerEnv:PATH}:/opt/tools/bin");
+    let image_env = BTreeMap::from([("PATH".to_string(), "/usr/bin".to_string())]);
+    assert_eq!(
+        container_env(&report.env["PATH"], &image_env),
+        "/usr/bin:/opt/tools/bin"
+    );
+    assert_eq!(report.setup, vec!["echo ${TOOLS} ${X:--d}"]);
+    let ignored = report.ignored.join("\n");
+    assert!(ignored.contains("localEnv: HOME"), "{ignored}");
+    assert!(ignored.contains("localEnv: NOPE"), "{ignored}");
 }

@@ -298,6 +298,7 @@ impl Paddock {
                     .unwrap_or_default(),
             )
             .cloned()
+            .chain(super::devcontainer::volume_caches(&record))
             .collect();
         let mut setup = config.job_setup(&record.profile);
         // The devcontainer's lifecycle commands run after the profile's own setup.
@@ -419,6 +420,7 @@ impl Paddock {
         crash_point("started");
         // The job is `ready` only once its setup ran (a failure here is rolled back whole).
         self.run_setup(record, setup).await?;
+        self.post_start(record, true).await?;
         fail_point("setup")?;
         record.transition(JobState::Ready, Utc::now())?;
         record.owner = None;

@@ -16,7 +16,8 @@ use super::{Paddock, Result};
 use crate::config::{EnvironmentChoice, Profile, RuntimeChoice, Source, Sourced};
 use crate::devcontainer::{self, DevcontainerError, DevcontainerReport};
 use crate::git::GitRepo;
-use crate::job::RuntimeKind;
+use crate::job::{JobRecord, RuntimeKind};
+use crate::store::PaddockHome;
 
 /// paddock's agent layer (entrypoint, agent user), part of every devcontainer image's name:
 /// a new paddock with a different layer builds anew.
@@ -64,7 +65,14 @@ impl Paddock {
             file: file.to_string(),
             reason: "not UTF-8 text".into(),
         })?;
-        let mut report = devcontainer::parse(file, &text)?;
+        let mut id = Sha256::new();
+        id.update(format!("{}\0{file}", repo.root.display()).as_bytes());
+        let vars = devcontainer::Vars {
+            local_workspace_folder: repo.root.display().to_string(),
+            container_workspace_folder: profile.workspace_dir.value.clone(),
+            devcontainer_id: format!("{:x}", id.finalize())[..20].to_string(),
+        };
+        let mut report = devcontainer::parse(file, &text, &vars)?;
         if let Source::Flag(_) = profile.image.source {
             report
                 .ignored
@@ -74,7 +82,23 @@ impl Paddock {
                 .ignored
                 .push("image: the process runtime runs no image".into());
         } else {
-            self.make_image(repo, commit, &mut report).await?;
+            let image_env = self.make_image(repo, commit, &mut report).await?;
+            // `${containerEnv:VAR}` in env values: the image's env under the file's.
+            let mut known: std::collections::BTreeMap<String, String> = image_env
+                .iter()
+                .filter_map(|entry| entry.split_once('='))
+                .map(|(name, value)| (name.to_string(), value.to_string()))
+                .collect();
+            known.extend(
+                report
+                    .env
+                    .iter()
+                    .filter(|(_, value)| !value.contains("${containerEnv:"))
+                    .map(|(name, value)| (name.clone(), value.clone())),
+            );
+            for value in report.env.values_mut() {
+                *value = devcontainer::container_env(value, &known);
+            }
         }
         apply(&report, profile);
         check_host(&mut report, profile);
@@ -86,12 +110,13 @@ impl Paddock {
 
     /// Makes the job's image of `report` unless the engine has it: the repository's build
     /// (or its named image), then paddock's agent layer on top, as `image build` does.
+    /// Returns the image's env.
     async fn make_image(
         &self,
         repo: &GitRepo,
         commit: &str,
         report: &mut DevcontainerReport,
-    ) -> Result<()> {
+    ) -> Result<Vec<String>> {
         let runtime = self.runtimes.of(RuntimeKind::Docker);
         let mut digest = Sha256::new();
         for part in AGENT_LAYER {
@@ -114,8 +139,9 @@ impl Paddock {
         let hex = format!("{:x}", digest.finalize());
         let tag = format!("{IMAGE_REPO}:{}", &hex[..20]);
         report.image = tag.clone();
-        if runtime.image_present(&tag).await? {
-            return Ok(());
+        note_use(&self.home, &tag);
+        if let Some(env) = runtime.image_env(&tag).await? {
+            return Ok(env);
         }
         let mut log = |line: &str| tracing::debug!(target: "paddock::devcontainer", "{line}");
         let base = match (context, &report.build) {
@@ -137,8 +163,31 @@ impl Paddock {
         };
         runtime.build_image(&base, &tag, &mut log).await?;
         report.built = true;
-        Ok(())
+        Ok(runtime.image_env(&tag).await?.unwrap_or_default())
     }
+}
+
+/// Where this install notes when it last used each devcontainer image (the sweep removes
+/// images unused for long; an image itself says only when it was made).
+fn uses_dir(home: &PaddockHome) -> PathBuf {
+    home.root().join("devcontainer-images")
+}
+
+/// Notes that a create used the image `tag` now. A failure only makes the image look
+/// older to the sweep (which still never removes an image a job names).
+fn note_use(home: &PaddockHome, tag: &str) {
+    let dir = uses_dir(home);
+    let file = dir.join(tag.replace(':', "_"));
+    if let Err(error) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&file, tag)) {
+        tracing::debug!(file = %file.display(), %error, "cannot note a devcontainer image's use");
+    }
+}
+
+/// When this install last used the image `tag` (see [`note_use`]).
+pub fn last_used(home: &PaddockHome, tag: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let file = uses_dir(home).join(tag.replace(':', "_"));
+    let modified = std::fs::metadata(file).and_then(|m| m.modified()).ok()?;
+    Some(modified.into())
 }
 
 /// Lays `report` onto `profile`: its image, its env under the profile's own (a user's
@@ -192,4 +241,102 @@ fn check_host(report: &mut DevcontainerReport, profile: &Profile) {
             crate::units::ByteSize(asked)
         ));
     }
+}
+
+/// Marks, in the container's `/tmp` (a tmpfs each start empties), that this start's
+/// `postStartCommand` ran.
+const POST_START_MARK: &str = "/tmp/.paddock-post-start";
+
+/// The script that runs a job's `postStartCommand` once per start of its container.
+fn post_start_script(lines: &[String]) -> String {
+    let commands: Vec<String> = lines.iter().map(|line| format!("({line})")).collect();
+    format!(
+        "[ -e {POST_START_MARK} ] && exit 0; : > {POST_START_MARK}; {}",
+        commands.join(" && ")
+    )
+}
+
+impl Paddock {
+    /// Runs the job's `postStartCommand` (if its devcontainer.json has one) unless this start
+    /// of its container already ran it: at create after the setup (`at_create`: its run is
+    /// kept with the setup's, and a failure fails the create as a setup command's does), and
+    /// before each exec, where it runs only when the container started since (a stop, a
+    /// reboot, a recreate: its `/tmp` is new) and a failure is a warning. The process
+    /// runtime has no container to start: there it runs at create only.
+    pub(super) async fn post_start(&self, record: &mut JobRecord, at_create: bool) -> Result<()> {
+        let Some(lines) = record
+            .devcontainer
+            .as_ref()
+            .map(|dc| dc.post_start.clone())
+            .filter(|lines| !lines.is_empty())
+        else {
+            return Ok(());
+        };
+        let container = record.runtime.uses_docker();
+        if !container && !at_create {
+            return Ok(());
+        }
+        if !at_create && self.post_start_ran(record).await {
+            return Ok(());
+        }
+        let script = if container {
+            post_start_script(&lines)
+        } else {
+            lines.join(" && ")
+        };
+        let timeout = record.limits.timeout.0;
+        let (run, log) = self
+            .setup_one(record, &script, timeout, &super::setup::SetupPlace::Job)
+            .await;
+        if at_create {
+            let ok = run.ok;
+            record.setup.push(run.clone());
+            self.store.save(record)?;
+            if !ok {
+                return Err(super::setup::setup_failed(record, &run, timeout, log));
+            }
+        } else if !run.ok {
+            tracing::warn!(job = %record.id, log = %log.display(), "devcontainer postStartCommand failed: {}", run.outcome());
+        }
+        Ok(())
+    }
+
+    /// Whether this start of the job's container ran its `postStartCommand` (the mark is
+    /// there). A short exec that is not recorded: the run itself, when due, is. A failed
+    /// look counts as not run (the script checks the mark again).
+    async fn post_start_ran(&self, record: &JobRecord) -> bool {
+        let request = crate::runtime::ExecRequest {
+            cmd: vec!["test".into(), "-e".into(), POST_START_MARK.into()],
+            env: std::collections::BTreeMap::new(),
+            workdir: None,
+            timeout: std::time::Duration::from_secs(30),
+            kill_policy: record.limits.kill_policy,
+            grace: record.limits.grace.0,
+            output_cap: 1024,
+            after: None,
+        };
+        let mut discard = crate::output::Discard;
+        self.runtime_of(record)
+            .exec(record, &request, &mut discard)
+            .await
+            .is_ok_and(|done| done.result.exit_code == 0)
+    }
+}
+
+/// The job's devcontainer `mounts` volumes as caches: each a `mount` cache of the
+/// repository (one shared entry per name), at its place in the workspace.
+pub(super) fn volume_caches(record: &JobRecord) -> Vec<crate::cache::CacheSpec> {
+    record
+        .devcontainer
+        .iter()
+        .flat_map(|dc| &dc.volumes)
+        .map(|volume| crate::cache::CacheSpec {
+            path: Some(volume.path.clone()),
+            env: None,
+            name: Some(volume.name.clone()),
+            key: Vec::new(),
+            strategy: Some("mount".into()),
+            readonly: false,
+        })
+        .collect()
 }

@@ -244,6 +244,8 @@ impl Paddock {
             .admit_exec(&record.id, options.no_wait, options.waiter.as_deref())
             .await?;
         clock.mark("admit");
+        // A container started since the last exec runs its devcontainer's postStartCommand.
+        self.post_start(&mut record.clone(), false).await?;
         // The branch sync rides along in the exec's own sandbox session when it can.
         let piggyback = self.piggyback_sync(&record).await;
         clock.mark("plan");
@@ -509,6 +511,8 @@ impl Paddock {
     /// process runtime, in its worktree. Returns the shell's exit code.
     pub async fn shell(&self, id: &str) -> Result<i32> {
         let record = self.load(id)?;
+        // As before an exec: a container started since runs its postStartCommand first.
+        self.post_start(&mut record.clone(), false).await?;
         let mut command = self.runtime_of(&record).shell_command(&record).await?;
         let status = command
             .status()

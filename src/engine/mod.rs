@@ -31,7 +31,7 @@ mod caches;
 mod checkout;
 mod conflicts;
 mod create;
-mod devcontainer;
+pub mod devcontainer;
 mod events;
 mod exec;
 mod execs;

@@ -143,7 +143,7 @@ impl Paddock {
     }
 
     /// One setup command; also the file that keeps its whole output.
-    async fn setup_one(
+    pub(super) async fn setup_one(
         &self,
         record: &mut JobRecord,
         command: &str,
@@ -232,7 +232,7 @@ impl Paddock {
 }
 
 /// The error of a failed setup command that is not optional: its outcome and its output.
-fn setup_failed(
+pub(super) fn setup_failed(
     record: &JobRecord,
     run: &SetupRun,
     timeout: Duration,

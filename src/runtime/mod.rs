@@ -326,8 +326,26 @@ pub trait Runtime: Send + Sync {
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError>;
 
-    /// Whether the image `tag` is present (for a devcontainer's cached build).
-    async fn image_present(&self, _tag: &str) -> Result<bool, RuntimeError> {
+    /// The tags `repository:*` of images this install built (they carry its image and home
+    /// labels), each with when its image was made.
+    async fn labelled_images(
+        &self,
+        _repository: &str,
+    ) -> Result<Vec<(String, Option<chrono::DateTime<chrono::Utc>>)>, RuntimeError> {
+        Ok(Vec::new())
+    }
+
+    /// Removes the image tag `tag`, never by force (an image a container uses stays).
+    async fn remove_image(&self, _tag: &str) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Unsupported {
+            runtime: "process",
+            what: "remove images",
+        })
+    }
+
+    /// The env of the image `tag` (`NAME=value` entries) when it is present, `None` when it
+    /// is not (a devcontainer's cached build, and its `${containerEnv:...}`).
+    async fn image_env(&self, _tag: &str) -> Result<Option<Vec<String>>, RuntimeError> {
         Err(RuntimeError::Unsupported {
             runtime: "process",
             what: "use images",

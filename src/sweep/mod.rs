@@ -21,6 +21,7 @@
 //! | a job's disk (`disk`) mounted under a job dir being removed | unmount it after the overlay, before deleting |
 //! | a job's disk mounted with no record and no checkout | unmount it, remove the job dir |
 //! | a pristine checkout no record names, unused for `pristine_max_age`, or a partial one | remove it under its lock |
+//! | a devcontainer image (paddock's label) no job names, unused for a week | remove it, never forced (see `images`) |
 //!
 //! One lock per install (`sweep.lock`) keeps a cron sweep and the daemon's sweeper from acting
 //! at once: the second waits for the first, then finds nothing left to do.
@@ -39,6 +40,7 @@ use crate::runtime;
 use crate::store::FileLock;
 use crate::units::format_age;
 
+mod images;
 mod pool;
 mod pristine;
 mod reap;
@@ -72,7 +74,8 @@ pub struct SweepOptions {
 /// One thing the sweep found.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SweepItem {
-    /// `job`, `container`, `worktree`, `git-worktree`, `index-lock`, `pristine` or `disk`.
+    /// `job`, `container`, `worktree`, `git-worktree`, `index-lock`, `pristine`, `disk` or
+    /// `image`.
     pub kind: String,
     pub name: String,
     pub reason: String,
@@ -256,6 +259,7 @@ impl Paddock {
         self.clear_stale_index_locks(options, &mut report);
         self.reap_pristines(options, &mut report).await;
         self.reap_orphan_disks(options, &mut report).await;
+        self.reap_devcontainer_images(options, &mut report).await;
         if !options.dry_run {
             self.clear_stale_quarantines();
         }

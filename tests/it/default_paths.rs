@@ -387,3 +387,86 @@ fn doctor_names_the_state_root_and_the_agent_access() {
     assert_eq!(access["status"], "fail", "{access}");
     assert!(text(&access, "fix").contains("chmod -R o+rX"), "{access}");
 }
+
+/// A devcontainer job as an unprivileged user in the docker group, on the default state
+/// root, with the repository in a 0700 home: the image is built from the repository (the
+/// build context read from git objects the user owns), its setup runs, the agent commits.
+#[test]
+fn user_runc_devcontainer() {
+    let test = "user_runc_devcontainer";
+    if !runnable(test, Who::User, "runc", "worktree") {
+        return;
+    }
+    let machine = Machine::new(Who::User);
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/devcontainer");
+    let dockerfile =
+        std::fs::read_to_string(example.join(".devcontainer/Dockerfile")).expect("the example");
+    std::fs::create_dir_all(machine.repo.join(".devcontainer")).expect("mkdir");
+    std::fs::write(machine.repo.join(".devcontainer/Dockerfile"), dockerfile).expect("write");
+    // The build of tests/it/devcontainer.rs's jobs: the same image serves both.
+    std::fs::write(
+        machine.repo.join(".devcontainer.json"),
+        r#"{"build": {"dockerfile": ".devcontainer/Dockerfile", "context": ".devcontainer",
+                      "args": {"TOOL_VERSION": "1.2.3"}},
+            "containerEnv": {"GREETING": "hi from a user's devcontainer"},
+            "postCreateCommand": "greet > .greeting"}"#,
+    )
+    .expect("write");
+    git(&machine.repo, &["-c", "safe.directory=*", "add", "-A"]);
+    git(
+        &machine.repo,
+        &[
+            "-c",
+            "safe.directory=*",
+            "commit",
+            "-q",
+            "-m",
+            "devcontainer",
+        ],
+    );
+    crate::fixtures::chown_trees(&[machine.home.as_path()], USER_UID);
+    let before = machine.repo_modes();
+    let repo = machine.repo.display().to_string();
+    let job = machine.json(&[
+        "create",
+        "--json",
+        "--repo",
+        &repo,
+        "--task",
+        "devc",
+        "--runtime",
+        "runc",
+    ]);
+    let id = text(&job, "id");
+    assert!(
+        text(&job["devcontainer"], "image").starts_with("paddock-devc:"),
+        "{job}"
+    );
+    let result = machine.json(&[
+        "exec",
+        "--json",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "cat .greeting && git add .greeting && git commit -q -m greeting && id -u",
+    ]);
+    assert_eq!(result["exit_code"], 0, "{result}");
+    let stdout = text(&result, "stdout");
+    assert!(
+        stdout.starts_with("greet 1.2.3: hi from a user's devcontainer\n"),
+        "{result}"
+    );
+    assert_ne!(stdout.lines().last(), Some("0"), "{result}");
+    let branch = text(&job, "branch");
+    assert_eq!(
+        machine.repo_git(&["log", "-1", "--format=%s", &branch]),
+        "greeting"
+    );
+    machine.json(&["rm", "--json", &id]);
+    assert_eq!(
+        machine.repo_modes(),
+        before,
+        "no file of the repository changed owner or mode"
+    );
+}

@@ -332,6 +332,15 @@ fn a_hostile_agent_in_a_devcontainer_job_cannot_touch_the_users_repository() {
     attack_in("docker", "a_hostile_agent_in_a_devcontainer_job", true);
 }
 
+#[test]
+fn a_hostile_agent_in_a_gvisor_devcontainer_job_cannot_touch_the_users_repository() {
+    attack_in(
+        "runsc",
+        "a_hostile_agent_in_a_gvisor_devcontainer_job",
+        true,
+    );
+}
+
 /// Git inside works as an agent uses it, and history rewrites reach the user's repository as
 /// a forced update of the job's branch only.
 fn git_workflow_inside(runtime: &str, test: &str) {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 
-use super::{BUILD_TIMEOUT, connect};
+use super::{BUILD_TIMEOUT, LABEL_HOME, connect};
 use crate::runtime::RuntimeError;
 
 /// The Dockerfile and entrypoint built into the binary, so `paddock image build` works from
@@ -16,11 +16,17 @@ const DOCKERFILE: &str = include_str!("../../../Dockerfile.agent");
 
 const ENTRYPOINT: &str = include_str!("../../../entrypoint.sh");
 
+/// Marks the images paddock built (`agent`: its agent layer; `devcontainer-base`: a
+/// repository's own build under it), beside the building install's [`LABEL_HOME`]: paddock
+/// removes only images carrying both, its own.
+pub const LABEL_IMAGE: &str = "dev.paddock.image";
+
 /// Builds the agent image from the Dockerfile built into paddock. `progress` receives each
 /// line of build output. Returns the image id.
 pub async fn build_image(
     base_image: &str,
     tag: &str,
+    home_id: &str,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
@@ -35,6 +41,10 @@ pub async fn build_image(
         .forcerm(true)
         .pull("false")
         .buildargs(&HashMap::from([("BASE_IMAGE", base_image)]))
+        .labels(&HashMap::from([
+            (LABEL_IMAGE, "agent"),
+            (LABEL_HOME, home_id),
+        ]))
         .build();
     run_build(&docker, options, context, tag, progress).await
 }
@@ -47,6 +57,7 @@ pub async fn build_from_context(
     args: &BTreeMap<String, String>,
     target: Option<&str>,
     tag: &str,
+    home_id: &str,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
@@ -57,15 +68,20 @@ pub async fn build_from_context(
         .rm(true)
         .forcerm(true)
         .pull("false")
-        .buildargs(&args);
+        .buildargs(&args)
+        .labels(&HashMap::from([
+            (LABEL_IMAGE, "devcontainer-base"),
+            (LABEL_HOME, home_id),
+        ]));
     if let Some(target) = target {
         options = options.target(target);
     }
     run_build(&docker, options.build(), context, tag, progress).await
 }
 
-/// Whether the engine has the image `tag`.
-pub async fn image_present(tag: &str) -> Result<bool, RuntimeError> {
+/// The env of the image `tag` (`NAME=value` entries) when the engine has it; `None` when it
+/// does not.
+pub async fn image_env(tag: &str) -> Result<Option<Vec<String>>, RuntimeError> {
     let docker = connect()?;
     let after = std::time::Duration::from_secs(30);
     let inspected = tokio::time::timeout(after, docker.inspect_image(tag))
@@ -76,8 +92,8 @@ pub async fn image_present(tag: &str) -> Result<bool, RuntimeError> {
             after,
         })?;
     match inspected {
-        Ok(_) => Ok(true),
-        Err(e) if super::calls::is_not_found(&e) => Ok(false),
+        Ok(image) => Ok(Some(image.config.and_then(|c| c.env).unwrap_or_default())),
+        Err(e) if super::calls::is_not_found(&e) => Ok(None),
         Err(e) => Err(RuntimeError::Docker {
             action: "inspect image",
             target: tag.to_string(),
@@ -151,4 +167,77 @@ fn build_context() -> std::io::Result<Vec<u8>> {
         builder.append_data(&mut header, name, text.as_bytes())?;
     }
     builder.into_inner()
+}
+
+/// The images tagged `repository:*` that carry [`LABEL_IMAGE`] and this install's
+/// [`LABEL_HOME`] (`home_id`): (tag, created).
+pub async fn labelled_images(
+    repository: &str,
+    home_id: &str,
+) -> Result<Vec<(String, Option<chrono::DateTime<chrono::Utc>>)>, RuntimeError> {
+    let docker = connect()?;
+    let filters = HashMap::from([
+        (
+            "label",
+            vec![LABEL_IMAGE.to_string(), format!("{LABEL_HOME}={home_id}")],
+        ),
+        ("reference", vec![format!("{repository}:*")]),
+    ]);
+    let options = bollard::query_parameters::ListImagesOptionsBuilder::new()
+        .filters(&filters)
+        .build();
+    let after = std::time::Duration::from_secs(30);
+    let images = tokio::time::timeout(after, docker.list_images(Some(options)))
+        .await
+        .map_err(|_| RuntimeError::DockerTimeout {
+            action: "list images",
+            target: repository.to_string(),
+            after,
+        })?
+        .map_err(|e| RuntimeError::Docker {
+            action: "list images",
+            target: repository.to_string(),
+            message: e.to_string(),
+        })?;
+    let prefix = format!("{repository}:");
+    Ok(images
+        .into_iter()
+        // Checked again here: the label filter is the daemon's, the rule is ours.
+        .filter(|image| {
+            image.labels.contains_key(LABEL_IMAGE)
+                && image.labels.get(LABEL_HOME).map(String::as_str) == Some(home_id)
+        })
+        .flat_map(|image| {
+            let created = chrono::DateTime::from_timestamp(image.created, 0);
+            image
+                .repo_tags
+                .into_iter()
+                .filter(|tag| tag.starts_with(&prefix))
+                .map(move |tag| (tag, created))
+        })
+        .collect())
+}
+
+/// Removes the tag `tag` (its image once no other tag names it). Never forced: the engine
+/// refuses while any container, running or stopped, uses the image.
+pub async fn remove_image(tag: &str) -> Result<(), RuntimeError> {
+    let docker = connect()?;
+    let after = std::time::Duration::from_secs(60);
+    let options = bollard::query_parameters::RemoveImageOptionsBuilder::new()
+        .force(false)
+        .noprune(false)
+        .build();
+    tokio::time::timeout(after, docker.remove_image(tag, Some(options), None))
+        .await
+        .map_err(|_| RuntimeError::DockerTimeout {
+            action: "remove image",
+            target: tag.to_string(),
+            after,
+        })?
+        .map_err(|e| RuntimeError::Docker {
+            action: "remove image",
+            target: tag.to_string(),
+            message: e.to_string(),
+        })?;
+    Ok(())
 }

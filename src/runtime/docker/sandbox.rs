@@ -220,11 +220,22 @@ impl Runtime for DockerRuntime {
         tag: &str,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
-        super::image::build_image(base_image, tag, progress).await
+        super::image::build_image(base_image, tag, self.home.id(), progress).await
     }
 
-    async fn image_present(&self, tag: &str) -> Result<bool, RuntimeError> {
-        super::image::image_present(tag).await
+    async fn labelled_images(
+        &self,
+        repository: &str,
+    ) -> Result<Vec<(String, Option<chrono::DateTime<chrono::Utc>>)>, RuntimeError> {
+        super::image::labelled_images(repository, self.home.id()).await
+    }
+
+    async fn remove_image(&self, tag: &str) -> Result<(), RuntimeError> {
+        super::image::remove_image(tag).await
+    }
+
+    async fn image_env(&self, tag: &str) -> Result<Option<Vec<String>>, RuntimeError> {
+        super::image::image_env(tag).await
     }
 
     async fn build_from_context(
@@ -236,6 +247,15 @@ impl Runtime for DockerRuntime {
         tag: &str,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
-        super::image::build_from_context(context, dockerfile, args, target, tag, progress).await
+        super::image::build_from_context(
+            context,
+            dockerfile,
+            args,
+            target,
+            tag,
+            self.home.id(),
+            progress,
+        )
+        .await
     }
 }
