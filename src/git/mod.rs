@@ -35,6 +35,7 @@ pub mod merge;
 pub mod objview;
 pub mod pristine;
 pub mod push;
+pub mod remote;
 mod reads;
 pub mod scratch;
 mod snapshot;
@@ -126,6 +127,12 @@ pub enum GitError {
     },
     #[error("git read task failed: {0}")]
     Join(String),
+    #[error("failed to write `{path}`: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// A repository that jobs are created from.

@@ -11,6 +11,7 @@
 
 pub(crate) mod docker;
 pub mod exec;
+mod on_engine;
 pub(crate) mod process;
 
 use std::path::PathBuf;
@@ -326,6 +327,21 @@ pub trait Runtime: Send + Sync {
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError>;
 
+    /// On a remote engine: fills the job's volumes with `tip` checked out, its git dir staged
+    /// on the host at `staged_git` and the objects its engine's cache lacks (a stream through
+    /// the engine's API; no host path is mounted). Other runtimes keep files on the host.
+    async fn fill_files(
+        &self,
+        _record: &JobRecord,
+        _staged_git: &std::path::Path,
+        _tip: &str,
+    ) -> Result<crate::engines::FillReport, RuntimeError> {
+        Err(RuntimeError::Unsupported {
+            runtime: "local",
+            what: "fill a remote engine's volumes",
+        })
+    }
+
     /// Whether the image `tag` is present (for a devcontainer's cached build).
     async fn image_present(&self, _tag: &str) -> Result<bool, RuntimeError> {
         Err(RuntimeError::Unsupported {
@@ -406,6 +422,8 @@ pub struct Runtimes {
     docker: Arc<dyn Runtime>,
     runsc: Arc<dyn Runtime>,
     process: Arc<dyn Runtime>,
+    /// Runtimes of remote engines, made when first asked for (`on_engine`).
+    remote: Option<on_engine::Remote>,
 }
 
 impl Runtimes {
@@ -415,6 +433,7 @@ impl Runtimes {
             docker: Arc::new(docker::DockerRuntime::new(home, RuntimeKind::Docker)),
             runsc: Arc::new(docker::DockerRuntime::new(home, RuntimeKind::Runsc)),
             process: Arc::new(process::ProcessRuntime),
+            remote: Some(on_engine::Remote::new(home)),
         }
     }
 
@@ -428,6 +447,7 @@ impl Runtimes {
             docker,
             runsc,
             process,
+            remote: None,
         }
     }
 

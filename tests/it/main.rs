@@ -23,6 +23,7 @@ mod disk_caps;
 mod docker;
 mod docs;
 mod egress;
+mod engines;
 mod events;
 mod exec_sync;
 mod files;
