@@ -387,6 +387,9 @@ pub struct JobView {
     /// The engine of `engines:` the job lives on; absent: the local one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
+    /// With an engine: `reachable`, or `unreachable` when it did not answer now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_status: Option<String>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -427,6 +430,7 @@ impl From<&JobRecord> for JobView {
             disk: record.disk.map(DiskUsage::unmounted),
             git_disk: record.git_disk.map(DiskUsage::unmounted),
             engine: record.engine.clone(),
+            engine_status: None,
         }
     }
 }

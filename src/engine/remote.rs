@@ -58,11 +58,7 @@ impl Paddock {
 
     /// The runtime of a job on the remote engine `engine`: Docker (runc, or runsc when
     /// asked for), ready there with the job's image.
-    pub(super) async fn resolve_remote(
-        &self,
-        engine: &str,
-        profile: &Profile,
-    ) -> Result<Resolved> {
+    pub(super) async fn resolve_remote(&self, engine: &str, profile: &Profile) -> Result<Resolved> {
         let kind = match profile.runtime.value {
             RuntimeChoice::Runsc => RuntimeKind::Runsc,
             _ => RuntimeKind::Docker,
@@ -126,5 +122,30 @@ impl Paddock {
         record.engine_fill = Some(report);
         self.store.save(record)?;
         Ok(())
+    }
+}
+
+/// How long `ls` and `show` wait for an engine's answer before calling it unreachable.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Paddock {
+    /// Says of each view of a remote job whether its engine answers now (one look per
+    /// engine): `ls`, `show` and the API show `unreachable` jobs as such.
+    pub(super) async fn engine_statuses(&self, views: &mut [crate::wire::JobView]) {
+        let engines: std::collections::BTreeSet<String> =
+            views.iter().filter_map(|v| v.engine.clone()).collect();
+        for engine in engines {
+            let runtime = self.runtimes.on_engine(RuntimeKind::Docker, Some(&engine));
+            let answered = matches!(
+                tokio::time::timeout(PROBE_TIMEOUT, runtime.engine_facts()).await,
+                Ok(Some(Ok(_)))
+            );
+            let status = if answered { "reachable" } else { "unreachable" };
+            for view in views.iter_mut() {
+                if view.engine.as_deref() == Some(engine.as_str()) {
+                    view.engine_status = Some(status.to_string());
+                }
+            }
+        }
     }
 }

@@ -8,10 +8,13 @@ use super::{Runtime, Runtimes, docker::DockerRuntime};
 use crate::job::RuntimeKind;
 use crate::store::PaddockHome;
 
+/// The runtimes made so far, by (engine, gVisor or not).
+type Made = BTreeMap<(String, bool), Arc<dyn Runtime>>;
+
 #[derive(Clone)]
 pub(super) struct Remote {
     home: PaddockHome,
-    made: Arc<Mutex<BTreeMap<(String, bool), Arc<dyn Runtime>>>>,
+    made: Arc<Mutex<Made>>,
 }
 
 impl Remote {

@@ -146,7 +146,13 @@ fn attack_in(runtime: &str, test: &str, devcontainer: bool) {
     if !docker_available(test) {
         return;
     }
-    attack_in_home(&TestHome::new(), &FixtureRepo::new(), &[], runtime, devcontainer);
+    attack_in_home(
+        &TestHome::new(),
+        &FixtureRepo::new(),
+        &[],
+        runtime,
+        devcontainer,
+    );
 }
 
 /// The attack in a job of `home` made with `flags` besides the runtime's (a remote engine's
@@ -158,7 +164,6 @@ pub(crate) fn attack_in_home(
     runtime: &str,
     devcontainer: bool,
 ) {
-    let repo = repo;
     if devcontainer {
         let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("examples/devcontainer/.devcontainer");

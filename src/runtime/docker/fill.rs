@@ -19,8 +19,8 @@ use super::{
     API_TIMEOUT, CONTAINER_GIT_DIR, CONTAINER_OBJECTS, agent_user, call, connect, create_named,
     hardened_host_config, job_container, remove_labelled_container, start_named,
 };
-use crate::job::{JobRecord, RuntimeKind, random_hex};
 use crate::engines::FillReport;
+use crate::job::{JobRecord, RuntimeKind, random_hex};
 use crate::runtime::RuntimeError;
 use crate::store::PaddockHome;
 
@@ -28,14 +28,24 @@ use crate::store::PaddockHome;
 const STEP_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// Runs `script` as root in the helper `name`; its exit code and output (capped at 64 KiB).
-pub(super) async fn run(docker: &Docker, name: &str, script: &str) -> Result<(i64, String), RuntimeError> {
+pub(super) async fn run(
+    docker: &Docker,
+    name: &str,
+    script: &str,
+) -> Result<(i64, String), RuntimeError> {
     let config = ExecConfig {
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         cmd: Some(vec!["sh".into(), "-c".into(), script.into()]),
         ..Default::default()
     };
-    let created = call("create exec", name, API_TIMEOUT, docker.create_exec(name, config)).await?;
+    let created = call(
+        "create exec",
+        name,
+        API_TIMEOUT,
+        docker.create_exec(name, config),
+    )
+    .await?;
     let started = call(
         "start exec",
         name,

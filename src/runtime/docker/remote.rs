@@ -53,7 +53,11 @@ pub(super) fn connect_engine(name: &str) -> Result<Docker, RuntimeError> {
         .clone();
     let key = format!("{name} {spec:?}");
     let clients = CLIENTS.get_or_init(Default::default);
-    if let Some(docker) = clients.lock().expect("the client map is never poisoned").get(&key) {
+    if let Some(docker) = clients
+        .lock()
+        .expect("the client map is never poisoned")
+        .get(&key)
+    {
         return Ok(docker.clone());
     }
     let Some(tls) = &spec.tls else {
@@ -119,7 +123,9 @@ pub(super) fn check_no_host_binds(
         return Ok(());
     }
     let host = body.host_config.as_ref();
-    let binds = host.and_then(|h| h.binds.as_ref()).is_some_and(|b| !b.is_empty());
+    let binds = host
+        .and_then(|h| h.binds.as_ref())
+        .is_some_and(|b| !b.is_empty());
     let bind_mounts = host
         .and_then(|h| h.mounts.as_ref())
         .is_some_and(|m| m.iter().any(|m| m.typ == Some(MountTypeEnum::BIND)));
@@ -183,7 +189,10 @@ pub(super) async fn remove_job_volumes(
             "remove volume",
             &name,
             API_TIMEOUT,
-            docker.remove_volume(&name, None::<bollard::query_parameters::RemoveVolumeOptions>),
+            docker.remove_volume(
+                &name,
+                None::<bollard::query_parameters::RemoveVolumeOptions>,
+            ),
         )
         .await;
         if first.is_ok() {
@@ -373,7 +382,13 @@ pub(super) async fn ensure_volumes(
 ) -> Result<(), RuntimeError> {
     let container = super::job_container(record);
     for (kind, _) in JOB_VOLUMES {
-        ensure_volume(docker, home, &job_volume(&container, kind), record.id.as_str()).await?;
+        ensure_volume(
+            docker,
+            home,
+            &job_volume(&container, kind),
+            record.id.as_str(),
+        )
+        .await?;
     }
     ensure_volume(
         docker,

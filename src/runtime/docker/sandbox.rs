@@ -32,7 +32,11 @@ impl DockerRuntime {
     }
 
     /// A runtime for jobs on engine `engine` of the user config (`None`: the local one).
-    pub fn on_engine(home: &PaddockHome, kind: RuntimeKind, engine: Option<String>) -> DockerRuntime {
+    pub fn on_engine(
+        home: &PaddockHome,
+        kind: RuntimeKind,
+        engine: Option<String>,
+    ) -> DockerRuntime {
         DockerRuntime {
             home: home.clone(),
             kind,
@@ -49,10 +53,8 @@ impl DockerRuntime {
 #[async_trait::async_trait]
 impl Runtime for DockerRuntime {
     async fn sandbox_status(&self, record: &JobRecord) -> Option<crate::runtime::SandboxStatus> {
-        self.on(async {
-            super::stats::sandbox_status(&self.home, record).await
-        })
-        .await
+        self.on(async { super::stats::sandbox_status(&self.home, record).await })
+            .await
     }
 
     fn isolation_note(&self) -> &'static str {
@@ -86,10 +88,8 @@ impl Runtime for DockerRuntime {
     }
 
     async fn check_ready(&self, image: &str, network: NetworkMode) -> Result<(), RuntimeError> {
-        self.on(async {
-            check_ready(self.kind, image, network).await
-        })
-        .await
+        self.on(async { check_ready(self.kind, image, network).await })
+            .await
     }
 
     fn sandbox_name(&self, id: &JobId) -> Option<String> {
@@ -97,10 +97,8 @@ impl Runtime for DockerRuntime {
     }
 
     async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError> {
-        self.on(async {
-            create_first_container(&self.home, record).await.map(Some)
-        })
-        .await
+        self.on(async { create_first_container(&self.home, record).await.map(Some) })
+            .await
     }
 
     async fn exec(
@@ -134,10 +132,8 @@ impl Runtime for DockerRuntime {
         request: &ExecRequest,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult, RuntimeError> {
-        self.on(async {
-            super::exec::exec_in_sandbox(&self.home, record, request, sink).await
-        })
-        .await
+        self.on(async { super::exec::exec_in_sandbox(&self.home, record, request, sink).await })
+            .await
     }
 
     async fn exec_beside(
@@ -149,7 +145,8 @@ impl Runtime for DockerRuntime {
     ) -> Result<ExecOutcome, RuntimeError> {
         self.on(async {
             let result =
-                super::exec::exec_beside(&self.home, record, request, sink, network, "setup").await?;
+                super::exec::exec_beside(&self.home, record, request, sink, network, "setup")
+                    .await?;
             Ok(ExecOutcome {
                 result,
                 container_id: None,
@@ -161,10 +158,8 @@ impl Runtime for DockerRuntime {
     }
 
     async fn start_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
-        self.on(async {
-            super::pool::start_slot(&self.home, slot).await
-        })
-        .await
+        self.on(async { super::pool::start_slot(&self.home, slot).await })
+            .await
     }
 
     fn pool_binds(&self, record: &JobRecord) -> Result<Vec<crate::pool::HostBind>, String> {
@@ -176,10 +171,8 @@ impl Runtime for DockerRuntime {
         record: &JobRecord,
         slot: &crate::pool::PoolSlot,
     ) -> Result<String, RuntimeError> {
-        self.on(async {
-            super::pool::adopt_slot(record, slot).await
-        })
-        .await
+        self.on(async { super::pool::adopt_slot(record, slot).await })
+            .await
     }
 
     async fn remove_pool_slot(
@@ -187,10 +180,8 @@ impl Runtime for DockerRuntime {
         slot: &crate::pool::PoolSlot,
         job_name: Option<&str>,
     ) -> Result<(), RuntimeError> {
-        self.on(async {
-            super::pool::remove_slot_container(&self.home, slot, job_name).await
-        })
-        .await
+        self.on(async { super::pool::remove_slot_container(&self.home, slot, job_name).await })
+            .await
     }
 
     async fn shell_command(
@@ -205,10 +196,8 @@ impl Runtime for DockerRuntime {
     }
 
     async fn stop(&self, record: &JobRecord, grace: Duration) -> Result<bool, RuntimeError> {
-        self.on(async {
-            stop_job(&self.home, record, grace).await
-        })
-        .await
+        self.on(async { stop_job(&self.home, record, grace).await })
+            .await
     }
 
     async fn stop_for_removal(
@@ -216,38 +205,28 @@ impl Runtime for DockerRuntime {
         store: &JobStore,
         record: JobRecord,
     ) -> Result<JobRecord, RuntimeError> {
-        self.on(async {
-            stop_job_container(&self.home, store, record).await
-        })
-        .await
+        self.on(async { stop_job_container(&self.home, store, record).await })
+            .await
     }
 
     async fn destroy(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        self.on(async {
-            remove_job_container(&self.home, record).await
-        })
-        .await
+        self.on(async { remove_job_container(&self.home, record).await })
+            .await
     }
 
     async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        self.on(async {
-            super::egress::write_policy(&self.home, record)
-        })
-        .await
+        self.on(async { super::egress::write_policy(&self.home, record) })
+            .await
     }
 
     async fn cut_connections(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        self.on(async {
-            super::egress::restart_sidecar(&self.home, record).await
-        })
-        .await
+        self.on(async { super::egress::restart_sidecar(&self.home, record).await })
+            .await
     }
 
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {
-        self.on(async {
-            list_job_containers(&self.home).await
-        })
-        .await
+        self.on(async { list_job_containers(&self.home).await })
+            .await
     }
 
     async fn remove_sandbox(&self, sandbox: &Sandbox) -> Result<(), RuntimeError> {
@@ -283,10 +262,8 @@ impl Runtime for DockerRuntime {
     }
 
     async fn engine_facts(&self) -> Option<Result<EngineFacts, RuntimeError>> {
-        self.on(async {
-            Some(super::facts::engine_facts().await)
-        })
-        .await
+        self.on(async { Some(super::facts::engine_facts().await) })
+            .await
     }
 
     async fn build_image(
@@ -295,17 +272,13 @@ impl Runtime for DockerRuntime {
         tag: &str,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
-        self.on(async {
-            super::image::build_image(base_image, tag, progress).await
-        })
-        .await
+        self.on(async { super::image::build_image(base_image, tag, progress).await })
+            .await
     }
 
     async fn image_present(&self, tag: &str) -> Result<bool, RuntimeError> {
-        self.on(async {
-            super::image::image_present(tag).await
-        })
-        .await
+        self.on(async { super::image::image_present(tag).await })
+            .await
     }
 
     async fn fill_files(

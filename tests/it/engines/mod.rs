@@ -15,6 +15,7 @@ use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image, text}
 
 mod hostile;
 mod remote;
+mod unreachable;
 
 /// A remote engine the tests started: its address and certificates.
 pub struct Engine {
@@ -81,17 +82,23 @@ impl Engine {
 /// The shared remote engine `eng1`, started (and given the agent image) when first asked for.
 pub fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| {
-        let dir = PathBuf::from("/tmp/paddock-test-engine-eng1");
+    ENGINE.get_or_init(|| Engine::start("eng1", 71))
+}
+
+impl Engine {
+    /// Starts engine `name` (network `10.231.INDEX.0/30`; a no-op when it runs) and gives it
+    /// the agent image.
+    pub fn start(name: &'static str, index: u8) -> Engine {
+        let dir = PathBuf::from(format!("/tmp/paddock-test-engine-{name}"));
         std::fs::create_dir_all(&dir).expect("mkdir");
-        let host = Engine::script("eng1", 71, &dir, "start");
-        let engine = Engine {
-            name: "eng1",
-            host,
-            dir,
-        };
+        let host = Engine::script(name, index, &dir, "start");
+        let engine = Engine { name, host, dir };
         let image = test_image();
-        if !engine.docker(&["image", "inspect", &image]).status.success() {
+        if !engine
+            .docker(&["image", "inspect", &image])
+            .status
+            .success()
+        {
             let status = Command::new("sh")
                 .arg("-c")
                 .arg(format!(
@@ -104,7 +111,7 @@ pub fn engine() -> &'static Engine {
             assert!(status.success(), "loading {image} into the remote engine");
         }
         engine
-    })
+    }
 }
 
 /// A test home whose user config names `engine`, with the no-host-bind switch on.

@@ -24,7 +24,10 @@ fn a_job_on_a_remote_engine_commits_syncs_and_rm_keeps_its_work() {
     let id = create_on(&home, engine, &repo, &["--task", "remote"]);
     let show: Value = home.json(&["show", &id, "--json"])["job"].clone();
     assert_eq!(show["engine"], "eng1", "{show}");
-    let container = show["container_name"].as_str().expect("a container").to_string();
+    let container = show["container_name"]
+        .as_str()
+        .expect("a container")
+        .to_string();
 
     // The container lives on the remote engine only, with volumes and no host path.
     assert!(
@@ -46,7 +49,10 @@ fn a_job_on_a_remote_engine_commits_syncs_and_rm_keeps_its_work() {
     );
 
     // The checkout is there, and a commit made inside reaches the user's branch by exec's end.
-    let listing = home.sh(&id, "cat src/lib.rs && git status --porcelain && git log --oneline");
+    let listing = home.sh(
+        &id,
+        "cat src/lib.rs && git status --porcelain && git log --oneline",
+    );
     assert!(listing.contains("pub fn answer"), "{listing}");
     let branch = show["branch"].as_str().expect("branch").to_string();
     home.sh(
@@ -75,7 +81,10 @@ fn a_job_on_a_remote_engine_commits_syncs_and_rm_keeps_its_work() {
         !volumes.lines().any(|v| v.starts_with(&container)),
         "{volumes}"
     );
-    assert!(volumes.lines().any(|v| v.contains("-objects-")), "{volumes}");
+    assert!(
+        volumes.lines().any(|v| v.contains("-objects-")),
+        "{volumes}"
+    );
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
 }
 
