@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image, text};
 
 mod hostile;
+mod images;
 mod remote;
 mod unreachable;
 
