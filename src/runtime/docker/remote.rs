@@ -298,6 +298,10 @@ pub(super) async fn pull_outbox(
             .await
             .map_err(io(&tar_path))?;
     }
+    // tokio's file writes on a blocking thread: the last one is done only once flushed.
+    tokio::io::AsyncWriteExt::flush(&mut file)
+        .await
+        .map_err(io(&tar_path))?;
     drop(file);
     let (tar_at, host_at) = (tar_path.clone(), host.clone());
     let taken = tokio::task::spawn_blocking(move || extract_outbox(&tar_at, &host_at))

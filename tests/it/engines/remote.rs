@@ -21,6 +21,23 @@ fn a_job_on_a_remote_engine_commits_syncs_and_rm_keeps_its_work() {
     let engine = engine();
     let repo = FixtureRepo::new();
     let home = home_with(engine);
+    // doctor reaches the engine over TLS and finds the image there.
+    let doctor = home.run(&["doctor", "--json"]);
+    let checks: Value = serde_json::from_slice(&doctor.stdout).expect("doctor json");
+    let check = checks
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["name"] == "engine")
+        .expect("an engine check")
+        .clone();
+    assert_eq!(check["status"], "ok", "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("eng1:") && d.contains("present")),
+        "{check}"
+    );
     let id = create_on(&home, engine, &repo, &["--task", "remote"]);
     let show: Value = home.json(&["show", &id, "--json"])["job"].clone();
     assert_eq!(show["engine"], "eng1", "{show}");
