@@ -6,13 +6,15 @@
 //! `docs/BENCHMARKS.md`. Set `PADDOCK_BENCH_QUICK=1` for a smoke run (5,000-file repo only),
 //! `PADDOCK_BENCH_REPO=/path` to add a repository of your own, `PADDOCK_BENCH_ONLY=egress`
 //! to run only the egress proxy rows (`=queue`: the 100 queued runs; `=marks`: `ls` with the
-//! merged and conflicts marks; `=overlay`: the overlay checkout rows on the 50,000-file
+//! merged and conflicts marks; `=engines`: a remote engine's create-to-ready and exec against the local engine's; `=overlay`: the overlay checkout rows on the 50,000-file
 //! repository; `=ready`: job ready and first exec, cold and warm, on 1, 5,000 and 50,000
 //! files; `=exec`: an exec's cost against `docker exec` and the warm pool's first exec, on
 //! 1 and 5,000 files), printed, not written.
 
 #[path = "../fixtures/mod.rs"]
 mod fixtures;
+
+mod engines;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -1382,7 +1384,7 @@ fn main() {
     if let Some(only) = only.as_deref().filter(|o| {
         matches!(
             *o,
-            "egress" | "queue" | "marks" | "overlay" | "ready" | "exec"
+            "egress" | "queue" | "marks" | "overlay" | "ready" | "exec" | "engines"
         )
     }) {
         // A check of some rows alone; the results file and table are left as they are.
@@ -1416,6 +1418,10 @@ fn main() {
             }
             "egress" => egress_overhead(&mut rows),
             "queue" => queue_drain(&mut rows),
+            "engines" => {
+                let repo = FixtureRepo::with_files(5_000, 2_000);
+                engines::engine_rows(&repo, "5,000 files", &mut rows);
+            }
             _ => ls_with_marks(&mut rows),
         }
         for row in &rows {
@@ -1449,6 +1455,8 @@ fn main() {
             exec_sync_cost(repo, label, &mut rows);
             eprintln!("exec against docker exec, warm pool first exec, {label}");
             exec_cost(repo, label, &mut rows);
+            eprintln!("remote engine: create to ready, exec, {label}");
+            engines::engine_rows(repo, label, &mut rows);
         }
     }
     if let Some(path) = extra {
