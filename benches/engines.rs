@@ -74,10 +74,9 @@ pub fn engine_rows(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
         out.push(ms(started.elapsed()));
         ids.push(id);
     };
-    interleaved(
-        &mut |i| sample(true, i, &mut remote),
-        &mut |i| sample(false, i, &mut local),
-    );
+    interleaved(&mut |i| sample(true, i, &mut remote), &mut |i| {
+        sample(false, i, &mut local)
+    });
     let (remote_job, local_job) = (ids[0].clone(), ids[1].clone());
     rows.push(Row {
         name: format!("create to ready, remote engine (TLS) vs local, {label}"),

@@ -301,6 +301,7 @@ impl Error {
             Error::Copy(CopyError::Missing { .. } | CopyError::Special { .. }) => K::InvalidInput,
             Error::Copy(_) => K::Refused,
             Error::Devcontainer(_) => K::Config,
+            Error::Engine(crate::engines::EngineError::NoRoom { .. }) => K::QueueFull,
             Error::Engine(_) => K::Config,
             Error::SetupFailed { .. } => K::SetupFailed,
             Error::Overlay(OverlayError::Unavailable { .. }) => K::InvalidInput,

@@ -185,7 +185,7 @@ impl Paddock {
         if !setup.copy.is_empty() {
             crate::copy_files::check_sources(&repo.root, &setup.copy)?;
         }
-        let engine = self.engine_of(&config, &request, &profile, &setup)?;
+        let (engine, placed) = self.engine_of(&config, &request, &profile, &setup).await?;
         let runtime = match &engine {
             Some(engine) => self.resolve_remote(engine, &profile).await?,
             None => {
@@ -274,8 +274,9 @@ impl Paddock {
         };
         let record = self
             .admit_create(record, &request, &config.admission, client)
-            .await?;
-        self.finish_create(record, runtime.warning).await
+            .await;
+        drop(placed);
+        self.finish_create(record?, runtime.warning).await
     }
 
     /// The steps of `create` once the job is admitted (its record `creating`): build it, or

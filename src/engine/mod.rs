@@ -42,6 +42,7 @@ mod network;
 mod outbox;
 mod output_log;
 mod piggyback;
+mod placement;
 mod pool;
 pub use pool::PoolKey;
 mod ports;

@@ -24,19 +24,22 @@ fn unsupported(name: &str, what: &str) -> Error {
 }
 
 impl Paddock {
-    /// The engine a new job asks for (`--engine`), checked against the user config, and
+    /// The engine a new job asks for (`--engine`; `auto` placed by `placement`, whose lock
+    /// the caller holds until the job's record exists), checked against the user config, and
     /// the refusals of what a remote job cannot have yet; `None`: the local engine.
-    pub(super) fn engine_of(
+    pub(super) async fn engine_of(
         &self,
         config: &Config,
         request: &CreateRequest,
         profile: &Profile,
         setup: &crate::config::JobSetup,
-    ) -> Result<Option<String>> {
+    ) -> Result<(Option<String>, Option<super::placement::Placed>)> {
         let Some(name) = request.engine.as_deref().filter(|name| *name != "local") else {
-            return Ok(None);
+            return Ok((None, None));
         };
-        crate::engines::find(&config.engines, name)?;
+        if name != "auto" {
+            crate::engines::find(&config.engines, name)?;
+        }
         if profile.runtime.value == RuntimeChoice::Process {
             return Err(unsupported(name, "the process runtime"));
         }
@@ -53,7 +56,11 @@ impl Paddock {
         if !setup.copy.is_empty() || caches {
             return Err(unsupported(name, "`copy` and caches"));
         }
-        Ok(Some(name.to_string()))
+        if name == "auto" {
+            let placed = self.place_auto(config, request.no_wait).await?;
+            return Ok((Some(placed.engine.clone()), Some(placed)));
+        }
+        Ok((Some(name.to_string()), None))
     }
 
     /// The runtime of a job on the remote engine `engine`: Docker (runc, or runsc when

@@ -23,7 +23,7 @@ use serde::Deserialize;
 pub struct EngineSpec {
     pub host: String,
     pub tls: Option<EngineTls>,
-    /// How many jobs this engine takes at once for `engine: auto` (default: its CPUs).
+    /// How many jobs this engine holds at once for `engine: auto` (default: its CPUs).
     pub jobs: Option<u32>,
 }
 
@@ -47,6 +47,8 @@ pub enum EngineError {
     BadHost { name: String, host: String },
     #[error("engine `{name}`: {message}")]
     Invalid { name: String, message: String },
+    #[error("`engine: auto`: no engine has room ({engines}; each holds its `jobs:` or CPUs)")]
+    NoRoom { engines: String },
 }
 
 /// Checks one entry of `engines:`: a name that can be part of a Docker volume name and a

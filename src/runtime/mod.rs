@@ -146,6 +146,8 @@ pub struct EngineFacts {
     /// OCI runtimes registered in a way that breaks paddock's promises (limits, networks),
     /// each with what is wrong.
     pub misconfigured: Vec<(String, String)>,
+    /// The engine's CPUs (`engine: auto` budgets an engine by them).
+    pub cpus: u64,
 }
 
 /// One way of running a job's commands. Every method that waits on something outside the

@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 
 use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image, text};
 
+mod auto;
 mod hostile;
 mod images;
 mod remote;
