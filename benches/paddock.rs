@@ -14,6 +14,7 @@
 #[path = "../fixtures/mod.rs"]
 mod fixtures;
 
+#[path = "remote/engines.rs"]
 mod engines;
 
 use std::path::{Path, PathBuf};

@@ -21,7 +21,7 @@ fn a_job_whose_engine_stops_is_unreachable_kept_and_recovers() {
         &id,
         "echo one > one.txt && git add one.txt && git commit -q -m one",
     );
-    let branch = format!("agent/agent/away");
+    let branch = "agent/agent/away".to_string();
     assert_eq!(repo.git(&["log", "-1", "--format=%s", &branch]), "one");
 
     Engine::script(engine.name, 72, &engine.dir, "stop");

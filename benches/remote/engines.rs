@@ -66,17 +66,18 @@ pub fn engine_rows(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
     )
     .expect("config");
     let (mut remote, mut local) = (Vec::new(), Vec::new());
-    let mut ids = Vec::new();
-    let mut sample = |remote_job: bool, i: usize, out: &mut Vec<f64>| {
+    let ids = std::cell::RefCell::new(Vec::new());
+    let sample = |remote_job: bool, i: usize| {
         let started = Instant::now();
         let id = create(&home, repo, &format!("r{i}-{remote_job}"), remote_job);
         run(&mut home.cmd(&["exec", &id, "--", "true"]));
-        out.push(ms(started.elapsed()));
-        ids.push(id);
+        ids.borrow_mut().push(id);
+        ms(started.elapsed())
     };
-    interleaved(&mut |i| sample(true, i, &mut remote), &mut |i| {
-        sample(false, i, &mut local)
+    interleaved(&mut |i| remote.push(sample(true, i)), &mut |i| {
+        local.push(sample(false, i))
     });
+    let ids = ids.into_inner();
     let (remote_job, local_job) = (ids[0].clone(), ids[1].clone());
     rows.push(Row {
         name: format!("create to ready, remote engine (TLS) vs local, {label}"),
