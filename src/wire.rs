@@ -150,8 +150,8 @@ pub struct CreateRequest {
     #[arg(long = "secret", value_name = "NAME")]
     #[serde(default)]
     pub secrets: Vec<String>,
-    /// An engine of the user config's `engines:` to run the job on (its files live there,
-    /// in volumes of that engine); default: the local engine.
+    /// An engine of the user config's `engines:` to run the job on (its files live there, in
+    /// its volumes), or `auto`: the one with the most free budget; default: the local engine.
     #[arg(long, value_name = "NAME")]
     #[serde(default)]
     pub engine: Option<String>,
