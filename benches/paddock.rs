@@ -6,8 +6,9 @@
 //! `docs/BENCHMARKS.md`. Set `PADDOCK_BENCH_QUICK=1` for a smoke run (5,000-file repo only),
 //! `PADDOCK_BENCH_REPO=/path` to add a repository of your own, `PADDOCK_BENCH_ONLY=egress`
 //! to run only the egress proxy rows (`=secrets`: the proxy's cost for a secret host, TLS
-//! terminated, against a tunnel and a direct request; `=queue`: the 100 queued runs; `=marks`: `ls` with the
-//! merged and conflicts marks; `=overlay`: the overlay checkout rows on the 50,000-file
+//! terminated, against a tunnel and a direct request; `=queue`: the 100 queued runs;
+//! `=marks`: `ls` with the merged and conflicts marks; `=engines`: a remote engine's
+//! create-to-ready and exec against the local engine's; `=overlay`: the overlay checkout rows on the 50,000-file
 //! repository; `=ready`: job ready and first exec, cold and warm, on 1, 5,000 and 50,000
 //! files; `=exec`: an exec's cost against `docker exec` and the warm pool's first exec, on
 //! 1 and 5,000 files), printed, not written.
@@ -18,6 +19,8 @@ mod create;
 mod daemon;
 #[path = "paddock/egress.rs"]
 mod egress;
+#[path = "paddock/engines.rs"]
+mod engines;
 #[path = "paddock/exec.rs"]
 mod exec;
 #[path = "../fixtures/mod.rs"]
@@ -178,7 +181,7 @@ fn main() {
     if let Some(only) = only.as_deref().filter(|o| {
         matches!(
             *o,
-            "egress" | "secrets" | "queue" | "marks" | "overlay" | "ready" | "exec"
+            "egress" | "secrets" | "queue" | "marks" | "overlay" | "ready" | "exec" | "engines"
         )
     }) {
         // A check of some rows alone; the results file and table are left as they are.
@@ -213,6 +216,10 @@ fn main() {
             "egress" => egress_overhead(&mut rows),
             "secrets" => secrets::secret_host_overhead(&mut rows),
             "queue" => queue_drain(&mut rows),
+            "engines" => {
+                let repo = FixtureRepo::with_files(5_000, 2_000);
+                engines::engine_rows(&repo, "5,000 files", &mut rows);
+            }
             _ => ls_with_marks(&mut rows),
         }
         for row in &rows {
@@ -246,6 +253,8 @@ fn main() {
             exec_sync_cost(repo, label, &mut rows);
             eprintln!("exec against docker exec, warm pool first exec, {label}");
             exec_cost(repo, label, &mut rows);
+            eprintln!("remote engine: create to ready, exec, {label}");
+            engines::engine_rows(repo, label, &mut rows);
         }
     }
     if let Some(path) = extra {

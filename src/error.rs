@@ -110,6 +110,8 @@ pub enum Error {
     #[error(transparent)]
     Devcontainer(#[from] crate::devcontainer::DevcontainerError),
     #[error(transparent)]
+    Engine(#[from] crate::engines::EngineError),
+    #[error(transparent)]
     Overlay(#[from] OverlayError),
     #[error(transparent)]
     Pool(#[from] PoolError),
@@ -299,6 +301,8 @@ impl Error {
             Error::Copy(CopyError::Missing { .. } | CopyError::Special { .. }) => K::InvalidInput,
             Error::Copy(_) => K::Refused,
             Error::Devcontainer(_) => K::Config,
+            Error::Engine(crate::engines::EngineError::NoRoom { .. }) => K::QueueFull,
+            Error::Engine(_) => K::Config,
             Error::SetupFailed { .. } => K::SetupFailed,
             Error::Overlay(OverlayError::Unavailable { .. }) => K::InvalidInput,
             Error::Overlay(OverlayError::Store(StoreError::LockTimeout { .. })) => K::Conflict,

@@ -337,6 +337,13 @@ pub struct JobRecord {
     /// What the repository's devcontainer.json gave the job (read from its base commit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub devcontainer: Option<crate::devcontainer::DevcontainerReport>,
+    /// The Docker engine of `engines:` the job lives on; `None`: the local one, with its
+    /// files on this host (see `engines`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// What the create sent to the remote engine for the repository's objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_fill: Option<crate::engines::FillReport>,
 }
 
 fn is_manual(push: &crate::config::PushPolicy) -> bool {

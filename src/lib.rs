@@ -18,6 +18,7 @@ pub mod disk;
 pub(crate) mod doctor;
 pub mod egress;
 pub mod engine;
+pub mod engines;
 pub mod env;
 pub mod error;
 pub mod eventlog;

@@ -150,6 +150,11 @@ pub struct CreateRequest {
     #[arg(long = "secret", value_name = "NAME")]
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// An engine of the user config's `engines:` to run the job on (its files live there, in
+    /// its volumes), or `auto`: the one with the most free budget; default: the local engine.
+    #[arg(long, value_name = "NAME")]
+    #[serde(default)]
+    pub engine: Option<String>,
     /// The job's per-exec deadline default, e.g. 10m.
     #[arg(long)]
     #[serde(default)]
@@ -379,6 +384,12 @@ pub struct JobView {
     /// job made as root) and what they hold of it; absent without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git_disk: Option<DiskUsage>,
+    /// The engine of `engines:` the job lives on; absent: the local one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// With an engine: `reachable`, or `unreachable` when it did not answer now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_status: Option<String>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -418,6 +429,8 @@ impl From<&JobRecord> for JobView {
             pool: record.pool.clone(),
             disk: record.disk.map(DiskUsage::unmounted),
             git_disk: record.git_disk.map(DiskUsage::unmounted),
+            engine: record.engine.clone(),
+            engine_status: None,
         }
     }
 }

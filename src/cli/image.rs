@@ -17,6 +17,9 @@ pub enum ImageCommand {
         base_image: String,
         #[arg(long, default_value = crate::config::DEFAULT_IMAGE)]
         tag: String,
+        /// Build it on this engine of the user config's `engines:` (default: the local one).
+        #[arg(long, value_name = "NAME")]
+        engine: Option<String>,
         /// Print only the image id.
         #[arg(long)]
         json: bool,
@@ -27,8 +30,12 @@ pub async fn run(paddock: &Paddock, command: ImageCommand) -> Result<i32> {
     let ImageCommand::Build {
         base_image,
         tag,
+        engine,
         json,
     } = command;
+    if let Some(name) = &engine {
+        crate::engines::find(&paddock.config(None)?.engines, name)?;
+    }
     // A spinner with the current step on a terminal; the build's lines when stderr is a
     // log; nothing under --json.
     let spinner = Progress::spinner(json);
@@ -41,7 +48,7 @@ pub async fn run(paddock: &Paddock, command: ImageCommand) -> Result<i32> {
     };
     let id = paddock
         .runtimes()
-        .of(RuntimeKind::Docker)
+        .on_engine(RuntimeKind::Docker, engine.as_deref())
         .build_image(&base_image, &tag, &mut progress)
         .await;
     spinner.finish();
@@ -49,7 +56,8 @@ pub async fn run(paddock: &Paddock, command: ImageCommand) -> Result<i32> {
     if json {
         print_json(&serde_json::json!({ "tag": tag, "id": id }));
     } else {
-        say!("built {tag} from {base_image}");
+        let place = engine.map_or_else(String::new, |name| format!(" on engine {name}"));
+        say!("built {tag} from {base_image}{place}");
     }
     Ok(exit::OK)
 }

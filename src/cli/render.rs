@@ -110,13 +110,19 @@ pub fn print_job_table(views: &[JobView]) {
             vec![
                 v.id.to_string(),
                 match (v.queue_position, v.merged, &v.sync_error) {
+                    _ if v.engine_status.as_deref() == Some("unreachable") => {
+                        "unreachable".to_string()
+                    }
                     (Some(place), _, _) => format!("{} #{place}", v.state),
                     // Its branch may have moved since the host last saw it.
                     (None, _, Some(_)) => format!("{} (sync failed)", v.state),
                     (None, Some(true), None) => format!("{} (merged)", v.state),
                     (None, _, None) => v.state.to_string(),
                 },
-                v.runtime.clone(),
+                match &v.engine {
+                    Some(engine) => format!("{}@{engine}", v.runtime),
+                    None => v.runtime.clone(),
+                },
                 format_age(now - v.created_at),
                 format_age(now - v.last_activity_at),
                 v.branch.clone(),
@@ -147,6 +153,10 @@ pub fn print_details(details: &JobDetails) {
         format_age(now - v.created_at),
         format_age(now - v.last_activity_at)
     );
+    if let Some(engine) = &v.engine {
+        let status = v.engine_status.as_deref().unwrap_or("reachable");
+        say!("engine    {engine} ({status}; the job's files live there)");
+    }
     if let Some(place) = v.queue_position {
         say!("queue     #{place}: waits for room in the host budget");
     }

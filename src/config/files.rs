@@ -64,6 +64,8 @@ pub(super) struct ConfigFile {
     pub(super) secrets: Option<BTreeMap<String, super::SecretSpec>>,
     /// The proxy's settings (user file only).
     pub(super) egress: Option<super::EgressSettings>,
+    /// Docker engines besides the local one (user file only: see `engines`).
+    pub(super) engines: Option<BTreeMap<String, crate::engines::EngineSpec>>,
 }
 
 /// Splits an env layer into one layer per variable so each value names its own variable.

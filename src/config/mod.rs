@@ -16,6 +16,7 @@ use crate::cache::CacheSpec;
 pub use crate::env::{EnvLookup, ProcessEnv};
 
 mod choices;
+mod engines;
 mod files;
 mod profile;
 mod rows;
@@ -210,8 +211,9 @@ pub struct Config {
     pub setup: SetupSettings,
     /// The user file's `secrets:` (a repository's file may not have them).
     pub secrets: BTreeMap<String, SecretSpec>,
-    /// The user file's `egress:`.
+    /// The user file's `egress:` and `engines:` (a repository's file may not name any).
     pub egress: EgressSettings,
+    pub engines: BTreeMap<String, crate::engines::EngineSpec>,
 }
 
 /// The user config file: `$PADDOCK_CONFIG`, else `$XDG_CONFIG_HOME/paddock/config.yaml`, else
@@ -246,6 +248,7 @@ impl Config {
             setup: SetupSettings::default(),
             secrets: BTreeMap::new(),
             egress: EgressSettings::default(),
+            engines: BTreeMap::new(),
         };
         if let Some((path, explicit)) = user_config_path(env)
             && let Some(file) = read_file(&path, explicit)?
@@ -394,9 +397,8 @@ impl Config {
         Ok(())
     }
 
-    /// `secrets:`, `egress:` and profiles' `secrets` come from the user file only: a
-    /// repository's file could otherwise send the user's token to hosts it names, or hand
-    /// its jobs the user's tokens.
+    /// `secrets:`, `egress:`, `engines:` and profiles' `secrets` come from the user file only:
+    /// a repository's file could otherwise send the user's tokens to hosts it names.
     fn apply_secrets(
         &mut self,
         file: &mut ConfigFile,
@@ -435,6 +437,7 @@ impl Config {
         if let Some(egress) = file.egress.take() {
             self.egress = egress;
         }
+        engines::apply(&mut self.engines, file.engines.take(), repo, origin)?;
         Ok(())
     }
 

@@ -12,6 +12,7 @@ use crate::store::PaddockHome;
 use crate::units::format_size;
 
 mod access;
+mod engines;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -67,6 +68,7 @@ pub async fn run(
     {
         checks.push(job_ranges_check(runtimes.of(RuntimeKind::Docker), &image).await);
     }
+    checks.extend(engines::engine_checks(runtimes, config, &image).await);
     checks.push(state_root_check(home, &crate::env::ProcessEnv));
     checks.push(access::object_store_check(repo, uid));
     checks.push(disk_check(home));

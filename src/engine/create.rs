@@ -185,21 +185,30 @@ impl Paddock {
         if !setup.copy.is_empty() {
             crate::copy_files::check_sources(&repo.root, &setup.copy)?;
         }
-        let runtime = self
-            .runtimes
-            .resolve(
-                profile.runtime.value,
-                &profile.image.value,
-                profile.network.value,
-            )
-            .await?;
+        let (engine, placed) = self.engine_of(&config, &request, &profile, &setup).await?;
+        let runtime = match &engine {
+            Some(engine) => self.resolve_remote(engine, &profile).await?,
+            None => {
+                self.runtimes
+                    .resolve(
+                        profile.runtime.value,
+                        &profile.image.value,
+                        profile.network.value,
+                    )
+                    .await?
+            }
+        };
         super::ports::check_ports(&profile.ports.value, runtime.kind)?;
         if let Some(driver) = overlay_driver {
             crate::overlay::check_sandbox(driver, runtime.kind)?;
         }
         // A reserve above a limit is refused before anything is reserved.
         let reserve = profile.reserve()?;
-        let git_disk = git_disk_of(&profile, disk, runtime.kind)?;
+        // A remote job's files are volumes of its engine: no disk of the host's.
+        let git_disk = match engine {
+            Some(_) => None,
+            None => git_disk_of(&profile, disk, runtime.kind)?,
+        };
         // With a disk of its own, the job's git dir (and its outbox beside it) live on it.
         let git_dir = if disk.is_some() || git_disk.is_some() {
             crate::disk::git_dir(&self.home.job_dir(&id))
@@ -260,11 +269,14 @@ impl Paddock {
             push: profile.push.value,
             push_error: None,
             devcontainer,
+            engine,
+            engine_fill: None,
         };
         let record = self
             .admit_create(record, &request, &config.admission, client)
-            .await?;
-        self.finish_create(record, runtime.warning).await
+            .await;
+        drop(placed);
+        self.finish_create(record?, runtime.warning).await
     }
 
     /// The steps of `create` once the job is admitted (its record `creating`): build it, or
@@ -363,6 +375,11 @@ impl Paddock {
                 .await?
         };
         crash_point("registered");
+        if record.engine.is_some() {
+            self.fill_remote(repo, record, &tip).await?;
+            crash_point("checked-out");
+            return self.start_built(record, setup, pool).await;
+        }
         // The job's disk before anything is written to it: its git dir and outbox (and an
         // overlay's layers) live there when the record names the git dir on it.
         if let Some(size) = record.disk.or(record.git_disk) {
@@ -412,6 +429,17 @@ impl Paddock {
             self.store.save(record)?;
         }
         fail_point("caches")?;
+        self.start_built(record, setup, pool).await
+    }
+
+    /// The last steps of `create`, once the job's files are in place: its ports, its
+    /// container (warm or cold), its setup commands, `ready`.
+    async fn start_built(
+        &self,
+        record: &mut JobRecord,
+        setup: &crate::config::JobSetup,
+        pool: crate::config::PoolSettings,
+    ) -> Result<()> {
         self.publish_ports(record)?;
         record.container_id = match self.start_warm(record, pool).await? {
             Some(id) => Some(id),

@@ -27,6 +27,7 @@ impl Paddock {
         let records = self.list(repo).await?;
         let marks = self.merge_marks(&records).await;
         let mut views = self.views(&records);
+        self.engine_statuses(&mut views).await;
         for view in &mut views {
             if let Some(&(merged, clean)) = marks.get(&view.id) {
                 view.merged = Some(merged);
@@ -87,6 +88,7 @@ impl Paddock {
         };
         let record = self.load(id).unwrap_or(record);
         let mut view = self.view_of(&record);
+        self.engine_statuses(std::slice::from_mut(&mut view)).await;
         let merge = if matches!(record.state, JobState::Queued | JobState::Creating) {
             None
         } else {

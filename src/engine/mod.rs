@@ -42,10 +42,12 @@ mod network;
 mod outbox;
 mod output_log;
 mod piggyback;
+mod placement;
 mod pool;
 pub use pool::PoolKey;
 mod ports;
 mod push;
+mod remote;
 mod remove;
 mod setup;
 mod sync;
@@ -170,8 +172,9 @@ impl Paddock {
     }
 
     /// The runtime of `record`'s job.
-    fn runtime_of(&self, record: &JobRecord) -> &dyn Runtime {
-        self.runtimes.of(record.runtime)
+    fn runtime_of(&self, record: &JobRecord) -> std::sync::Arc<dyn Runtime> {
+        self.runtimes
+            .on_engine(record.runtime, record.engine.as_deref())
     }
 
     /// Records an event in the install's event log (which gives it its id) and publishes it

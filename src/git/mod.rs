@@ -38,6 +38,7 @@ pub mod objview;
 pub mod pristine;
 pub mod push;
 mod reads;
+pub mod remote;
 pub mod scratch;
 mod snapshot;
 pub mod sync;
@@ -128,6 +129,12 @@ pub enum GitError {
     },
     #[error("git read task failed: {0}")]
     Join(String),
+    #[error("failed to write `{path}`: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// A repository that jobs are created from.

@@ -10,7 +10,9 @@
 //! `runtime/docker/` builds a bollard struct or talks to the daemon.
 
 pub(crate) mod docker;
+mod error;
 pub mod exec;
+mod on_engine;
 pub(crate) mod process;
 
 use std::path::PathBuf;
@@ -22,71 +24,9 @@ use crate::job::{JobId, JobRecord, RuntimeKind};
 use crate::store::{JobStore, PaddockHome};
 
 pub use docker::{DockerRuntime, container_name};
+pub use error::RuntimeError;
 pub use exec::{ExecRequest, ExecResult, OutputSink};
 pub use process::ProcessRuntime;
-
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    #[error("cannot reach the Docker daemon: {message}")]
-    DockerUnavailable { message: String },
-    #[error("image `{image}` is not present")]
-    ImageMissing { image: String },
-    #[error("Docker runtime `{runtime}` is not registered with the daemon")]
-    OciRuntimeMissing { runtime: String },
-    #[error("Docker runtime `{runtime}` is registered with `{flag}`: {consequence}")]
-    OciRuntimeMisconfigured {
-        runtime: String,
-        flag: String,
-        consequence: String,
-    },
-    #[error("docker {action} failed for `{target}`: {message}")]
-    Docker {
-        action: &'static str,
-        target: String,
-        message: String,
-    },
-    #[error("docker {action} timed out after {after:?} for `{target}`")]
-    DockerTimeout {
-        action: &'static str,
-        target: String,
-        after: std::time::Duration,
-    },
-    #[error("failed to start `{program}` in `{dir}`: {source}")]
-    Spawn {
-        program: String,
-        dir: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("empty command: give the program to run after `--`")]
-    EmptyCommand,
-    #[error("the working directory `{dir}` is not a directory in the job")]
-    NoWorkdir { dir: std::path::PathBuf },
-    #[error("refusing to touch container `{name}`: it does not carry this install's labels")]
-    NotOurContainer { name: String },
-    #[error("the container name `{name}` is already in use by a container that is not this job's")]
-    NameInUse { name: String },
-    #[error("failure injected at `{point}` (PADDOCK_FAIL_AT)")]
-    Injected { point: &'static str },
-    #[error("the {runtime} runtime cannot {what}")]
-    Unsupported {
-        runtime: &'static str,
-        what: &'static str,
-    },
-    /// A job's secret could not be read or handed to its proxy (never says the value).
-    #[error("job {job}: secret `{name}`: {message}")]
-    Secret {
-        job: String,
-        name: String,
-        message: String,
-    },
-    #[error("failed to write `{path}`: {source}")]
-    Io {
-        path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// The runtime a new job gets, and a warning when `auto` fell back to processes.
 #[derive(Debug, Clone)]
@@ -145,6 +85,8 @@ pub struct EngineFacts {
     /// OCI runtimes registered in a way that breaks paddock's promises (limits, networks),
     /// each with what is wrong.
     pub misconfigured: Vec<(String, String)>,
+    /// The engine's CPUs (`engine: auto` budgets an engine by them).
+    pub cpus: u64,
 }
 
 /// One way of running a job's commands. Every method that waits on something outside the
@@ -343,6 +285,21 @@ pub trait Runtime: Send + Sync {
         })
     }
 
+    /// On a remote engine: fills the job's volumes with `tip` checked out, its git dir staged
+    /// on the host at `staged_git` and the objects its engine's cache lacks (a stream through
+    /// the engine's API; no host path is mounted). Other runtimes keep files on the host.
+    async fn fill_files(
+        &self,
+        _record: &JobRecord,
+        _staged_git: &std::path::Path,
+        _tip: &str,
+    ) -> Result<crate::engines::FillReport, RuntimeError> {
+        Err(RuntimeError::Unsupported {
+            runtime: "local",
+            what: "fill a remote engine's volumes",
+        })
+    }
+
     /// The env of the image `tag` (`NAME=value` entries) when it is present, `None` when it
     /// is not (a devcontainer's cached build, and its `${containerEnv:...}`).
     async fn image_env(&self, _tag: &str) -> Result<Option<Vec<String>>, RuntimeError> {
@@ -424,6 +381,8 @@ pub struct Runtimes {
     docker: Arc<dyn Runtime>,
     runsc: Arc<dyn Runtime>,
     process: Arc<dyn Runtime>,
+    /// Runtimes of remote engines, made when first asked for (`on_engine`).
+    remote: Option<on_engine::Remote>,
 }
 
 impl Runtimes {
@@ -433,6 +392,7 @@ impl Runtimes {
             docker: Arc::new(docker::DockerRuntime::new(home, RuntimeKind::Docker)),
             runsc: Arc::new(docker::DockerRuntime::new(home, RuntimeKind::Runsc)),
             process: Arc::new(process::ProcessRuntime),
+            remote: Some(on_engine::Remote::new(home)),
         }
     }
 
@@ -446,6 +406,7 @@ impl Runtimes {
             docker,
             runsc,
             process,
+            remote: None,
         }
     }
 

@@ -40,6 +40,7 @@ use crate::runtime;
 use crate::store::FileLock;
 use crate::units::format_age;
 
+mod engines;
 mod images;
 mod pool;
 mod pristine;
@@ -337,7 +338,26 @@ impl Paddock {
             report.kept("job", name, "being created");
             return None;
         }
-        if record.git_dir.is_some() && !record.worktree.exists() {
+        let on_engine;
+        let containers = match &record.engine {
+            None => containers,
+            Some(engine) => match self.engine_sandboxes(record).await {
+                Ok(listed) => {
+                    on_engine = listed;
+                    Some(on_engine.as_slice())
+                }
+                Err(why) => {
+                    report.kept(
+                        "job",
+                        name,
+                        format!("unreachable: engine `{engine}`: {why}"),
+                    );
+                    return None;
+                }
+            },
+        };
+        // A remote job's files are volumes of its engine: it has no worktree on this host.
+        if record.engine.is_none() && record.git_dir.is_some() && !record.worktree.exists() {
             return Some("its worktree is gone".into());
         }
         if let Some(reason) = staleness(record, options) {
@@ -364,7 +384,7 @@ impl Paddock {
             && container.is_some_and(|c| c.running)
             && let Err(error) = self
                 .runtimes()
-                .of(record.runtime)
+                .on_engine(record.runtime, record.engine.as_deref())
                 .health_check(record)
                 .await
         {

@@ -330,6 +330,8 @@ impl Paddock {
             push: crate::config::PushPolicy::Manual,
             push_error: None,
             devcontainer: None,
+            engine: None,
+            engine_fill: None,
         })
     }
 

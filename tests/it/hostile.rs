@@ -146,7 +146,24 @@ fn attack_in(runtime: &str, test: &str, devcontainer: bool) {
     if !docker_available(test) {
         return;
     }
-    let repo = FixtureRepo::new();
+    attack_in_home(
+        &TestHome::new(),
+        &FixtureRepo::new(),
+        &[],
+        runtime,
+        devcontainer,
+    );
+}
+
+/// The attack in a job of `home` made with `flags` besides the runtime's (a remote engine's
+/// tests pass `--engine`), on `repo`.
+pub(crate) fn attack_in_home(
+    home: &TestHome,
+    repo: &FixtureRepo,
+    flags: &[&str],
+    runtime: &str,
+    devcontainer: bool,
+) {
     if devcontainer {
         let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("examples/devcontainer/.devcontainer");
@@ -163,20 +180,24 @@ fn attack_in(runtime: &str, test: &str, devcontainer: bool) {
     let secret = scratch.path().join("secret.txt");
     let marker = format!("SECRET-{}", std::process::id());
     std::fs::write(&secret, format!("{marker}\n")).unwrap();
-    let home = TestHome::new();
     let job = if devcontainer {
-        let job = create_with(&home, &repo, &["--runtime", runtime, "--task", "hostile"]);
+        let job = create_with(home, repo, &["--runtime", runtime, "--task", "hostile"]);
         assert!(
             text(&job["devcontainer"], "image").starts_with("paddock-devc:"),
             "{job}"
         );
         job
+    } else if flags.is_empty() {
+        create_on(home, repo, runtime, "hostile")
     } else {
-        create_on(&home, &repo, runtime, "hostile")
+        let image = crate::fixtures::test_image();
+        let mut all = vec!["--runtime", runtime, "--image", &image, "--task", "hostile"];
+        all.extend_from_slice(flags);
+        create_with(home, repo, &all)
     };
     let id = text(&job, "id");
     let branch = text(&job, "branch");
-    let before = repo_state(&repo, &[&format!("refs/heads/{branch}")]);
+    let before = repo_state(repo, &[&format!("refs/heads/{branch}")]);
     assert!(before.files.keys().any(|p| p.starts_with(".git/hooks")));
 
     // A legitimate commit first: the job's branch moves, and survives what follows.
@@ -230,7 +251,7 @@ fn attack_in(runtime: &str, test: &str, devcontainer: bool) {
         "git fsck: {}",
         String::from_utf8_lossy(&fsck.stderr)
     );
-    let after = repo_state(&repo, &[&format!("refs/heads/{branch}"), "refs/paddock/"]);
+    let after = repo_state(repo, &[&format!("refs/heads/{branch}"), "refs/paddock/"]);
     assert_eq!(
         before.refs, after.refs,
         "refs other than the job's branch moved"

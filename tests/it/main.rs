@@ -24,6 +24,7 @@ mod disk_caps;
 mod docker;
 mod docs;
 mod egress;
+mod engines;
 mod events;
 mod exec_sync;
 mod files;

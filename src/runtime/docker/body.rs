@@ -50,7 +50,11 @@ pub(super) fn container_body(
     // Placeholders only: the values stay in the proxy (see `secrets.rs`).
     let (secret_mounts, secret_env) = super::secrets::job_parts(home, record);
     env.extend(secret_env);
-    let mut mounts = job_mounts(record)?;
+    let mut mounts = if record.engine.is_some() {
+        super::remote::job_mounts(home, record)
+    } else {
+        job_mounts(record)?
+    };
     mounts.extend(secret_mounts);
     // paddock's own facts last, so no profile variable can misstate them.
     env.extend(

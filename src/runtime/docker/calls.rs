@@ -86,6 +86,7 @@ pub(super) async fn create_named(
     name: &str,
     body: ContainerCreateBody,
 ) -> Result<String, RuntimeError> {
+    super::remote::check_no_host_binds(name, &body)?;
     let options = CreateContainerOptionsBuilder::new().name(name).build();
     let created = tokio::time::timeout(API_TIMEOUT, docker.create_container(Some(options), body));
     match created.await {

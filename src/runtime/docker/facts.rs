@@ -34,7 +34,9 @@ pub(super) async fn engine_facts() -> Result<EngineFacts, RuntimeError> {
         ("cpu", info.cpu_cfs_quota),
         ("pids", info.pids_limit),
     ];
+    let cpus = info.ncpu.and_then(|n| u64::try_from(n).ok()).unwrap_or(1);
     Ok(EngineFacts {
+        cpus,
         version: version.version.unwrap_or_default(),
         api_version: version.api_version.unwrap_or_default(),
         oci_runtimes,

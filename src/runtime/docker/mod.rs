@@ -41,12 +41,14 @@ mod calls;
 mod egress;
 mod exec;
 mod facts;
+mod fill;
 pub use facts::misconfiguration;
 mod image;
 mod mounts;
 mod pool;
 mod ports;
 mod ranges;
+mod remote;
 mod sandbox;
 mod secrets;
 mod stats;
@@ -108,8 +110,12 @@ fn first_error(
     results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
 }
 
-/// A client for the local daemon (`DOCKER_HOST` or the default socket).
+/// A client for the daemon of the current call: the remote engine a `DockerRuntime` of one
+/// set (`remote::ENGINE`), else the local daemon (`DOCKER_HOST` or the default socket).
 pub fn connect() -> Result<Docker, RuntimeError> {
+    if let Some(engine) = remote::current() {
+        return remote::connect_engine(&engine);
+    }
     Docker::connect_with_local_defaults()
         .map(|docker| docker.with_timeout(API_TIMEOUT))
         .map_err(|e| RuntimeError::DockerUnavailable {
@@ -213,6 +219,10 @@ pub async fn create_first_container(
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<String, RuntimeError> {
+    // A remote job's files are in volumes its fill gave the agent already.
+    if record.engine.is_some() {
+        return create_job_container(home, record).await;
+    }
     // A walk of the job's trees and the shared cache entries (which jobs write): on a
     // blocking thread.
     let granted = record.clone();
@@ -461,9 +471,17 @@ pub async fn remove_job_container(
     record: &JobRecord,
 ) -> Result<(), RuntimeError> {
     let name = job_container(record);
+    let volumes = async {
+        if record.engine.is_some() {
+            remote::remove_job_volumes(home, record).await
+        } else {
+            Ok(())
+        }
+    };
     first_error([
         remove_labelled_container(home, &name, record.container_label()).await,
         remove_egress(home, &name, record.id.as_str()).await,
+        volumes.await,
     ])
 }
 

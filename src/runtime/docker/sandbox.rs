@@ -22,21 +22,39 @@ use crate::store::{JobStore, PaddockHome};
 pub struct DockerRuntime {
     home: PaddockHome,
     kind: RuntimeKind,
+    /// The engine of `engines:` this runtime talks to; `None`: the local one.
+    engine: Option<String>,
 }
 
 impl DockerRuntime {
     pub fn new(home: &PaddockHome, kind: RuntimeKind) -> DockerRuntime {
+        DockerRuntime::on_engine(home, kind, None)
+    }
+
+    /// A runtime for jobs on engine `engine` of the user config (`None`: the local one).
+    pub fn on_engine(
+        home: &PaddockHome,
+        kind: RuntimeKind,
+        engine: Option<String>,
+    ) -> DockerRuntime {
         DockerRuntime {
             home: home.clone(),
             kind,
+            engine,
         }
+    }
+
+    /// Runs `work` with this runtime's engine as the one every daemon call reaches.
+    async fn on<T>(&self, work: impl std::future::Future<Output = T>) -> T {
+        super::remote::ENGINE.scope(self.engine.clone(), work).await
     }
 }
 
 #[async_trait::async_trait]
 impl Runtime for DockerRuntime {
     async fn sandbox_status(&self, record: &JobRecord) -> Option<crate::runtime::SandboxStatus> {
-        super::stats::sandbox_status(&self.home, record).await
+        self.on(async { super::stats::sandbox_status(&self.home, record).await })
+            .await
     }
 
     fn isolation_note(&self) -> &'static str {
@@ -70,7 +88,8 @@ impl Runtime for DockerRuntime {
     }
 
     async fn check_ready(&self, image: &str, network: NetworkMode) -> Result<(), RuntimeError> {
-        check_ready(self.kind, image, network).await
+        self.on(async { check_ready(self.kind, image, network).await })
+            .await
     }
 
     fn sandbox_name(&self, id: &JobId) -> Option<String> {
@@ -78,7 +97,8 @@ impl Runtime for DockerRuntime {
     }
 
     async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError> {
-        create_first_container(&self.home, record).await.map(Some)
+        self.on(async { create_first_container(&self.home, record).await.map(Some) })
+            .await
     }
 
     async fn exec(
@@ -87,15 +107,23 @@ impl Runtime for DockerRuntime {
         request: &ExecRequest,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecOutcome, RuntimeError> {
-        let (result, container_id, oom_kills) =
-            super::exec::exec(&self.home, record, request, sink).await?;
-        let image_id = super::image_of(&container_id).await;
-        Ok(ExecOutcome {
-            result,
-            container_id: Some(container_id),
-            oom_kills,
-            image_id,
+        self.on(async {
+            let (result, container_id, oom_kills) =
+                super::exec::exec(&self.home, record, request, sink).await?;
+            if self.engine.is_some() && request.after.is_some() {
+                // The snippet's files are in the engine's volume: bring them to the host's
+                // outbox, where the engine reads them as it does a local job's.
+                super::remote::collect_outbox(record).await?;
+            }
+            let image_id = super::image_of(&container_id).await;
+            Ok(ExecOutcome {
+                result,
+                container_id: Some(container_id),
+                oom_kills,
+                image_id,
+            })
         })
+        .await
     }
 
     async fn exec_in_sandbox(
@@ -104,7 +132,8 @@ impl Runtime for DockerRuntime {
         request: &ExecRequest,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult, RuntimeError> {
-        super::exec::exec_in_sandbox(&self.home, record, request, sink).await
+        self.on(async { super::exec::exec_in_sandbox(&self.home, record, request, sink).await })
+            .await
     }
 
     async fn exec_beside(
@@ -114,18 +143,23 @@ impl Runtime for DockerRuntime {
         sink: &mut dyn OutputSink,
         network: NetworkMode,
     ) -> Result<ExecOutcome, RuntimeError> {
-        let result =
-            super::exec::exec_beside(&self.home, record, request, sink, network, "setup").await?;
-        Ok(ExecOutcome {
-            result,
-            container_id: None,
-            oom_kills: None,
-            image_id: None,
+        self.on(async {
+            let result =
+                super::exec::exec_beside(&self.home, record, request, sink, network, "setup")
+                    .await?;
+            Ok(ExecOutcome {
+                result,
+                container_id: None,
+                oom_kills: None,
+                image_id: None,
+            })
         })
+        .await
     }
 
     async fn start_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
-        super::pool::start_slot(&self.home, slot).await
+        self.on(async { super::pool::start_slot(&self.home, slot).await })
+            .await
     }
 
     fn pool_binds(&self, record: &JobRecord) -> Result<Vec<crate::pool::HostBind>, String> {
@@ -137,7 +171,8 @@ impl Runtime for DockerRuntime {
         record: &JobRecord,
         slot: &crate::pool::PoolSlot,
     ) -> Result<String, RuntimeError> {
-        super::pool::adopt_slot(record, slot).await
+        self.on(async { super::pool::adopt_slot(record, slot).await })
+            .await
     }
 
     async fn remove_pool_slot(
@@ -145,19 +180,24 @@ impl Runtime for DockerRuntime {
         slot: &crate::pool::PoolSlot,
         job_name: Option<&str>,
     ) -> Result<(), RuntimeError> {
-        super::pool::remove_slot_container(&self.home, slot, job_name).await
+        self.on(async { super::pool::remove_slot_container(&self.home, slot, job_name).await })
+            .await
     }
 
     async fn shell_command(
         &self,
         record: &JobRecord,
     ) -> Result<tokio::process::Command, RuntimeError> {
-        ensure_running(&self.home, record).await?;
-        Ok(super::exec::interactive_shell(record))
+        self.on(async {
+            ensure_running(&self.home, record).await?;
+            Ok(super::exec::interactive_shell(record))
+        })
+        .await
     }
 
     async fn stop(&self, record: &JobRecord, grace: Duration) -> Result<bool, RuntimeError> {
-        stop_job(&self.home, record, grace).await
+        self.on(async { stop_job(&self.home, record, grace).await })
+            .await
     }
 
     async fn stop_for_removal(
@@ -165,53 +205,65 @@ impl Runtime for DockerRuntime {
         store: &JobStore,
         record: JobRecord,
     ) -> Result<JobRecord, RuntimeError> {
-        stop_job_container(&self.home, store, record).await
+        self.on(async { stop_job_container(&self.home, store, record).await })
+            .await
     }
 
     async fn destroy(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        remove_job_container(&self.home, record).await
+        self.on(async { remove_job_container(&self.home, record).await })
+            .await
     }
 
     async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        super::egress::write_policy(&self.home, record)
+        self.on(async { super::egress::write_policy(&self.home, record) })
+            .await
     }
 
     async fn cut_connections(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        super::egress::restart_sidecar(&self.home, record).await
+        self.on(async { super::egress::restart_sidecar(&self.home, record).await })
+            .await
     }
 
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {
-        list_job_containers(&self.home).await
+        self.on(async { list_job_containers(&self.home).await })
+            .await
     }
 
     async fn remove_sandbox(&self, sandbox: &Sandbox) -> Result<(), RuntimeError> {
-        let (home, name, job) = (&self.home, sandbox.name.as_str(), sandbox.job.as_str());
-        match sandbox.role {
-            // A job's container takes its sidecar and network (named after it) along, so an
-            // orphan of any naming, old `paddock-<job>` or `paddock-<install>-<job>`, goes
-            // whole.
-            SandboxRole::Job => first_error([
-                remove_labelled_container(home, name, job).await,
-                remove_egress(home, name, job).await,
-            ]),
-            // An egress sidecar goes with its network.
-            SandboxRole::Egress => match name.strip_suffix("-egress") {
-                Some(base) => remove_egress(home, base, job).await,
-                None => remove_labelled_container(home, name, job).await,
-            },
-            SandboxRole::Sync | SandboxRole::Pool => {
-                remove_labelled_container(home, name, job).await
+        self.on(async {
+            let (home, name, job) = (&self.home, sandbox.name.as_str(), sandbox.job.as_str());
+            match sandbox.role {
+                // A job's container takes its sidecar and network (named after it) along, so an
+                // orphan of any naming, old `paddock-<job>` or `paddock-<install>-<job>`, goes
+                // whole.
+                SandboxRole::Job => first_error([
+                    remove_labelled_container(home, name, job).await,
+                    remove_egress(home, name, job).await,
+                ]),
+                // An egress sidecar goes with its network.
+                SandboxRole::Egress => match name.strip_suffix("-egress") {
+                    Some(base) => remove_egress(home, base, job).await,
+                    None => remove_labelled_container(home, name, job).await,
+                },
+                SandboxRole::Sync | SandboxRole::Pool => {
+                    remove_labelled_container(home, name, job).await
+                }
             }
-        }
+        })
+        .await
     }
 
     async fn guard_job_ranges(&self, image: &str) -> Option<Result<bool, RuntimeError>> {
-        let guard = async { super::ranges::ensure(&super::connect()?, image).await };
-        Some(guard.await.map(|guard| guard == super::Guard::Installed))
+        self.on(async {
+            let guard = async { super::ranges::ensure(&super::connect()?, image).await };
+            Some(guard.await.map(|guard| guard == super::Guard::Installed))
+        })
+        .await
     }
 
     async fn engine_facts(&self) -> Option<Result<EngineFacts, RuntimeError>> {
-        Some(super::facts::engine_facts().await)
+        self.on(async { Some(super::facts::engine_facts().await) })
+            .await
     }
 
     async fn build_image(
@@ -220,22 +272,37 @@ impl Runtime for DockerRuntime {
         tag: &str,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
-        super::image::build_image(base_image, tag, self.home.id(), progress).await
+        self.on(async {
+            super::image::build_image(base_image, tag, self.home.id(), progress).await
+        })
+        .await
     }
 
     async fn labelled_images(
         &self,
         repository: &str,
     ) -> Result<Vec<(String, Option<chrono::DateTime<chrono::Utc>>)>, RuntimeError> {
-        super::image::labelled_images(repository, self.home.id()).await
+        self.on(async { super::image::labelled_images(repository, self.home.id()).await })
+            .await
     }
 
     async fn remove_image(&self, tag: &str) -> Result<(), RuntimeError> {
-        super::image::remove_image(tag).await
+        self.on(async { super::image::remove_image(tag).await })
+            .await
     }
 
     async fn image_env(&self, tag: &str) -> Result<Option<Vec<String>>, RuntimeError> {
-        super::image::image_env(tag).await
+        self.on(async { super::image::image_env(tag).await }).await
+    }
+
+    async fn fill_files(
+        &self,
+        record: &JobRecord,
+        staged_git: &std::path::Path,
+        tip: &str,
+    ) -> Result<crate::engines::FillReport, RuntimeError> {
+        self.on(async { super::fill::fill(&self.home, record, staged_git, tip).await })
+            .await
     }
 
     async fn build_from_context(
@@ -247,15 +314,18 @@ impl Runtime for DockerRuntime {
         tag: &str,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
-        super::image::build_from_context(
-            context,
-            dockerfile,
-            args,
-            target,
-            tag,
-            self.home.id(),
-            progress,
-        )
+        self.on(async {
+            super::image::build_from_context(
+                context,
+                dockerfile,
+                args,
+                target,
+                tag,
+                self.home.id(),
+                progress,
+            )
+            .await
+        })
         .await
     }
 }

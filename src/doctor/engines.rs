@@ -1,0 +1,62 @@
+//! `doctor`'s checks of the remote engines the user config names (`engines:`): each one
+//! reachable over TLS with its certificates, the default profile's image present there, and
+//! the OCI runtimes it has. An engine that fails is a warning: local jobs still work.
+
+use std::time::Duration;
+
+use super::{Check, Status, check};
+use crate::config::Config;
+use crate::job::RuntimeKind;
+use crate::runtime::Runtimes;
+
+/// How long doctor waits for one engine's answer.
+const ENGINE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One check per engine of `engines:`.
+pub(super) async fn engine_checks(runtimes: &Runtimes, config: &Config, image: &str) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for name in config.engines.keys() {
+        let runtime = runtimes.on_engine(RuntimeKind::Docker, Some(name));
+        let facts = match tokio::time::timeout(ENGINE_TIMEOUT, runtime.engine_facts()).await {
+            Ok(Some(Ok(facts))) => facts,
+            Ok(Some(Err(error))) => {
+                checks.push(check(
+                    "engine",
+                    Status::Warn,
+                    format!("{name}: {error}"),
+                    Some(&format!(
+                        "check `engines.{name}` (host, tls: ca, cert, key) and that its daemon runs"
+                    )),
+                ));
+                continue;
+            }
+            _ => {
+                checks.push(check(
+                    "engine",
+                    Status::Warn,
+                    format!("{name}: no answer within {ENGINE_TIMEOUT:?}"),
+                    Some("check that the engine's daemon runs and its address is reachable"),
+                ));
+                continue;
+            }
+        };
+        let image_ok = runtime
+            .check_ready(image, crate::config::NetworkMode::None)
+            .await
+            .is_ok();
+        let detail = format!(
+            "{name}: engine {} (API {}) over verified TLS; runtimes {}; image {image} {}",
+            facts.version,
+            facts.api_version,
+            facts.oci_runtimes.join(", "),
+            if image_ok { "present" } else { "missing" },
+        );
+        let fix = format!("paddock image build --engine {name} --tag {image}");
+        checks.push(if image_ok {
+            check("engine", Status::Ok, detail, None)
+        } else {
+            check("engine", Status::Warn, detail, Some(&fix))
+        });
+    }
+    checks
+}

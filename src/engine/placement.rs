@@ -1,0 +1,92 @@
+//! `create --engine auto`: the job goes to the engine of `engines:` with the most free
+//! budget, and waits when none has room. An engine's budget is its `jobs:` setting, else its
+//! CPUs (its own, as its daemon reports them); what it holds is the jobs whose records name
+//! it. The choice and the record that makes it count are made under
+//! `locks/engines.lock`, so two creates never both take an engine's last place; an engine
+//! that does not answer is not chosen.
+
+use std::time::{Duration, Instant};
+
+use super::{Paddock, Result};
+use crate::config::Config;
+use crate::engines::EngineError;
+use crate::job::RuntimeKind;
+use crate::store::FileLock;
+
+/// How long a create waits for an engine with room by default (`admission.max_wait` wins).
+const DEFAULT_WAIT: Duration = Duration::from_secs(1800);
+/// How often a waiting create looks again.
+const POLL: Duration = Duration::from_millis(500);
+
+/// The engine `auto` chose, and the lock that holds the choice until the job's record exists.
+pub(crate) struct Placed {
+    pub engine: String,
+    _lock: FileLock,
+}
+
+impl Paddock {
+    /// An engine's budget: its `jobs:`, else its CPUs; `None` when it does not answer.
+    async fn engine_budget(&self, name: &str, jobs: Option<u32>) -> Option<usize> {
+        if let Some(jobs) = jobs {
+            return usize::try_from(jobs).ok();
+        }
+        let runtime = self.runtimes.on_engine(RuntimeKind::Docker, Some(name));
+        match tokio::time::timeout(Duration::from_secs(5), runtime.engine_facts()).await {
+            Ok(Some(Ok(facts))) => usize::try_from(facts.cpus).ok(),
+            _ => None,
+        }
+    }
+
+    /// Places a job by `engine: auto` (see the module docs); waits for room unless
+    /// `no_wait`, up to the admission's `max_wait`.
+    pub(super) async fn place_auto(&self, config: &Config, no_wait: bool) -> Result<Placed> {
+        let wait = config
+            .admission
+            .max_wait
+            .map_or(DEFAULT_WAIT, |wait| wait.0);
+        let started = Instant::now();
+        let path = self.home.locks_dir().join("engines.lock");
+        loop {
+            let at = path.clone();
+            let lock = tokio::task::spawn_blocking(move || {
+                FileLock::acquire(&at, Duration::from_secs(30))
+            })
+            .await
+            .expect("taking a lock does not panic")?;
+            let (records, _) = self.store.list()?;
+            let mut best: Option<(usize, String)> = None;
+            for (name, spec) in &config.engines {
+                let Some(budget) = self.engine_budget(name, spec.jobs).await else {
+                    continue;
+                };
+                let held = records
+                    .iter()
+                    .filter(|r| r.engine.as_deref() == Some(name.as_str()))
+                    .count();
+                let free = budget.saturating_sub(held);
+                if free > 0 && best.as_ref().is_none_or(|(most, _)| free > *most) {
+                    best = Some((free, name.clone()));
+                }
+            }
+            if let Some((_, engine)) = best {
+                return Ok(Placed {
+                    engine,
+                    _lock: lock,
+                });
+            }
+            drop(lock);
+            if no_wait || started.elapsed() >= wait {
+                return Err(EngineError::NoRoom {
+                    engines: config
+                        .engines
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }
+                .into());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Docker engines besides the local one: their names and how to reach them (`engines:` in
+//! the user config file), and the names of what a job keeps on one.
+//!
+//! A job on a remote engine shares no filesystem with the host that runs paddock: its
+//! workspace, its private git dir and its outbox are volumes of that engine
+//! ([`job_volume`]), filled at create by a stream through the engine's API and read back
+//! only through it (the archive API, exec output), and the repository's objects the engine
+//! already holds sit in one cache volume per (install, repository) ([`object_cache`]), which
+//! job containers mount read-only, so the second job of a repository sends only what is new.
+//! Engines are named only in the user's own file: a repository's file could otherwise send
+//! its jobs, and the user's history, to a machine it names. This module holds no client (the
+//! connection is `runtime/docker/remote.rs`), so config and runtime can both use it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// One engine of `engines:`: `host: tcp://HOST:2376` with `tls: {ca, cert, key}` (as the
+/// Docker CLI's `--tlsverify`). (`ssh://` is refused for now, naming the way that works.)
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSpec {
+    pub host: String,
+    pub tls: Option<EngineTls>,
+    /// How many jobs this engine holds at once for `engine: auto` (default: its CPUs).
+    pub jobs: Option<u32>,
+}
+
+/// The client certificate, its key and the CA that signed the engine's certificate.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineTls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Why an engine cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("no engine `{name}` in the user config file's `engines:` (known: {known})")]
+    Unknown { name: String, known: String },
+    #[error(
+        "engine `{name}`: `{host}` is neither `tcp://HOST:PORT` with `tls:` nor `ssh://USER@HOST`"
+    )]
+    BadHost { name: String, host: String },
+    #[error("engine `{name}`: {message}")]
+    Invalid { name: String, message: String },
+    #[error("`engine: auto`: no engine has room ({engines}; each holds its `jobs:` or CPUs)")]
+    NoRoom { engines: String },
+}
+
+/// Checks one entry of `engines:`: a name that can be part of a Docker volume name and a
+/// host paddock can reach without sending anything in clear (TLS, or ssh).
+pub fn check(name: &str, spec: &EngineSpec) -> Result<(), EngineError> {
+    let name_ok = !name.is_empty()
+        && name != "local"
+        && name != "auto"
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
+    if !name_ok {
+        return Err(EngineError::Invalid {
+            name: name.to_string(),
+            message: "use letters, digits, `-` and `_` (`local` and `auto` are taken)".into(),
+        });
+    }
+    let tcp = spec.host.starts_with("tcp://") || spec.host.starts_with("https://");
+    if spec.host.starts_with("ssh://") {
+        return Err(EngineError::Invalid {
+            name: name.to_string(),
+            message: "`ssh://` engines are not supported yet: use `tcp://HOST:2376` with `tls:`"
+                .into(),
+        });
+    }
+    match (tcp, &spec.tls) {
+        (true, Some(_)) => Ok(()),
+        (true, None) => Err(EngineError::Invalid {
+            name: name.to_string(),
+            message: format!(
+                "`{}` needs `tls: {{ca, cert, key}}`: paddock never talks to an engine in clear",
+                spec.host
+            ),
+        }),
+        _ => Err(EngineError::BadHost {
+            name: name.to_string(),
+            host: spec.host.clone(),
+        }),
+    }
+}
+
+/// The engine `name` of `engines`, or why there is none.
+pub fn find<'a>(
+    engines: &'a BTreeMap<String, EngineSpec>,
+    name: &str,
+) -> Result<&'a EngineSpec, EngineError> {
+    engines.get(name).ok_or_else(|| EngineError::Unknown {
+        name: name.to_string(),
+        known: if engines.is_empty() {
+            "none".into()
+        } else {
+            engines.keys().cloned().collect::<Vec<_>>().join(", ")
+        },
+    })
+}
+
+/// The kinds of volume a job has on a remote engine, and where its container mounts each.
+pub const JOB_VOLUMES: &[(&str, &str)] = &[
+    ("ws", ""),
+    ("git", "/paddock/git"),
+    ("outbox", "/paddock/outbox"),
+];
+
+/// The volume of kind `kind` (`ws`, `git`, `outbox`) of the job whose container is
+/// `container`: named after it, so the install's tag is in it.
+pub fn job_volume(container: &str, kind: &str) -> String {
+    format!("{container}-{kind}")
+}
+
+/// The object cache volume of a repository on an engine, for an install (`tag`).
+pub fn object_cache(tag: &str, repo_key: &str) -> String {
+    format!("paddock-{tag}-objects-{repo_key}")
+}
+
+/// What filling a remote job's files sent to its engine (`runtime/docker/fill.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct FillReport {
+    /// The pack's size: what went over the wire for the repository's objects.
+    pub bytes: u64,
+    /// The objects in it.
+    pub objects: usize,
+}
+
+/// The test switch: any bind mount of a host path into a remote engine's container fails.
+pub fn forbid_host_binds() -> bool {
+    std::env::var_os("PADDOCK_TEST_FORBID_HOST_BINDS").is_some_and(|v| v == "1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(host: &str, tls: bool) -> EngineSpec {
+        EngineSpec {
+            host: host.into(),
+            tls: tls.then(|| EngineTls {
+                ca: "ca.pem".into(),
+                cert: "cert.pem".into(),
+                key: "key.pem".into(),
+            }),
+            jobs: None,
+        }
+    }
+
+    #[test]
+    fn an_engine_is_reached_by_tls_or_ssh_only() {
+        assert!(check("build1", &spec("tcp://10.0.0.2:2376", true)).is_ok());
+        assert!(check("gpu", &spec("ssh://me@gpu", false)).is_err());
+        assert!(check("b", &spec("tcp://10.0.0.2:2375", false)).is_err());
+        assert!(check("b", &spec("unix:///var/run/docker.sock", false)).is_err());
+        assert!(check("auto", &spec("tcp://h:2376", true)).is_err());
+        assert!(check("a b", &spec("tcp://h:2376", true)).is_err());
+    }
+}

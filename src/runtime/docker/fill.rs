@@ -1,0 +1,209 @@
+//! Filling a remote job's volumes at create (see `remote`): a helper container on the
+//! engine with the job's volumes and the repository's object cache, before any agent of the
+//! job has run. It says which commits the cache holds; the host packs what the cache lacks
+//! of the job's commit (`git::remote`: that commit's tree, no history) and uploads the pack
+//! and the job's git dir (written on the host by `JobGitDir`, alternates re-pointed) through
+//! the archive API; the helper indexes the pack into the cache, checks the tree out into the
+//! workspace volume as the job's git dir says, and gives the files to the agent's uid.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, ExecConfig};
+use futures_util::StreamExt;
+
+use super::remote::{ensure_volumes, helper_labels, job_mounts, upload};
+use super::{
+    API_TIMEOUT, CONTAINER_GIT_DIR, CONTAINER_OBJECTS, agent_user, call, connect, create_named,
+    hardened_host_config, job_container, remove_labelled_container, start_named,
+};
+use crate::engines::FillReport;
+use crate::job::{JobRecord, RuntimeKind, random_hex};
+use crate::runtime::RuntimeError;
+use crate::store::PaddockHome;
+
+/// Deadline of one step of the fill in the helper (an index-pack, a checkout of a large tree).
+const STEP_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// Runs `script` as root in the helper `name`; its exit code and output (capped at 64 KiB).
+pub(super) async fn run(
+    docker: &Docker,
+    name: &str,
+    script: &str,
+) -> Result<(i64, String), RuntimeError> {
+    let config = ExecConfig {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(vec!["sh".into(), "-c".into(), script.into()]),
+        ..Default::default()
+    };
+    let created = call(
+        "create exec",
+        name,
+        API_TIMEOUT,
+        docker.create_exec(name, config),
+    )
+    .await?;
+    let started = call(
+        "start exec",
+        name,
+        API_TIMEOUT,
+        docker.start_exec(&created.id, None::<StartExecOptions>),
+    )
+    .await?;
+    let mut text = String::new();
+    if let StartExecResults::Attached { mut output, .. } = started {
+        let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
+        loop {
+            match tokio::time::timeout_at(deadline, output.next()).await {
+                Ok(Some(Ok(chunk))) => {
+                    if text.len() < 64 << 10 {
+                        text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+                    }
+                }
+                Ok(Some(Err(_)) | None) => break,
+                Err(_) => {
+                    return Err(RuntimeError::DockerTimeout {
+                        action: "fill the job's volumes",
+                        target: name.to_string(),
+                        after: STEP_TIMEOUT,
+                    });
+                }
+            }
+        }
+    }
+    let inspect = call(
+        "inspect exec",
+        name,
+        API_TIMEOUT,
+        docker.inspect_exec(&created.id),
+    )
+    .await?;
+    Ok((inspect.exit_code.unwrap_or(-1), text))
+}
+
+/// A tar of one file, `name`, holding `bytes`.
+fn tar_of_file(name: &str, bytes: &[u8]) -> Result<Vec<u8>, std::io::Error> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(bytes.len() as u64);
+    header.set_mode(0o600);
+    builder.append_data(&mut header, name, bytes)?;
+    builder.into_inner()
+}
+
+/// A tar of the directory `dir`'s contents.
+fn tar_of_dir(dir: &Path) -> Result<Vec<u8>, std::io::Error> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    builder.append_dir_all(".", dir)?;
+    builder.into_inner()
+}
+
+/// Fills a remote job's volumes (see the module docs) with `tip` checked out and the git dir
+/// staged at `staged_git`; returns what the pack held.
+pub(super) async fn fill(
+    home: &PaddockHome,
+    record: &JobRecord,
+    staged_git: &Path,
+    tip: &str,
+) -> Result<FillReport, RuntimeError> {
+    let docker = connect()?;
+    ensure_volumes(&docker, home, record).await?;
+    let name = format!("{}-fill-{}", job_container(record), random_hex(6));
+    let mut mounts = job_mounts(home, record);
+    for mount in &mut mounts {
+        mount.read_only = Some(false);
+    }
+    let mut host_config = hardened_host_config(&record.limits, RuntimeKind::Docker, mounts);
+    host_config.cap_add = Some(vec!["CHOWN".into(), "DAC_OVERRIDE".into(), "FOWNER".into()]);
+    let body = ContainerCreateBody {
+        image: Some(record.limits.image.clone()),
+        user: Some("0:0".into()),
+        entrypoint: Some(vec!["sleep".into()]),
+        cmd: Some(vec!["3600".into()]),
+        labels: Some(helper_labels(home, record.id.as_str())),
+        host_config: Some(host_config),
+        ..Default::default()
+    };
+    create_named(&docker, &name, body).await?;
+    let result = async {
+        start_named(&docker, &name).await?;
+        fill_in(&docker, &name, home, record, staged_git, tip).await
+    }
+    .await;
+    if let Err(error) = remove_labelled_container(home, &name, record.id.as_str()).await {
+        tracing::warn!(container = %name, %error, "failed to remove a fill helper");
+    }
+    result
+}
+
+async fn fill_in(
+    docker: &Docker,
+    name: &str,
+    home: &PaddockHome,
+    record: &JobRecord,
+    staged_git: &Path,
+    tip: &str,
+) -> Result<FillReport, RuntimeError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RuntimeError::Io { path, source }
+    };
+    let (_, held) = run(
+        docker,
+        name,
+        &format!("cat {CONTAINER_OBJECTS}/paddock-commits 2>/dev/null; true"),
+    )
+    .await?;
+    let haves: Vec<String> = held.lines().map(|l| l.trim().to_string()).collect();
+    let pack_path = home.job_dir(&record.id).join("fill.pack");
+    let objects =
+        crate::git::remote::pack_for_engine(&record.git_common_dir, tip, &haves, &pack_path)
+            .await
+            .map_err(|e| RuntimeError::Io {
+                path: pack_path.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+    let pack = std::fs::read(&pack_path).map_err(io(&pack_path))?;
+    let _ = std::fs::remove_file(&pack_path);
+    let bytes = pack.len() as u64;
+    let incoming = format!("incoming-{}.pack", random_hex(8));
+    let pack_tar = tar_of_file(&incoming, &pack).map_err(io(&pack_path))?;
+    drop(pack);
+    upload(docker, name, CONTAINER_OBJECTS, pack_tar).await?;
+    let git_tar = tar_of_dir(staged_git).map_err(io(staged_git))?;
+    upload(docker, name, CONTAINER_GIT_DIR, git_tar).await?;
+    let (uid, gid) = agent_user(record.limits.uid);
+    let workspace = &record.limits.workspace_dir;
+    let script = format!(
+        r#"set -eu
+C={CONTAINER_OBJECTS}; P="$C/{incoming}"; B={tip}; W='{workspace}'; G={CONTAINER_GIT_DIR}
+[ -f "$C/HEAD" ] || git init -q --bare "$C"
+git --git-dir="$C" index-pack --stdin <"$P" >/dev/null
+rm -f "$P"
+(
+  flock 9
+  printf '%s\n' "$B" >>"$C/shallow"; sort -u -o "$C/shallow" "$C/shallow"
+  grep -qx "$B" "$C/paddock-commits" 2>/dev/null || printf '%s\n' "$B" >>"$C/paddock-commits"
+) 9>"$C/.lock"
+cp "$C/shallow" "$G/shallow"
+cd "$W"
+GIT_DIR="$G" GIT_WORK_TREE="$W" git -c safe.directory='*' -c core.hooksPath=/dev/null \
+  -c checkout.workers=0 read-tree --reset -u HEAD
+printf 'gitdir: %s\n' "$G" >"$W/.git"
+chown -R {uid}:{gid} "$W" "$G" /paddock/outbox
+"#
+    );
+    let (code, output) = run(docker, name, &script).await?;
+    if code != 0 {
+        return Err(RuntimeError::Docker {
+            action: "fill the job's volumes",
+            target: name.to_string(),
+            message: format!("exit {code}: {}", output.trim()),
+        });
+    }
+    Ok(FillReport { bytes, objects })
+}

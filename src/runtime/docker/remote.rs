@@ -1,0 +1,404 @@
+//! Jobs on a remote Docker engine (`engines:`; see `crate::engines`): the TLS connection,
+//! the volumes that hold the job's files there, filling them at create by a stream through
+//! the engine's API, and reading the job's outbox back through the archive API.
+//!
+//! Which engine a call talks to is the task-local [`ENGINE`], set by `DockerRuntime` for
+//! the length of each of its methods (one `DockerRuntime` per engine), so every function of
+//! this module's parent reaches the job's engine through the one `connect`.
+//!
+//! Trust: nothing the job can write is trusted on the host. The fill runs in a helper
+//! container before any agent of the job has run; the object cache volume is written only by
+//! such helpers and mounted read-only in job containers, so one job cannot plant objects or
+//! a `shallow` file for the next. The outbox comes back as a tar whose entries are taken only
+//! when they are regular files with the names a sync writes, each under its cap, and then
+//! read by `engine::outbox` as if they had been on the host all along.
+
+use std::collections::HashMap;
+use std::io::Read as _;
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+
+use bollard::Docker;
+use bollard::models::{Mount, MountTypeEnum, VolumeCreateRequest};
+use bollard::query_parameters::{DownloadFromContainerOptionsBuilder, UploadToContainerOptions};
+use futures_util::StreamExt;
+
+use super::{API_TIMEOUT, CONTAINER_OBJECTS, LABEL_HOME, LABEL_JOB, LABEL_ROLE, call};
+use crate::engines::{EngineSpec, JOB_VOLUMES, job_volume, object_cache};
+use crate::job::JobRecord;
+use crate::runtime::RuntimeError;
+use crate::store::PaddockHome;
+
+tokio::task_local! {
+    /// The engine of `engines:` the current `DockerRuntime` call talks to (`None`: local).
+    pub(super) static ENGINE: Option<String>;
+}
+
+/// The engine the current call talks to, if it is a remote one.
+pub(super) fn current() -> Option<String> {
+    ENGINE.try_with(Clone::clone).ok().flatten()
+}
+
+/// A client for engine `name` of the user config's `engines:`, over TLS. Clients are kept
+/// per (name, settings), so a changed entry is read again.
+pub(super) fn connect_engine(name: &str) -> Result<Docker, RuntimeError> {
+    static CLIENTS: OnceLock<Mutex<HashMap<String, Docker>>> = OnceLock::new();
+    let unavailable = |message: String| RuntimeError::DockerUnavailable {
+        message: format!("engine `{name}`: {message}"),
+    };
+    let config = crate::config::Config::load(None, &crate::env::ProcessEnv)
+        .map_err(|e| unavailable(e.to_string()))?;
+    let spec: EngineSpec = crate::engines::find(&config.engines, name)
+        .map_err(|e| unavailable(e.to_string()))?
+        .clone();
+    let key = format!("{name} {spec:?}");
+    let clients = CLIENTS.get_or_init(Default::default);
+    if let Some(docker) = clients
+        .lock()
+        .expect("the client map is never poisoned")
+        .get(&key)
+    {
+        return Ok(docker.clone());
+    }
+    let Some(tls) = &spec.tls else {
+        return Err(unavailable(format!("`{}` has no `tls:`", spec.host)));
+    };
+    let docker = Docker::connect_with_ssl(
+        &spec.host,
+        &tls.key,
+        &tls.cert,
+        &tls.ca,
+        API_TIMEOUT.as_secs(),
+        bollard::API_DEFAULT_VERSION,
+    )
+    .map_err(|e| unavailable(e.to_string()))?;
+    clients
+        .lock()
+        .expect("the client map is never poisoned")
+        .insert(key, docker.clone());
+    Ok(docker)
+}
+
+fn volume(name: String, target: &str, read_only: bool) -> Mount {
+    Mount {
+        target: Some(target.to_string()),
+        source: Some(name),
+        typ: Some(MountTypeEnum::VOLUME),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+/// The mounts of a remote job's container: its volumes (workspace, git dir, outbox) and the
+/// repository's object cache read-only at [`CONTAINER_OBJECTS`] (the git dir's alternates
+/// name its `objects`). No host path.
+pub(super) fn job_mounts(home: &PaddockHome, record: &JobRecord) -> Vec<Mount> {
+    let container = super::job_container(record);
+    let mut mounts: Vec<Mount> = JOB_VOLUMES
+        .iter()
+        .map(|(kind, target)| {
+            let target = if target.is_empty() {
+                record.limits.workspace_dir.as_str()
+            } else {
+                target
+            };
+            volume(job_volume(&container, kind), target, false)
+        })
+        .collect();
+    mounts.push(volume(
+        object_cache(home.tag(), &record.repo_key),
+        CONTAINER_OBJECTS,
+        true,
+    ));
+    mounts
+}
+
+/// The test switch (`PADDOCK_TEST_FORBID_HOST_BINDS=1`): a container on a remote engine
+/// with a bind mount of a host path is refused before it is made.
+pub(super) fn check_no_host_binds(
+    name: &str,
+    body: &bollard::models::ContainerCreateBody,
+) -> Result<(), RuntimeError> {
+    if current().is_none() || !crate::engines::forbid_host_binds() {
+        return Ok(());
+    }
+    let host = body.host_config.as_ref();
+    let binds = host
+        .and_then(|h| h.binds.as_ref())
+        .is_some_and(|b| !b.is_empty());
+    let bind_mounts = host
+        .and_then(|h| h.mounts.as_ref())
+        .is_some_and(|m| m.iter().any(|m| m.typ == Some(MountTypeEnum::BIND)));
+    if binds || bind_mounts {
+        return Err(RuntimeError::Docker {
+            action: "create container",
+            target: name.to_string(),
+            message: "a host path bind-mounted into a remote engine's container (PADDOCK_TEST_FORBID_HOST_BINDS)".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Makes the volume `name` with this install's labels (a no-op when it exists).
+async fn ensure_volume(
+    docker: &Docker,
+    home: &PaddockHome,
+    name: &str,
+    job: &str,
+) -> Result<(), RuntimeError> {
+    let request = VolumeCreateRequest {
+        name: Some(name.to_string()),
+        labels: Some(HashMap::from([
+            (LABEL_HOME.to_string(), home.id().to_string()),
+            (LABEL_JOB.to_string(), job.to_string()),
+        ])),
+        ..Default::default()
+    };
+    call(
+        "create volume",
+        name,
+        API_TIMEOUT,
+        docker.create_volume(request),
+    )
+    .await
+    .map(drop)
+}
+
+/// Removes the job's volumes on its engine, each only when it carries this install's labels
+/// with the job's id (checked right before). The object cache stays.
+pub(super) async fn remove_job_volumes(
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<(), RuntimeError> {
+    let docker = super::connect()?;
+    let container = super::job_container(record);
+    let mut first = Ok(());
+    for (kind, _) in JOB_VOLUMES {
+        let name = job_volume(&container, kind);
+        let ours = match docker.inspect_volume(&name).await {
+            Ok(info) => {
+                info.labels.get(LABEL_HOME).map(String::as_str) == Some(home.id())
+                    && info.labels.get(LABEL_JOB).map(String::as_str) == Some(record.id.as_str())
+            }
+            Err(_) => false,
+        };
+        if !ours {
+            continue;
+        }
+        let removed = call(
+            "remove volume",
+            &name,
+            API_TIMEOUT,
+            docker.remove_volume(
+                &name,
+                None::<bollard::query_parameters::RemoveVolumeOptions>,
+            ),
+        )
+        .await;
+        if first.is_ok() {
+            first = removed;
+        }
+    }
+    first
+}
+
+/// Uploads `tar` into the container `name` at `path` through the archive API.
+pub(super) async fn upload(
+    docker: &Docker,
+    name: &str,
+    path: &str,
+    tar: Vec<u8>,
+) -> Result<(), RuntimeError> {
+    let options = UploadToContainerOptions {
+        path: path.to_string(),
+        ..Default::default()
+    };
+    call(
+        "upload to container",
+        name,
+        super::BUILD_TIMEOUT,
+        docker.upload_to_container(name, Some(options), bollard::body_full(tar.into())),
+    )
+    .await
+}
+
+/// The names a sync writes in the outbox: 12 hex digits and `.stream`, `.err` or `.rc`,
+/// with each one's cap.
+fn outbox_cap(name: &str) -> Option<u64> {
+    let (stem, ext) = name.split_once('.')?;
+    if stem.len() != 12 || !stem.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    match ext {
+        "stream" => Some(crate::git::sync::MAX_STREAM_BYTES),
+        "err" => Some(crate::git::sync::MAX_STDERR_BYTES as u64),
+        "rc" => Some(64),
+        _ => None,
+    }
+}
+
+/// Copies the sync files in the container `name`'s outbox to the job's outbox on the host
+/// (`JobRecord::outbox`), through the archive API: a tar taken to a host file under a cap,
+/// then only regular files with a sync's names, each under its cap, written new. Returns
+/// the names taken, which the caller then removes in the container.
+pub(super) async fn pull_outbox(
+    docker: &Docker,
+    name: &str,
+    record: &JobRecord,
+) -> Result<Vec<String>, RuntimeError> {
+    let Some(host) = record.outbox() else {
+        return Ok(Vec::new());
+    };
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RuntimeError::Io { path, source }
+    };
+    let options = DownloadFromContainerOptionsBuilder::new()
+        .path(super::CONTAINER_OUTBOX)
+        .build();
+    let total_cap = crate::git::sync::MAX_STREAM_BYTES + (1 << 20);
+    let tar_path = host.with_extension("pull.tar");
+    let mut file = tokio::fs::File::create(&tar_path)
+        .await
+        .map_err(io(&tar_path))?;
+    let mut stream = docker.download_from_container(name, Some(options));
+    let mut size = 0u64;
+    let deadline = tokio::time::Instant::now() + super::BUILD_TIMEOUT;
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(Ok(chunk))) => chunk,
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                let _ = std::fs::remove_file(&tar_path);
+                return Err(RuntimeError::Docker {
+                    action: "download from container",
+                    target: name.to_string(),
+                    message: e.to_string(),
+                });
+            }
+            Err(_) => {
+                let _ = std::fs::remove_file(&tar_path);
+                return Err(RuntimeError::DockerTimeout {
+                    action: "download from container",
+                    target: name.to_string(),
+                    after: super::BUILD_TIMEOUT,
+                });
+            }
+        };
+        size += chunk.len() as u64;
+        if size > total_cap {
+            let _ = std::fs::remove_file(&tar_path);
+            return Err(RuntimeError::Docker {
+                action: "download from container",
+                target: name.to_string(),
+                message: format!("the job's outbox passed {total_cap} bytes: not read"),
+            });
+        }
+        tokio::io::AsyncWriteExt::write_all(&mut file, &chunk)
+            .await
+            .map_err(io(&tar_path))?;
+    }
+    // tokio's file writes on a blocking thread: the last one is done only once flushed.
+    tokio::io::AsyncWriteExt::flush(&mut file)
+        .await
+        .map_err(io(&tar_path))?;
+    drop(file);
+    let (tar_at, host_at) = (tar_path.clone(), host.clone());
+    let taken = tokio::task::spawn_blocking(move || extract_outbox(&tar_at, &host_at))
+        .await
+        .expect("extracting the outbox does not panic");
+    let _ = std::fs::remove_file(&tar_path);
+    taken
+}
+
+/// Takes the sync files out of an outbox tar (see [`pull_outbox`]).
+fn extract_outbox(tar_path: &Path, host: &Path) -> Result<Vec<String>, RuntimeError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RuntimeError::Io { path, source }
+    };
+    let file = std::fs::File::open(tar_path).map_err(io(tar_path))?;
+    let mut archive = tar::Archive::new(file);
+    let mut taken = Vec::new();
+    for entry in archive.entries().map_err(io(tar_path))? {
+        let mut entry = entry.map_err(io(tar_path))?;
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            continue;
+        }
+        let path = entry.path().map_err(io(tar_path))?.into_owned();
+        let mut parts = path.components();
+        let (Some(first), Some(file_name), None) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if first.as_os_str() != "outbox" {
+            continue;
+        }
+        let file_name = file_name.as_os_str().to_string_lossy().to_string();
+        let Some(cap) = outbox_cap(&file_name) else {
+            continue;
+        };
+        if entry.size() > cap {
+            continue;
+        }
+        let target = host.join(&file_name);
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&target)
+            .map_err(io(&target))?;
+        std::io::copy(&mut (&mut entry).take(cap), &mut out).map_err(io(&target))?;
+        taken.push(file_name);
+    }
+    Ok(taken)
+}
+
+/// Brings the sync files of the job container's outbox to the host ([`pull_outbox`]) and
+/// removes them there.
+pub(super) async fn collect_outbox(record: &JobRecord) -> Result<(), RuntimeError> {
+    let docker = super::connect()?;
+    let name = super::job_container(record);
+    let taken = pull_outbox(&docker, &name, record).await?;
+    if !taken.is_empty() {
+        let files: Vec<String> = taken
+            .iter()
+            .map(|file| format!("{}/{file}", super::CONTAINER_OUTBOX))
+            .collect();
+        super::fill::run(&docker, &name, &format!("rm -f {}", files.join(" "))).await?;
+    }
+    Ok(())
+}
+
+/// Labels of a fill helper: the job's, with role `sync`, so a sweep reaps one a crash left.
+pub(super) fn helper_labels(home: &PaddockHome, job: &str) -> HashMap<String, String> {
+    HashMap::from([
+        (LABEL_HOME.to_string(), home.id().to_string()),
+        (LABEL_JOB.to_string(), job.to_string()),
+        (LABEL_ROLE.to_string(), "sync".to_string()),
+    ])
+}
+
+/// Makes the job's volumes and the repository's object cache on the engine.
+pub(super) async fn ensure_volumes(
+    docker: &Docker,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<(), RuntimeError> {
+    let container = super::job_container(record);
+    for (kind, _) in JOB_VOLUMES {
+        ensure_volume(
+            docker,
+            home,
+            &job_volume(&container, kind),
+            record.id.as_str(),
+        )
+        .await?;
+    }
+    ensure_volume(
+        docker,
+        home,
+        &object_cache(home.tag(), &record.repo_key),
+        "objects",
+    )
+    .await
+}

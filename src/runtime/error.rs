@@ -1,0 +1,66 @@
+//! What a runtime's calls fail with: one enum for every runtime (Docker, process, and the
+//! ones to come), each case naming the input that failed; `error::Error` maps it once onto
+//! an `ErrorKind` (exit code, HTTP status, hint).
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("cannot reach the Docker daemon: {message}")]
+    DockerUnavailable { message: String },
+    #[error("image `{image}` is not present")]
+    ImageMissing { image: String },
+    #[error("Docker runtime `{runtime}` is not registered with the daemon")]
+    OciRuntimeMissing { runtime: String },
+    #[error("Docker runtime `{runtime}` is registered with `{flag}`: {consequence}")]
+    OciRuntimeMisconfigured {
+        runtime: String,
+        flag: String,
+        consequence: String,
+    },
+    #[error("docker {action} failed for `{target}`: {message}")]
+    Docker {
+        action: &'static str,
+        target: String,
+        message: String,
+    },
+    #[error("docker {action} timed out after {after:?} for `{target}`")]
+    DockerTimeout {
+        action: &'static str,
+        target: String,
+        after: std::time::Duration,
+    },
+    #[error("failed to start `{program}` in `{dir}`: {source}")]
+    Spawn {
+        program: String,
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("empty command: give the program to run after `--`")]
+    EmptyCommand,
+    #[error("the working directory `{dir}` is not a directory in the job")]
+    NoWorkdir { dir: std::path::PathBuf },
+    #[error("refusing to touch container `{name}`: it does not carry this install's labels")]
+    NotOurContainer { name: String },
+    #[error("the container name `{name}` is already in use by a container that is not this job's")]
+    NameInUse { name: String },
+    #[error("failure injected at `{point}` (PADDOCK_FAIL_AT)")]
+    Injected { point: &'static str },
+    #[error("the {runtime} runtime cannot {what}")]
+    Unsupported {
+        runtime: &'static str,
+        what: &'static str,
+    },
+    /// A job's secret could not be read or handed to its proxy (never says the value).
+    #[error("job {job}: secret `{name}`: {message}")]
+    Secret {
+        job: String,
+        name: String,
+        message: String,
+    },
+    #[error("failed to write `{path}`: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}

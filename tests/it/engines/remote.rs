@@ -1,0 +1,143 @@
+//! create / exec (a commit) / show / diff / rm of a job on the remote engine, with no host
+//! path mounted into any of its containers; the object cache sends a second job of the same
+//! repository only what is new.
+
+use serde_json::Value;
+
+use super::{available, create_on, engine, home_with};
+use crate::fixtures::{FixtureRepo, TestHome};
+
+/// The job's record as the store keeps it.
+fn record(home: &TestHome, id: &str) -> Value {
+    let path = home.root().join("jobs").join(format!("{id}.json"));
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("the record")).expect("json")
+}
+
+#[test]
+fn a_job_on_a_remote_engine_commits_syncs_and_rm_keeps_its_work() {
+    if !available("a_job_on_a_remote_engine_commits_syncs_and_rm_keeps_its_work") {
+        return;
+    }
+    let engine = engine();
+    let repo = FixtureRepo::new();
+    let home = home_with(engine);
+    // doctor reaches the engine over TLS and finds the image there.
+    let doctor = home.run(&["doctor", "--json"]);
+    let checks: Value = serde_json::from_slice(&doctor.stdout).expect("doctor json");
+    let check = checks
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["name"] == "engine")
+        .expect("an engine check")
+        .clone();
+    assert_eq!(check["status"], "ok", "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("eng1:") && d.contains("present")),
+        "{check}"
+    );
+    let id = create_on(&home, engine, &repo, &["--task", "remote"]);
+    let show: Value = home.json(&["show", &id, "--json"])["job"].clone();
+    assert_eq!(show["engine"], "eng1", "{show}");
+    let container = show["container_name"]
+        .as_str()
+        .expect("a container")
+        .to_string();
+
+    // The container lives on the remote engine only, with volumes and no host path.
+    assert!(
+        !std::process::Command::new("docker")
+            .args(["inspect", &container])
+            .output()
+            .expect("docker")
+            .status
+            .success(),
+        "no container of the job on the local engine"
+    );
+    let mounts = engine.docker_ok(&["inspect", "-f", "{{json .Mounts}}", &container]);
+    let mounts: Value = serde_json::from_str(&mounts).expect("mounts json");
+    let mounts = mounts.as_array().expect("a list");
+    assert!(!mounts.is_empty());
+    assert!(
+        mounts.iter().all(|m| m["Type"] == "volume"),
+        "only volumes: {mounts:?}"
+    );
+
+    // The checkout is there, and a commit made inside reaches the user's branch by exec's end.
+    let listing = home.sh(
+        &id,
+        "cat src/lib.rs && git status --porcelain && git log --oneline",
+    );
+    assert!(listing.contains("pub fn answer"), "{listing}");
+    let branch = show["branch"].as_str().expect("branch").to_string();
+    home.sh(
+        &id,
+        "echo remote > remote.txt && git add remote.txt && git commit -q -m 'from the engine'",
+    );
+    let subject = repo.git(&["log", "-1", "--format=%s", &branch]);
+    assert_eq!(subject.trim(), "from the engine");
+    let tip = repo.git(&["rev-parse", &branch]);
+
+    // show and diff read it (they sync first, through the engine).
+    home.sh(&id, "echo wip > wip.txt");
+    let diff = home.ok(&["diff", &id]);
+    assert!(diff.contains("remote.txt"), "{diff}");
+    let shown: Value = home.json(&["show", &id, "--json"]);
+    assert!(shown["job"]["sync_error"].is_null(), "{shown}");
+    assert_eq!(shown["changes"]["commits_ahead"], 1, "{shown}");
+
+    // rm keeps the commit; the job's container and volumes on the engine are gone, the
+    // repository's object cache stays.
+    home.ok(&["rm", &id, "--force"]);
+    assert_eq!(repo.git(&["rev-parse", &branch]), tip);
+    assert!(!engine.docker(&["inspect", &container]).status.success());
+    let volumes = engine.docker_ok(&["volume", "ls", "-q"]);
+    assert!(
+        !volumes.lines().any(|v| v.starts_with(&container)),
+        "{volumes}"
+    );
+    assert!(
+        volumes.lines().any(|v| v.contains("-objects-")),
+        "{volumes}"
+    );
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+}
+
+#[test]
+fn a_second_job_of_a_large_repository_sends_under_a_tenth_of_the_first() {
+    if !available("a_second_job_of_a_large_repository_sends_under_a_tenth") {
+        return;
+    }
+    let engine = engine();
+    let files: usize = std::env::var("PADDOCK_TEST_ENGINE_FILES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5_000);
+    let repo = FixtureRepo::with_files(files, 200);
+    let home = home_with(engine);
+    let started = std::time::Instant::now();
+    let first = create_on(&home, engine, &repo, &["--task", "first"]);
+    let first_ms = started.elapsed().as_millis();
+    // One more commit on the base: the second job's base has a new file.
+    repo.write("new.txt", "new\n");
+    repo.commit_all("one more");
+    let started = std::time::Instant::now();
+    let second = create_on(&home, engine, &repo, &["--task", "second"]);
+    let second_ms = started.elapsed().as_millis();
+    let sent = |id: &str| {
+        record(&home, id)["engine_fill"]["bytes"]
+            .as_u64()
+            .expect("fill bytes")
+    };
+    let (a, b) = (sent(&first), sent(&second));
+    eprintln!(
+        "engine fill, {files} files: first job {a} bytes in {first_ms} ms, second {b} bytes in {second_ms} ms"
+    );
+    assert!(b * 10 < a, "second {b} bytes, first {a}");
+    let count = home.sh(&second, "git ls-files | wc -l && cat new.txt");
+    assert!(count.contains("new"), "{count}");
+    home.ok(&["rm", &first, "--force"]);
+    home.ok(&["rm", &second, "--force"]);
+}
