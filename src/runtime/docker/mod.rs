@@ -40,6 +40,7 @@ mod body;
 mod calls;
 mod egress;
 mod exec;
+pub mod export;
 mod facts;
 pub use facts::misconfiguration;
 mod image;
@@ -52,7 +53,7 @@ mod secrets;
 mod stats;
 
 use body::{base_env, container_body, hardened_host_config, warm_env};
-use mounts::grant_agent_access;
+pub(crate) use mounts::grant_agent_access;
 pub use ranges::Guard;
 pub use sandbox::DockerRuntime;
 
