@@ -184,15 +184,25 @@ pub async fn run(
     })
 }
 
-/// Asks the guest to power off (the polite first step of a stop); false when it could not
-/// be asked.
-pub async fn shutdown(vm: &VmDir) -> bool {
-    match connect(vm, Duration::from_secs(2)).await {
-        Ok(mut channel) => channel
-            .stream
-            .write_all(&encode(&ToGuest::Shutdown))
-            .await
-            .is_ok(),
+/// Sends the guest agent one order without an answer (power off, kill the job's
+/// processes); false when it could not be told.
+pub async fn tell(vm: &VmDir, order: &ToGuest) -> bool {
+    match connect(vm, Duration::from_secs(5)).await {
+        Ok(mut channel) => {
+            let sent = channel.stream.write_all(&encode(order)).await.is_ok();
+            // A ping after the order: its answer means the order was read.
+            let id = channel.next_id;
+            let _ = channel.stream.write_all(&encode(&ToGuest::Ping { id })).await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                while let Ok(frame) = read_frame_async::<FromGuest>(&mut channel.stream).await {
+                    if matches!(frame, FromGuest::Pong { id: got, .. } if got == id) {
+                        break;
+                    }
+                }
+            })
+            .await;
+            sent
+        }
         Err(_) => false,
     }
 }

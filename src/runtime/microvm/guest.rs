@@ -118,6 +118,9 @@ fn serve_connection(
                     signal_group(*pgid, signal);
                 }
             }
+            ToGuest::KillAll => {
+                let _ = std::fs::write(format!("{JOB_CGROUP}/cgroup.kill"), "1");
+            }
             ToGuest::Shutdown => {
                 rustix::fs::sync();
                 let _ = rustix::system::reboot(rustix::system::RebootCommand::PowerOff);

@@ -353,7 +353,7 @@ impl Runtime for MicrovmRuntime {
 
     async fn stop(&self, record: &JobRecord, grace: Duration) -> Result<bool, RuntimeError> {
         let vm = vm::VmDir::of(&self.home, record);
-        if vm.qemu_pid().is_some() && exec::shutdown(&vm).await {
+        if vm.qemu_pid().is_some() && exec::tell(&vm, &protocol::ToGuest::Shutdown).await {
             let until = tokio::time::Instant::now() + grace.max(Duration::from_secs(1));
             while vm.qemu_pid().is_some() && tokio::time::Instant::now() < until {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -367,8 +367,13 @@ impl Runtime for MicrovmRuntime {
         _store: &JobStore,
         record: JobRecord,
     ) -> Result<JobRecord, RuntimeError> {
-        let grace = record.limits.grace.0;
-        self.stop(&record, grace).await?;
+        // The VM stays up for the removal's last sync (booting one again just for that
+        // costs seconds under the emulator); the job's own processes end now, and
+        // `destroy` ends the VM.
+        let vm = vm::VmDir::of(&self.home, &record);
+        if vm.qemu_pid().is_some() {
+            exec::tell(&vm, &protocol::ToGuest::KillAll).await;
+        }
         Ok(record)
     }
 

@@ -33,6 +33,8 @@ pub enum ToGuest {
     },
     /// Send `signal` to the process group of exec `id` (stop, timeout).
     Signal { id: u64, signal: i32 },
+    /// Kill every process of the job (its cgroup), leaving the VM up for a last sync.
+    KillAll,
     /// Power the VM off (the stop's polite first step).
     Shutdown,
 }

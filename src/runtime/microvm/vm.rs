@@ -133,18 +133,10 @@ impl VmDir {
         self.owned_pid(&self.qemu_pidfile())
     }
 
-    /// Every process of this VM that still runs: QEMU's, then each virtiofsd's.
+    /// Every process of this VM that still runs (QEMU, each virtiofsd and the helper it
+    /// forks): every process whose command line names this VM's directory.
     pub fn pids(&self) -> Vec<i32> {
-        let mut pids: Vec<i32> = self.qemu_pid().into_iter().collect();
-        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
-            let name = entry.file_name();
-            if name.to_string_lossy().starts_with("virtiofsd-")
-                && let Some(pid) = self.owned_pid(&entry.path())
-            {
-                pids.push(pid);
-            }
-        }
-        pids
+        processes_naming(&self.dir)
     }
 
     /// The pid in `file`, when that process still runs and its command line names this VM's
@@ -155,15 +147,29 @@ impl VmDir {
     }
 }
 
-/// Whether process `pid` runs with `dir` in its command line (and is not a zombie).
+/// Every running process whose command line names `dir` (with a trailing slash, so job
+/// `a` never matches job `ab`).
+pub fn processes_naming(dir: &Path) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| owned(*pid, dir))
+        .collect()
+}
+
+/// Whether process `pid` runs with `dir/` in its command line (and is not a zombie).
 pub fn owned(pid: i32, dir: &Path) -> bool {
-    if pid <= 1 {
+    if pid <= 1 || pid == std::process::id() as i32 {
         return false;
     }
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
     };
-    let needle = dir.as_os_str().as_encoded_bytes();
+    let mut needle = dir.as_os_str().as_encoded_bytes().to_vec();
+    needle.push(b'/');
+    let needle = needle.as_slice();
     let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
         .unwrap_or(true);
