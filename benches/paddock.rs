@@ -9,10 +9,13 @@
 //! merged and conflicts marks; `=overlay`: the overlay checkout rows on the 50,000-file
 //! repository; `=ready`: job ready and first exec, cold and warm, on 1, 5,000 and 50,000
 //! files; `=exec`: an exec's cost against `docker exec` and the warm pool's first exec, on
-//! 1 and 5,000 files), printed, not written.
+//! 1 and 5,000 files; `=microvm`: a microVM job's create to ready and exec round trip
+//! against runc), printed, not written.
 
 #[path = "../fixtures/mod.rs"]
 mod fixtures;
+#[path = "parts/microvm.rs"]
+mod microvm;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -1382,7 +1385,7 @@ fn main() {
     if let Some(only) = only.as_deref().filter(|o| {
         matches!(
             *o,
-            "egress" | "queue" | "marks" | "overlay" | "ready" | "exec"
+            "egress" | "queue" | "marks" | "overlay" | "ready" | "exec" | "microvm"
         )
     }) {
         // A check of some rows alone; the results file and table are left as they are.
@@ -1416,6 +1419,7 @@ fn main() {
             }
             "egress" => egress_overhead(&mut rows),
             "queue" => queue_drain(&mut rows),
+            "microvm" => microvm::rows(&FixtureRepo::new(), &mut rows),
             _ => ls_with_marks(&mut rows),
         }
         for row in &rows {
@@ -1459,6 +1463,10 @@ fn main() {
     if docker {
         eprintln!("egress proxy");
         egress_overhead(&mut rows);
+    }
+    if docker && microvm::available() {
+        eprintln!("microVM create to ready and exec round trip");
+        microvm::rows(&small, &mut rows);
     }
     eprintln!("16 parallel creates");
     parallel_creates(&small, &mut rows);

@@ -36,6 +36,7 @@ mod jobsetup;
 mod mcp;
 mod merge;
 mod merge_safety;
+mod microvm;
 mod net_ranges;
 mod pool;
 mod ports;

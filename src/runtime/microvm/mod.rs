@@ -103,9 +103,8 @@ impl MicrovmRuntime {
         MicrovmRuntime { home: home.clone() }
     }
 
-    /// The install's built kernel assets and root disks.
     fn assets_dir(&self) -> PathBuf {
-        self.home.root().join("microvm")
+        assets_dir(&self.home)
     }
 
     /// Boots the job's VM unless it runs, and waits for its agent.
@@ -225,6 +224,12 @@ impl MicrovmRuntime {
         )
         .await
     }
+}
+
+/// Where the built initramfs and root disks of `home` are: `PADDOCK_MICROVM_ASSETS` (a
+/// cache several installs may share; tests do), else the install's `microvm/`.
+pub fn assets_dir(home: &PaddockHome) -> PathBuf {
+    std::env::var_os("PADDOCK_MICROVM_ASSETS").map_or_else(|| home.root().join("microvm"), PathBuf::from)
 }
 
 /// What the host needs before any VM: root (virtiofsd), QEMU, virtiofsd, and a network this
@@ -389,6 +394,30 @@ impl Runtime for MicrovmRuntime {
             }
             _ => Ok(()),
         }
+    }
+
+    async fn list_sandboxes(&self) -> Result<Vec<crate::runtime::Sandbox>, RuntimeError> {
+        let roots = self.home.job_dir_roots();
+        Ok(tokio::task::spawn_blocking(move || vm::running_vms(&roots))
+            .await
+            .expect("listing processes does not panic"))
+    }
+
+    async fn remove_sandbox(&self, sandbox: &crate::runtime::Sandbox) -> Result<(), RuntimeError> {
+        // `name` is the VM's directory; it must still be under this install's job dirs.
+        let dir = PathBuf::from(&sandbox.name);
+        if !self
+            .home
+            .job_dir_roots()
+            .iter()
+            .any(|root| dir == root.join(&sandbox.job).join("vm"))
+        {
+            return Err(RuntimeError::NotOurContainer {
+                name: sandbox.name.clone(),
+            });
+        }
+        vm::kill_all(&vm::VmDir { dir }, Duration::from_secs(2)).await;
+        Ok(())
     }
 
     async fn build_image(

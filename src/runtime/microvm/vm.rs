@@ -147,6 +147,44 @@ impl VmDir {
     }
 }
 
+/// The VMs of this install that have a live process: for each job dir root, every process
+/// whose command line names `<root>/<job>/vm/`, one sandbox per job (its `name` is the VM's
+/// directory).
+pub fn running_vms(roots: &[PathBuf]) -> Vec<crate::runtime::Sandbox> {
+    let mut found: Vec<crate::runtime::Sandbox> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        for root in roots {
+            let prefix = format!("{}/", root.display());
+            let Some(at) = cmdline.find(&prefix) else {
+                continue;
+            };
+            let rest = &cmdline[at + prefix.len()..];
+            let Some((job, tail)) = rest.split_once('/') else {
+                continue;
+            };
+            if !tail.starts_with("vm/") || crate::job::JobId::parse(job).is_err() {
+                continue;
+            }
+            let dir = root.join(job).join("vm");
+            let pid: i32 = entry.file_name().to_string_lossy().parse().unwrap_or(0);
+            if owned(pid, &dir) && !found.iter().any(|s| s.job == job) {
+                found.push(crate::runtime::Sandbox {
+                    name: dir.display().to_string(),
+                    job: job.to_string(),
+                    running: true,
+                    role: crate::runtime::SandboxRole::Job,
+                    created: None,
+                });
+            }
+        }
+    }
+    found
+}
+
 /// Every running process whose command line names `dir` (with a trailing slash, so job
 /// `a` never matches job `ab`).
 pub fn processes_naming(dir: &Path) -> Vec<i32> {
