@@ -331,7 +331,6 @@ impl Error {
                 crate::runtime::microvm::MicrovmError::Missing { .. }
                 | crate::runtime::microvm::MicrovmError::NotRoot => K::RuntimeUnavailable,
                 crate::runtime::microvm::MicrovmError::Config { .. }
-                | crate::runtime::microvm::MicrovmError::Network { .. }
                 | crate::runtime::microvm::MicrovmError::Path { .. } => K::InvalidInput,
                 _ => K::Internal,
             },

@@ -158,3 +158,148 @@ fn a_microvm_job_runs_under_its_own_kernel_commits_holds_its_limits_and_leaves_n
     let fsck = repo.git(&["fsck", "--full", "--strict"]);
     assert!(!fsck.contains("error"), "{fsck}");
 }
+
+#[test]
+fn one_sweep_converges_after_kill_9_of_paddock_mid_create_and_of_a_vms_qemu() {
+    if !microvm_available("one_sweep_converges_after_kill_9") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let _cleanup = KillVms(home.root());
+    let image = test_image();
+    let job = home.create(
+        &repo,
+        &["--runtime", "microvm", "--image", &image, "--id", "vm-kept"],
+    );
+    assert_eq!(job["runtime"], "microvm", "{job}");
+    let kept_dir = home.root().join("work/vm-kept/vm");
+
+    // kill -9 of the job's QEMU: its virtiofsd processes end with it, the job stays, and
+    // its next exec boots a new VM.
+    let qemu: Vec<String> = vm_processes(&kept_dir)
+        .into_iter()
+        .filter(|c| c.contains("qemu-system"))
+        .collect();
+    assert_eq!(qemu.len(), 1, "{qemu:?}");
+    let qemu_pid = std::fs::read_to_string(kept_dir.join("qemu.pid")).unwrap();
+    std::process::Command::new("kill")
+        .args(["-9", qemu_pid.trim()])
+        .status()
+        .unwrap();
+
+    // kill -9 of paddock mid-create, once the new job's VM has started.
+    let repo_path = repo.path().display().to_string();
+    let mut create = home
+        .cmd(&[
+            "create", "--repo", &repo_path, "--runtime", "microvm", "--image", &image, "--id",
+            "vm-cut",
+        ])
+        .spawn()
+        .unwrap();
+    let cut_dir = home.root().join("work/vm-cut/vm");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while !vm_processes(&cut_dir).iter().any(|c| c.contains("qemu-system")) {
+        assert!(std::time::Instant::now() < deadline, "the VM never started");
+        assert!(create.try_wait().unwrap().is_none(), "create ended first");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    create.kill().unwrap();
+    create.wait().unwrap();
+
+    let report = home.json(&["sweep", "--json"]);
+    let removed = report["removed"].to_string();
+    assert!(removed.contains("vm-cut"), "{report}");
+    assert!(vm_processes(&cut_dir).is_empty(), "{:?}", vm_processes(&cut_dir));
+    let left = vm_processes(&kept_dir);
+    assert!(left.is_empty(), "a dead QEMU's virtiofsd stayed: {left:?}");
+    let listed = home.json(&["ls", "--json"]).to_string();
+    assert!(listed.contains("vm-kept") && !listed.contains("vm-cut"), "{listed}");
+    // A second sweep finds nothing more to do.
+    let again = home.json(&["sweep", "--json"]);
+    assert_eq!(again["removed"], serde_json::json!([]), "{again}");
+
+    let alive = exec(&home, "vm-kept", &[], "echo alive");
+    assert_eq!(text(&alive, "stdout").trim(), "alive", "{alive}");
+    home.ok(&["rm", "vm-kept", "--force"]);
+    let left = vm_processes(&home.root());
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+/// A listener on `address` answering every connection with `body` (HTTP/1.0).
+fn http_listener(address: &str, body: &'static str) -> u16 {
+    let listener = std::net::TcpListener::bind(address).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            use std::io::{Read, Write};
+            let mut stream = stream;
+            let mut buffer = [0u8; 1024];
+            let _ = stream.read(&mut buffer);
+            let _ = write!(
+                stream,
+                "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn an_allowlist_microvm_reaches_its_listed_listener_and_nothing_else() {
+    if !microvm_available("an_allowlist_microvm_reaches_its_listed_listener") {
+        return;
+    }
+    let allowed = http_listener("127.0.0.1:0", "listed-listener");
+    let other = http_listener("0.0.0.0:0", "other-listener");
+    let host_ip = std::process::Command::new("hostname")
+        .arg("-I")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        .unwrap_or_default()
+        .split_whitespace()
+        .next()
+        .unwrap_or("192.0.2.1")
+        .to_string();
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let _cleanup = KillVms(home.root());
+    let image = test_image();
+    let allow = format!("127.0.0.1:{allowed}");
+    let job = home.create(
+        &repo,
+        &["--runtime", "microvm", "--image", &image, "--allow", &allow, "--id", "vm-allow"],
+    );
+    assert_eq!(job["runtime"], "microvm", "{job}");
+    let script = format!(
+        r#"req() {{ exec 3<>/dev/tcp/10.0.2.100/3128 || {{ echo NOPROXY; return; }}
+  printf 'GET http://%s/ HTTP/1.0\r\nHost: %s\r\n\r\n' "$1" "$1" >&3
+  timeout 10 cat <&3 | tr -d '\r' | tr '\n' ' ' | head -c 400; exec 3>&-; }}
+echo "LISTED: $(req 127.0.0.1:{allowed})"
+echo "OTHER: $(req 127.0.0.1:{other})"
+echo "HOST: $(req {host_ip}:{other})"
+echo "PROXY-VAR: $HTTP_PROXY"
+for target in 10.0.2.2/{allowed} 10.0.2.2/{other} {host_ip}/{other} 10.0.2.3/53; do
+  timeout 5 bash -c "exec 3<>/dev/tcp/$target" 2>/dev/null && echo "RAW-OPEN $target"
+done
+grep -c nameserver /etc/resolv.conf
+echo done"#
+    );
+    let result = exec(&home, "vm-allow", &[], &format!("bash -c '{}'", script.replace('\'', "'\\''")));
+    let out = text(&result, "stdout");
+    let line = |prefix: &str| {
+        out.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(line("LISTED:").contains("listed-listener"), "{result}");
+    assert!(!line("OTHER:").contains("other-listener"), "{result}");
+    assert!(!line("HOST:").contains("other-listener"), "{result}");
+    assert!(line("PROXY-VAR:").contains("10.0.2.100:3128"), "{result}");
+    assert!(!out.contains("RAW-OPEN"), "a raw connection got out: {result}");
+    assert!(out.trim_end().ends_with("0\ndone"), "no DNS inside: {result}");
+    home.ok(&["rm", "vm-allow", "--force"]);
+    assert!(vm_processes(&home.root()).is_empty());
+}

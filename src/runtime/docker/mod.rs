@@ -53,6 +53,7 @@ mod secrets;
 mod stats;
 
 use body::{base_env, container_body, hardened_host_config, warm_env};
+pub(crate) use egress::{log_path as egress_log_path, write_policy as write_egress_policy};
 pub(crate) use mounts::grant_agent_access;
 pub use ranges::Guard;
 pub use sandbox::DockerRuntime;

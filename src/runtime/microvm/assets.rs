@@ -41,7 +41,8 @@ const MODULES: &[&str] = &[
 
 /// The guest's init (busybox sh): modules, the read-only root with a tmpfs overlay, the
 /// job's shares (`paddock.share=tag:path:ro|rw`, each a virtiofs export of one host
-/// directory), the network (`paddock.net=none|user`), the job cgroup with its memory and
+/// directory), the network (`paddock.net=none|user|proxy`: `proxy` has no DNS, its only
+/// way out being the proxy QEMU forwards), the job cgroup with its memory and
 /// pids limits, then the guest agent as PID 1 of the new root. `paddock.probe=1` only
 /// prints a marker and powers off (the KVM probe).
 pub const INIT: &str = r#"#!/bin/busybox sh
@@ -71,10 +72,11 @@ mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
 mkdir -p /newroot/home/agent && mount -t tmpfs -o mode=0700 tmpfs /newroot/home/agent
 chown "$uid:$uid" /newroot/home/agent
 ip link set lo up
-if [ "$net" = user ]; then
+if [ "$net" = user ] || [ "$net" = proxy ]; then
   ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && ip route add default via 10.0.2.2
-  echo "nameserver 10.0.2.3" > /newroot/etc/resolv.conf
 fi
+[ "$net" = user ] && echo "nameserver 10.0.2.3" > /newroot/etc/resolv.conf
+[ "$net" = proxy ] && : > /newroot/etc/resolv.conf
 mount --move /proc /newroot/proc; mount --move /sys /newroot/sys; mount --move /dev /newroot/dev
 mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup
 echo "+memory +pids +cpu" > /newroot/sys/fs/cgroup/cgroup.subtree_control

@@ -10,7 +10,7 @@
 //! channel ([`protocol`], [`exec`]), as the job's uid inside a cgroup holding the job's
 //! memory and pids limits; the VM has the job's vCPUs and its memory plus
 //! [`vm::GUEST_OVERHEAD`]. Network `none` is a VM without a NIC; `open` a user-mode NIC;
-//! `allowlist` is refused until its proxy can be proven the only way out.
+//! `allowlist` a restricted user-mode NIC whose only way out is the job's proxy ([`egress`]).
 //!
 //! Every QEMU and virtiofsd process of a job has a pid file in the job's `vm/` directory and
 //! names that directory in its command line, which is how stop, destroy and the sweep find
@@ -18,6 +18,7 @@
 
 pub mod accel;
 pub mod assets;
+pub mod egress;
 pub mod exec;
 pub mod guest;
 pub mod protocol;
@@ -71,8 +72,6 @@ pub enum MicrovmError {
     Path { path: PathBuf },
     #[error("the microVM runtime needs root (virtiofsd and the read-only shares mount as root)")]
     NotRoot,
-    #[error("the microVM runtime cannot give a job network `{network}` yet")]
-    Network { network: NetworkMode },
     #[error("the guest agent's channel: {0}")]
     Frame(#[from] protocol::FrameError),
     #[error("the guest agent's channel: {0}")]
@@ -146,7 +145,18 @@ impl MicrovmRuntime {
             netdev: match record.limits.network {
                 NetworkMode::None => None,
                 NetworkMode::Open => Some("ipv6=off".into()),
-                network => return Err(MicrovmError::Network { network }),
+                NetworkMode::Allowlist => {
+                    std::fs::create_dir_all(&vm.dir).map_err(|source| MicrovmError::Io {
+                        path: vm.dir.clone(),
+                        source,
+                    })?;
+                    Some(egress::start_proxy(&self.home, vm, record).await?)
+                }
+            },
+            net: if record.limits.network == NetworkMode::Allowlist {
+                "proxy"
+            } else {
+                "user"
             },
         };
         let started = vm::start(vm, record, &shares, &boot).await;
@@ -207,6 +217,11 @@ impl MicrovmRuntime {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .chain(crate::runtime::agent_git_env(record))
+        .chain(if record.limits.network == NetworkMode::Allowlist {
+            egress::proxy_env()
+        } else {
+            Vec::new()
+        })
         .chain(record.limits.env.clone())
         .chain(request.env.clone())
         .chain(crate::runtime::job_env(record))
@@ -237,9 +252,6 @@ pub fn assets_dir(home: &PaddockHome) -> PathBuf {
 fn check_host(network: NetworkMode) -> Result<(), MicrovmError> {
     if !crate::sys::is_root() {
         return Err(MicrovmError::NotRoot);
-    }
-    if network == NetworkMode::Allowlist {
-        return Err(MicrovmError::Network { network });
     }
     for (what, path, hint) in [
         (
@@ -394,6 +406,14 @@ impl Runtime for MicrovmRuntime {
             }
             _ => Ok(()),
         }
+    }
+
+    async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        // The proxy reads the policy file at each connection.
+        if record.limits.network == NetworkMode::Allowlist {
+            crate::runtime::docker::write_egress_policy(&self.home, record)?;
+        }
+        Ok(())
     }
 
     async fn list_sandboxes(&self) -> Result<Vec<crate::runtime::Sandbox>, RuntimeError> {

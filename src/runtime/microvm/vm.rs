@@ -222,6 +222,8 @@ pub struct Boot<'a> {
     pub accel: super::accel::Accel,
     /// `-netdev` options, or `None` for no NIC at all.
     pub netdev: Option<String>,
+    /// The guest's network setup (`user` or `proxy`), with `netdev`.
+    pub net: &'static str,
 }
 
 /// Starts the job's virtiofsd processes and its VM (daemonized); returns QEMU's pid.
@@ -247,7 +249,7 @@ pub async fn start(
     let mut append = format!(
         "console=ttyS0 quiet panic=-1 paddock.pids={} paddock.uid={uid} paddock.net={}",
         limits.pids,
-        if boot.netdev.is_some() { "user" } else { "none" }
+        if boot.netdev.is_some() { boot.net } else { "none" }
     );
     if limits.memory.0 > 0 {
         append.push_str(&format!(" paddock.mem={}", limits.memory.0));
