@@ -24,7 +24,15 @@ fn create(home: &TestHome, repo: &FixtureRepo, runtime: &str, id: &str) -> f64 {
     settle();
     let started = Instant::now();
     run(&mut home.cmd(&[
-        "create", "--repo", &repo_path, "--runtime", runtime, "--image", &image, "--id", id,
+        "create",
+        "--repo",
+        &repo_path,
+        "--runtime",
+        runtime,
+        "--image",
+        &image,
+        "--id",
+        id,
     ]));
     ms(started.elapsed())
 }
@@ -41,15 +49,17 @@ pub fn rows(repo: &FixtureRepo, rows: &mut Vec<Row>) {
     // The root disk is made once per image and binary: before the clock starts.
     let warm_up = create(&home, repo, "microvm", "vm-warmup");
     run(&mut home.cmd(&["rm", "vm-warmup", "--force"]));
-    let accel = std::fs::read_to_string(
-        std::path::Path::new(concat!(env!("CARGO_TARGET_TMPDIR"), "/microvm-assets/accel")),
-    )
+    let accel = std::fs::read_to_string(std::path::Path::new(concat!(
+        env!("CARGO_TARGET_TMPDIR"),
+        "/microvm-assets/accel"
+    )))
     .unwrap_or_default()
     .lines()
     .nth(1)
     .unwrap_or("?")
     .to_string();
-    let (mut vm_ready, mut runc_ready, mut vm_exec, mut runc_exec) = (vec![], vec![], vec![], vec![]);
+    let (mut vm_ready, mut runc_ready, mut vm_exec, mut runc_exec) =
+        (vec![], vec![], vec![], vec![]);
     for i in 0..VM_RUNS {
         let (vm, runc) = (format!("vm-{i}"), format!("runc-{i}"));
         if i % 2 == 0 {

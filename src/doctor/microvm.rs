@@ -26,7 +26,14 @@ pub async fn microvm_check(assets_dir: &std::path::Path) -> Check {
     }
     let kernel = match assets::Kernel::locate() {
         Ok(kernel) => kernel,
-        Err(error) => return check("microvm runtime", Status::Warn, error.to_string(), Some(fix)),
+        Err(error) => {
+            return check(
+                "microvm runtime",
+                Status::Warn,
+                error.to_string(),
+                Some(fix),
+            );
+        }
     };
     let built = {
         let (dir, kernel) = (assets_dir.to_path_buf(), kernel.clone());
@@ -36,7 +43,14 @@ pub async fn microvm_check(assets_dir: &std::path::Path) -> Check {
     };
     let initramfs = match built {
         Ok(path) => path,
-        Err(error) => return check("microvm runtime", Status::Warn, error.to_string(), Some(fix)),
+        Err(error) => {
+            return check(
+                "microvm runtime",
+                Status::Warn,
+                error.to_string(),
+                Some(fix),
+            );
+        }
     };
     match accel::choose(assets_dir, &kernel.image, &initramfs).await {
         Ok((accel::Accel::Kvm, _)) => check(
@@ -47,11 +61,16 @@ pub async fn microvm_check(assets_dir: &std::path::Path) -> Check {
         ),
         Ok((accel::Accel::Tcg, warning)) => check(
             "microvm runtime",
-            if warning.is_some() { Status::Warn } else { Status::Ok },
+            if warning.is_some() {
+                Status::Warn
+            } else {
+                Status::Ok
+            },
             format!(
                 "kernel {}; {}",
                 kernel.image.display(),
-                warning.unwrap_or_else(|| "the emulator (TCG), as PADDOCK_MICROVM_ACCEL asks".into())
+                warning
+                    .unwrap_or_else(|| "the emulator (TCG), as PADDOCK_MICROVM_ACCEL asks".into())
             ),
             None,
         ),

@@ -74,8 +74,18 @@ fn a_microvm_job_runs_under_its_own_kernel_commits_holds_its_limits_and_leaves_n
     let job = home.create(
         &repo,
         &[
-            "--runtime", "microvm", "--image", &image, "--memory", "256m", "--cpus", "1",
-            "--pids", "64", "--task", "vm",
+            "--runtime",
+            "microvm",
+            "--image",
+            &image,
+            "--memory",
+            "256m",
+            "--cpus",
+            "1",
+            "--pids",
+            "64",
+            "--task",
+            "vm",
         ],
     );
     assert_eq!(job["runtime"], "microvm", "{job}");
@@ -101,7 +111,11 @@ fn a_microvm_job_runs_under_its_own_kernel_commits_holds_its_limits_and_leaves_n
         .filter(|name| name.chars().all(|c| c.is_ascii_alphanumeric()))
         .collect();
     assert_eq!(interfaces, vec!["lo"], "{inside}");
-    assert_ne!(stdout.lines().last(), Some("0"), "commands do not run as root: {inside}");
+    assert_ne!(
+        stdout.lines().last(),
+        Some("0"),
+        "commands do not run as root: {inside}"
+    );
 
     // git inside: the commit reaches the job's branch in the user's repository.
     let committed = exec(
@@ -192,14 +206,24 @@ fn one_sweep_converges_after_kill_9_of_paddock_mid_create_and_of_a_vms_qemu() {
     let repo_path = repo.path().display().to_string();
     let mut create = home
         .cmd(&[
-            "create", "--repo", &repo_path, "--runtime", "microvm", "--image", &image, "--id",
+            "create",
+            "--repo",
+            &repo_path,
+            "--runtime",
+            "microvm",
+            "--image",
+            &image,
+            "--id",
             "vm-cut",
         ])
         .spawn()
         .unwrap();
     let cut_dir = home.root().join("work/vm-cut/vm");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
-    while !vm_processes(&cut_dir).iter().any(|c| c.contains("qemu-system")) {
+    while !vm_processes(&cut_dir)
+        .iter()
+        .any(|c| c.contains("qemu-system"))
+    {
         assert!(std::time::Instant::now() < deadline, "the VM never started");
         assert!(create.try_wait().unwrap().is_none(), "create ended first");
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -210,11 +234,18 @@ fn one_sweep_converges_after_kill_9_of_paddock_mid_create_and_of_a_vms_qemu() {
     let report = home.json(&["sweep", "--json"]);
     let removed = report["removed"].to_string();
     assert!(removed.contains("vm-cut"), "{report}");
-    assert!(vm_processes(&cut_dir).is_empty(), "{:?}", vm_processes(&cut_dir));
+    assert!(
+        vm_processes(&cut_dir).is_empty(),
+        "{:?}",
+        vm_processes(&cut_dir)
+    );
     let left = vm_processes(&kept_dir);
     assert!(left.is_empty(), "a dead QEMU's virtiofsd stayed: {left:?}");
     let listed = home.json(&["ls", "--json"]).to_string();
-    assert!(listed.contains("vm-kept") && !listed.contains("vm-cut"), "{listed}");
+    assert!(
+        listed.contains("vm-kept") && !listed.contains("vm-cut"),
+        "{listed}"
+    );
     // A second sweep finds nothing more to do.
     let again = home.json(&["sweep", "--json"]);
     assert_eq!(again["removed"], serde_json::json!([]), "{again}");
@@ -269,7 +300,16 @@ fn an_allowlist_microvm_reaches_its_listed_listener_and_nothing_else() {
     let allow = format!("127.0.0.1:{allowed}");
     let job = home.create(
         &repo,
-        &["--runtime", "microvm", "--image", &image, "--allow", &allow, "--id", "vm-allow"],
+        &[
+            "--runtime",
+            "microvm",
+            "--image",
+            &image,
+            "--allow",
+            &allow,
+            "--id",
+            "vm-allow",
+        ],
     );
     assert_eq!(job["runtime"], "microvm", "{job}");
     let script = format!(
@@ -286,7 +326,12 @@ done
 grep -c nameserver /etc/resolv.conf
 echo done"#
     );
-    let result = exec(&home, "vm-allow", &[], &format!("bash -c '{}'", script.replace('\'', "'\\''")));
+    let result = exec(
+        &home,
+        "vm-allow",
+        &[],
+        &format!("bash -c '{}'", script.replace('\'', "'\\''")),
+    );
     let out = text(&result, "stdout");
     let line = |prefix: &str| {
         out.lines()
@@ -298,8 +343,14 @@ echo done"#
     assert!(!line("OTHER:").contains("other-listener"), "{result}");
     assert!(!line("HOST:").contains("other-listener"), "{result}");
     assert!(line("PROXY-VAR:").contains("10.0.2.100:3128"), "{result}");
-    assert!(!out.contains("RAW-OPEN"), "a raw connection got out: {result}");
-    assert!(out.trim_end().ends_with("0\ndone"), "no DNS inside: {result}");
+    assert!(
+        !out.contains("RAW-OPEN"),
+        "a raw connection got out: {result}"
+    );
+    assert!(
+        out.trim_end().ends_with("0\ndone"),
+        "no DNS inside: {result}"
+    );
     home.ok(&["rm", "vm-allow", "--force"]);
     assert!(vm_processes(&home.root()).is_empty());
 }

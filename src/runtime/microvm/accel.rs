@@ -81,9 +81,25 @@ pub async fn probe_kvm(kernel: &Path, initramfs: &Path) -> bool {
     }
     let mut command = tokio::process::Command::new(super::vm::QEMU);
     command
-        .args(["-M", "q35", "-m", "256M", "-smp", "1", "-nodefaults", "-no-user-config"])
+        .args([
+            "-M",
+            "q35",
+            "-m",
+            "256M",
+            "-smp",
+            "1",
+            "-nodefaults",
+            "-no-user-config",
+        ])
         .args(Accel::Kvm.qemu_args())
-        .args(["-display", "none", "-serial", "stdio", "-no-reboot", "-kernel"])
+        .args([
+            "-display",
+            "none",
+            "-serial",
+            "stdio",
+            "-no-reboot",
+            "-kernel",
+        ])
         .arg(kernel)
         .arg("-initrd")
         .arg(initramfs)

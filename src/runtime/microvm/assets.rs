@@ -161,11 +161,8 @@ pub fn initramfs(dir: &Path, kernel: &Kernel) -> Result<PathBuf, MicrovmError> {
         std::fs::write(stage.join("lib/modules/order"), order).map_err(io(&stage))?;
         let init = stage.join("init");
         std::fs::write(&init, INIT).map_err(io(&init))?;
-        std::fs::set_permissions(
-            &init,
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .map_err(io(&init))?;
+        std::fs::set_permissions(&init, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(io(&init))?;
         let names = "init\nbin\nbin/busybox\nlib\nlib/modules\n".to_string()
             + &std::fs::read_dir(stage.join("lib/modules"))
                 .map_err(io(&stage))?
@@ -234,7 +231,15 @@ pub async fn rootfs(dir: &Path, home_id: &str, image: &str) -> Result<PathBuf, M
         let out = tokio::time::timeout(
             Duration::from_secs(600),
             tokio::process::Command::new("mkfs.ext4")
-                .args(["-q", "-F", "-L", "paddock-root", "-E", "root_owner=0:0", "-d"])
+                .args([
+                    "-q",
+                    "-F",
+                    "-L",
+                    "paddock-root",
+                    "-E",
+                    "root_owner=0:0",
+                    "-d",
+                ])
                 .arg(&stage)
                 .arg(&partial)
                 .arg(format!("{size_mb}M"))
@@ -276,7 +281,9 @@ fn tree_size(root: &Path) -> u64 {
             match entry.file_type() {
                 Ok(kind) if kind.is_dir() => stack.push(entry.path()),
                 Ok(kind) if kind.is_file() => {
-                    total += entry.metadata().map_or(0, |m| m.len().div_ceil(4096) * 4096);
+                    total += entry
+                        .metadata()
+                        .map_or(0, |m| m.len().div_ceil(4096) * 4096);
                 }
                 _ => total += 4096,
             }

@@ -17,9 +17,9 @@ use super::MicrovmError;
 use super::protocol::{FromGuest, ToGuest, decode, encode, read_frame_async};
 use super::vm::VmDir;
 use crate::config::KillPolicy;
+use crate::output::StreamKind;
 use crate::runtime::exec::CappedOutput;
 use crate::runtime::{ExecRequest, ExecResult, OutputSink};
-use crate::output::StreamKind;
 
 /// How long a killed command's end may take to be reported.
 const AFTER_KILL: Duration = Duration::from_secs(5);
@@ -192,7 +192,10 @@ pub async fn tell(vm: &VmDir, order: &ToGuest) -> bool {
             let sent = channel.stream.write_all(&encode(order)).await.is_ok();
             // A ping after the order: its answer means the order was read.
             let id = channel.next_id;
-            let _ = channel.stream.write_all(&encode(&ToGuest::Ping { id })).await;
+            let _ = channel
+                .stream
+                .write_all(&encode(&ToGuest::Ping { id }))
+                .await;
             let _ = tokio::time::timeout(Duration::from_secs(2), async {
                 while let Ok(frame) = read_frame_async::<FromGuest>(&mut channel.stream).await {
                     if matches!(frame, FromGuest::Pong { id: got, .. } if got == id) {

@@ -61,7 +61,8 @@ pub fn serve() -> i32 {
             }
         };
         let writer: Writer = Arc::new(Mutex::new(
-            file.try_clone().expect("a port's descriptor can be duplicated"),
+            file.try_clone()
+                .expect("a port's descriptor can be duplicated"),
         ));
         serve_connection(file, &writer, &running, &reaped);
         // The host went away (or never came): kill what it can no longer read, then wait
@@ -143,13 +144,7 @@ struct Spec {
     gid: u32,
 }
 
-fn run(
-    id: u64,
-    spec: Spec,
-    writer: &Writer,
-    running: &Mutex<HashMap<u64, i32>>,
-    reaped: &Reaped,
-) {
+fn run(id: u64, spec: Spec, writer: &Writer, running: &Mutex<HashMap<u64, i32>>, reaped: &Reaped) {
     let failed = |message: String| send(writer, &FromGuest::Failed { id, message });
     let Some((program, args)) = spec.argv.split_first() else {
         return failed("empty command".into());
@@ -190,8 +185,14 @@ fn run(
         .expect("no panics hold the lock")
         .insert(id, pid);
     let pumps: Vec<_> = [
-        child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        child.stderr.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
     ]
     .into_iter()
     .enumerate()

@@ -58,7 +58,9 @@ pub enum MicrovmError {
     Start { message: String },
     #[error("the VM is not running; its console ended with:\n{console}")]
     NotRunning { console: String },
-    #[error("the VM's guest agent did not answer within {after:?} ({message}); console:\n{console}")]
+    #[error(
+        "the VM's guest agent did not answer within {after:?} ({message}); console:\n{console}"
+    )]
     NoAnswer {
         after: Duration,
         message: String,
@@ -119,7 +121,7 @@ impl MicrovmRuntime {
     }
 
     async fn boot(&self, record: &JobRecord, vm: &vm::VmDir) -> Result<i32, MicrovmError> {
-        check_host(record.limits.network)?;
+        check_host()?;
         let dir = self.assets_dir();
         let kernel = assets::Kernel::locate()?;
         let initramfs = {
@@ -182,14 +184,13 @@ impl MicrovmRuntime {
         })?;
         let lock_path = vm.exec_lock();
         let wait = request.timeout + BOOT_DEADLINE;
-        let _lock = tokio::task::spawn_blocking(move || {
-            crate::store::FileLock::acquire(&lock_path, wait)
-        })
-        .await
-        .expect("locking does not panic")
-        .map_err(|e| MicrovmError::Config {
-            message: format!("waiting for the job's other exec: {e}"),
-        })?;
+        let _lock =
+            tokio::task::spawn_blocking(move || crate::store::FileLock::acquire(&lock_path, wait))
+                .await
+                .expect("locking does not panic")
+                .map_err(|e| MicrovmError::Config {
+                    message: format!("waiting for the job's other exec: {e}"),
+                })?;
         let channel = self.ensure_running(record).await?;
         let mut argv = match &request.after {
             None => vec!["sh".into(), "-c".into(), r#"exec "$@""#.into(), "sh".into()],
@@ -210,7 +211,10 @@ impl MicrovmRuntime {
             .map_or_else(|| workspace.to_path_buf(), |dir| workspace.join(dir));
         let (key, deadline) = crate::runtime::deadline_env(request.timeout);
         let env: Vec<(String, String)> = [
-            ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+            (
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            ),
             ("HOME", crate::runtime::docker::CONTAINER_HOME),
             ("PADDOCK_WORKSPACE", record.limits.workspace_dir.as_str()),
         ]
@@ -244,12 +248,12 @@ impl MicrovmRuntime {
 /// Where the built initramfs and root disks of `home` are: `PADDOCK_MICROVM_ASSETS` (a
 /// cache several installs may share; tests do), else the install's `microvm/`.
 pub fn assets_dir(home: &PaddockHome) -> PathBuf {
-    std::env::var_os("PADDOCK_MICROVM_ASSETS").map_or_else(|| home.root().join("microvm"), PathBuf::from)
+    std::env::var_os("PADDOCK_MICROVM_ASSETS")
+        .map_or_else(|| home.root().join("microvm"), PathBuf::from)
 }
 
-/// What the host needs before any VM: root (virtiofsd), QEMU, virtiofsd, and a network this
-/// runtime can give.
-fn check_host(network: NetworkMode) -> Result<(), MicrovmError> {
+/// What the host needs before any VM: root (virtiofsd), QEMU and virtiofsd.
+fn check_host() -> Result<(), MicrovmError> {
     if !crate::sys::is_root() {
         return Err(MicrovmError::NotRoot);
     }
@@ -311,7 +315,8 @@ impl Runtime for MicrovmRuntime {
     }
 
     async fn check_ready(&self, image: &str, network: NetworkMode) -> Result<(), RuntimeError> {
-        check_host(network).map_err(runtime_error)?;
+        let _ = network;
+        check_host().map_err(runtime_error)?;
         assets::Kernel::locate().map_err(runtime_error)?;
         if !crate::runtime::docker::export::image_id(image)
             .await
@@ -398,12 +403,10 @@ impl Runtime for MicrovmRuntime {
         let vm = vm::VmDir::of(&self.home, record);
         vm::kill_all(&vm, Duration::from_secs(1)).await;
         match std::fs::remove_dir_all(&vm.dir) {
-            Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-                Err(RuntimeError::Io {
-                    path: vm.dir,
-                    source: error,
-                })
-            }
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::Io {
+                path: vm.dir,
+                source: error,
+            }),
             _ => Ok(()),
         }
     }

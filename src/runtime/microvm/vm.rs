@@ -83,7 +83,13 @@ pub fn shares(record: &JobRecord) -> Result<Vec<Share>, MicrovmError> {
         .skip(1)
         .enumerate()
     {
-        shares.push(share(&format!("alt{n}"), nested.clone(), nested, true, vec![]));
+        shares.push(share(
+            &format!("alt{n}"),
+            nested.clone(),
+            nested,
+            true,
+            vec![],
+        ));
     }
     if let Some(outbox) = record.outbox().filter(|o| o.is_dir()) {
         shares.push(share(
@@ -97,7 +103,9 @@ pub fn shares(record: &JobRecord) -> Result<Vec<Share>, MicrovmError> {
     for s in &shares {
         let text = s.guest.to_string_lossy();
         if text.contains([' ', ',', ':', '\n', '\t']) {
-            return Err(MicrovmError::Path { path: s.guest.clone() });
+            return Err(MicrovmError::Path {
+                path: s.guest.clone(),
+            });
         }
     }
     Ok(shares)
@@ -209,7 +217,13 @@ pub fn owned(pid: i32, dir: &Path) -> bool {
     needle.push(b'/');
     let needle = needle.as_slice();
     let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        .map(|stat| {
+            stat.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
         .unwrap_or(true);
     !zombie && cmdline.windows(needle.len()).any(|w| w == needle)
 }
@@ -249,7 +263,11 @@ pub async fn start(
     let mut append = format!(
         "console=ttyS0 quiet panic=-1 paddock.pids={} paddock.uid={uid} paddock.net={}",
         limits.pids,
-        if boot.netdev.is_some() { boot.net } else { "none" }
+        if boot.netdev.is_some() {
+            boot.net
+        } else {
+            "none"
+        }
     );
     if limits.memory.0 > 0 {
         append.push_str(&format!(" paddock.mem={}", limits.memory.0));
