@@ -56,6 +56,7 @@ for arg in $(cat /proc/cmdline); do
     paddock.net=*) net=${arg#paddock.net=} ;;
     paddock.mem=*) mem=${arg#paddock.mem=} ;;
     paddock.pids=*) pids=${arg#paddock.pids=} ;;
+    paddock.cpu=*) cpu=${arg#paddock.cpu=} ;;
     paddock.uid=*) uid=${arg#paddock.uid=} ;;
   esac
 done
@@ -84,6 +85,7 @@ mkdir /newroot/sys/fs/cgroup/job
 [ -n "$mem" ] && echo "$mem" > /newroot/sys/fs/cgroup/job/memory.max
 echo 0 > /newroot/sys/fs/cgroup/job/memory.swap.max 2>/dev/null
 [ -n "$pids" ] && echo "$pids" > /newroot/sys/fs/cgroup/job/pids.max
+[ -n "$cpu" ] && echo "$cpu 100000" > /newroot/sys/fs/cgroup/job/cpu.max
 echo PADDOCK-INIT-DONE
 exec switch_root /newroot /usr/local/bin/paddock-guest guest-agent
 "#;

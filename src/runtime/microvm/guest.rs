@@ -111,7 +111,7 @@ fn serve_connection(
                         uid,
                         gid,
                     };
-                    run(id, spec, &writer, &running, &reaped);
+                    run(id, &spec, &writer, &running, &reaped);
                 });
             }
             ToGuest::Signal { id, signal } => {
@@ -144,7 +144,7 @@ struct Spec {
     gid: u32,
 }
 
-fn run(id: u64, spec: Spec, writer: &Writer, running: &Mutex<HashMap<u64, i32>>, reaped: &Reaped) {
+fn run(id: u64, spec: &Spec, writer: &Writer, running: &Mutex<HashMap<u64, i32>>, reaped: &Reaped) {
     let failed = |message: String| send(writer, &FromGuest::Failed { id, message });
     let Some((program, args)) = spec.argv.split_first() else {
         return failed("empty command".into());
@@ -179,7 +179,7 @@ fn run(id: u64, spec: Spec, writer: &Writer, running: &Mutex<HashMap<u64, i32>>,
         Ok(child) => child,
         Err(error) => return failed(format!("cannot start `{program}`: {error}")),
     };
-    let pid = child.id() as i32;
+    let pid = child.id().cast_signed();
     running
         .lock()
         .expect("no panics hold the lock")

@@ -105,7 +105,8 @@ pub enum FrameError {
 pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
     let body = serde_json::to_vec(message).expect("protocol messages serialize");
     let mut frame = Vec::with_capacity(body.len() + 4);
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    let len = u32::try_from(body.len()).expect("a protocol message is far below 4 GiB");
+    frame.extend_from_slice(&len.to_be_bytes());
     frame.extend_from_slice(&body);
     frame
 }

@@ -207,7 +207,7 @@ pub fn processes_naming(dir: &Path) -> Vec<i32> {
 
 /// Whether process `pid` runs with `dir/` in its command line (and is not a zombie).
 pub fn owned(pid: i32, dir: &Path) -> bool {
-    if pid <= 1 || pid == std::process::id() as i32 {
+    if pid <= 1 || pid == std::process::id().cast_signed() {
         return false;
     }
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
@@ -216,15 +216,13 @@ pub fn owned(pid: i32, dir: &Path) -> bool {
     let mut needle = dir.as_os_str().as_encoded_bytes().to_vec();
     needle.push(b'/');
     let needle = needle.as_slice();
-    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            stat.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(true);
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    });
     !zombie && cmdline.windows(needle.len()).any(|w| w == needle)
 }
 
@@ -271,6 +269,11 @@ pub async fn start(
     );
     if limits.memory.0 > 0 {
         append.push_str(&format!(" paddock.mem={}", limits.memory.0));
+    }
+    // A fractional CPU limit (1.5) gets whole vCPUs (2) and a CFS quota inside.
+    let quota = limits.cpus.nano_cpus() / 10_000;
+    if quota > 0 && quota % 100_000 != 0 {
+        append.push_str(&format!(" paddock.cpu={quota}"));
     }
     for share in shares {
         let mode = if share.read_only { "ro" } else { "rw" };
