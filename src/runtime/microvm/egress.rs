@@ -5,6 +5,11 @@
 //! policy file, as a container job's sidecar runs it. The guest has no DNS; the proxy
 //! resolves allowed names itself. The proxy's command line names the VM's directory (its
 //! control socket lives there), so stop, destroy and the sweep end it with the VM.
+//!
+//! The proxy reads what the guest sends, so it does not run as root: `setpriv` starts it as
+//! `nobody` with one capability, `CAP_DAC_READ_SEARCH` (to reach the policy file and its log
+//! in paddock's 0700 state root); the only files it can write are its log and its control
+//! directory, both given to `nobody`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -17,6 +22,8 @@ use crate::store::PaddockHome;
 /// The proxy's address as the guest sees it (QEMU's user-mode network forwards it).
 pub const PROXY_ADDRESS: &str = "10.0.2.100";
 pub const PROXY_PORT: u16 = 3128;
+/// The uid and gid the proxy runs as.
+const NOBODY: u32 = 65534;
 
 /// The proxy environment of an allowlist job's commands.
 pub fn proxy_env() -> Vec<(String, String)> {
@@ -52,7 +59,25 @@ pub async fn start_proxy(
         .port();
     let exe = std::env::current_exe().map_err(io(Path::new("/proc/self/exe")))?;
     let out = std::fs::File::create(vm.dir.join("egress.log")).map_err(io(&vm.dir))?;
-    let child = tokio::process::Command::new(&exe)
+    let control = vm.dir.join("egress");
+    std::fs::create_dir_all(&control).map_err(io(&control))?;
+    if !log.exists() {
+        std::fs::write(&log, b"").map_err(io(&log))?;
+    }
+    for path in [&control, &log] {
+        std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).map_err(io(path))?;
+    }
+    let child = tokio::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all,+dac_read_search",
+            "--ambient-caps=-all,+dac_read_search",
+            "--bounding-set=-all,+dac_read_search",
+            "--",
+        ])
+        .arg(&exe)
         .arg("egress-proxy")
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
@@ -61,7 +86,7 @@ pub async fn start_proxy(
         .arg("--log")
         .arg(&log)
         .arg("--control")
-        .arg(vm.dir.join("egress-control.sock"))
+        .arg(control.join("control.sock"))
         .stdin(std::process::Stdio::null())
         .stdout(out.try_clone().map_err(io(&vm.dir))?)
         .stderr(out)
