@@ -156,6 +156,39 @@ fn a_microvm_job_runs_under_its_own_kernel_commits_holds_its_limits_and_leaves_n
     let after = exec(&home, &id, &[], "echo alive");
     assert_eq!(text(&after, "stdout").trim(), "alive", "{after}");
 
+    // `shell` over the same channel: commands from stdin, the shell's exit code back.
+    let mut shell = home
+        .cmd(&["shell", &id])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = shell.stdin.take().unwrap();
+        writeln!(
+            stdin,
+            "echo shell-in-$(uname -r) as $(id -u) in $PWD; exit 3"
+        )
+        .unwrap();
+    }
+    let shell = shell.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&shell.stdout);
+    assert_eq!(
+        shell.status.code(),
+        Some(3),
+        "{said}{}",
+        String::from_utf8_lossy(&shell.stderr)
+    );
+    assert!(
+        said.contains(&format!(
+            "shell-in-{} as 1000 in /workspace",
+            guest_kernel.trim()
+        )),
+        "{said}"
+    );
+
     // `show` names the runtime; `rm` keeps the branch and leaves no process or file.
     let shown = home.json(&["show", &id, "--json"]);
     assert_eq!(shown["job"]["runtime"], "microvm", "{shown}");

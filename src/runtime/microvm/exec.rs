@@ -26,9 +26,9 @@ const AFTER_KILL: Duration = Duration::from_secs(5);
 
 /// A connection whose guest agent answered a ping; the guest's kernel release.
 pub struct Channel {
-    stream: UnixStream,
+    pub(super) stream: UnixStream,
     pub kernel: String,
-    next_id: u64,
+    pub(super) next_id: u64,
 }
 
 /// Connects and pings until the guest answers or `within` passes.
@@ -112,6 +112,7 @@ pub async fn run(
         workdir,
         uid,
         gid,
+        stdin: false,
     };
     channel.stream.write_all(&encode(&exec)).await?;
     let mut stdout = CappedOutput::new(request.output_cap);

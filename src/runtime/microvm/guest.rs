@@ -47,24 +47,30 @@ pub fn serve() -> i32 {
     let reaper = Arc::clone(&reaped);
     std::thread::spawn(move || reap(&reaper));
     let running: Arc<Mutex<HashMap<u64, i32>>> = Arc::default();
-    loop {
-        let file = match std::fs::OpenOptions::new()
+    // The port is opened once for the agent's life: a virtio port opens only once at a
+    // time, and a thread still writing an earlier command's output would keep a second
+    // open from ever succeeding. While no host is connected, reads return at once with
+    // nothing; writes wait for the next host, which skips frames of other exec ids.
+    let file = loop {
+        match std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(&port)
         {
-            Ok(file) => file,
+            Ok(file) => break file,
             Err(error) => {
                 eprintln!("paddock guest agent: opening {}: {error}", port.display());
                 std::thread::sleep(Duration::from_millis(200));
-                continue;
             }
-        };
-        let writer: Writer = Arc::new(Mutex::new(
-            file.try_clone()
-                .expect("a port's descriptor can be duplicated"),
-        ));
-        serve_connection(file, &writer, &running, &reaped);
+        }
+    };
+    let writer: Writer = Arc::new(Mutex::new(
+        file.try_clone()
+            .expect("a port's descriptor can be duplicated"),
+    ));
+    let mut input = file;
+    loop {
+        serve_connection(&mut input, &writer, &running, &reaped);
         // The host went away (or never came): kill what it can no longer read, then wait
         // for the next host.
         for (_, pgid) in running.lock().expect("no panics hold the lock").drain() {
@@ -74,14 +80,24 @@ pub fn serve() -> i32 {
     }
 }
 
+/// The stdin of running execs that asked for one, by exec id: bytes (and whether it was
+/// closed) that arrived before the command started, then the command's stdin.
+type Inputs = Arc<Mutex<HashMap<u64, Input>>>;
+
+enum Input {
+    Pending(Vec<u8>, bool),
+    Open(std::process::ChildStdin),
+}
+
 fn serve_connection(
-    mut input: File,
+    input: &mut File,
     writer: &Writer,
     running: &Arc<Mutex<HashMap<u64, i32>>>,
     reaped: &Arc<Reaped>,
 ) {
+    let inputs: Inputs = Arc::default();
     loop {
-        let message: ToGuest = match read_frame(&mut input) {
+        let message: ToGuest = match read_frame(input) {
             Ok(message) => message,
             Err(_) => return,
         };
@@ -100,9 +116,20 @@ fn serve_connection(
                 workdir,
                 uid,
                 gid,
+                stdin,
             } => {
-                let (writer, running, reaped) =
-                    (Arc::clone(writer), Arc::clone(running), Arc::clone(reaped));
+                if stdin {
+                    inputs
+                        .lock()
+                        .expect("no panics hold the lock")
+                        .insert(id, Input::Pending(Vec::new(), false));
+                }
+                let (writer, running, reaped, inputs) = (
+                    Arc::clone(writer),
+                    Arc::clone(running),
+                    Arc::clone(reaped),
+                    Arc::clone(&inputs),
+                );
                 std::thread::spawn(move || {
                     let spec = Spec {
                         argv,
@@ -110,9 +137,29 @@ fn serve_connection(
                         workdir: workdir.into(),
                         uid,
                         gid,
+                        stdin,
                     };
-                    run(id, &spec, &writer, &running, &reaped);
+                    run(id, &spec, &writer, &running, &reaped, &inputs);
                 });
+            }
+            ToGuest::Stdin { id, data } => {
+                let bytes = super::protocol::decode(&data);
+                let mut inputs = inputs.lock().expect("no panics hold the lock");
+                match inputs.get_mut(&id) {
+                    Some(Input::Pending(buffered, closed)) => {
+                        buffered.extend_from_slice(&bytes);
+                        *closed |= bytes.is_empty();
+                    }
+                    Some(Input::Open(_)) if bytes.is_empty() => {
+                        inputs.remove(&id);
+                    }
+                    Some(Input::Open(input)) => {
+                        use std::io::Write as _;
+                        // A command that stopped reading loses what it did not read.
+                        let _ = input.write_all(&bytes).and_then(|()| input.flush());
+                    }
+                    None => {}
+                }
             }
             ToGuest::Signal { id, signal } => {
                 if let Some(pgid) = running.lock().expect("no panics hold the lock").get(&id) {
@@ -142,9 +189,17 @@ struct Spec {
     workdir: PathBuf,
     uid: u32,
     gid: u32,
+    stdin: bool,
 }
 
-fn run(id: u64, spec: &Spec, writer: &Writer, running: &Mutex<HashMap<u64, i32>>, reaped: &Reaped) {
+fn run(
+    id: u64,
+    spec: &Spec,
+    writer: &Writer,
+    running: &Mutex<HashMap<u64, i32>>,
+    reaped: &Reaped,
+    inputs: &Inputs,
+) {
     let failed = |message: String| send(writer, &FromGuest::Failed { id, message });
     let Some((program, args)) = spec.argv.split_first() else {
         return failed("empty command".into());
@@ -170,16 +225,33 @@ fn run(id: u64, spec: &Spec, writer: &Writer, running: &Mutex<HashMap<u64, i32>>
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spec.workdir)
-        .stdin(Stdio::null())
+        .stdin(if spec.stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
     let oom_before = oom_kills();
     let mut child = match command.spawn() {
         Ok(child) => child,
-        Err(error) => return failed(format!("cannot start `{program}`: {error}")),
+        Err(error) => {
+            inputs.lock().expect("no panics hold the lock").remove(&id);
+            return failed(format!("cannot start `{program}`: {error}"));
+        }
     };
     let pid = child.id().cast_signed();
+    if let Some(mut stdin) = child.stdin.take() {
+        let mut inputs = inputs.lock().expect("no panics hold the lock");
+        if let Some(Input::Pending(buffered, closed)) = inputs.remove(&id) {
+            use std::io::Write as _;
+            let _ = stdin.write_all(&buffered);
+            if !closed {
+                inputs.insert(id, Input::Open(stdin));
+            }
+        }
+    }
     running
         .lock()
         .expect("no panics hold the lock")
@@ -215,6 +287,7 @@ fn run(id: u64, spec: &Spec, writer: &Writer, running: &Mutex<HashMap<u64, i32>>
         let _ = pump.join();
     }
     running.lock().expect("no panics hold the lock").remove(&id);
+    inputs.lock().expect("no panics hold the lock").remove(&id);
     let code = if libc::WIFEXITED(status) {
         i64::from(libc::WEXITSTATUS(status))
     } else {

@@ -14,7 +14,8 @@
 //!
 //! Every QEMU and virtiofsd process of a job has a pid file in the job's `vm/` directory and
 //! names that directory in its command line, which is how stop, destroy and the sweep find
-//! them and prove them the job's before signalling.
+//! them and prove them the job's before signalling. `shell` attaches to the same channel
+//! ([`shell`]).
 
 pub mod accel;
 pub mod assets;
@@ -22,6 +23,7 @@ pub mod egress;
 pub mod exec;
 pub mod guest;
 pub mod protocol;
+pub mod shell;
 pub mod vm;
 
 use std::path::PathBuf;
@@ -210,7 +212,30 @@ impl MicrovmRuntime {
             .as_ref()
             .map_or_else(|| workspace.to_path_buf(), |dir| workspace.join(dir));
         let (key, deadline) = crate::runtime::deadline_env(request.timeout);
-        let env: Vec<(String, String)> = [
+        let env: Vec<(String, String)> = self
+            .shell_env(record)
+            .into_iter()
+            .chain(request.env.clone())
+            .chain(crate::runtime::job_env(record))
+            .chain([(key, deadline)])
+            .collect();
+        let user = crate::runtime::docker::agent_user(record.limits.uid);
+        exec::run(
+            channel,
+            argv,
+            env,
+            workdir.display().to_string(),
+            user,
+            request,
+            sink,
+        )
+        .await
+    }
+
+    /// The environment every command of the job gets (an exec adds its own and the job's
+    /// facts after it).
+    fn shell_env(&self, record: &JobRecord) -> Vec<(String, String)> {
+        [
             (
                 "PATH",
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -227,21 +252,7 @@ impl MicrovmRuntime {
             Vec::new()
         })
         .chain(record.limits.env.clone())
-        .chain(request.env.clone())
-        .chain(crate::runtime::job_env(record))
-        .chain([(key, deadline)])
-        .collect();
-        let user = crate::runtime::docker::agent_user(record.limits.uid);
-        exec::run(
-            channel,
-            argv,
-            env,
-            workdir.display().to_string(),
-            user,
-            request,
-            sink,
-        )
-        .await
+        .collect()
     }
 }
 
@@ -365,12 +376,31 @@ impl Runtime for MicrovmRuntime {
 
     async fn shell_command(
         &self,
-        _record: &JobRecord,
+        record: &JobRecord,
     ) -> Result<tokio::process::Command, RuntimeError> {
-        Err(RuntimeError::Unsupported {
-            runtime: "microvm",
-            what: "open an interactive shell yet (use `paddock exec`)",
-        })
+        // Boot first, so the shell itself only attaches.
+        drop(self.ensure_running(record).await.map_err(runtime_error)?);
+        let vm = vm::VmDir::of(&self.home, record);
+        let exe = std::env::current_exe().map_err(|source| RuntimeError::Io {
+            path: "/proc/self/exe".into(),
+            source,
+        })?;
+        let (uid, gid) = crate::runtime::docker::agent_user(record.limits.uid);
+        let mut command = tokio::process::Command::new(exe);
+        command
+            .arg("vm-shell")
+            .arg("--vm")
+            .arg(&vm.dir)
+            .args(["--uid", &uid.to_string(), "--gid", &gid.to_string()])
+            .args(["--workdir", &record.limits.workspace_dir]);
+        for (key, value) in self
+            .shell_env(record)
+            .into_iter()
+            .chain(crate::runtime::job_env(record))
+        {
+            command.arg("--env").arg(format!("{key}={value}"));
+        }
+        Ok(command)
     }
 
     async fn stop(&self, record: &JobRecord, grace: Duration) -> Result<bool, RuntimeError> {

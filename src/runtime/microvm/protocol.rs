@@ -30,7 +30,12 @@ pub enum ToGuest {
         workdir: String,
         uid: u32,
         gid: u32,
+        /// Whether [`ToGuest::Stdin`] frames feed the command (else its stdin is empty).
+        #[serde(default)]
+        stdin: bool,
     },
+    /// Bytes for exec `id`'s stdin (base64); empty `data` closes it.
+    Stdin { id: u64, data: String },
     /// Send `signal` to the process group of exec `id` (stop, timeout).
     Signal { id: u64, signal: i32 },
     /// Kill every process of the job (its cgroup), leaving the VM up for a last sync.
@@ -178,6 +183,7 @@ mod tests {
             workdir: "/workspace".into(),
             uid: 1000,
             gid: 1000,
+            stdin: false,
         };
         write_frame(&mut wire, &exec).unwrap();
         write_frame(&mut wire, &ToGuest::Signal { id: 7, signal: 15 }).unwrap();
