@@ -11,7 +11,8 @@
 //! create-to-ready and exec against the local engine's; `=overlay`: the overlay checkout rows on the 50,000-file
 //! repository; `=ready`: job ready and first exec, cold and warm, on 1, 5,000 and 50,000
 //! files; `=exec`: an exec's cost against `docker exec` and the warm pool's first exec, on
-//! 1 and 5,000 files), printed, not written.
+//! 1 and 5,000 files; `=microvm`: a microVM job's create to ready and exec round trip
+//! against runc), printed, not written.
 
 #[path = "paddock/create.rs"]
 mod create;
@@ -37,6 +38,8 @@ pub(crate) use egress::*;
 pub(crate) use exec::*;
 pub(crate) use lists::*;
 pub(crate) use ready::*;
+#[path = "paddock/microvm.rs"]
+mod microvm;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -181,7 +184,15 @@ fn main() {
     if let Some(only) = only.as_deref().filter(|o| {
         matches!(
             *o,
-            "egress" | "secrets" | "queue" | "marks" | "overlay" | "ready" | "exec" | "engines"
+            "egress"
+                | "secrets"
+                | "queue"
+                | "marks"
+                | "overlay"
+                | "ready"
+                | "exec"
+                | "engines"
+                | "microvm"
         )
     }) {
         // A check of some rows alone; the results file and table are left as they are.
@@ -220,6 +231,7 @@ fn main() {
                 let repo = FixtureRepo::with_files(5_000, 2_000);
                 engines::engine_rows(&repo, "5,000 files", &mut rows);
             }
+            "microvm" => microvm::rows(&FixtureRepo::new(), &mut rows),
             _ => ls_with_marks(&mut rows),
         }
         for row in &rows {
@@ -267,6 +279,10 @@ fn main() {
         egress_overhead(&mut rows);
         eprintln!("egress proxy for a secret host (TLS terminated)");
         secrets::secret_host_overhead(&mut rows);
+    }
+    if docker && microvm::available() {
+        eprintln!("microVM create to ready and exec round trip");
+        microvm::rows(&small, &mut rows);
     }
     eprintln!("16 parallel creates");
     parallel_creates(&small, &mut rows);

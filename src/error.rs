@@ -331,6 +331,13 @@ impl Error {
             }
             Error::Runtime(RuntimeError::NotOurContainer { .. }) => K::Refused,
             Error::Runtime(RuntimeError::NameInUse { .. }) => K::Conflict,
+            Error::Runtime(RuntimeError::Microvm(error)) => match **error {
+                crate::runtime::microvm::MicrovmError::Missing { .. }
+                | crate::runtime::microvm::MicrovmError::NotRoot => K::RuntimeUnavailable,
+                crate::runtime::microvm::MicrovmError::Config { .. }
+                | crate::runtime::microvm::MicrovmError::Path { .. } => K::InvalidInput,
+                _ => K::Internal,
+            },
             Error::Runtime(_) => K::Internal,
         }
     }

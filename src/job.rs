@@ -162,11 +162,19 @@ pub enum RuntimeKind {
     Docker,
     Runsc,
     Process,
+    /// One QEMU virtual machine per job, with a kernel of its own (`runtime::microvm`).
+    Microvm,
 }
 
 impl RuntimeKind {
     pub fn uses_docker(self) -> bool {
         matches!(self, RuntimeKind::Docker | RuntimeKind::Runsc)
+    }
+
+    /// Whether the job's commands run in a sandbox that sees its files at paths of its own
+    /// (a container or a VM), as another uid when paddock is root, and syncs from inside.
+    pub fn sandboxed(self) -> bool {
+        self.uses_docker() || self == RuntimeKind::Microvm
     }
 }
 

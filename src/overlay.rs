@@ -128,6 +128,9 @@ pub fn check_sandbox(driver: Driver, runtime: crate::job::RuntimeKind) -> Result
             "not root and `/etc/fuse.conf` has no `user_allow_other`, so a container cannot open a fuse-overlayfs checkout (add that line, or use `--checkout worktree`)"
         }
         (Driver::Fuse, RuntimeKind::Docker) => return Ok(()),
+        (Driver::Fuse, RuntimeKind::Microvm) => {
+            "a microVM job's files are shared by virtiofsd, which does not serve a fuse-overlayfs checkout; use `--checkout worktree`, or run paddock as root (kernel overlayfs)"
+        }
     };
     Err(OverlayError::Unavailable {
         reason: reason.to_string(),

@@ -81,7 +81,7 @@ pub struct CreateRequest {
     #[arg(long)]
     #[serde(default)]
     pub reuse_branch: bool,
-    /// auto | docker | runc | runsc | process.
+    /// auto | docker | runc | runsc | process | microvm.
     #[arg(long)]
     #[serde(default, with = "by_text")]
     #[schemars(with = "Option<String>")]

@@ -145,6 +145,12 @@ pub(crate) enum Command {
     /// Add the job range's unreachable route (run by a short-lived container).
     #[command(hide = true)]
     GuardRanges,
+    /// The guest agent of a microVM job (run by the VM's init, inside the VM).
+    #[command(hide = true)]
+    GuestAgent,
+    /// A shell in a microVM job over its agent's channel (run by `paddock shell`).
+    #[command(hide = true)]
+    VmShell(crate::runtime::microvm::shell::ShellArgs),
     /// Shared dependency cache commands.
     Cache {
         #[command(subcommand)]
@@ -169,6 +175,15 @@ pub async fn run(cli: Cli) -> i32 {
     }
     if let Command::GuardRanges = cli.command {
         return guard_ranges::run().unwrap_or_else(|error| report(&error, false));
+    }
+    // Inside a microVM there is no install either: the agent serves the host's channel.
+    if let Command::GuestAgent = cli.command {
+        return tokio::task::spawn_blocking(crate::runtime::microvm::guest::serve)
+            .await
+            .unwrap_or(exit::INTERNAL);
+    }
+    if let Command::VmShell(args) = cli.command {
+        return crate::runtime::microvm::shell::attach(args).await;
     }
     let paddock = match Paddock::from_env() {
         Ok(paddock) => paddock,
@@ -227,6 +242,7 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Dashboard(args) => dashboard::run(paddock, args).await,
         Command::EgressProxy(args) => egress_proxy::run(args).await,
         Command::GuardRanges => guard_ranges::run(),
+        Command::GuestAgent | Command::VmShell(_) => Ok(exit::INTERNAL),
         Command::Cache { command } => cache::run(paddock, command),
         Command::Config { command } => config::run(paddock, command).await,
     }

@@ -23,13 +23,15 @@ pub enum RuntimeChoice {
     #[strum(to_string = "runsc", serialize = "gvisor")]
     Runsc,
     Process,
+    /// One QEMU virtual machine per job (`runtime::microvm`).
+    Microvm,
 }
 
 fn not_a_runtime(input: &str) -> UnitError {
     UnitError {
         what: "runtime",
         input: input.to_string(),
-        expected: "one of auto, docker, runc, runsc, process",
+        expected: "one of auto, docker, runc, runsc, process, microvm",
     }
 }
 
@@ -196,7 +198,7 @@ mod tests {
         let error = "kvm".parse::<RuntimeChoice>().unwrap_err();
         assert_eq!(
             error.to_string(),
-            "invalid runtime `kvm`: expected one of auto, docker, runc, runsc, process"
+            "invalid runtime `kvm`: expected one of auto, docker, runc, runsc, process, microvm"
         );
         assert!("Bridge".parse::<NetworkMode>().is_err(), "words are exact");
         assert_eq!("bridge".parse::<NetworkMode>(), Ok(NetworkMode::Open));

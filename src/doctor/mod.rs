@@ -13,6 +13,7 @@ use crate::units::format_size;
 
 mod access;
 mod engines;
+mod microvm;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -76,6 +77,7 @@ pub async fn run(
     checks.push(legacy_jobs_check(home));
     checks.push(overlay_check());
     checks.push(disk_limit_check());
+    checks.push(microvm::microvm_check(&crate::runtime::microvm::assets_dir(home)).await);
     checks.push(check(
         "process runtime",
         Status::Ok,

@@ -113,7 +113,7 @@ impl Paddock {
         .await?;
         crash_point("mounted");
         // Shared where the agent cannot write it: another uid, or no isolation to keep.
-        let share = owner.is_some() || !record.runtime.uses_docker();
+        let share = owner.is_some() || !record.runtime.sandboxed();
         job_git.adopt_index(&pristine.join("index"), &record.worktree, owner, share)?;
         job_git.write_link(&record.worktree, link_target)?;
         if let Some((uid, gid)) = owner {

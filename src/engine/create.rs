@@ -82,7 +82,7 @@ fn git_disk_of(
     disk: Option<crate::units::ByteSize>,
     runtime: crate::job::RuntimeKind,
 ) -> Result<Option<crate::units::ByteSize>> {
-    if disk.is_some() || !runtime.uses_docker() || crate::disk::available().is_err() {
+    if disk.is_some() || !runtime.sandboxed() || crate::disk::available().is_err() {
         return Ok(None);
     }
     let size = profile.git_disk.value;
@@ -393,7 +393,7 @@ impl Paddock {
             .clone()
             .expect("create sets the job's git dir before building");
         let job_git = JobGitDir::create(&git_dir, repo, &record.branch, &tip).await?;
-        if record.runtime.uses_docker()
+        if record.runtime.sandboxed()
             && let Some(outbox) = record.outbox()
         {
             std::fs::create_dir_all(&outbox).map_err(|source| crate::store::StoreError::Io {

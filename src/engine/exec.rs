@@ -172,10 +172,11 @@ fn exec_meta(record: &crate::job::JobRecord, image_id: Option<String>) -> crate:
         RuntimeKind::Docker => "runc",
         RuntimeKind::Runsc => "runsc",
         RuntimeKind::Process => "process",
+        RuntimeKind::Microvm => "microvm",
     };
     crate::output::ExecMeta {
         runtime: runtime.to_string(),
-        image: record.runtime.uses_docker().then(|| limits.image.clone()),
+        image: record.runtime.sandboxed().then(|| limits.image.clone()),
         image_id,
         paddock_version: env!("CARGO_PKG_VERSION").to_string(),
         checkout: record.checkout.to_string(),

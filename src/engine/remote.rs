@@ -40,8 +40,10 @@ impl Paddock {
         if name != "auto" {
             crate::engines::find(&config.engines, name)?;
         }
-        if profile.runtime.value == RuntimeChoice::Process {
-            return Err(unsupported(name, "the process runtime"));
+        match profile.runtime.value {
+            RuntimeChoice::Process => return Err(unsupported(name, "the process runtime")),
+            RuntimeChoice::Microvm => return Err(unsupported(name, "the microvm runtime")),
+            _ => {}
         }
         if profile.network.value == NetworkMode::Allowlist {
             return Err(unsupported(name, "an allowlist network"));

@@ -379,7 +379,7 @@ async fn job_create(
             }
             // `auto` would fall back to the process runtime where Docker is missing.
             None | Some(RuntimeChoice::Auto) => request.runtime = Some(RuntimeChoice::Docker),
-            Some(RuntimeChoice::Docker | RuntimeChoice::Runsc) => {}
+            Some(RuntimeChoice::Docker | RuntimeChoice::Runsc | RuntimeChoice::Microvm) => {}
         }
     }
     request.labels.retain(|label| label.key != SESSION_LABEL);

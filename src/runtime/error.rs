@@ -63,4 +63,6 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("microVM: {0}")]
+    Microvm(Box<super::microvm::MicrovmError>),
 }

@@ -12,6 +12,7 @@
 pub(crate) mod docker;
 mod error;
 pub mod exec;
+pub mod microvm;
 mod on_engine;
 pub(crate) mod process;
 
@@ -383,6 +384,8 @@ pub struct Runtimes {
     process: Arc<dyn Runtime>,
     /// Runtimes of remote engines, made when first asked for (`on_engine`).
     remote: Option<on_engine::Remote>,
+    /// `None` for a test's own set ([`Runtimes::with`]): microVM jobs are then refused.
+    microvm: Option<Arc<dyn Runtime>>,
 }
 
 impl Runtimes {
@@ -393,6 +396,7 @@ impl Runtimes {
             runsc: Arc::new(docker::DockerRuntime::new(home, RuntimeKind::Runsc)),
             process: Arc::new(process::ProcessRuntime),
             remote: Some(on_engine::Remote::new(home)),
+            microvm: Some(Arc::new(microvm::MicrovmRuntime::new(home))),
         }
     }
 
@@ -407,6 +411,7 @@ impl Runtimes {
             runsc,
             process,
             remote: None,
+            microvm: None,
         }
     }
 
@@ -416,6 +421,7 @@ impl Runtimes {
             RuntimeKind::Docker => self.docker.as_ref(),
             RuntimeKind::Runsc => self.runsc.as_ref(),
             RuntimeKind::Process => self.process.as_ref(),
+            RuntimeKind::Microvm => self.microvm.as_deref().unwrap_or(self.process.as_ref()),
         }
     }
 
@@ -439,6 +445,13 @@ impl Runtimes {
             RuntimeChoice::Process => RuntimeKind::Process,
             RuntimeChoice::Docker => RuntimeKind::Docker,
             RuntimeChoice::Runsc => RuntimeKind::Runsc,
+            RuntimeChoice::Microvm if self.microvm.is_none() => {
+                return Err(RuntimeError::Unsupported {
+                    runtime: "test",
+                    what: "run microVM jobs",
+                });
+            }
+            RuntimeChoice::Microvm => RuntimeKind::Microvm,
             RuntimeChoice::Auto => {
                 return match self.docker.check_ready(image, network).await {
                     Ok(()) => Ok(Resolved {
@@ -472,6 +485,7 @@ pub fn pool_unsupported(runtime: RuntimeKind) -> Option<&'static str> {
             "gVisor serves a container's files through its own gofer: mounts made on the host after the start never reach it",
         ),
         RuntimeKind::Process => Some("the process runtime has no containers"),
+        RuntimeKind::Microvm => Some("a microVM job's VM boots with its files already shared"),
         RuntimeKind::Docker => None,
     }
 }
@@ -490,7 +504,7 @@ pub(crate) fn failpoint(point: &'static str) -> Result<(), RuntimeError> {
 /// runtime sets none, as the process runtime) and `PADDOCK_MEMORY_BYTES` (the memory limit
 /// in bytes; absent when it is 0, which Docker takes as no limit).
 pub fn job_env(record: &JobRecord) -> Vec<(String, String)> {
-    let cpus = if record.runtime.uses_docker() {
+    let cpus = if record.runtime.sandboxed() {
         record.limits.cpus.to_string()
     } else {
         std::thread::available_parallelism().map_or_else(|_| "1".into(), |n| n.to_string())
@@ -537,7 +551,7 @@ pub fn agent_git_env(record: &JobRecord) -> Vec<(String, String)> {
         ("GIT_AUTHOR_EMAIL".to_string(), email.clone()),
         ("GIT_COMMITTER_EMAIL".to_string(), email),
     ];
-    if record.runtime.uses_docker() {
+    if record.runtime.sandboxed() {
         // The borrowed object store belongs to another uid; git must not refuse the job's
         // own files for that either.
         for (key, value) in [

@@ -35,6 +35,7 @@ impl Runtimes {
             RuntimeKind::Docker => &self.docker,
             RuntimeKind::Runsc => &self.runsc,
             RuntimeKind::Process => &self.process,
+            RuntimeKind::Microvm => self.microvm.as_ref().unwrap_or(&self.process),
         };
         let (Some(engine), Some(remote), true) = (engine, &self.remote, kind.uses_docker()) else {
             return local.clone();

@@ -45,6 +45,7 @@ mod images;
 mod pool;
 mod pristine;
 mod reap;
+mod vms;
 use crate::wire::EventKind;
 
 /// How long a second sweep waits for the first to finish.
@@ -255,6 +256,7 @@ impl Paddock {
 
         self.reap_pool_slots(options, &mut report).await;
         self.reap_orphan_containers(options, &mut report).await;
+        self.reap_orphan_vms(options, &mut report).await;
         self.reap_orphan_worktrees(options, &mut report).await;
         self.prune_git_worktrees(options, &mut report).await;
         self.clear_stale_index_locks(options, &mut report);

@@ -344,6 +344,14 @@ fn a_hostile_agent_under_runc_cannot_touch_the_users_repository() {
 }
 
 #[test]
+fn a_hostile_agent_under_a_microvm_cannot_touch_the_users_repository() {
+    if !crate::fixtures::microvm_available("a_hostile_agent_under_a_microvm") {
+        return;
+    }
+    attack_from_inside("microvm", "a_hostile_agent_under_a_microvm");
+}
+
+#[test]
 fn a_hostile_agent_under_gvisor_cannot_touch_the_users_repository() {
     attack_from_inside("runsc", "a_hostile_agent_under_gvisor");
 }

@@ -38,6 +38,7 @@ mod jobsetup;
 mod mcp;
 mod merge;
 mod merge_safety;
+mod microvm;
 mod net_ranges;
 mod pool;
 mod ports;

@@ -40,6 +40,7 @@ mod body;
 mod calls;
 mod egress;
 mod exec;
+pub mod export;
 mod facts;
 mod fill;
 pub use facts::misconfiguration;
@@ -54,7 +55,8 @@ mod secrets;
 mod stats;
 
 use body::{base_env, container_body, hardened_host_config, warm_env};
-use mounts::grant_agent_access;
+pub(crate) use egress::{log_path as egress_log_path, write_policy as write_egress_policy};
+pub(crate) use mounts::grant_agent_access;
 pub use ranges::Guard;
 pub use sandbox::DockerRuntime;
 

@@ -93,7 +93,7 @@ fn outbox_of(record: &JobRecord) -> Option<PathBuf> {
 /// the shared cache entries it uses. Ownership rather than ACLs, because gVisor checks mode
 /// bits and ignores ACLs. Runs once, when the job's first container is made and before any
 /// agent has run, so no agent can race the walk; nothing of the user's repository is touched.
-pub(super) fn grant_agent_access(record: &JobRecord, uid: u32) -> Result<(), RuntimeError> {
+pub(crate) fn grant_agent_access(record: &JobRecord, uid: u32) -> Result<(), RuntimeError> {
     if !crate::sys::is_root() {
         return Ok(());
     }

@@ -1,0 +1,79 @@
+//! The microVM runtime's row: QEMU and virtiofsd present, the kernel unpacked, static
+//! busybox for the initramfs, and which accelerator a VM gets here (the KVM probe boot, kept
+//! per host boot). A warning, not a failure: the other runtimes work without any of it.
+
+use super::{Check, Status, check};
+use crate::runtime::microvm::{accel, assets, vm};
+
+pub async fn microvm_check(assets_dir: &std::path::Path) -> Check {
+    let missing: Vec<String> = [
+        ("/usr/bin/qemu-system-x86_64", "qemu-system-x86"),
+        (vm::VIRTIOFSD, "qemu-system-x86"),
+        (assets::BUSYBOX, "busybox-static"),
+    ]
+    .iter()
+    .filter(|(path, _)| !std::path::Path::new(path).exists())
+    .map(|(path, package)| format!("{path} (Debian's {package})"))
+    .collect();
+    let fix = "apt-get install qemu-system-x86 busybox-static; unpack linux-image-*-cloud-amd64-unsigned into /usr/lib/paddock/microvm (see .ci/run)";
+    if !missing.is_empty() {
+        return check(
+            "microvm runtime",
+            Status::Warn,
+            format!("missing {}", missing.join(", ")),
+            Some(fix),
+        );
+    }
+    let kernel = match assets::Kernel::locate() {
+        Ok(kernel) => kernel,
+        Err(error) => {
+            return check(
+                "microvm runtime",
+                Status::Warn,
+                error.to_string(),
+                Some(fix),
+            );
+        }
+    };
+    let built = {
+        let (dir, kernel) = (assets_dir.to_path_buf(), kernel.clone());
+        tokio::task::spawn_blocking(move || assets::initramfs(&dir, &kernel))
+            .await
+            .expect("building the initramfs does not panic")
+    };
+    let initramfs = match built {
+        Ok(path) => path,
+        Err(error) => {
+            return check(
+                "microvm runtime",
+                Status::Warn,
+                error.to_string(),
+                Some(fix),
+            );
+        }
+    };
+    match accel::choose(assets_dir, &kernel.image, &initramfs).await {
+        Ok((accel::Accel::Kvm, _)) => check(
+            "microvm runtime",
+            Status::Ok,
+            format!("kernel {}; KVM boots it", kernel.image.display()),
+            None,
+        ),
+        Ok((accel::Accel::Tcg, warning)) => check(
+            "microvm runtime",
+            if warning.is_some() {
+                Status::Warn
+            } else {
+                Status::Ok
+            },
+            format!(
+                "kernel {}; {}",
+                kernel.image.display(),
+                warning
+                    .unwrap_or_else(|| "the emulator (TCG), as PADDOCK_MICROVM_ACCEL asks".into())
+            ),
+            None,
+        ),
+        Err(error) => check("microvm runtime", Status::Warn, error.to_string(), None),
+    }
+}

@@ -1,0 +1,106 @@
+//! An image's files as a directory, for runtimes that boot them elsewhere (the microVM's
+//! root filesystem): a created, never started container is exported and removed.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bollard::models::ContainerCreateBody;
+use bollard::query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder};
+use futures_util::StreamExt as _;
+use tokio::io::AsyncWriteExt as _;
+
+use super::{API_TIMEOUT, LABEL_HOME, LABEL_ROLE, calls::call, connect};
+use crate::runtime::RuntimeError;
+
+/// Deadline of one export (an image of a few hundred MB takes seconds).
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The id (`sha256:...`) of the local image `tag`.
+pub async fn image_id(tag: &str) -> Result<String, RuntimeError> {
+    let docker = connect()?;
+    let image = call("inspect image", tag, API_TIMEOUT, docker.inspect_image(tag)).await?;
+    image.id.ok_or_else(|| RuntimeError::ImageMissing {
+        image: tag.to_string(),
+    })
+}
+
+/// Unpacks the files of image `tag` into `dest` (which must not exist), keeping owners and
+/// modes. The helper container is labelled with `home` and removed whatever happens.
+pub async fn export_image(tag: &str, home: &str, dest: &Path) -> Result<(), RuntimeError> {
+    let docker = connect()?;
+    let name = format!("paddock-export-{}", crate::ids::random_hex(10));
+    let options = CreateContainerOptionsBuilder::new().name(&name).build();
+    let body = ContainerCreateBody {
+        image: Some(tag.to_string()),
+        labels: Some(
+            [
+                (LABEL_HOME.to_string(), home.to_string()),
+                (LABEL_ROLE.to_string(), "export".to_string()),
+            ]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    call(
+        "create container",
+        &name,
+        API_TIMEOUT,
+        docker.create_container(Some(options), body),
+    )
+    .await?;
+    let tar_path = dest.with_extension("tar");
+    let exported = tokio::time::timeout(EXPORT_TIMEOUT, async {
+        let mut file = tokio::fs::File::create(&tar_path)
+            .await
+            .map_err(super::io_error(&tar_path))?;
+        let mut stream = docker.export_container(&name);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| RuntimeError::Docker {
+                action: "export container",
+                target: name.clone(),
+                message: e.to_string(),
+            })?;
+            file.write_all(&chunk)
+                .await
+                .map_err(super::io_error(&tar_path))?;
+        }
+        file.flush().await.map_err(super::io_error(&tar_path))
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(RuntimeError::DockerTimeout {
+            action: "export container",
+            target: name.clone(),
+            after: EXPORT_TIMEOUT,
+        })
+    });
+    let removed = call(
+        "remove container",
+        &name,
+        API_TIMEOUT,
+        docker.remove_container(
+            &name,
+            Some(RemoveContainerOptionsBuilder::new().force(true).build()),
+        ),
+    )
+    .await;
+    let unpacked = match exported {
+        Ok(()) => {
+            let (tar_path, into) = (tar_path.clone(), dest.to_path_buf());
+            tokio::task::spawn_blocking(move || {
+                let file = std::fs::File::open(&tar_path)?;
+                let mut archive = tar::Archive::new(file);
+                archive.set_preserve_permissions(true);
+                archive.set_preserve_ownerships(true);
+                archive.set_unpack_xattrs(false);
+                archive.unpack(&into)
+            })
+            .await
+            .expect("unpacking does not panic")
+            .map_err(super::io_error(dest))
+        }
+        Err(error) => Err(error),
+    };
+    let _ = std::fs::remove_file(&tar_path);
+    unpacked.and(removed)
+}

@@ -1,0 +1,115 @@
+//! Which accelerator a microVM gets: `PADDOCK_MICROVM_ACCEL` = `auto` (the default), `kvm`
+//! or `tcg`. `auto` takes KVM only when a probe boot of the real kernel and initramfs under
+//! KVM prints the init's marker within [`PROBE_DEADLINE`]; some hosts have a `/dev/kvm`
+//! that cannot run a stock kernel (a nested paravirtual backend hangs at boot), and those
+//! fall back to QEMU's emulator, which works everywhere at several times the cost. The
+//! probe's verdict is kept per host boot (`/proc/sys/kernel/random/boot_id`) in the
+//! install's microVM directory, so it runs once, not per job.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::MicrovmError;
+
+/// How long a probe boot under KVM may take to print the marker (a KVM boot of this
+/// kernel and initramfs takes well under a second where KVM works).
+pub const PROBE_DEADLINE: Duration = Duration::from_secs(8);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::Display)]
+#[strum(serialize_all = "lowercase")]
+pub enum Accel {
+    Kvm,
+    Tcg,
+}
+
+impl Accel {
+    pub fn qemu_args(self) -> [&'static str; 4] {
+        match self {
+            // Without `-arch-capabilities` QEMU aborts on MSR 0x10a on some nested hosts.
+            Accel::Kvm => ["-accel", "kvm", "-cpu", "host,-arch-capabilities"],
+            Accel::Tcg => ["-accel", "tcg", "-cpu", "max"],
+        }
+    }
+}
+
+/// The accelerator to use and, when `auto` fell back to the emulator, a warning saying so.
+pub async fn choose(
+    dir: &Path,
+    kernel: &Path,
+    initramfs: &Path,
+) -> Result<(Accel, Option<String>), MicrovmError> {
+    let wanted = std::env::var("PADDOCK_MICROVM_ACCEL").unwrap_or_else(|_| "auto".into());
+    match wanted.as_str() {
+        "kvm" => return Ok((Accel::Kvm, None)),
+        "tcg" => return Ok((Accel::Tcg, None)),
+        "auto" | "" => {}
+        other => {
+            return Err(MicrovmError::Config {
+                message: format!("PADDOCK_MICROVM_ACCEL is `{other}`: expected auto, kvm or tcg"),
+            });
+        }
+    }
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let cache = dir.join("accel");
+    let verdict = match std::fs::read_to_string(&cache) {
+        Ok(text) if text.lines().next() == Some(boot_id.trim()) => {
+            text.lines().nth(1).unwrap_or("tcg").to_string()
+        }
+        _ => {
+            let works = probe_kvm(kernel, initramfs).await;
+            let verdict = if works { "kvm" } else { "tcg" };
+            let _ = std::fs::write(&cache, format!("{}\n{verdict}\n", boot_id.trim()));
+            verdict.to_string()
+        }
+    };
+    Ok(if verdict == "kvm" {
+        (Accel::Kvm, None)
+    } else {
+        (
+            Accel::Tcg,
+            Some(
+                "KVM cannot boot the microVM kernel here: using QEMU's emulator (TCG), which boots in seconds rather than under one and runs commands several times slower".into(),
+            ),
+        )
+    })
+}
+
+/// Whether a KVM boot of `kernel` prints the init's probe marker within the deadline.
+pub async fn probe_kvm(kernel: &Path, initramfs: &Path) -> bool {
+    if !Path::new("/dev/kvm").exists() {
+        return false;
+    }
+    let mut command = tokio::process::Command::new(super::vm::QEMU);
+    command
+        .args([
+            "-M",
+            "q35",
+            "-m",
+            "256M",
+            "-smp",
+            "1",
+            "-nodefaults",
+            "-no-user-config",
+        ])
+        .args(Accel::Kvm.qemu_args())
+        .args([
+            "-display",
+            "none",
+            "-serial",
+            "stdio",
+            "-no-reboot",
+            "-kernel",
+        ])
+        .arg(kernel)
+        .arg("-initrd")
+        .arg(initramfs)
+        .args(["-append", "console=ttyS0 quiet panic=-1 paddock.probe=1"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    match tokio::time::timeout(PROBE_DEADLINE, command.output()).await {
+        Ok(Ok(out)) => String::from_utf8_lossy(&out.stdout).contains("PADDOCK-PROBE-OK"),
+        _ => false,
+    }
+}

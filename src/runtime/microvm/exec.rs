@@ -1,0 +1,219 @@
+//! The host side of the guest agent's channel: the readiness handshake and one exec.
+//!
+//! The channel is one QEMU chardev socket, which serves one client at a time, so execs in
+//! one VM take turns under the job's `vm/exec.lock`. Every connection starts with pings
+//! until a pong (the guest may be booting, or reopening its port after the last client),
+//! then at most one exec. The deadline is the host's: at the exec's timeout the guest is
+//! told to signal the command's process group (TERM, the grace, KILL, as the job's kill
+//! policy says), and a guest that does not report the end soon after is given up on.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::UnixStream;
+use tokio::time::sleep_until;
+
+use super::MicrovmError;
+use super::protocol::{FromGuest, ToGuest, decode, encode, read_frame_async};
+use super::vm::VmDir;
+use crate::config::KillPolicy;
+use crate::output::StreamKind;
+use crate::runtime::exec::CappedOutput;
+use crate::runtime::{ExecRequest, ExecResult, OutputSink};
+
+/// How long a killed command's end may take to be reported.
+const AFTER_KILL: Duration = Duration::from_secs(5);
+
+/// A connection whose guest agent answered a ping; the guest's kernel release.
+pub struct Channel {
+    pub(super) stream: UnixStream,
+    pub kernel: String,
+    pub(super) next_id: u64,
+}
+
+/// Connects and pings until the guest answers or `within` passes.
+pub async fn connect(vm: &VmDir, within: Duration) -> Result<Channel, MicrovmError> {
+    let deadline = tokio::time::Instant::now() + within;
+    let socket = vm.agent_socket();
+    let mut last = String::from("no answer");
+    while tokio::time::Instant::now() < deadline {
+        if vm.qemu_pid().is_none() {
+            return Err(MicrovmError::NotRunning {
+                console: tail(&vm.console()),
+            });
+        }
+        match UnixStream::connect(&socket).await {
+            Ok(stream) => match handshake(stream, deadline).await {
+                Ok(channel) => return Ok(channel),
+                Err(error) => last = error.to_string(),
+            },
+            Err(error) => last = error.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(MicrovmError::NoAnswer {
+        after: within,
+        message: last,
+        console: tail(&vm.console()),
+    })
+}
+
+async fn handshake(
+    mut stream: UnixStream,
+    deadline: tokio::time::Instant,
+) -> Result<Channel, MicrovmError> {
+    let id = 1u64 << 62 | u64::from(rand_u32());
+    loop {
+        stream.write_all(&encode(&ToGuest::Ping { id })).await?;
+        let next_ping = (tokio::time::Instant::now() + Duration::from_millis(300)).min(deadline);
+        loop {
+            tokio::select! {
+                frame = read_frame_async::<FromGuest>(&mut stream) => match frame? {
+                    FromGuest::Pong { id: got, kernel } if got == id => {
+                        return Ok(Channel { stream, kernel, next_id: id + 1 });
+                    }
+                    // The tail of an earlier client's exec, or an older ping's answer.
+                    _ => {}
+                },
+                _ = sleep_until(next_ping) => break,
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(MicrovmError::NoAnswer {
+                after: Duration::ZERO,
+                message: "the guest agent did not answer a ping".into(),
+                console: String::new(),
+            });
+        }
+    }
+}
+
+fn rand_u32() -> u32 {
+    u32::from_str_radix(&crate::ids::random_hex(8), 16).expect("8 hex digits fit a u32")
+}
+
+/// Runs `argv` in the guest as `uid:gid` and collects its result (see the module docs).
+pub async fn run(
+    mut channel: Channel,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    workdir: String,
+    (uid, gid): (u32, u32),
+    request: &ExecRequest,
+    sink: &mut dyn OutputSink,
+) -> Result<ExecResult, MicrovmError> {
+    let id = channel.next_id;
+    channel.next_id += 1;
+    let started = Instant::now();
+    let exec = ToGuest::Exec {
+        id,
+        argv,
+        env,
+        workdir,
+        uid,
+        gid,
+        stdin: false,
+    };
+    channel.stream.write_all(&encode(&exec)).await?;
+    let mut stdout = CappedOutput::new(request.output_cap);
+    let mut stderr = CappedOutput::new(request.output_cap);
+    let deadline = tokio::time::Instant::now() + request.timeout;
+    let far = deadline + Duration::from_secs(86_400 * 365);
+    let mut timed_out = false;
+    let mut kill_at = far;
+    let mut give_up_at = far;
+    let end = loop {
+        tokio::select! {
+            frame = read_frame_async::<FromGuest>(&mut channel.stream) => match frame? {
+                FromGuest::Stdout { id: got, data } if got == id => {
+                    let bytes = decode(&data);
+                    sink.write(StreamKind::Stdout, &bytes);
+                    stdout.push(&bytes);
+                }
+                FromGuest::Stderr { id: got, data } if got == id => {
+                    let bytes = decode(&data);
+                    sink.write(StreamKind::Stderr, &bytes);
+                    stderr.push(&bytes);
+                }
+                FromGuest::Exit { id: got, code, oom_killed } if got == id => {
+                    break Some((code, oom_killed));
+                }
+                FromGuest::Failed { id: got, message } if got == id => {
+                    return Err(MicrovmError::Exec { message });
+                }
+                _ => {}
+            },
+            _ = sleep_until(deadline), if !timed_out => {
+                timed_out = true;
+                let (signal, next) = match request.kill_policy {
+                    KillPolicy::Graceful if !request.grace.is_zero() => {
+                        (libc::SIGTERM, tokio::time::Instant::now() + request.grace)
+                    }
+                    _ => (libc::SIGKILL, far),
+                };
+                channel.stream.write_all(&encode(&ToGuest::Signal { id, signal })).await?;
+                if signal == libc::SIGKILL {
+                    give_up_at = tokio::time::Instant::now() + AFTER_KILL;
+                } else {
+                    kill_at = next;
+                }
+            }
+            _ = sleep_until(kill_at) => {
+                kill_at = far;
+                channel.stream.write_all(&encode(&ToGuest::Signal { id, signal: libc::SIGKILL })).await?;
+                give_up_at = tokio::time::Instant::now() + AFTER_KILL;
+            }
+            _ = sleep_until(give_up_at) => break None,
+        }
+    };
+    let (exit_code, oom_killed) = end.unwrap_or((137, false));
+    let (stdout, out_cut, stdout_base64) = stdout.finish_exact();
+    let (stderr, err_cut, stderr_base64) = stderr.finish_exact();
+    Ok(ExecResult {
+        exit_code,
+        stdout,
+        stderr,
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        timed_out,
+        truncated: out_cut || err_cut,
+        oom_killed,
+        sync_error: None,
+        exec_id: None,
+        stdout_base64,
+        stderr_base64,
+        meta: None,
+    })
+}
+
+/// Sends the guest agent one order without an answer (power off, kill the job's
+/// processes); false when it could not be told.
+pub async fn tell(vm: &VmDir, order: &ToGuest) -> bool {
+    match connect(vm, Duration::from_secs(5)).await {
+        Ok(mut channel) => {
+            let sent = channel.stream.write_all(&encode(order)).await.is_ok();
+            // A ping after the order: its answer means the order was read.
+            let id = channel.next_id;
+            let _ = channel
+                .stream
+                .write_all(&encode(&ToGuest::Ping { id }))
+                .await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                while let Ok(frame) = read_frame_async::<FromGuest>(&mut channel.stream).await {
+                    if matches!(frame, FromGuest::Pong { id: got, .. } if got == id) {
+                        break;
+                    }
+                }
+            })
+            .await;
+            sent
+        }
+        Err(_) => false,
+    }
+}
+
+/// The last lines of the VM's console, for errors.
+pub fn tail(console: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(console).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().rev().take(15).collect();
+    lines.into_iter().rev().collect::<Vec<_>>().join("\n")
+}

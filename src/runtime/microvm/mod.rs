@@ -1,0 +1,487 @@
+//! The microVM runtime: one QEMU virtual machine per job, with a kernel of its own, so the
+//! agent's code never talks to the host's kernel (runc shares it, gVisor narrows it).
+//!
+//! A job's VM boots Debian's kernel and paddock's initramfs ([`assets`]), with the agent
+//! image's files as a read-only root disk under a tmpfs overlay. The job's files are shared
+//! by virtiofsd ([`vm`]) at the paths a container job sees them: the workspace and the
+//! job's private git dir writable, the borrowed object store at [`GUEST_OBJECTS`] and the
+//! git dir's config, hooks, info and alternates read-only, enforced on the host. Commands
+//! run through paddock's own binary as the guest agent ([`guest`]) over a virtio-serial
+//! channel ([`protocol`], [`exec`]), as the job's uid inside a cgroup holding the job's
+//! memory and pids limits; the VM has the job's vCPUs and its memory plus
+//! [`vm::GUEST_OVERHEAD`]. Network `none` is a VM without a NIC; `open` a user-mode NIC;
+//! `allowlist` a restricted user-mode NIC whose only way out is the job's proxy ([`egress`]).
+//!
+//! Every QEMU and virtiofsd process of a job has a pid file in the job's `vm/` directory and
+//! names that directory in its command line, which is how stop, destroy and the sweep find
+//! them and prove them the job's before signalling. `shell` attaches to the same channel
+//! ([`shell`]).
+
+pub mod accel;
+pub mod assets;
+pub mod egress;
+pub mod exec;
+pub mod guest;
+pub mod protocol;
+pub mod shell;
+pub mod vm;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::NetworkMode;
+use crate::job::JobRecord;
+use crate::runtime::{ExecOutcome, ExecRequest, ExecResult, OutputSink, Runtime, RuntimeError};
+use crate::store::{JobStore, PaddockHome};
+
+/// Where the job's private git dir is inside the VM (as in containers).
+pub const GUEST_GIT_DIR: &str = crate::runtime::docker::CONTAINER_GIT_DIR;
+/// Where the repository's object store is inside the VM (as in containers).
+pub const GUEST_OBJECTS: &str = crate::runtime::docker::CONTAINER_OBJECTS;
+/// Where the job's outbox is inside the VM (as in containers).
+pub const GUEST_OUTBOX: &str = crate::runtime::docker::CONTAINER_OUTBOX;
+/// How long a VM may take from start to its agent's first answer (the emulator boots in
+/// 5-30 s on a busy 2-core host).
+pub const BOOT_DEADLINE: Duration = Duration::from_secs(120);
+
+#[derive(Debug, thiserror::Error)]
+pub enum MicrovmError {
+    #[error("{what} is missing at `{path}`: {hint}")]
+    Missing {
+        what: &'static str,
+        path: PathBuf,
+        hint: &'static str,
+    },
+    #[error("{message}")]
+    Config { message: String },
+    #[error("building the {what} failed: {message}")]
+    Build { what: &'static str, message: String },
+    #[error("the VM did not start: {message}")]
+    Start { message: String },
+    #[error("the VM is not running; its console ended with:\n{console}")]
+    NotRunning { console: String },
+    #[error(
+        "the VM's guest agent did not answer within {after:?} ({message}); console:\n{console}"
+    )]
+    NoAnswer {
+        after: Duration,
+        message: String,
+        console: String,
+    },
+    #[error("the guest could not run the command: {message}")]
+    Exec { message: String },
+    #[error("the job has no git dir yet")]
+    NoGitDir,
+    #[error("`{path}` cannot be shared into a VM (spaces, commas and colons are not allowed)")]
+    Path { path: PathBuf },
+    #[error("the microVM runtime needs root (virtiofsd and the read-only shares mount as root)")]
+    NotRoot,
+    #[error("the guest agent's channel: {0}")]
+    Frame(#[from] protocol::FrameError),
+    #[error("the guest agent's channel: {0}")]
+    Channel(#[from] std::io::Error),
+    #[error("`{path}`: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Runtime(#[from] Box<RuntimeError>),
+}
+
+impl From<RuntimeError> for MicrovmError {
+    fn from(error: RuntimeError) -> Self {
+        MicrovmError::Runtime(Box::new(error))
+    }
+}
+
+/// Jobs in QEMU microVMs.
+pub struct MicrovmRuntime {
+    home: PaddockHome,
+}
+
+impl MicrovmRuntime {
+    pub fn new(home: &PaddockHome) -> MicrovmRuntime {
+        MicrovmRuntime { home: home.clone() }
+    }
+
+    fn assets_dir(&self) -> PathBuf {
+        assets_dir(&self.home)
+    }
+
+    /// Boots the job's VM unless it runs, and waits for its agent.
+    async fn ensure_running(&self, record: &JobRecord) -> Result<exec::Channel, MicrovmError> {
+        let vm = vm::VmDir::of(&self.home, record);
+        if vm.qemu_pid().is_some() {
+            return exec::connect(&vm, Duration::from_secs(30)).await;
+        }
+        // Leftovers of a VM that died (its virtiofsd, stale sockets) go first.
+        vm::kill_all(&vm, Duration::from_secs(1)).await;
+        self.boot(record, &vm).await?;
+        exec::connect(&vm, BOOT_DEADLINE).await
+    }
+
+    async fn boot(&self, record: &JobRecord, vm: &vm::VmDir) -> Result<i32, MicrovmError> {
+        check_host()?;
+        let dir = self.assets_dir();
+        let kernel = assets::Kernel::locate()?;
+        let initramfs = {
+            let (dir, kernel) = (dir.clone(), kernel.clone());
+            tokio::task::spawn_blocking(move || assets::initramfs(&dir, &kernel))
+                .await
+                .expect("building the initramfs does not panic")?
+        };
+        let rootfs = assets::rootfs(&dir, self.home.id(), &record.limits.image).await?;
+        let (accel, warning) = accel::choose(&dir, &kernel.image, &initramfs).await?;
+        if let Some(warning) = warning {
+            tracing::warn!(job = %record.id, "{warning}");
+        }
+        if let Some((uid, _)) = self.files_owner(record) {
+            crate::runtime::docker::grant_agent_access(record, uid)?;
+        }
+        let shares = vm::shares(record)?;
+        let boot = vm::Boot {
+            kernel: &kernel.image,
+            initramfs: &initramfs,
+            rootfs: &rootfs,
+            accel,
+            netdev: match record.limits.network {
+                NetworkMode::None => None,
+                NetworkMode::Open => Some("ipv6=off".into()),
+                NetworkMode::Allowlist => {
+                    std::fs::create_dir_all(&vm.dir).map_err(|source| MicrovmError::Io {
+                        path: vm.dir.clone(),
+                        source,
+                    })?;
+                    Some(egress::start_proxy(&self.home, vm, record).await?)
+                }
+            },
+            net: if record.limits.network == NetworkMode::Allowlist {
+                "proxy"
+            } else {
+                "user"
+            },
+        };
+        let started = vm::start(vm, record, &shares, &boot).await;
+        if started.is_err() {
+            vm::kill_all(vm, Duration::from_secs(1)).await;
+        }
+        started
+    }
+
+    async fn run(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+    ) -> Result<ExecResult, MicrovmError> {
+        if request.cmd.is_empty() {
+            return Err(RuntimeError::EmptyCommand.into());
+        }
+        let vm = vm::VmDir::of(&self.home, record);
+        std::fs::create_dir_all(&vm.dir).map_err(|source| MicrovmError::Io {
+            path: vm.dir.clone(),
+            source,
+        })?;
+        let lock_path = vm.exec_lock();
+        let wait = request.timeout + BOOT_DEADLINE;
+        let _lock =
+            tokio::task::spawn_blocking(move || crate::store::FileLock::acquire(&lock_path, wait))
+                .await
+                .expect("locking does not panic")
+                .map_err(|e| MicrovmError::Config {
+                    message: format!("waiting for the job's other exec: {e}"),
+                })?;
+        let channel = self.ensure_running(record).await?;
+        let mut argv = match &request.after {
+            None => vec!["sh".into(), "-c".into(), r#"exec "$@""#.into(), "sh".into()],
+            // As in containers: the wrapper stays the command's parent to run the snippet.
+            Some(after) => vec![
+                "sh".into(),
+                "-c".into(),
+                r#"after=$1; shift; "$@"; rc=$?; eval "$after"; exit $rc"#.into(),
+                "sh".into(),
+                after.clone(),
+            ],
+        };
+        argv.extend(request.cmd.iter().cloned());
+        let workspace = std::path::Path::new(&record.limits.workspace_dir);
+        let workdir = request
+            .workdir
+            .as_ref()
+            .map_or_else(|| workspace.to_path_buf(), |dir| workspace.join(dir));
+        let (key, deadline) = crate::runtime::deadline_env(request.timeout);
+        let env: Vec<(String, String)> = self
+            .shell_env(record)
+            .into_iter()
+            .chain(request.env.clone())
+            .chain(crate::runtime::job_env(record))
+            .chain([(key, deadline)])
+            .collect();
+        let user = crate::runtime::docker::agent_user(record.limits.uid);
+        exec::run(
+            channel,
+            argv,
+            env,
+            workdir.display().to_string(),
+            user,
+            request,
+            sink,
+        )
+        .await
+    }
+
+    /// The environment every command of the job gets (an exec adds its own and the job's
+    /// facts after it).
+    fn shell_env(&self, record: &JobRecord) -> Vec<(String, String)> {
+        [
+            (
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            ),
+            ("HOME", crate::runtime::docker::CONTAINER_HOME),
+            ("PADDOCK_WORKSPACE", record.limits.workspace_dir.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .chain(crate::runtime::agent_git_env(record))
+        .chain(if record.limits.network == NetworkMode::Allowlist {
+            egress::proxy_env()
+        } else {
+            Vec::new()
+        })
+        .chain(record.limits.env.clone())
+        .collect()
+    }
+}
+
+/// Where the built initramfs and root disks of `home` are: `PADDOCK_MICROVM_ASSETS` (a
+/// cache several installs may share; tests do), else the install's `microvm/`.
+pub fn assets_dir(home: &PaddockHome) -> PathBuf {
+    std::env::var_os("PADDOCK_MICROVM_ASSETS")
+        .map_or_else(|| home.root().join("microvm"), PathBuf::from)
+}
+
+/// What the host needs before any VM: root (virtiofsd), QEMU and virtiofsd.
+fn check_host() -> Result<(), MicrovmError> {
+    if !crate::sys::is_root() {
+        return Err(MicrovmError::NotRoot);
+    }
+    for (what, path, hint) in [
+        (
+            "virtiofsd",
+            vm::VIRTIOFSD,
+            "install Debian's qemu-system-x86 (it ships /usr/lib/qemu/virtiofsd)",
+        ),
+        (
+            "QEMU",
+            "/usr/bin/qemu-system-x86_64",
+            "install Debian's qemu-system-x86",
+        ),
+    ] {
+        if !std::path::Path::new(path).exists() {
+            return Err(MicrovmError::Missing {
+                what,
+                path: path.into(),
+                hint,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn runtime_error(error: MicrovmError) -> RuntimeError {
+    match error {
+        MicrovmError::Runtime(inner) => *inner,
+        other => RuntimeError::Microvm(Box::new(other)),
+    }
+}
+
+#[async_trait::async_trait]
+impl Runtime for MicrovmRuntime {
+    fn isolation_note(&self) -> &'static str {
+        "microVM (QEMU): a kernel of its own, own filesystem and network, resource limits, non-root"
+    }
+
+    fn files_owner(&self, record: &JobRecord) -> Option<(u32, u32)> {
+        let (uid, gid) = crate::runtime::docker::agent_user(record.limits.uid);
+        (crate::sys::is_root() && uid != 0).then_some((uid, gid))
+    }
+
+    fn sandbox_git_paths(&self, record: &JobRecord) -> Option<(PathBuf, PathBuf)> {
+        record.git_dir.as_ref()?;
+        Some((
+            GUEST_GIT_DIR.into(),
+            record.limits.workspace_dir.clone().into(),
+        ))
+    }
+
+    fn sandbox_objects(&self) -> Option<PathBuf> {
+        Some(GUEST_OBJECTS.into())
+    }
+
+    fn sandbox_outbox(&self) -> Option<PathBuf> {
+        Some(GUEST_OUTBOX.into())
+    }
+
+    async fn check_ready(&self, image: &str, network: NetworkMode) -> Result<(), RuntimeError> {
+        let _ = network;
+        check_host().map_err(runtime_error)?;
+        assets::Kernel::locate().map_err(runtime_error)?;
+        if !crate::runtime::docker::export::image_id(image)
+            .await
+            .is_ok_and(|id| !id.is_empty())
+        {
+            return Err(RuntimeError::ImageMissing {
+                image: image.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError> {
+        let vm = vm::VmDir::of(&self.home, record);
+        let _ = self.ensure_running(record).await.map_err(runtime_error)?;
+        Ok(vm.qemu_pid().map(|pid| format!("qemu:{pid}")))
+    }
+
+    async fn exec(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+    ) -> Result<ExecOutcome, RuntimeError> {
+        let result = self
+            .run(record, request, sink)
+            .await
+            .map_err(runtime_error)?;
+        let vm = vm::VmDir::of(&self.home, record);
+        Ok(ExecOutcome {
+            result,
+            container_id: vm.qemu_pid().map(|pid| format!("qemu:{pid}")),
+            oom_kills: None,
+            image_id: None,
+        })
+    }
+
+    async fn exec_in_sandbox(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+    ) -> Result<ExecResult, RuntimeError> {
+        self.run(record, request, sink).await.map_err(runtime_error)
+    }
+
+    async fn shell_command(
+        &self,
+        record: &JobRecord,
+    ) -> Result<tokio::process::Command, RuntimeError> {
+        // Boot first, so the shell itself only attaches.
+        drop(self.ensure_running(record).await.map_err(runtime_error)?);
+        let vm = vm::VmDir::of(&self.home, record);
+        let exe = std::env::current_exe().map_err(|source| RuntimeError::Io {
+            path: "/proc/self/exe".into(),
+            source,
+        })?;
+        let (uid, gid) = crate::runtime::docker::agent_user(record.limits.uid);
+        let mut command = tokio::process::Command::new(exe);
+        command
+            .arg("vm-shell")
+            .arg("--vm")
+            .arg(&vm.dir)
+            .args(["--uid", &uid.to_string(), "--gid", &gid.to_string()])
+            .args(["--workdir", &record.limits.workspace_dir]);
+        for (key, value) in self
+            .shell_env(record)
+            .into_iter()
+            .chain(crate::runtime::job_env(record))
+        {
+            command.arg("--env").arg(format!("{key}={value}"));
+        }
+        Ok(command)
+    }
+
+    async fn stop(&self, record: &JobRecord, grace: Duration) -> Result<bool, RuntimeError> {
+        let vm = vm::VmDir::of(&self.home, record);
+        if vm.qemu_pid().is_some() && exec::tell(&vm, &protocol::ToGuest::Shutdown).await {
+            let until = tokio::time::Instant::now() + grace.max(Duration::from_secs(1));
+            while vm.qemu_pid().is_some() && tokio::time::Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(vm::kill_all(&vm, Duration::from_secs(2)).await)
+    }
+
+    async fn stop_for_removal(
+        &self,
+        _store: &JobStore,
+        record: JobRecord,
+    ) -> Result<JobRecord, RuntimeError> {
+        // The VM stays up for the removal's last sync (booting one again just for that
+        // costs seconds under the emulator); the job's own processes end now, and
+        // `destroy` ends the VM.
+        let vm = vm::VmDir::of(&self.home, &record);
+        if vm.qemu_pid().is_some() {
+            exec::tell(&vm, &protocol::ToGuest::KillAll).await;
+        }
+        Ok(record)
+    }
+
+    async fn destroy(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        let vm = vm::VmDir::of(&self.home, record);
+        vm::kill_all(&vm, Duration::from_secs(1)).await;
+        match std::fs::remove_dir_all(&vm.dir) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::Io {
+                path: vm.dir,
+                source: error,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        // The proxy reads the policy file at each connection.
+        if record.limits.network == NetworkMode::Allowlist {
+            crate::runtime::docker::write_egress_policy(&self.home, record)?;
+        }
+        Ok(())
+    }
+
+    async fn list_sandboxes(&self) -> Result<Vec<crate::runtime::Sandbox>, RuntimeError> {
+        let roots = self.home.job_dir_roots();
+        Ok(tokio::task::spawn_blocking(move || vm::running_vms(&roots))
+            .await
+            .expect("listing processes does not panic"))
+    }
+
+    async fn remove_sandbox(&self, sandbox: &crate::runtime::Sandbox) -> Result<(), RuntimeError> {
+        // `name` is the VM's directory; it must still be under this install's job dirs.
+        let dir = PathBuf::from(&sandbox.name);
+        if !self
+            .home
+            .job_dir_roots()
+            .iter()
+            .any(|root| dir == root.join(&sandbox.job).join("vm"))
+        {
+            return Err(RuntimeError::NotOurContainer {
+                name: sandbox.name.clone(),
+            });
+        }
+        vm::kill_all(&vm::VmDir { dir }, Duration::from_secs(2)).await;
+        Ok(())
+    }
+
+    async fn build_image(
+        &self,
+        _base_image: &str,
+        _tag: &str,
+        _progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
+    ) -> Result<String, RuntimeError> {
+        Err(RuntimeError::Unsupported {
+            runtime: "microvm",
+            what: "build images (build the agent image with Docker; the VM boots its files)",
+        })
+    }
+}

@@ -1,0 +1,233 @@
+//! The framed protocol between paddock on the host and its guest agent inside a microVM,
+//! carried by one virtio-serial port (a QEMU chardev socket on the host side).
+//!
+//! A frame is a 4-byte big-endian length and that many bytes of JSON. Every message about a
+//! command carries the exec's `id`: virtio-serial keeps bytes the guest wrote while no host
+//! client was connected, so a new connection may first read the tail of an earlier exec,
+//! which the host skips by its id. Output travels as base64 so any bytes survive JSON.
+//! Frames are capped ([`MAX_FRAME`]) so a hostile guest cannot make the host allocate
+//! without bound.
+
+use std::io::{Read, Write};
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+/// The largest frame either side accepts (output chunks are far smaller).
+pub const MAX_FRAME: u32 = 4 << 20;
+
+/// What the host asks of the guest agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToGuest {
+    /// Answer with [`FromGuest::Pong`] (readiness after boot, liveness).
+    Ping { id: u64 },
+    /// Run `argv` as `uid:gid` in the job's cgroup, in its own process group.
+    Exec {
+        id: u64,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        workdir: String,
+        uid: u32,
+        gid: u32,
+        /// Whether [`ToGuest::Stdin`] frames feed the command (else its stdin is empty).
+        #[serde(default)]
+        stdin: bool,
+    },
+    /// Bytes for exec `id`'s stdin (base64); empty `data` closes it.
+    Stdin { id: u64, data: String },
+    /// Send `signal` to the process group of exec `id` (stop, timeout).
+    Signal { id: u64, signal: i32 },
+    /// Kill every process of the job (its cgroup), leaving the VM up for a last sync.
+    KillAll,
+    /// Power the VM off (the stop's polite first step).
+    Shutdown,
+}
+
+/// What the guest agent reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromGuest {
+    Pong {
+        id: u64,
+        /// The guest kernel's release (`uname -r`).
+        kernel: String,
+    },
+    Stdout {
+        id: u64,
+        data: String,
+    },
+    Stderr {
+        id: u64,
+        data: String,
+    },
+    /// The command ended: its exit code (128+n for signal n, as a shell reports it) and
+    /// whether the job cgroup's OOM-kill counter rose while it ran.
+    Exit {
+        id: u64,
+        code: i64,
+        oom_killed: bool,
+    },
+    /// The command could not start.
+    Failed {
+        id: u64,
+        message: String,
+    },
+}
+
+impl FromGuest {
+    /// A stdout or stderr frame for `bytes`.
+    pub fn output(id: u64, stderr: bool, bytes: &[u8]) -> FromGuest {
+        let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+        if stderr {
+            FromGuest::Stderr { id, data }
+        } else {
+            FromGuest::Stdout { id, data }
+        }
+    }
+}
+
+/// The bytes of an output frame's `data` (empty when it is not base64: a guest bug).
+pub fn decode(data: &str) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap_or_default()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("the channel closed")]
+    Closed,
+    #[error("a frame of {len} bytes is over the {MAX_FRAME}-byte cap")]
+    TooLong { len: u32 },
+    #[error("a frame is not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("reading or writing the channel: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The frame for `message`: length, then JSON.
+pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    let body = serde_json::to_vec(message).expect("protocol messages serialize");
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    let len = u32::try_from(body.len()).expect("a protocol message is far below 4 GiB");
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Writes one frame (blocking; the guest side).
+pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> Result<(), FrameError> {
+    out.write_all(&encode(message))?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Reads one frame (blocking; the guest side). End of input before a frame starts is
+/// [`FrameError::Closed`].
+pub fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> Result<T, FrameError> {
+    let mut len = [0u8; 4];
+    match input.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Err(FrameError::Closed);
+        }
+        Err(error) => return Err(error.into()),
+    }
+    let body = read_body(u32::from_be_bytes(len), input)?;
+    Ok(serde_json::from_slice(&body)?)
+}
+
+fn read_body(len: u32, input: &mut impl Read) -> Result<Vec<u8>, FrameError> {
+    if len > MAX_FRAME {
+        return Err(FrameError::TooLong { len });
+    }
+    let mut body = vec![0u8; len as usize];
+    input.read_exact(&mut body)?;
+    Ok(body)
+}
+
+/// Reads one frame from an async stream (the host side).
+pub async fn read_frame_async<T: for<'de> Deserialize<'de>>(
+    input: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> Result<T, FrameError> {
+    use tokio::io::AsyncReadExt as _;
+    let mut len = [0u8; 4];
+    match input.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Err(FrameError::Closed);
+        }
+        Err(error) => return Err(error.into()),
+    }
+    let len = u32::from_be_bytes(len);
+    if len > MAX_FRAME {
+        return Err(FrameError::TooLong { len });
+    }
+    let mut body = vec![0u8; len as usize];
+    input.read_exact(&mut body).await?;
+    Ok(serde_json::from_slice(&body)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_in_order() {
+        let mut wire = Vec::new();
+        let exec = ToGuest::Exec {
+            id: 7,
+            argv: vec!["sh".into(), "-c".into(), "echo hi".into()],
+            env: vec![("A".into(), "b c".into())],
+            workdir: "/workspace".into(),
+            uid: 1000,
+            gid: 1000,
+            stdin: false,
+        };
+        write_frame(&mut wire, &exec).unwrap();
+        write_frame(&mut wire, &ToGuest::Signal { id: 7, signal: 15 }).unwrap();
+        let mut input = wire.as_slice();
+        assert_eq!(read_frame::<ToGuest>(&mut input).unwrap(), exec);
+        assert_eq!(
+            read_frame::<ToGuest>(&mut input).unwrap(),
+            ToGuest::Signal { id: 7, signal: 15 }
+        );
+        assert!(matches!(
+            read_frame::<ToGuest>(&mut input),
+            Err(FrameError::Closed)
+        ));
+    }
+
+    #[test]
+    fn output_keeps_bytes_that_are_not_text() {
+        let frame = FromGuest::output(3, true, b"ok \xff\x00");
+        let FromGuest::Stderr { id, data } = &frame else {
+            panic!("{frame:?}")
+        };
+        assert_eq!(*id, 3);
+        assert_eq!(decode(data), b"ok \xff\x00");
+    }
+
+    #[test]
+    fn an_oversized_frame_is_refused_before_allocating() {
+        let mut wire = (MAX_FRAME + 1).to_be_bytes().to_vec();
+        wire.extend_from_slice(b"{}");
+        let error = read_frame::<FromGuest>(&mut wire.as_slice()).unwrap_err();
+        assert!(matches!(error, FrameError::TooLong { .. }), "{error}");
+    }
+
+    #[tokio::test]
+    async fn the_async_reader_reads_what_the_blocking_writer_wrote() {
+        let exit = FromGuest::Exit {
+            id: 1,
+            code: 137,
+            oom_killed: true,
+        };
+        let wire = encode(&exit);
+        let got: FromGuest = read_frame_async(&mut wire.as_slice()).await.unwrap();
+        assert_eq!(got, exit);
+        let cut = &wire[..wire.len() - 1];
+        assert!(read_frame_async::<FromGuest>(&mut &cut[..]).await.is_err());
+    }
+}

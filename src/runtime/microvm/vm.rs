@@ -1,0 +1,484 @@
+//! One job's VM on the host: its virtiofsd processes (one per shared directory) and its
+//! QEMU process, their pid files, sockets and console log in the job's `vm/` directory.
+//!
+//! Ownership: a pid from a pid file is acted on only when `/proc/<pid>/cmdline` names that
+//! job's `vm/` directory (every socket paddock gives QEMU and virtiofsd lives there), so a
+//! recycled pid is never signalled. Read-only shares are made read-only on the host: each
+//! virtiofsd starts in a private mount namespace (`unshare --mount`) where its source, or the
+//! protected paths inside a writable source (the git dir's config, hooks, info, alternates;
+//! the worktree's `.git` link), are bind-mounted read-only over themselves, so even root in
+//! the guest cannot write them through the share. Stop is polite first (the guest agent
+//! powers off), then SIGTERM, then SIGKILL, each with a deadline.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::MicrovmError;
+use crate::job::JobRecord;
+
+pub const VIRTIOFSD: &str = "/usr/lib/qemu/virtiofsd";
+pub const QEMU: &str = "qemu-system-x86_64";
+/// Memory the guest needs beyond the job's own (its kernel, the agent, page cache).
+pub const GUEST_OVERHEAD: u64 = 256 << 20;
+/// The VM's memory when the job has no memory limit.
+const UNLIMITED_MEMORY: u64 = 2 << 30;
+
+/// One host directory shared into the guest.
+#[derive(Debug, Clone)]
+pub struct Share {
+    pub tag: String,
+    pub host: PathBuf,
+    pub guest: PathBuf,
+    pub read_only: bool,
+    /// Paths inside `host` made read-only on the host side of a writable share.
+    pub protected: Vec<PathBuf>,
+}
+
+/// The shares of a job, mirroring a container job's mounts (see `runtime::docker::mounts`).
+pub fn shares(record: &JobRecord) -> Result<Vec<Share>, MicrovmError> {
+    let git_dir = record.git_dir.clone().ok_or(MicrovmError::NoGitDir)?;
+    let share = |tag: &str, host: PathBuf, guest: PathBuf, read_only, protected| Share {
+        tag: tag.to_string(),
+        host,
+        guest,
+        read_only,
+        protected,
+    };
+    let mut shares = vec![
+        share(
+            "ws",
+            record.worktree.clone(),
+            record.limits.workspace_dir.clone().into(),
+            false,
+            vec![record.worktree.join(".git")],
+        ),
+        share(
+            "git",
+            git_dir.clone(),
+            super::GUEST_GIT_DIR.into(),
+            false,
+            crate::git::jobdir::PROTECTED
+                .iter()
+                .map(|name| git_dir.join(name))
+                .filter(|path| path.exists())
+                .collect(),
+        ),
+    ];
+    let objects = match &record.object_view {
+        Some(view) => view.clone(),
+        None => crate::git::object_dirs(&record.git_common_dir)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| record.git_common_dir.join("objects")),
+    };
+    shares.push(share(
+        "objects",
+        objects,
+        super::GUEST_OBJECTS.into(),
+        true,
+        vec![],
+    ));
+    for (n, nested) in crate::git::object_dirs(&record.git_common_dir)
+        .into_iter()
+        .skip(1)
+        .enumerate()
+    {
+        shares.push(share(
+            &format!("alt{n}"),
+            nested.clone(),
+            nested,
+            true,
+            vec![],
+        ));
+    }
+    if let Some(outbox) = record.outbox().filter(|o| o.is_dir()) {
+        shares.push(share(
+            "outbox",
+            outbox,
+            super::GUEST_OUTBOX.into(),
+            false,
+            vec![],
+        ));
+    }
+    for s in &shares {
+        let text = s.guest.to_string_lossy();
+        if text.contains([' ', ',', ':', '\n', '\t']) {
+            return Err(MicrovmError::Path {
+                path: s.guest.clone(),
+            });
+        }
+    }
+    Ok(shares)
+}
+
+/// The files of one job's VM.
+#[derive(Debug, Clone)]
+pub struct VmDir {
+    pub dir: PathBuf,
+}
+
+impl VmDir {
+    pub fn of(home: &crate::store::PaddockHome, record: &JobRecord) -> VmDir {
+        VmDir {
+            dir: home.job_dir(&record.id).join("vm"),
+        }
+    }
+    pub fn agent_socket(&self) -> PathBuf {
+        self.dir.join("agent.sock")
+    }
+    fn qemu_pidfile(&self) -> PathBuf {
+        self.dir.join("qemu.pid")
+    }
+    pub fn console(&self) -> PathBuf {
+        self.dir.join("console.log")
+    }
+    pub fn exec_lock(&self) -> PathBuf {
+        self.dir.join("exec.lock")
+    }
+
+    /// The QEMU process, when one of this VM runs.
+    pub fn qemu_pid(&self) -> Option<i32> {
+        self.owned_pid(&self.qemu_pidfile())
+    }
+
+    /// Every process of this VM that still runs (QEMU, each virtiofsd and the helper it
+    /// forks): every process whose command line names this VM's directory.
+    pub fn pids(&self) -> Vec<i32> {
+        processes_naming(&self.dir)
+    }
+
+    /// The pid in `file`, when that process still runs and its command line names this VM's
+    /// directory (the ownership mark).
+    fn owned_pid(&self, file: &Path) -> Option<i32> {
+        let pid: i32 = std::fs::read_to_string(file).ok()?.trim().parse().ok()?;
+        owned(pid, &self.dir).then_some(pid)
+    }
+}
+
+/// The VMs of this install that have a live process: for each job dir root, every process
+/// whose command line names `<root>/<job>/vm/`, one sandbox per job (its `name` is the VM's
+/// directory).
+pub fn running_vms(roots: &[PathBuf]) -> Vec<crate::runtime::Sandbox> {
+    let mut found: Vec<crate::runtime::Sandbox> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        for root in roots {
+            let prefix = format!("{}/", root.display());
+            let Some(at) = cmdline.find(&prefix) else {
+                continue;
+            };
+            let rest = &cmdline[at + prefix.len()..];
+            let Some((job, tail)) = rest.split_once('/') else {
+                continue;
+            };
+            if !tail.starts_with("vm/") || crate::job::JobId::parse(job).is_err() {
+                continue;
+            }
+            let dir = root.join(job).join("vm");
+            let pid: i32 = entry.file_name().to_string_lossy().parse().unwrap_or(0);
+            if owned(pid, &dir) && !found.iter().any(|s| s.job == job) {
+                found.push(crate::runtime::Sandbox {
+                    name: dir.display().to_string(),
+                    job: job.to_string(),
+                    running: true,
+                    role: crate::runtime::SandboxRole::Job,
+                    created: None,
+                });
+            }
+        }
+    }
+    found
+}
+
+/// Every running process whose command line names `dir` (with a trailing slash, so job
+/// `a` never matches job `ab`).
+pub fn processes_naming(dir: &Path) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| owned(*pid, dir))
+        .collect()
+}
+
+/// Whether process `pid` runs with `dir/` in its command line (and is not a zombie).
+pub fn owned(pid: i32, dir: &Path) -> bool {
+    if pid <= 1 || pid == std::process::id().cast_signed() {
+        return false;
+    }
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let mut needle = dir.as_os_str().as_encoded_bytes().to_vec();
+    needle.push(b'/');
+    let needle = needle.as_slice();
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    });
+    !zombie && cmdline.windows(needle.len()).any(|w| w == needle)
+}
+
+/// What the VM boots and how.
+pub struct Boot<'a> {
+    pub kernel: &'a Path,
+    pub initramfs: &'a Path,
+    pub rootfs: &'a Path,
+    pub accel: super::accel::Accel,
+    /// `-netdev` options, or `None` for no NIC at all.
+    pub netdev: Option<String>,
+    /// The guest's network setup (`user` or `proxy`), with `netdev`.
+    pub net: &'static str,
+}
+
+/// Starts the job's virtiofsd processes and its VM (daemonized); returns QEMU's pid.
+pub async fn start(
+    vm: &VmDir,
+    record: &JobRecord,
+    shares: &[Share],
+    boot: &Boot<'_>,
+) -> Result<i32, MicrovmError> {
+    std::fs::create_dir_all(&vm.dir).map_err(io(&vm.dir))?;
+    for share in shares {
+        spawn_virtiofsd(vm, share).await?;
+    }
+    let limits = &record.limits;
+    let memory = match limits.memory.0 {
+        0 => UNLIMITED_MEMORY,
+        bytes => bytes + GUEST_OVERHEAD,
+    };
+    let memory_mb = memory.div_ceil(1 << 20);
+    let cpus = (limits.cpus.nano_cpus() + 999_999_999) / 1_000_000_000;
+    let cpus = cpus.max(1);
+    let (uid, _) = crate::runtime::docker::agent_user(limits.uid);
+    let mut append = format!(
+        "console=ttyS0 quiet panic=-1 paddock.pids={} paddock.uid={uid} paddock.net={}",
+        limits.pids,
+        if boot.netdev.is_some() {
+            boot.net
+        } else {
+            "none"
+        }
+    );
+    if limits.memory.0 > 0 {
+        append.push_str(&format!(" paddock.mem={}", limits.memory.0));
+    }
+    // A fractional CPU limit (1.5) gets whole vCPUs (2) and a CFS quota inside.
+    let quota = limits.cpus.nano_cpus() / 10_000;
+    if quota > 0 && quota % 100_000 != 0 {
+        append.push_str(&format!(" paddock.cpu={quota}"));
+    }
+    for share in shares {
+        let mode = if share.read_only { "ro" } else { "rw" };
+        append.push_str(&format!(
+            " paddock.share={}:{}:{mode}",
+            share.tag,
+            share.guest.display()
+        ));
+    }
+    let mut args: Vec<String> = vec![
+        "-name".into(),
+        format!("paddock-{}", record.id),
+        "-no-user-config".into(),
+        "-nodefaults".into(),
+        "-no-reboot".into(),
+        "-display".into(),
+        "none".into(),
+        "-serial".into(),
+        format!("file:{}", vm.console().display()),
+        "-M".into(),
+        "q35".into(),
+    ];
+    args.extend(boot.accel.qemu_args().into_iter().map(String::from));
+    args.extend([
+        "-m".into(),
+        format!("{memory_mb}M"),
+        "-smp".into(),
+        cpus.to_string(),
+        "-object".into(),
+        format!("memory-backend-memfd,id=mem,size={memory_mb}M,share=on"),
+        "-numa".into(),
+        "node,memdev=mem".into(),
+        "-kernel".into(),
+        boot.kernel.display().to_string(),
+        "-initrd".into(),
+        boot.initramfs.display().to_string(),
+        "-append".into(),
+        append,
+        "-drive".into(),
+        format!(
+            "file={},if=virtio,format=raw,readonly=on",
+            boot.rootfs.display()
+        ),
+        "-device".into(),
+        "virtio-serial-pci".into(),
+        "-chardev".into(),
+        format!(
+            "socket,id=agent,path={},server=on,wait=off",
+            vm.agent_socket().display()
+        ),
+        "-device".into(),
+        format!(
+            "virtserialport,chardev=agent,name={}",
+            super::guest::PORT_NAME
+        ),
+    ]);
+    for (n, share) in shares.iter().enumerate() {
+        args.extend([
+            "-chardev".into(),
+            format!("socket,id=fs{n},path={}", share_socket(vm, share).display()),
+            "-device".into(),
+            format!("vhost-user-fs-pci,chardev=fs{n},tag={}", share.tag),
+        ]);
+    }
+    if let Some(netdev) = &boot.netdev {
+        args.extend([
+            "-netdev".into(),
+            format!("user,id=net0,{netdev}"),
+            "-device".into(),
+            "virtio-net-pci,netdev=net0".into(),
+        ]);
+    }
+    args.extend([
+        "-daemonize".into(),
+        "-pidfile".into(),
+        vm.qemu_pidfile().display().to_string(),
+    ]);
+    let log = std::fs::File::create(vm.dir.join("qemu.log")).map_err(io(&vm.dir))?;
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(QEMU)
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().map_err(io(&vm.dir))?)
+            .stderr(log)
+            .process_group(0)
+            .kill_on_drop(true)
+            .status(),
+    )
+    .await
+    .map_err(|_| MicrovmError::Start {
+        message: "qemu did not daemonize within 30s".into(),
+    })?
+    .map_err(io(Path::new(QEMU)))?;
+    if !status_ok(out) {
+        let log = std::fs::read_to_string(vm.dir.join("qemu.log")).unwrap_or_default();
+        return Err(MicrovmError::Start {
+            message: format!("qemu exited {out}: {}", log.trim()),
+        });
+    }
+    vm.qemu_pid().ok_or_else(|| MicrovmError::Start {
+        message: "qemu daemonized but its pid file names no running qemu".into(),
+    })
+}
+
+fn status_ok(status: std::process::ExitStatus) -> bool {
+    status.success()
+}
+
+fn share_socket(vm: &VmDir, share: &Share) -> PathBuf {
+    vm.dir.join(format!("fs-{}.sock", share.tag))
+}
+
+/// Starts one share's virtiofsd in a private mount namespace with its read-only paths bound
+/// read-only, and waits for its socket.
+async fn spawn_virtiofsd(vm: &VmDir, share: &Share) -> Result<(), MicrovmError> {
+    let socket = share_socket(vm, share);
+    let _ = std::fs::remove_file(&socket);
+    let mut read_only: Vec<&Path> = share.protected.iter().map(PathBuf::as_path).collect();
+    if share.read_only {
+        read_only.push(&share.host);
+    }
+    // `$1` the socket, `$2` the source, then the paths to make read-only.
+    let script = format!(
+        r#"set -e; sock=$1; src=$2; shift 2
+for p; do mount --bind "$p" "$p"; mount -o remount,bind,ro "$p"; done
+exec {VIRTIOFSD} --socket-path="$sock" -o source="$src" -o cache=auto -o no_posix_lock -o no_xattr"#
+    );
+    let log = std::fs::File::create(vm.dir.join(format!("virtiofsd-{}.log", share.tag)))
+        .map_err(io(&vm.dir))?;
+    let child = tokio::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+        .arg(&script)
+        .arg("sh")
+        .arg(&socket)
+        .arg(&share.host)
+        .args(&read_only)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().map_err(io(&vm.dir))?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .map_err(io(Path::new("unshare")))?;
+    let pid = child.id().ok_or_else(|| MicrovmError::Start {
+        message: format!("virtiofsd for `{}` exited at once", share.tag),
+    })?;
+    let pidfile = vm.dir.join(format!("virtiofsd-{}.pid", share.tag));
+    std::fs::write(&pidfile, pid.to_string()).map_err(io(&pidfile))?;
+    // Reaped in the background when it ends; it must outlive this process (the VM does).
+    drop(child);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        if tokio::time::Instant::now() > deadline {
+            let log = std::fs::read_to_string(vm.dir.join(format!("virtiofsd-{}.log", share.tag)))
+                .unwrap_or_default();
+            return Err(MicrovmError::Start {
+                message: format!(
+                    "virtiofsd for `{}` made no socket within 10s: {}",
+                    share.tag,
+                    log.trim()
+                ),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// Ends every process of the VM: SIGTERM, up to `grace`, then SIGKILL, and waits (bounded)
+/// for them to go. True when something was running.
+pub async fn kill_all(vm: &VmDir, grace: Duration) -> bool {
+    let pids = vm.pids();
+    if pids.is_empty() {
+        return false;
+    }
+    for pid in &pids {
+        signal(*pid, libc::SIGTERM);
+    }
+    let until = tokio::time::Instant::now() + grace;
+    while tokio::time::Instant::now() < until && pids.iter().any(|p| owned(*p, &vm.dir)) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for pid in pids.iter().filter(|p| owned(**p, &vm.dir)) {
+        signal(*pid, libc::SIGKILL);
+    }
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < until && pids.iter().any(|p| owned(*p, &vm.dir)) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
+fn signal(pid: i32, signal: i32) {
+    // Only ever called with a pid just checked to be this VM's.
+    if let (Some(pid), Some(signal)) = (
+        rustix::process::Pid::from_raw(pid),
+        rustix::process::Signal::from_named_raw(signal),
+    ) {
+        let _ = rustix::process::kill_process(pid, signal);
+    }
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> MicrovmError + '_ {
+    move |source| MicrovmError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}

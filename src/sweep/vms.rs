@@ -1,0 +1,31 @@
+//! The sweep's part for microVM jobs: a QEMU or virtiofsd process that names the `vm/`
+//! directory of a job with no record (paddock killed mid-create or mid-rm) is ended. VMs of
+//! recorded jobs are the job's business: a job whose QEMU died gets a new VM at its next
+//! exec, and its virtiofsd processes end with their QEMU.
+
+use super::{SweepOptions, SweepReport};
+use crate::engine::Paddock;
+use crate::job::RuntimeKind;
+
+impl Paddock {
+    pub(super) async fn reap_orphan_vms(&self, options: &SweepOptions, report: &mut SweepReport) {
+        let runtime = self.runtimes().of(RuntimeKind::Microvm);
+        let Ok(vms) = runtime.list_sandboxes().await else {
+            return;
+        };
+        for vm in vms {
+            if self.store().exists_str(&vm.job) {
+                continue;
+            }
+            let reason = "microVM processes of a job with no record";
+            if options.dry_run {
+                report.removed("vm", vm.name, reason);
+                continue;
+            }
+            match runtime.remove_sandbox(&vm).await {
+                Ok(()) => report.removed("vm", vm.name, reason),
+                Err(error) => report.error("vm", vm.name, reason, error),
+            }
+        }
+    }
+}
