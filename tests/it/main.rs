@@ -19,6 +19,7 @@ mod dashboard;
 mod deep_trees;
 mod default_paths;
 mod devcontainer;
+mod devcontainer_python;
 mod disk;
 mod disk_caps;
 mod docker;
