@@ -57,13 +57,33 @@ fn facts_of(
     };
     let ahead = !descends(job_base, tip)?;
     let contained = descends(base_tip, tip)?;
+    let files = changed_since_fork(repo, path, base_tip, tip)?;
+    let base_tree = repo
+        .find_commit(base_tip)
+        .map_err(read_err(path))?
+        .tree_id()
+        .to_string();
+    Ok(MarkFacts {
+        ahead,
+        files,
+        contained,
+        base_tree,
+    })
+}
+
+/// The files `tip` changes since its merge base with `base`, sorted and each once.
+pub(super) fn changed_since_fork(
+    repo: &git2::Repository,
+    path: &std::path::Path,
+    base: git2::Oid,
+    tip: git2::Oid,
+) -> Result<Vec<String>, GitError> {
     let tree = |oid| {
         repo.find_commit(oid)
             .and_then(|c| c.tree())
             .map_err(read_err(path))
     };
-    let fork = repo.merge_base(base_tip, tip).map_err(read_err(path))?;
-    let base_tree = tree(base_tip)?;
+    let fork = repo.merge_base(base, tip).map_err(read_err(path))?;
     let diff = repo
         .diff_tree_to_tree(Some(&tree(fork)?), Some(&tree(tip)?), None)
         .map_err(read_err(path))?;
@@ -75,10 +95,5 @@ fn facts_of(
         .collect();
     files.sort();
     files.dedup();
-    Ok(MarkFacts {
-        ahead,
-        files,
-        contained,
-        base_tree: base_tree.id().to_string(),
-    })
+    Ok(files)
 }

@@ -388,25 +388,7 @@ impl GitRepo {
         let (base, tip) = (base.to_string(), tip.to_string());
         self.read(move |repo, path| {
             let oid = |s: &str| git2::Oid::from_str(s).map_err(read_err(path));
-            let (base, tip) = (oid(&base)?, oid(&tip)?);
-            let fork = repo.merge_base(base, tip).map_err(read_err(path))?;
-            let tree = |oid| {
-                repo.find_commit(oid)
-                    .and_then(|c| c.tree())
-                    .map_err(read_err(path))
-            };
-            let diff = repo
-                .diff_tree_to_tree(Some(&tree(fork)?), Some(&tree(tip)?), None)
-                .map_err(read_err(path))?;
-            let mut files: Vec<String> = diff
-                .deltas()
-                .flat_map(|d| [d.old_file().path(), d.new_file().path()])
-                .flatten()
-                .map(|p| p.to_string_lossy().into_owned())
-                .collect();
-            files.sort();
-            files.dedup();
-            Ok(files)
+            super::marks::changed_since_fork(repo, path, oid(&base)?, oid(&tip)?)
         })
         .await
     }

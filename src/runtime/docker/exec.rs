@@ -24,6 +24,21 @@ use crate::store::PaddockHome;
 
 /// Runs a short helper command in the container (signals, counters); its output as text.
 async fn helper_exec(docker: &Docker, name: &str, script: &str) -> Result<String, RuntimeError> {
+    let (_, _, text) =
+        exec_collect(docker, name, script, Duration::from_secs(5), usize::MAX).await?;
+    Ok(text)
+}
+
+/// Runs `script` through `sh -c` in container `name` as the container's user, keeping at
+/// most `cap` bytes of its output, until it ends or `within` passes: (whether it ended, the
+/// exec's id, the output).
+pub(super) async fn exec_collect(
+    docker: &Docker,
+    name: &str,
+    script: &str,
+    within: Duration,
+    cap: usize,
+) -> Result<(bool, String, String), RuntimeError> {
     let config = ExecConfig {
         attach_stdout: Some(true),
         attach_stderr: Some(true),
@@ -45,13 +60,25 @@ async fn helper_exec(docker: &Docker, name: &str, script: &str) -> Result<String
     )
     .await?;
     let mut text = String::new();
+    let mut ended = true;
     if let StartExecResults::Attached { mut output, .. } = started {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline, output.next()).await {
-            text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, output.next()).await {
+                Ok(Some(Ok(chunk))) => {
+                    if text.len() < cap {
+                        text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+                    }
+                }
+                Ok(Some(Err(_)) | None) => break,
+                Err(_) => {
+                    ended = false;
+                    break;
+                }
+            }
         }
     }
-    Ok(text)
+    Ok((ended, created.id, text))
 }
 
 /// The container cgroup's OOM-kill counter (cgroup v1 `memory.oom_control`, v2

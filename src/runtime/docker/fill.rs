@@ -10,9 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::exec::{StartExecOptions, StartExecResults};
-use bollard::models::{ContainerCreateBody, ExecConfig};
-use futures_util::StreamExt;
+use bollard::models::ContainerCreateBody;
 
 use super::remote::{ensure_volumes, helper_labels, job_mounts, upload};
 use super::{
@@ -33,52 +31,20 @@ pub(super) async fn run(
     name: &str,
     script: &str,
 ) -> Result<(i64, String), RuntimeError> {
-    let config = ExecConfig {
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        cmd: Some(vec!["sh".into(), "-c".into(), script.into()]),
-        ..Default::default()
-    };
-    let created = call(
-        "create exec",
-        name,
-        API_TIMEOUT,
-        docker.create_exec(name, config),
-    )
-    .await?;
-    let started = call(
-        "start exec",
-        name,
-        API_TIMEOUT,
-        docker.start_exec(&created.id, None::<StartExecOptions>),
-    )
-    .await?;
-    let mut text = String::new();
-    if let StartExecResults::Attached { mut output, .. } = started {
-        let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
-        loop {
-            match tokio::time::timeout_at(deadline, output.next()).await {
-                Ok(Some(Ok(chunk))) => {
-                    if text.len() < 64 << 10 {
-                        text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
-                    }
-                }
-                Ok(Some(Err(_)) | None) => break,
-                Err(_) => {
-                    return Err(RuntimeError::DockerTimeout {
-                        action: "fill the job's volumes",
-                        target: name.to_string(),
-                        after: STEP_TIMEOUT,
-                    });
-                }
-            }
-        }
+    let (ended, exec, text) =
+        super::exec::exec_collect(docker, name, script, STEP_TIMEOUT, 64 << 10).await?;
+    if !ended {
+        return Err(RuntimeError::DockerTimeout {
+            action: "fill the job's volumes",
+            target: name.to_string(),
+            after: STEP_TIMEOUT,
+        });
     }
     let inspect = call(
         "inspect exec",
         name,
         API_TIMEOUT,
-        docker.inspect_exec(&created.id),
+        docker.inspect_exec(&exec),
     )
     .await?;
     Ok((inspect.exit_code.unwrap_or(-1), text))
