@@ -215,7 +215,7 @@ fn greedy_job_is_as_isolated_as_any(runtime: &str) {
     let repo = greedy_repo();
     let home = TestHome::new();
     let mut flags = vec!["--runtime", runtime, "--task", "greedy"];
-    flags.extend(crate::docker::LIMIT_FLAGS);
+    flags.extend(crate::isolation::LIMIT_FLAGS);
     let job = home.create(&repo, &flags);
     let dc = &job["devcontainer"];
     assert!(text(dc, "image").starts_with("paddock-devc:"), "{job}");
@@ -236,7 +236,7 @@ fn greedy_job_is_as_isolated_as_any(runtime: &str) {
     // The image ends as `nobody`, the file asks for root: the agent is paddock's agent uid.
     let uid = home.sh(&text(&job, "id"), "id -u");
     assert!(!["0", "65534"].contains(&uid.trim()), "uid {uid}");
-    crate::docker::check_isolated_and_limited(&home, &job, runtime);
+    crate::isolation::check_isolated_and_limited(&home, &job, runtime);
 }
 
 #[test]
