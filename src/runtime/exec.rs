@@ -38,6 +38,34 @@ pub struct CappedOutput {
     total: u64,
 }
 
+/// The [`ExecResult`] of a command that ended, from its two capped streams: every runtime
+/// builds its result here, so the truncation flag and the exact (base64) bytes agree.
+pub fn exec_result(
+    exit_code: i64,
+    duration_ms: u64,
+    timed_out: bool,
+    oom_killed: bool,
+    stdout: CappedOutput,
+    stderr: CappedOutput,
+) -> ExecResult {
+    let (stdout, out_cut, stdout_base64) = stdout.finish_exact();
+    let (stderr, err_cut, stderr_base64) = stderr.finish_exact();
+    ExecResult {
+        exit_code,
+        stdout,
+        stderr,
+        duration_ms,
+        timed_out,
+        truncated: out_cut || err_cut,
+        oom_killed,
+        sync_error: None,
+        exec_id: None,
+        stdout_base64,
+        stderr_base64,
+        meta: None,
+    }
+}
+
 impl CappedOutput {
     pub fn new(cap: usize) -> Self {
         CappedOutput {

@@ -170,22 +170,14 @@ pub(super) async fn exec(
         .map(i64::from)
         .or_else(|| status.signal().map(|s| 128 + i64::from(s)))
         .unwrap_or(-1);
-    let (stdout, out_cut, stdout_base64) = stdout.finish_exact();
-    let (stderr, err_cut, stderr_base64) = stderr.finish_exact();
-    Ok(ExecResult {
+    Ok(super::exec::exec_result(
         exit_code,
+        crate::units::millis(started.elapsed()),
+        timed_out,
+        false,
         stdout,
         stderr,
-        duration_ms: crate::units::millis(started.elapsed()),
-        timed_out,
-        truncated: out_cut || err_cut,
-        oom_killed: false,
-        sync_error: None,
-        exec_id: None,
-        stdout_base64,
-        stderr_base64,
-        meta: None,
-    })
+    ))
 }
 
 /// A command that cannot be started for a reason of its own (no such program, not

@@ -404,23 +404,15 @@ async fn exec_in(
         sink.write(StreamKind::Stderr, note.as_bytes());
         stderr.push(note.as_bytes());
     }
-    let (stdout, out_cut, stdout_base64) = stdout.finish_exact();
-    let (stderr, err_cut, stderr_base64) = stderr.finish_exact();
     Ok((
-        ExecResult {
+        crate::runtime::exec::exec_result(
             exit_code,
-            stdout,
-            stderr,
             duration_ms,
             timed_out,
-            truncated: out_cut || err_cut,
             oom_killed,
-            sync_error: None,
-            exec_id: None,
-            stdout_base64,
-            stderr_base64,
-            meta: None,
-        },
+            stdout,
+            stderr,
+        ),
         oom_count,
     ))
 }

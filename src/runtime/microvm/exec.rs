@@ -167,22 +167,14 @@ pub async fn run(
         }
     };
     let (exit_code, oom_killed) = end.unwrap_or((137, false));
-    let (stdout, out_cut, stdout_base64) = stdout.finish_exact();
-    let (stderr, err_cut, stderr_base64) = stderr.finish_exact();
-    Ok(ExecResult {
+    Ok(crate::runtime::exec::exec_result(
         exit_code,
+        crate::units::millis(started.elapsed()),
+        timed_out,
+        oom_killed,
         stdout,
         stderr,
-        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        timed_out,
-        truncated: out_cut || err_cut,
-        oom_killed,
-        sync_error: None,
-        exec_id: None,
-        stdout_base64,
-        stderr_base64,
-        meta: None,
-    })
+    ))
 }
 
 /// Sends the guest agent one order without an answer (power off, kill the job's
