@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 mod budget;
 mod ledger;
+pub mod placing;
 mod view;
 
 pub use crate::config::AdmissionSettings;
@@ -120,6 +121,8 @@ pub struct Admission {
     dir: PathBuf,
     exec_dir: PathBuf,
     execs_dir: PathBuf,
+    /// Creates waiting for an engine with room (`placing`).
+    placing_dir: PathBuf,
     lock_path: PathBuf,
     budget: Budget,
     host: HostCapacity,
@@ -142,6 +145,7 @@ impl Admission {
             dir,
             exec_dir,
             execs_dir,
+            placing_dir: placing::dir(home),
             lock_path: home.locks_dir().join("admission.lock"),
             budget,
             host,
@@ -185,13 +189,15 @@ impl Admission {
     /// a look sees each as it was or as it is): `doctor`, `ls`, and a waiter's own place.
     pub fn view(&self, records: &[JobRecord]) -> AdmissionView {
         let held = Held::of(records, self.running_execs().len());
-        AdmissionView::new(
+        let mut view = AdmissionView::new(
             self,
             held,
             &self.tickets(Lane::Create),
             &self.tickets(Lane::Exec),
             self.running_execs(),
-        )
+        );
+        view.waiting.extend(placing::waiters(&self.placing_dir));
+        view
     }
 
     fn lane_dir(&self, lane: Lane) -> &Path {

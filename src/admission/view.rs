@@ -20,6 +20,8 @@ pub enum WaitKind {
     Create,
     /// An exec, for an exec slot.
     Exec,
+    /// A create, for an engine with room (`--engine auto`; see `placing`).
+    Place,
 }
 
 /// One waiting request.
@@ -54,7 +56,8 @@ pub struct AdmissionView {
     pub held: Held,
     /// The jobs whose execs hold the busy slots (one entry per exec).
     pub running_execs: Vec<JobId>,
-    /// Waiting creates, then waiting execs, each in its queue's order.
+    /// Waiting creates, then waiting execs, each in its queue's order, then creates waiting
+    /// for an engine with room (`place`), by when they began waiting.
     pub waiting: Vec<Waiter>,
 }
 
@@ -114,7 +117,8 @@ impl AdmissionView {
             .max_jobs
             .map_or(String::new(), |max| format!(" (at most {max} jobs)"));
         let count = |kind| self.waiting.iter().filter(|w| w.kind == kind).count();
-        let waiting = match (count(WaitKind::Create), count(WaitKind::Exec)) {
+        let creates = count(WaitKind::Create) + count(WaitKind::Place);
+        let waiting = match (creates, count(WaitKind::Exec)) {
             (0, 0) => "nothing waits".to_string(),
             (creates, execs) => format!(
                 "waiting: {}, {}",

@@ -6,7 +6,7 @@
 //! disk limit (`record.disk`) has its overlay's layers in its own filesystem (`disk`), made
 //! by the create before the git dir and unmounted after the overlay.
 
-use super::create::crash_point;
+use super::failpoints::crash_point;
 use super::{Error, Paddock, Result};
 use crate::config::CheckoutMode;
 use crate::git::GitRepo;

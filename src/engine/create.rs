@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use chrono::Utc;
 
+use super::failpoints::{crash_point, fail_point};
 use super::{CreateRequest, Created, Error, Paddock, Result};
 use crate::config::{CheckoutMode, NetworkMode, Profile, Source};
 use crate::git::jobdir::JobGitDir;
@@ -185,7 +186,9 @@ impl Paddock {
         if !setup.copy.is_empty() {
             crate::copy_files::check_sources(&repo.root, &setup.copy)?;
         }
-        let (engine, placed) = self.engine_of(&config, &request, &profile, &setup).await?;
+        let (engine, placed) = self
+            .engine_of(&config, &request, &id, &profile, &setup)
+            .await?;
         let runtime = match &engine {
             Some(engine) => self.resolve_remote(engine, &profile).await?,
             None => {
@@ -484,60 +487,6 @@ impl Paddock {
         Ok(())
     }
 }
-
-/// A test-only failpoint: when `PADDOCK_CRASH_AT` names this point, the process SIGKILLs
-/// itself there, so tests can prove that every interruption of `create` is cleaned up by a
-/// sweep. Costs one environment lookup per point otherwise.
-pub(super) fn crash_point(name: &str) {
-    if std::env::var("PADDOCK_CRASH_AT").as_deref() == Ok(name) {
-        crate::sys::kill_self();
-    }
-}
-
-/// A test-only failpoint: when `PADDOCK_FAIL_AT` names this point, the step fails there
-/// with [`Error::Injected`], so tests can prove that `create` rolls back every step.
-fn fail_point(point: &'static str) -> Result<()> {
-    if crate::env::fail_at(point) {
-        return Err(Error::Injected { point });
-    }
-    Ok(())
-}
-
-/// The points `PADDOCK_FAIL_AT` accepts, in the order `create` passes them:
-/// after the branch is made, after the checkout, after the `copy` files are placed, after
-/// the caches are placed, after the container is created (Docker runtimes only), after it
-/// started (Docker runtimes only), after the setup commands ran, and in place of the final
-/// record write.
-pub const FAIL_POINTS: &[&str] = &[
-    "branch",
-    "checkout",
-    "copy",
-    "caches",
-    "container-create",
-    "container-start",
-    "setup",
-    "record",
-];
-
-/// The points `PADDOCK_CRASH_AT` accepts, in the order `create` passes them (`disk`, right
-/// after the job's disk is mounted, by jobs with a disk limit or a git disk only;
-/// `pristine`, after the pristine checkout is made and named in the record, and `mounted`,
-/// right after the overlay is mounted, by `checkout: overlay` jobs only; `claimed`, after a pool slot
-/// is claimed and named in the record, and `pool-mounted`, after the job's files are
-/// mounted into it, by warm starts only).
-pub const CRASH_POINTS: &[&str] = &[
-    "reserved",
-    "marked",
-    "registered",
-    "disk",
-    "recorded",
-    "pristine",
-    "mounted",
-    "checked-out",
-    "claimed",
-    "pool-mounted",
-    "started",
-];
 
 /// Fills a branch template. Without a task, `{task}` becomes the job id.
 pub fn render_branch(template: &str, agent: &str, task: Option<&str>, id: &JobId) -> String {

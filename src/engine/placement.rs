@@ -3,14 +3,18 @@
 //! CPUs (its own, as its daemon reports them); what it holds is the jobs whose records name
 //! it. The choice and the record that makes it count are made under
 //! `locks/engines.lock`, so two creates never both take an engine's last place; an engine
-//! that does not answer is not chosen.
+//! that does not answer is not chosen. A create that waits is shown in the admission view
+//! (`admission::placing`), so its terminal says what it waits for.
 
 use std::time::{Duration, Instant};
 
+use chrono::Utc;
+
 use super::{Paddock, Result};
+use crate::admission::placing::Placing;
 use crate::config::Config;
 use crate::engines::EngineError;
-use crate::job::RuntimeKind;
+use crate::job::{JobId, RuntimeKind};
 use crate::store::FileLock;
 
 /// How long a create waits for an engine with room by default (`admission.max_wait` wins).
@@ -37,15 +41,25 @@ impl Paddock {
         }
     }
 
-    /// Places a job by `engine: auto` (see the module docs); waits for room unless
-    /// `no_wait`, up to the admission's `max_wait`.
-    pub(super) async fn place_auto(&self, config: &Config, no_wait: bool) -> Result<Placed> {
+    /// Places job `id` by `engine: auto` (see the module docs); waits for room unless
+    /// `no_wait`, up to the admission's `max_wait`. While it waits, the admission view shows
+    /// it (`admission::placing`), found by the caller's `tag`.
+    pub(super) async fn place_auto(
+        &self,
+        config: &Config,
+        id: &JobId,
+        tag: Option<&str>,
+        no_wait: bool,
+    ) -> Result<Placed> {
         let wait = config
             .admission
             .max_wait
             .map_or(DEFAULT_WAIT, |wait| wait.0);
         let started = Instant::now();
+        let since = Utc::now();
+        let gives_up_at = since + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::MAX);
         let path = self.home.locks_dir().join("engines.lock");
+        let mut shown: Option<Placing> = None;
         loop {
             let at = path.clone();
             let lock = tokio::task::spawn_blocking(move || {
@@ -55,8 +69,10 @@ impl Paddock {
             .expect("taking a lock does not panic")?;
             let (records, _) = self.store.list()?;
             let mut best: Option<(usize, String)> = None;
+            let mut full = Vec::new();
             for (name, spec) in &config.engines {
                 let Some(budget) = self.engine_budget(name, spec.jobs).await else {
+                    full.push(format!("{name} does not answer"));
                     continue;
                 };
                 let held = records
@@ -67,6 +83,7 @@ impl Paddock {
                 if free > 0 && best.as_ref().is_none_or(|(most, _)| free > *most) {
                     best = Some((free, name.clone()));
                 }
+                full.push(format!("{name} holds {held} of {budget} jobs"));
             }
             if let Some((_, engine)) = best {
                 return Ok(Placed {
@@ -85,6 +102,19 @@ impl Paddock {
                         .join(", "),
                 }
                 .into());
+            }
+            let reason = format!("no engine has room ({})", full.join(", "));
+            match &mut shown {
+                Some(placing) => placing.update(reason)?,
+                None => {
+                    shown = Some(Placing::begin(
+                        &self.home,
+                        id,
+                        tag,
+                        (since, gives_up_at),
+                        reason,
+                    )?);
+                }
             }
             tokio::time::sleep(POLL).await;
         }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use chrono::Utc;
 
 use super::admit::blocking;
-use super::create::crash_point;
+use super::failpoints::crash_point;
 use super::{Paddock, Result};
 use crate::admission::{Budget, Demand, Held, HostCapacity};
 use crate::config::PoolSettings;

@@ -8,7 +8,7 @@ use crate::config::{Config, NetworkMode, Profile, RuntimeChoice};
 use crate::engines::EngineError;
 use crate::git::GitRepo;
 use crate::git::jobdir::JobGitDir;
-use crate::job::{JobRecord, RuntimeKind};
+use crate::job::{JobId, JobRecord, RuntimeKind};
 use crate::runtime::{Resolved, RuntimeError};
 
 /// Where the job git dir's alternates point inside a remote job's container: the objects of
@@ -31,6 +31,7 @@ impl Paddock {
         &self,
         config: &Config,
         request: &CreateRequest,
+        id: &JobId,
         profile: &Profile,
         setup: &crate::config::JobSetup,
     ) -> Result<(Option<String>, Option<super::placement::Placed>)> {
@@ -59,7 +60,9 @@ impl Paddock {
             return Err(unsupported(name, "`copy` and caches"));
         }
         if name == "auto" {
-            let placed = self.place_auto(config, request.no_wait).await?;
+            let placed = self
+                .place_auto(config, id, request.waiter.as_deref(), request.no_wait)
+                .await?;
             return Ok((Some(placed.engine.clone()), Some(placed)));
         }
         Ok((Some(name.to_string()), None))

@@ -7,100 +7,13 @@
 //! The terminal is a real one: `script` runs paddock on a pseudo-terminal and copies what it
 //! shows to a pipe this test reads line by line.
 
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::fixtures::terminal::OnTerminal;
 use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image, text};
-
-/// A paddock command running on a pseudo-terminal, and the lines it shows.
-struct OnTerminal {
-    child: Child,
-    lines: Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl OnTerminal {
-    fn start(home: &TestHome, args: &[&str]) -> OnTerminal {
-        let quote = |word: &str| format!("'{}'", word.replace('\'', r"'\''"));
-        let mut line = quote(env!("CARGO_BIN_EXE_paddock"));
-        for arg in args {
-            line.push(' ');
-            line.push_str(&quote(arg));
-        }
-        let mut child = Command::new("script")
-            .args(["-qfec", &line, "/dev/null"])
-            .env_remove("PADDOCK_CONFIG")
-            .env_remove("PADDOCK_PROFILE")
-            .env_remove("PADDOCK_RUNTIME")
-            .env_remove("PADDOCK_NO_DAEMON")
-            .envs(home.envs.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("`script` (util-linux) runs a command on a pseudo-terminal");
-        let out = child.stdout.take().expect("piped");
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line.trim_end_matches('\r').to_string()).is_err() {
-                    break;
-                }
-            }
-        });
-        OnTerminal {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Waits until a line containing `part` shows (20 s at most); returns it.
-    fn wait_for(&mut self, part: &str) -> String {
-        if let Some(line) = self.seen.iter().find(|l| l.contains(part)) {
-            return line.clone();
-        }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.contains(part) {
-                        return line;
-                    }
-                }
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
-                    panic!(
-                        "no line with {part:?} on the terminal; it showed {:?}",
-                        self.seen
-                    )
-                }
-            }
-        }
-    }
-
-    /// Waits for the command to end; returns its exit code and every line it showed.
-    fn finish(mut self) -> (Option<i32>, Vec<String>) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "still running: {:?}", self.seen);
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
-            self.seen.push(line);
-        }
-        (status.code(), self.seen)
-    }
-}
 
 /// Polls `ls --json` until job `id` is in `state`.
 fn wait_for_state(home: &TestHome, id: &str, state: &str) -> Value {

@@ -1,12 +1,11 @@
 //! `--engine auto` with two engines whose budgets hold two jobs each: four jobs go two and
 //! two, a fifth waits (or, with `--no-wait`, is refused with exit 10) until a job is removed,
-//! then goes where the room is.
-
-use std::time::{Duration, Instant};
+//! then goes where the room is. While it waits, its terminal says what for.
 
 use serde_json::Value;
 
 use super::{Engine, available, engine};
+use crate::fixtures::terminal::OnTerminal;
 use crate::fixtures::{FixtureRepo, TestHome, test_image, text};
 
 fn home_with_two(one: &Engine, two: &Engine) -> TestHome {
@@ -62,36 +61,42 @@ fn auto_placement_fills_two_engines_two_and_two_and_the_fifth_waits() {
     let output = home.run(&refused);
     assert_eq!(output.status.code(), Some(10), "{output:?}");
 
-    let waiting = args("a5");
+    // The fifth waits, and says so on its terminal: what it waits for, its place, how long.
+    let mut waiting = args("a5");
+    waiting.pop(); // `--json`: a person's create
+    waiting.extend(["--id".into(), "a5".into()]);
     let waiting: Vec<&str> = waiting.iter().map(String::as_str).collect();
-    let mut fifth = home
-        .cmd(&waiting)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("create runs");
-    std::thread::sleep(Duration::from_secs(3));
-    assert!(fifth.try_wait().expect("wait").is_none(), "the fifth waits");
+    let mut fifth = OnTerminal::start(&home, &waiting);
+    let line = fifth.wait_for("waiting for room");
+    assert!(
+        line.starts_with("paddock: waiting for room: no engine has room (")
+            && line.contains("eng1 holds 2 of 2 jobs")
+            && line.contains("eng3 holds 2 of 2 jobs")
+            && line.ends_with("place 1 of 1; gives up after 30m; --no-wait fails at once"),
+        "{line}"
+    );
+    let listed = home.run(&["ls"]);
+    assert!(
+        String::from_utf8_lossy(&listed.stderr).contains("waiting: 1 create, 0 execs"),
+        "{listed:?}"
+    );
     let freed = ids
         .iter()
         .find(|id| engine_of(&home, id) == "eng3")
         .expect("a job on eng3")
         .clone();
     home.ok(&["rm", &freed, "--force"]);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = fifth.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the fifth never started"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    assert!(status.success());
-    let out = fifth.wait_with_output().expect("output");
-    let job: Value = serde_json::from_slice(&out.stdout).expect("json");
-    let fifth_id = text(&job, "id");
+    let (code, lines) = fifth.finish();
+    assert_eq!(code, Some(0), "{lines:?}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("waiting for room"))
+            .count(),
+        1,
+        "one line while nothing changed: {lines:?}"
+    );
+    let fifth_id = "a5".to_string();
     assert_eq!(engine_of(&home, &fifth_id), "eng3");
     for id in ids.iter().filter(|id| **id != freed).chain([&fifth_id]) {
         home.ok(&["rm", id, "--force"]);
