@@ -82,6 +82,11 @@ impl Machine {
     }
 
     pub(crate) fn run(&self, args: &[&str]) -> Output {
+        self.run_with(args, &[])
+    }
+
+    /// `run` with `envs` set as well (test switches such as `PADDOCK_TEST_FORBID_HOST_BINDS`).
+    pub(crate) fn run_with(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
         let mut command = match self.who {
             Who::Root => Command::new(env!("CARGO_BIN_EXE_paddock")),
             Who::User => {
@@ -109,6 +114,7 @@ impl Machine {
             .env_remove("PADDOCK_NO_DAEMON")
             .env("HOME", &self.home)
             .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .output()
             .expect("paddock runs")
@@ -128,7 +134,7 @@ impl Machine {
     }
 
     /// git in the repository as root (which may not own it: `safe.directory`); its stdout.
-    fn repo_git(&self, args: &[&str]) -> String {
+    pub(crate) fn repo_git(&self, args: &[&str]) -> String {
         let output = Command::new("git")
             .args(["-c", "safe.directory=*"])
             .args(args)

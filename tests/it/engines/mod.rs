@@ -17,6 +17,7 @@ mod auto;
 mod hostile;
 mod images;
 mod remote;
+mod unprivileged;
 mod unreachable;
 
 /// A remote engine the tests started: its address and certificates.
