@@ -31,6 +31,9 @@ static UNSET: Source = Source::Default;
 pub struct ProfileLayer {
     pub image: Option<String>,
     pub runtime: Option<RuntimeChoice>,
+    /// The engine of `engines:` the profile's jobs run on, `auto` (the one with the most
+    /// free budget) or `local` (the default); `create --engine` wins.
+    pub engine: Option<String>,
     /// How the job's checkout is made: `worktree` (default) or `overlay`.
     pub checkout: Option<CheckoutMode>,
     pub memory: Option<ByteSize>,
@@ -158,6 +161,8 @@ pub struct Profile {
     pub memory: Sourced<ByteSize>,
     /// Unset (no limit) unless a layer sets it.
     pub disk: Option<Sourced<ByteSize>>,
+    /// Where the job runs (`engine:`); `None`: the local engine.
+    pub engine: Option<Sourced<String>>,
     /// The cap of a container job's git dir and outbox when it has no `disk` (root only).
     pub git_disk: Sourced<ByteSize>,
     pub cpus: Sourced<Cpus>,
@@ -198,6 +203,7 @@ impl Default for Profile {
             checkout: Sourced::default_value(CheckoutMode::Worktree),
             memory: Sourced::default_value(ByteSize(2 << 30)),
             disk: None,
+            engine: None,
             git_disk: Sourced::default_value(DEFAULT_GIT_DISK),
             cpus: Sourced::default_value(Cpus(2.0)),
             reserve_cpus: Sourced::default_value(Reserve::DEFAULT.cpus),
@@ -303,6 +309,12 @@ impl Profile {
                 source: source.clone(),
             });
         }
+        if let Some(value) = layer.engine.clone() {
+            self.engine = Some(Sourced {
+                value,
+                source: source.clone(),
+            });
+        }
         if let Some(value) = layer.setup_timeout {
             self.setup_timeout = Some(Sourced {
                 value,
@@ -394,6 +406,10 @@ impl Profile {
             match &self.disk {
                 Some(disk) => ("disk".into(), disk.value.to_string(), &disk.source),
                 None => ("disk".into(), "none".into(), &UNSET),
+            },
+            match &self.engine {
+                Some(engine) => ("engine".into(), engine.value.clone(), &engine.source),
+                None => ("engine".into(), "local".into(), &UNSET),
             },
             (
                 "git_disk".into(),

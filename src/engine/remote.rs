@@ -35,7 +35,12 @@ impl Paddock {
         profile: &Profile,
         setup: &crate::config::JobSetup,
     ) -> Result<(Option<String>, Option<super::placement::Placed>)> {
-        let Some(name) = request.engine.as_deref().filter(|name| *name != "local") else {
+        // `create --engine` wins over the profile's `engine:`.
+        let chosen = request
+            .engine
+            .as_deref()
+            .or(profile.engine.as_ref().map(|engine| engine.value.as_str()));
+        let Some(name) = chosen.filter(|name| *name != "local") else {
             return Ok((None, None));
         };
         if name != "auto" {

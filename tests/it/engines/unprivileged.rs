@@ -1,7 +1,7 @@
 //! The way people run it, on a remote engine: an unprivileged user (uid 4243, in the docker
 //! group) with no `PADDOCK_HOME` (state in `~/.local/share/paddock` of a 0700 home), the
 //! repository in that home, the engine's client certificates in a 0700 directory of theirs.
-//! A job on the engine commits; the commit is on the user's branch, `rm` keeps it, the user's
+//! A job on the engine (its profile's `engine:`) commits; the commit is on the user's branch, `rm` keeps it, the user's
 //! repository and state root hold nothing owned by anyone else, and no host path reached
 //! the engine.
 
@@ -50,7 +50,10 @@ fn an_unprivileged_user_s_job_on_a_remote_engine_commits_and_rm_keeps_it() {
     );
     std::fs::write(
         machine.home.join(".config/paddock/config.yaml"),
-        format!("admission:\n  memory: 1024g\n  cpus: 1000\nengines:\n{entry}"),
+        // The profile picks the engine: no `--engine` on the command line.
+        format!(
+            "admission:\n  memory: 1024g\n  cpus: 1000\nprofiles:\n  default:\n    engine: eng1\nengines:\n{entry}"
+        ),
     )
     .expect("write the user config");
     crate::fixtures::chown_trees(&[&machine.home.join(".config")], USER_UID);
@@ -67,7 +70,7 @@ fn an_unprivileged_user_s_job_on_a_remote_engine_commits_and_rm_keeps_it() {
     };
     let image = test_image();
     let job: serde_json::Value = serde_json::from_slice(&run(&[
-        "create", "--engine", "eng1", "--image", &image, "--task", "user", "--json",
+        "create", "--image", &image, "--task", "user", "--json",
     ]))
     .expect("json");
     let id = text(&job, "id");
