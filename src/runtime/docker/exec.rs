@@ -433,9 +433,16 @@ async fn stopped_container(docker: &Docker, name: &str) -> Option<bool> {
 
 /// An interactive shell in the job's container. A TTY session is the one place paddock uses
 /// the `docker` CLI: it owns the terminal handling (raw mode, resize) that a shell needs.
-pub fn interactive_shell(record: &JobRecord) -> tokio::process::Command {
+pub fn interactive_shell(record: &JobRecord) -> Result<tokio::process::Command, RuntimeError> {
+    use std::io::IsTerminal as _;
     let mut command = tokio::process::Command::new("docker");
-    command.args(["exec", "-it"]);
+    // A job on a remote engine: the CLI reaches it as paddock's client does, over TLS.
+    command.args(super::remote::cli_flags()?);
+    // A terminal only when there is one: commands piped into `paddock shell` run too.
+    command.args(["exec", "-i"]);
+    if std::io::stdin().is_terminal() {
+        command.arg("-t");
+    }
     for (key, value) in super::warm_env(record)
         .into_iter()
         .chain(crate::runtime::job_env(record))
@@ -450,5 +457,5 @@ pub fn interactive_shell(record: &JobRecord) -> tokio::process::Command {
         "-c",
         "command -v bash >/dev/null && exec bash || exec sh",
     ]);
-    command
+    Ok(command)
 }

@@ -39,6 +39,43 @@ pub(super) fn current() -> Option<String> {
     ENGINE.try_with(Clone::clone).ok().flatten()
 }
 
+/// Engine `name` of the user config's `engines:`, read now.
+fn spec_of(name: &str) -> Result<EngineSpec, RuntimeError> {
+    let unavailable = |message: String| RuntimeError::DockerUnavailable {
+        message: format!("engine `{name}`: {message}"),
+    };
+    let config = crate::config::Config::load(None, &crate::env::ProcessEnv)
+        .map_err(|e| unavailable(e.to_string()))?;
+    Ok(crate::engines::find(&config.engines, name)
+        .map_err(|e| unavailable(e.to_string()))?
+        .clone())
+}
+
+/// The `docker` CLI's global flags that reach the current call's engine over TLS (none for
+/// the local daemon): for what only the CLI does well, an interactive `exec -it`.
+pub(super) fn cli_flags() -> Result<Vec<std::ffi::OsString>, RuntimeError> {
+    let Some(name) = current() else {
+        return Ok(Vec::new());
+    };
+    let spec = spec_of(&name)?;
+    let Some(tls) = &spec.tls else {
+        return Err(RuntimeError::DockerUnavailable {
+            message: format!("engine `{name}`: `{}` has no `tls:`", spec.host),
+        });
+    };
+    let mut flags: Vec<std::ffi::OsString> = vec!["--host".into(), spec.host.clone().into()];
+    flags.push("--tlsverify".into());
+    for (flag, path) in [
+        ("--tlscacert", &tls.ca),
+        ("--tlscert", &tls.cert),
+        ("--tlskey", &tls.key),
+    ] {
+        flags.push(flag.into());
+        flags.push(path.clone().into_os_string());
+    }
+    Ok(flags)
+}
+
 /// A client for engine `name` of the user config's `engines:`, over TLS. Clients are kept
 /// per (name, settings), so a changed entry is read again.
 pub(super) fn connect_engine(name: &str) -> Result<Docker, RuntimeError> {
@@ -46,11 +83,7 @@ pub(super) fn connect_engine(name: &str) -> Result<Docker, RuntimeError> {
     let unavailable = |message: String| RuntimeError::DockerUnavailable {
         message: format!("engine `{name}`: {message}"),
     };
-    let config = crate::config::Config::load(None, &crate::env::ProcessEnv)
-        .map_err(|e| unavailable(e.to_string()))?;
-    let spec: EngineSpec = crate::engines::find(&config.engines, name)
-        .map_err(|e| unavailable(e.to_string()))?
-        .clone();
+    let spec = spec_of(name)?;
     let key = format!("{name} {spec:?}");
     let clients = CLIENTS.get_or_init(Default::default);
     if let Some(docker) = clients

@@ -190,7 +190,7 @@ impl Runtime for DockerRuntime {
     ) -> Result<tokio::process::Command, RuntimeError> {
         self.on(async {
             ensure_running(&self.home, record).await?;
-            Ok(super::exec::interactive_shell(record))
+            super::exec::interactive_shell(record)
         })
         .await
     }

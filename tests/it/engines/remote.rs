@@ -141,3 +141,48 @@ fn a_second_job_of_a_large_repository_sends_under_a_tenth_of_the_first() {
     home.ok(&["rm", &first, "--force"]);
     home.ok(&["rm", &second, "--force"]);
 }
+
+/// `shell` reaches the job on its engine over TLS (the `docker` CLI with the engine's
+/// certificates); commands piped in run, the shell's exit code comes back, and a commit made
+/// in it is on the branch when the shell ends.
+#[test]
+fn a_shell_in_a_remote_job_runs_and_its_commit_syncs() {
+    if !available("a_shell_in_a_remote_job_runs_and_its_commit_syncs") {
+        return;
+    }
+    use std::io::Write as _;
+    let engine = engine();
+    let repo = FixtureRepo::new();
+    let home = home_with(engine);
+    let id = create_on(&home, engine, &repo, &["--task", "shell"]);
+    let branch = home.json(&["show", &id, "--json"])["job"]["branch"]
+        .as_str()
+        .expect("branch")
+        .to_string();
+    let mut shell = home
+        .cmd(&["shell", &id])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("shell runs");
+    writeln!(
+        shell.stdin.take().expect("stdin"),
+        "echo in-$(hostname)-as-$(id -u); echo s > s.txt && git add s.txt && git commit -q -m 'from a remote shell'; exit 4"
+    )
+    .expect("write");
+    let out = shell.wait_with_output().expect("shell ends");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("-as-1000"), "{said}");
+    assert_eq!(
+        repo.git(&["log", "-1", "--format=%s", &branch]).trim(),
+        "from a remote shell"
+    );
+    home.ok(&["rm", &id, "--force"]);
+}
