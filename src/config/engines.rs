@@ -24,12 +24,14 @@ pub(super) fn apply(
             message: "engines belong in the user config file, never a repository's".into(),
         });
     }
-    for (name, spec) in from_file {
-        crate::engines::check(&name, &spec).map_err(|e| ConfigError::Value {
-            origin: origin.to_string(),
-            key: format!("engines.{name}"),
-            message: e.to_string(),
-        })?;
+    for (name, mut spec) in from_file {
+        crate::engines::resolve(&name, &mut spec)
+            .and_then(|()| crate::engines::check(&name, &spec))
+            .map_err(|e| ConfigError::Value {
+                origin: origin.to_string(),
+                key: format!("engines.{name}"),
+                message: e.to_string(),
+            })?;
         engines.insert(name, spec);
     }
     Ok(())

@@ -11,18 +11,26 @@
 //! its jobs, and the user's history, to a machine it names. This module holds no client (the
 //! connection is `runtime/docker/remote.rs`), so config and runtime can both use it.
 
+pub mod context;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
 
 /// One engine of `engines:`: `host: tcp://HOST:2376` with `tls: {ca, cert, key}` (as the
-/// Docker CLI's `--tlsverify`). (`ssh://` is refused for now, naming the way that works.)
+/// Docker CLI's `--tlsverify`), or `context: NAME`, a Docker CLI context whose endpoint and
+/// TLS files are read at load ([`context`]). (`ssh://` is refused for now, naming the way
+/// that works.)
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EngineSpec {
+    #[serde(default)]
     pub host: String,
     pub tls: Option<EngineTls>,
+    /// A Docker CLI context to take `host` and `tls` from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
     /// How many jobs this engine holds at once for `engine: auto` (default: its CPUs).
     pub jobs: Option<u32>,
 }
@@ -49,6 +57,27 @@ pub enum EngineError {
     Invalid { name: String, message: String },
     #[error("`engine: auto`: no engine has room ({engines}; each holds its `jobs:` or CPUs)")]
     NoRoom { engines: String },
+}
+
+/// Fills an entry of `engines:` given as `context: NAME` from that Docker context (an
+/// entry that also names `host` or `tls` is refused: one source of truth).
+pub fn resolve(name: &str, spec: &mut EngineSpec) -> Result<(), EngineError> {
+    let Some(context) = spec.context.clone() else {
+        return Ok(());
+    };
+    let invalid = |message: String| EngineError::Invalid {
+        name: name.to_string(),
+        message,
+    };
+    if !spec.host.is_empty() || spec.tls.is_some() {
+        return Err(invalid(
+            "give `context:` or `host:`/`tls:`, not both".into(),
+        ));
+    }
+    let (host, tls) = context::resolve(&context).map_err(invalid)?;
+    spec.host = host;
+    spec.tls = tls;
+    Ok(())
 }
 
 /// Checks one entry of `engines:`: a name that can be part of a Docker volume name and a
@@ -150,6 +179,7 @@ mod tests {
                 key: "key.pem".into(),
             }),
             jobs: None,
+            context: None,
         }
     }
 

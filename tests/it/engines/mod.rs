@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image, text};
 
 mod auto;
+mod context;
 mod hostile;
 mod images;
 mod remote;
