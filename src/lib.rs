@@ -31,6 +31,7 @@ mod metrics;
 pub mod ops;
 pub mod output;
 pub mod overlay;
+pub mod place;
 pub mod pool;
 pub mod runtime;
 pub mod secrets;

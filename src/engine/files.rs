@@ -31,6 +31,7 @@ use super::Paddock;
 use crate::cache::Strategy;
 use crate::error::{Error, Result};
 use crate::job::JobRecord;
+use crate::place::{Place, WorkspacePath};
 use crate::wire::{FileEntry, FileKind, FileList, FileWritten};
 
 /// The largest file the file API reads or writes: 16 MiB.
@@ -41,14 +42,6 @@ const RESOLVE: u64 = libc::RESOLVE_BENEATH
     | libc::RESOLVE_NO_SYMLINKS
     | libc::RESOLVE_NO_MAGICLINKS
     | libc::RESOLVE_NO_XDEV;
-
-/// A caller's path, checked: its components beneath the workspace.
-#[derive(Debug, Clone, PartialEq)]
-struct WorkspacePath {
-    /// Relative to the workspace, `/`-separated (`""` for the workspace itself).
-    shown: String,
-    parts: Vec<OsString>,
-}
 
 /// Checks `input` against the job's workspace: relative to it, or absolute under the
 /// workspace the agent sees (or the worktree's host path); `..` is refused outright.
@@ -214,7 +207,7 @@ fn check_regular(path: &WorkspacePath, meta: &std::fs::Metadata) -> Result<()> {
     Ok(())
 }
 
-fn too_large(path: &WorkspacePath, size: u64) -> Error {
+pub(crate) fn too_large(path: &WorkspacePath, size: u64) -> Error {
     Error::FileTooLarge {
         path: path.shown.clone(),
         size,
@@ -339,10 +332,6 @@ fn write_blocking(
     bytes: &[u8],
     owner: Option<(u32, u32)>,
 ) -> Result<FileWritten> {
-    if bytes.len() as u64 > FILE_CAP {
-        return Err(too_large(path, bytes.len() as u64));
-    }
-    check_writable(record, path)?;
     let root = open_root(record)?;
     let dir = parent_dir(&root, path, owner)?;
     let name = std::slice::from_ref(path.parts.last().expect("checked: not the workspace"));
@@ -459,22 +448,64 @@ impl Paddock {
         Ok((record, path))
     }
 
+    /// Where `record`'s files live: this host, or volumes of its engine.
+    fn place_of(&self, record: &JobRecord) -> Box<dyn Place> {
+        match &record.engine {
+            Some(engine) => Box::new(crate::runtime::docker::archive::EngineFiles::new(engine)),
+            None => Box::new(HostDir),
+        }
+    }
+
     /// The bytes of a file of the job's workspace (see the module docs for what is refused).
     pub async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
         let (record, path) = self.job_path(id, path)?;
-        blocking(move || read_blocking(&record, &path)).await
+        self.place_of(&record).read_file(&record, &path).await
     }
 
     /// Writes (creates or replaces) a file of the job's workspace, making missing directories.
     pub async fn write_file(&self, id: &str, path: &str, bytes: Vec<u8>) -> Result<FileWritten> {
         let (record, path) = self.job_path(id, path)?;
+        // Wherever the files live: no write into `.git` or a cache, nothing over the cap.
+        check_writable(&record, &path)?;
+        if bytes.len() as u64 > FILE_CAP {
+            return Err(too_large(&path, bytes.len() as u64));
+        }
         let owner = self.runtime_of(&record).files_owner(&record);
-        blocking(move || write_blocking(&record, &path, &bytes, owner)).await
+        self.place_of(&record)
+            .write_file(&record, &path, bytes, owner)
+            .await
     }
 
     /// The entries of a directory of the job's workspace.
     pub async fn list_files(&self, id: &str, path: &str) -> Result<FileList> {
         let (record, path) = self.job_path(id, path)?;
+        self.place_of(&record).list_dir(&record, &path).await
+    }
+}
+
+/// A local job's files: its worktree on this host (see the module docs).
+struct HostDir;
+
+#[async_trait::async_trait]
+impl Place for HostDir {
+    async fn read_file(&self, record: &JobRecord, path: &WorkspacePath) -> Result<Vec<u8>> {
+        let (record, path) = (record.clone(), path.clone());
+        blocking(move || read_blocking(&record, &path)).await
+    }
+
+    async fn write_file(
+        &self,
+        record: &JobRecord,
+        path: &WorkspacePath,
+        bytes: Vec<u8>,
+        owner: Option<(u32, u32)>,
+    ) -> Result<FileWritten> {
+        let (record, path) = (record.clone(), path.clone());
+        blocking(move || write_blocking(&record, &path, &bytes, owner)).await
+    }
+
+    async fn list_dir(&self, record: &JobRecord, path: &WorkspacePath) -> Result<FileList> {
+        let (record, path) = (record.clone(), path.clone());
         blocking(move || list_blocking(&record, &path)).await
     }
 }

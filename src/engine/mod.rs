@@ -59,6 +59,7 @@ pub use events::EventFeed;
 pub use execs::{ExecOutput, OUTPUT_LIMIT};
 pub use failpoints::{CRASH_POINTS, FAIL_POINTS};
 pub use files::FILE_CAP;
+pub(crate) use files::too_large;
 pub use inspect::LiveStatus;
 pub use sync::{SyncScope, Synced};
 

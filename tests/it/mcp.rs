@@ -115,7 +115,7 @@ impl McpClient {
     }
 
     /// A tool call that must succeed; returns its structured content.
-    fn ok(&mut self, tool: &str, arguments: &Value) -> Value {
+    pub(crate) fn ok(&mut self, tool: &str, arguments: &Value) -> Value {
         let result = self.call(tool, arguments);
         assert_eq!(result["isError"], false, "{tool}: {result}");
         result["structuredContent"].clone()

@@ -36,6 +36,7 @@ use bollard::query_parameters::{
     ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
 
+pub mod archive;
 mod body;
 mod calls;
 mod egress;
