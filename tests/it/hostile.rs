@@ -197,6 +197,8 @@ pub(crate) fn attack_in_home(
     };
     let id = text(&job, "id");
     let branch = text(&job, "branch");
+    // The attack runs under the runtime asked for, never a quiet fallback.
+    assert_eq!(job["runtime"], runtime, "{job}");
     let before = repo_state(repo, &[&format!("refs/heads/{branch}")]);
     assert!(before.files.keys().any(|p| p.starts_with(".git/hooks")));
 

@@ -52,13 +52,16 @@ start)
     mkdir -p "$dir/data" "$dir/exec"
     certs
     network
-    running && { echo "tcp://$addr:2376"; exit 0; }
-    echo '{}' >"$dir/daemon.json"
+    # gVisor as on the local engine (docs/gvisor.md): its own netstack cannot start in this
+    # nested setup, so it uses the network namespace Docker made for the container.
+    echo '{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host"]}}}' \
+        >"$dir/daemon.json"
+    # A running engine reads its configuration again on SIGHUP (runtimes included).
+    running && { kill -HUP "$(cat "$pidfile")"; echo "tcp://$addr:2376"; exit 0; }
     nohup nsenter --net="/var/run/netns/$ns" dockerd \
         --config-file "$dir/daemon.json" --data-root "$dir/data" --exec-root "$dir/exec" \
         --pidfile "$pidfile" --cgroup-parent "paddock-$name" --bridge=none --iptables=false \
         --ip-masq=false --storage-driver fuse-overlayfs \
-        --add-runtime runsc=/usr/bin/runsc \
         -H "tcp://$addr:2376" --tlsverify --tlscacert "$dir/certs/ca.pem" \
         --tlscert "$dir/certs/server-cert.pem" --tlskey "$dir/certs/server-key.pem" \
         >"$dir/dockerd.log" 2>&1 &

@@ -11,11 +11,24 @@ fn a_hostile_agent_on_a_remote_engine_cannot_touch_the_repository_or_other_jobs(
     if !available("a_hostile_agent_on_a_remote_engine") {
         return;
     }
+    attack_on_the_engine("docker");
+}
+
+/// The same under gVisor on the remote engine (registered there as on the local one).
+#[test]
+fn a_hostile_agent_under_gvisor_on_a_remote_engine_cannot_touch_the_repository() {
+    if !available("a_hostile_agent_under_gvisor_on_a_remote_engine") {
+        return;
+    }
+    attack_on_the_engine("runsc");
+}
+
+fn attack_on_the_engine(runtime: &str) {
     let engine = engine();
     let repo = FixtureRepo::new();
     let home = home_with(engine);
     let bystander = create_on(&home, engine, &repo, &["--task", "bystander"]);
-    crate::hostile::attack_in_home(&home, &repo, &["--engine", engine.name], "docker", false);
+    crate::hostile::attack_in_home(&home, &repo, &["--engine", engine.name], runtime, false);
 
     // The other job's files and history, which borrow the engine's object cache, hold.
     let check = home.sh(
