@@ -98,6 +98,11 @@ pub trait Runtime: Send + Sync {
     /// One plain sentence on what this runtime isolates, for `show` and `doctor`.
     fn isolation_note(&self) -> &'static str;
 
+    /// The engine of `engines:` this runtime's jobs live on (`None`: this host).
+    fn engine(&self) -> Option<&str> {
+        None
+    }
+
     /// Who must own the files of a job's checkout when that is not paddock's own user.
     fn files_owner(&self, record: &JobRecord) -> Option<(u32, u32)>;
 

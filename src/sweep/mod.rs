@@ -256,6 +256,7 @@ impl Paddock {
 
         self.reap_pool_slots(options, &mut report).await;
         self.reap_orphan_containers(options, &mut report).await;
+        self.reap_engine_orphans(options, &mut report).await;
         self.reap_orphan_vms(options, &mut report).await;
         self.reap_orphan_worktrees(options, &mut report).await;
         self.prune_git_worktrees(options, &mut report).await;

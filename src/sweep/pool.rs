@@ -150,7 +150,13 @@ impl Paddock {
             return;
         }
         let reason = "pool container with no pool slot";
-        self.remove_listed_sandbox(options, container, reason, report)
-            .await;
+        self.remove_listed_sandbox(
+            self.runtimes().with_sandboxes(),
+            options,
+            container,
+            reason,
+            report,
+        )
+        .await;
     }
 }

@@ -22,7 +22,19 @@ impl Paddock {
         options: &SweepOptions,
         report: &mut SweepReport,
     ) {
-        let Ok(containers) = self.runtimes().with_sandboxes().list_sandboxes().await else {
+        let local = self.runtimes().with_sandboxes();
+        self.reap_orphans_on(local, options, report).await;
+    }
+
+    /// Removes the install's containers on `runtime`'s engine whose job has no record (and
+    /// helpers that outlived their job): a local or a remote engine alike.
+    pub(super) async fn reap_orphans_on(
+        &self,
+        runtime: &dyn runtime::Runtime,
+        options: &SweepOptions,
+        report: &mut SweepReport,
+    ) {
+        let Ok(containers) = runtime.list_sandboxes().await else {
             return;
         };
         for container in containers {
@@ -32,7 +44,8 @@ impl Paddock {
                 continue;
             }
             if container.role != SandboxRole::Job {
-                self.reap_helper_container(options, container, report).await;
+                self.reap_helper_container(runtime, options, container, report)
+                    .await;
                 continue;
             }
             if self.store().exists_str(&container.job) {
@@ -52,13 +65,26 @@ impl Paddock {
                 continue;
             }
             // By its listed name, so an orphan named before names carried the install goes too.
-            match self
-                .runtimes()
-                .with_sandboxes()
-                .remove_sandbox(&container)
-                .await
-            {
-                Ok(()) => report.removed("container", container.name, reason),
+            let volumes = runtime.engine().map(|engine| {
+                crate::engines::JOB_VOLUMES
+                    .iter()
+                    .map(|(kind, _)| crate::engines::job_volume(&container.name, kind))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + &format!(" on engine `{engine}`")
+            });
+            match runtime.remove_sandbox(&container).await {
+                Ok(()) => {
+                    report.removed("container", container.name, reason);
+                    // Its files: with no record the sweep cannot save its work first.
+                    if let Some(volumes) = volumes {
+                        report.kept(
+                            "volume",
+                            volumes,
+                            "the files of a job with no record (look with `docker volume ls --filter label=dev.paddock.job=JOB`, remove with `docker volume rm`)",
+                        );
+                    }
+                }
                 Err(error) => report.error("container", container.name, reason, error),
             }
         }
@@ -69,6 +95,7 @@ impl Paddock {
     /// network) once its job is gone.
     pub(super) async fn reap_helper_container(
         &self,
+        runtime: &dyn runtime::Runtime,
         options: &SweepOptions,
         container: runtime::Sandbox,
         report: &mut SweepReport,
@@ -95,13 +122,14 @@ impl Paddock {
         } else {
             "egress proxy of a job that is gone"
         };
-        self.remove_listed_sandbox(options, container, reason, report)
+        self.remove_listed_sandbox(runtime, options, container, reason, report)
             .await;
     }
 
     /// Removes a sandbox the sweep listed (or, on a dry run, says it would), into `report`.
     pub(super) async fn remove_listed_sandbox(
         &self,
+        runtime: &dyn runtime::Runtime,
         options: &SweepOptions,
         container: runtime::Sandbox,
         reason: &str,
@@ -111,12 +139,7 @@ impl Paddock {
             report.removed("container", container.name, reason);
             return;
         }
-        match self
-            .runtimes()
-            .with_sandboxes()
-            .remove_sandbox(&container)
-            .await
-        {
+        match runtime.remove_sandbox(&container).await {
             Ok(()) => report.removed("container", container.name, reason),
             Err(error) => report.error("container", container.name, reason, error),
         }

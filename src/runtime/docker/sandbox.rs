@@ -57,6 +57,10 @@ impl Runtime for DockerRuntime {
             .await
     }
 
+    fn engine(&self) -> Option<&str> {
+        self.engine.as_deref()
+    }
+
     fn isolation_note(&self) -> &'static str {
         if self.kind == RuntimeKind::Runsc {
             "container (gVisor runsc): user-space kernel, own filesystem and network, resource limits, non-root"

@@ -61,3 +61,69 @@ fn a_job_whose_engine_stops_is_unreachable_kept_and_recovers() {
     home.ok(&["rm", &id, "--force"]);
     assert_eq!(repo.git(&["log", "-1", "--format=%s", &branch]), "two");
 }
+
+/// A container of this install on the engine whose job has no record is reaped there, as on
+/// the local engine; its volumes (the job's files) stay and are named; a stranger's
+/// container on the engine, and one of another install, are untouched.
+#[test]
+fn the_sweep_reaps_an_orphan_on_a_remote_engine_and_nothing_else() {
+    if !available("the_sweep_reaps_an_orphan_on_a_remote_engine_and_nothing_else") {
+        return;
+    }
+    let engine = super::engine();
+    let repo = FixtureRepo::new();
+    let home = home_with(engine);
+    let id = create_on(&home, engine, &repo, &["--task", "orphan"]);
+    let container = home.json(&["show", &id, "--json"])["job"]["container_name"]
+        .as_str()
+        .expect("a container")
+        .to_string();
+    let image = crate::fixtures::test_image();
+    let stranger = format!("stranger-{}", std::process::id());
+    let other_install = format!("other-install-{}", std::process::id());
+    engine.docker_ok(&["run", "-d", "--name", &stranger, &image, "sleep", "600"]);
+    engine.docker_ok(&[
+        "run",
+        "-d",
+        "--name",
+        &other_install,
+        "--label",
+        "dev.paddock.home=0000000000000000",
+        "--label",
+        "dev.paddock.job=orphan",
+        "--label",
+        "dev.paddock.role=job",
+        &image,
+        "sleep",
+        "600",
+    ]);
+    std::fs::remove_file(home.root().join("jobs").join(format!("{id}.json"))).expect("rm record");
+
+    let swept: Value = home.json(&["sweep", "--json"]);
+    let removed = swept["removed"].as_array().expect("removed");
+    assert!(
+        removed
+            .iter()
+            .any(|r| r["kind"] == "container" && r["name"] == container),
+        "{swept}"
+    );
+    assert!(!engine.docker(&["inspect", &container]).status.success());
+    let kept = swept["kept"].as_array().expect("kept");
+    assert!(
+        kept.iter().any(|k| k["kind"] == "volume"
+            && k["name"]
+                .as_str()
+                .is_some_and(|n| n.contains(&format!("{container}-ws")))),
+        "{swept}"
+    );
+    let volumes = engine.docker_ok(&["volume", "ls", "-q"]);
+    assert!(volumes.contains(&format!("{container}-ws")), "{volumes}");
+    for name in [&stranger, &other_install] {
+        let running = engine.docker_ok(&["inspect", "-f", "{{.State.Running}}", name]);
+        assert_eq!(running.trim(), "true", "{name} untouched");
+        engine.docker_ok(&["rm", "-f", name]);
+    }
+    for kind in ["ws", "git", "outbox"] {
+        let _ = engine.docker(&["volume", "rm", &format!("{container}-{kind}")]);
+    }
+}
