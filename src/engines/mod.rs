@@ -20,8 +20,8 @@ use serde::Deserialize;
 
 /// One engine of `engines:`: `host: tcp://HOST:2376` with `tls: {ca, cert, key}` (as the
 /// Docker CLI's `--tlsverify`), or `context: NAME`, a Docker CLI context whose endpoint and
-/// TLS files are read at load ([`context`]). (`ssh://` is refused for now, naming the way
-/// that works.)
+/// TLS files are read at load ([`context`]), or `host: ssh://USER@HOST[:PORT]`, reached as
+/// the Docker CLI reaches it (`docker system dial-stdio` over the user's own ssh).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EngineSpec {
@@ -31,6 +31,10 @@ pub struct EngineSpec {
     /// A Docker CLI context to take `host` and `tls` from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// For an `ssh://` engine: `-o` options for `ssh` besides the user's own configuration
+    /// (`IdentityFile=…`, `UserKnownHostsFile=…`), each `Key=Value`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_options: Vec<String>,
     /// How many jobs this engine holds at once for `engine: auto` (default: its CPUs).
     pub jobs: Option<u32>,
 }
@@ -97,10 +101,35 @@ pub fn check(name: &str, spec: &EngineSpec) -> Result<(), EngineError> {
     }
     let tcp = spec.host.starts_with("tcp://") || spec.host.starts_with("https://");
     if spec.host.starts_with("ssh://") {
+        // ssh carries its own authentication and encryption: `tls:` would mean nothing.
+        if spec.tls.is_some() {
+            return Err(EngineError::Invalid {
+                name: name.to_string(),
+                message: "an `ssh://` engine takes no `tls:` (ssh authenticates and encrypts)"
+                    .into(),
+            });
+        }
+        if let Some(bad) = spec
+            .ssh_options
+            .iter()
+            .find(|o| o.starts_with('-') || !o.contains('='))
+        {
+            return Err(EngineError::Invalid {
+                name: name.to_string(),
+                message: format!("ssh option `{bad}`: give each as `Key=Value` (passed as `-o`)"),
+            });
+        }
+        return crate::runtime::docker::ssh::parse(&spec.host)
+            .map(drop)
+            .map_err(|message| EngineError::Invalid {
+                name: name.to_string(),
+                message,
+            });
+    }
+    if !spec.ssh_options.is_empty() {
         return Err(EngineError::Invalid {
             name: name.to_string(),
-            message: "`ssh://` engines are not supported yet: use `tcp://HOST:2376` with `tls:`"
-                .into(),
+            message: "`ssh_options` is for `ssh://` engines".into(),
         });
     }
     match (tcp, &spec.tls) {
@@ -180,13 +209,16 @@ mod tests {
             }),
             jobs: None,
             context: None,
+            ssh_options: Vec::new(),
         }
     }
 
     #[test]
     fn an_engine_is_reached_by_tls_or_ssh_only() {
         assert!(check("build1", &spec("tcp://10.0.0.2:2376", true)).is_ok());
-        assert!(check("gpu", &spec("ssh://me@gpu", false)).is_err());
+        assert!(check("gpu", &spec("ssh://me@gpu", false)).is_ok());
+        assert!(check("gpu", &spec("ssh://me@gpu", true)).is_err());
+        assert!(check("gpu", &spec("ssh://-oProxyCommand=x", false)).is_err());
         assert!(check("b", &spec("tcp://10.0.0.2:2375", false)).is_err());
         assert!(check("b", &spec("unix:///var/run/docker.sock", false)).is_err());
         assert!(check("auto", &spec("tcp://h:2376", true)).is_err());

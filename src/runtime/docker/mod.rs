@@ -53,6 +53,7 @@ mod ranges;
 mod remote;
 mod sandbox;
 mod secrets;
+pub mod ssh;
 mod stats;
 
 use body::{base_env, container_body, hardened_host_config, warm_env};

@@ -58,6 +58,13 @@ pub(super) fn cli_flags() -> Result<Vec<std::ffi::OsString>, RuntimeError> {
         return Ok(Vec::new());
     };
     let spec = spec_of(&name)?;
+    // An ssh engine: the CLI goes through this process's relay, so `ssh_options` hold.
+    if spec.host.starts_with("ssh://") {
+        let socket = super::ssh::relay_socket(&spec.host, &spec.ssh_options)?;
+        let mut host = std::ffi::OsString::from("unix://");
+        host.push(socket);
+        return Ok(vec!["--host".into(), host]);
+    }
     let Some(tls) = &spec.tls else {
         return Err(RuntimeError::DockerUnavailable {
             message: format!("engine `{name}`: `{}` has no `tls:`", spec.host),
@@ -93,17 +100,27 @@ pub(super) fn connect_engine(name: &str) -> Result<Docker, RuntimeError> {
     {
         return Ok(docker.clone());
     }
-    let Some(tls) = &spec.tls else {
-        return Err(unavailable(format!("`{}` has no `tls:`", spec.host)));
-    };
-    let docker = Docker::connect_with_ssl(
-        &spec.host,
-        &tls.key,
-        &tls.cert,
-        &tls.ca,
-        API_TIMEOUT.as_secs(),
-        bollard::API_DEFAULT_VERSION,
-    )
+    let docker = if spec.host.starts_with("ssh://") {
+        // Each connection is an `ssh … docker system dial-stdio` (see `ssh`).
+        let socket = super::ssh::relay_socket(&spec.host, &spec.ssh_options)?;
+        Docker::connect_with_socket(
+            &socket.to_string_lossy(),
+            API_TIMEOUT.as_secs(),
+            bollard::API_DEFAULT_VERSION,
+        )
+    } else {
+        let Some(tls) = &spec.tls else {
+            return Err(unavailable(format!("`{}` has no `tls:`", spec.host)));
+        };
+        Docker::connect_with_ssl(
+            &spec.host,
+            &tls.key,
+            &tls.cert,
+            &tls.ca,
+            API_TIMEOUT.as_secs(),
+            bollard::API_DEFAULT_VERSION,
+        )
+    }
     .map_err(|e| unavailable(e.to_string()))?;
     clients
         .lock()

@@ -19,6 +19,7 @@ mod files;
 mod hostile;
 mod images;
 mod remote;
+mod ssh;
 mod unprivileged;
 mod unreachable;
 
