@@ -451,7 +451,7 @@ impl Paddock {
     /// Where `record`'s files live: this host, or volumes of its engine.
     fn place_of(&self, record: &JobRecord) -> Box<dyn Place> {
         match &record.engine {
-            Some(engine) => Box::new(crate::runtime::docker::archive::EngineFiles::new(engine)),
+            Some(engine) => Box::new(super::files_remote::EngineFiles::new(engine)),
             None => Box::new(HostDir),
         }
     }

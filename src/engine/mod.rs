@@ -46,6 +46,7 @@ mod placement;
 mod pool;
 pub use pool::PoolKey;
 mod failpoints;
+mod files_remote;
 mod ports;
 mod push;
 mod remote;
@@ -59,7 +60,6 @@ pub use events::EventFeed;
 pub use execs::{ExecOutput, OUTPUT_LIMIT};
 pub use failpoints::{CRASH_POINTS, FAIL_POINTS};
 pub use files::FILE_CAP;
-pub(crate) use files::too_large;
 pub use inspect::LiveStatus;
 pub use sync::{SyncScope, Synced};
 

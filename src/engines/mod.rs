@@ -12,6 +12,7 @@
 //! connection is `runtime/docker/remote.rs`), so config and runtime can both use it.
 
 pub mod context;
+pub mod ssh;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -119,7 +120,7 @@ pub fn check(name: &str, spec: &EngineSpec) -> Result<(), EngineError> {
                 message: format!("ssh option `{bad}`: give each as `Key=Value` (passed as `-o`)"),
             });
         }
-        return crate::runtime::docker::ssh::parse(&spec.host)
+        return ssh::parse(&spec.host)
             .map(drop)
             .map_err(|message| EngineError::Invalid {
                 name: name.to_string(),

@@ -1,19 +1,8 @@
-//! The file API of a job on a remote engine (`crate::place::Place` for its volumes): files
-//! are read, written and listed through the engine's archive API on the job's container,
-//! which works whether the container runs or not. Nothing of the job's is ever a path on
-//! this host.
-//!
-//! The file API's promise holds as for a local job: before any byte moves, every component
-//! of the path is looked at (`HEAD …/archive`, which reports the component itself, a link
-//! as a link) and a link anywhere, or a last component that is not a regular file (or, to
-//! list, a directory), is refused; what comes back is a tar read under a cap, and only a
-//! regular file entry with the asked name is taken. A job that swaps a directory for a link
-//! between the look and the transfer can only redirect it within its own container's
-//! filesystem (Docker resolves archive paths inside the container's root), never to this
-//! host's or another job's files. Written files belong to the agent's uid.
-
-use std::collections::BTreeMap;
-use std::ffi::OsString;
+//! The archive API of a remote engine's job container, for the file API of a remote job
+//! (`engine::files_remote`, a `Place`): a path's mode (`HEAD …/archive`, which reports the
+//! component itself, a link as a link), a tar of a path read under a cap, and a tar
+//! uploaded into a directory. Works whether the container runs or not. Errors are the
+//! runtime's; a missing path is `Ok(None)`.
 
 use bollard::Docker;
 use bollard::query_parameters::{
@@ -21,64 +10,26 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 
-use super::{API_TIMEOUT, agent_user, job_container};
-use crate::engine::FILE_CAP;
-use crate::error::{Error, Result};
-use crate::job::JobRecord;
-use crate::place::{Place, WorkspacePath};
+use super::API_TIMEOUT;
 use crate::runtime::RuntimeError;
-use crate::wire::{FileEntry, FileKind, FileList, FileWritten};
 
-/// Go's `os.FileMode` type bits, as the archive API reports a path's mode.
-const MODE_DIR: u32 = 1 << 31;
-const MODE_SYMLINK: u32 = 1 << 27;
-/// Every type bit (dir, symlink, device, pipe, socket, char device, irregular).
-const MODE_TYPE: u32 =
-    MODE_DIR | MODE_SYMLINK | (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19);
-/// The most a directory listing reads through the engine (the tar of the whole directory).
-const LIST_CAP: u64 = 64 * 1024 * 1024;
-
-/// A remote job's files: volumes of engine `engine`, seen through its job container.
-pub struct EngineFiles {
-    engine: String,
+/// A client for engine `engine`.
+async fn docker(engine: &str) -> Result<Docker, RuntimeError> {
+    super::remote::ENGINE
+        .scope(Some(engine.to_string()), async { super::connect() })
+        .await
 }
 
-impl EngineFiles {
-    pub fn new(engine: &str) -> EngineFiles {
-        EngineFiles {
-            engine: engine.to_string(),
-        }
-    }
-
-    async fn docker(&self) -> Result<Docker> {
-        let engine = self.engine.clone();
-        super::remote::ENGINE
-            .scope(Some(engine), async { super::connect() })
-            .await
-            .map_err(Error::from)
-    }
-}
-
-/// The container path of `parts` beneath the job's workspace.
-fn container_path(record: &JobRecord, parts: &[OsString]) -> String {
-    let mut path = record
-        .limits
-        .workspace_dir
-        .trim_end_matches('/')
-        .to_string();
-    for part in parts {
-        path.push('/');
-        path.push_str(&part.to_string_lossy());
-    }
-    path
-}
-
-fn docker_error(action: &'static str, target: &str, error: &bollard::errors::Error) -> Error {
-    Error::from(RuntimeError::Docker {
+fn docker_error(
+    action: &'static str,
+    target: &str,
+    error: &bollard::errors::Error,
+) -> RuntimeError {
+    RuntimeError::Docker {
         action,
         target: target.to_string(),
         message: error.to_string(),
-    })
+    }
 }
 
 fn not_found(error: &bollard::errors::Error) -> bool {
@@ -91,8 +42,10 @@ fn not_found(error: &bollard::errors::Error) -> bool {
     )
 }
 
-/// The mode of `path` in the container (`None`: it does not exist).
-async fn stat(docker: &Docker, container: &str, path: &str) -> Result<Option<u32>> {
+/// The mode of `path` in `container` on `engine`, as Go's `os.FileMode` bits (`None`: it
+/// does not exist).
+pub async fn stat(engine: &str, container: &str, path: &str) -> Result<Option<u32>, RuntimeError> {
+    let docker = docker(engine).await?;
     let options = ContainerArchiveInfoOptions {
         path: path.to_string(),
     };
@@ -105,57 +58,22 @@ async fn stat(docker: &Docker, container: &str, path: &str) -> Result<Option<u32
         Ok(Ok(stat)) => Ok(Some(stat.file_mode)),
         Ok(Err(error)) if not_found(&error) => Ok(None),
         Ok(Err(error)) => Err(docker_error("stat in container", container, &error)),
-        Err(_) => Err(Error::from(RuntimeError::DockerTimeout {
+        Err(_) => Err(RuntimeError::DockerTimeout {
             action: "stat in container",
             target: container.to_string(),
             after: API_TIMEOUT,
-        })),
+        }),
     }
 }
 
-/// Looks at each component of `path` (the workspace's own directories first): a link is
-/// refused, and so is a component before the last that is not a directory. Returns the
-/// last component's mode, and how many components exist (a missing one ends the walk).
-async fn walk(
-    docker: &Docker,
-    container: &str,
-    record: &JobRecord,
-    path: &WorkspacePath,
-) -> Result<(Option<u32>, usize)> {
-    let mut mode = stat(docker, container, &container_path(record, &[])).await?;
-    for depth in 1..=path.parts.len() {
-        if mode.is_some_and(|m| m & MODE_DIR == 0) {
-            return Err(Error::FileKind {
-                path: path.shown.clone(),
-                what: "not a directory (or a part of its path is not)",
-            });
-        }
-        mode = stat(
-            docker,
-            container,
-            &container_path(record, &path.parts[..depth]),
-        )
-        .await?;
-        match mode {
-            None => return Ok((None, depth - 1)),
-            Some(m) if m & MODE_SYMLINK != 0 => {
-                return Err(Error::PathSymlink {
-                    path: path.shown.clone(),
-                });
-            }
-            Some(_) => {}
-        }
-    }
-    Ok((mode, path.parts.len()))
-}
-
-/// The tar of `path` in the container, read up to `cap` bytes (`None` past it).
-async fn download(
-    docker: &Docker,
+/// The tar of `path` in `container` on `engine`, read up to `cap` bytes (`None` past it).
+pub async fn download(
+    engine: &str,
     container: &str,
     path: &str,
     cap: u64,
-) -> Result<Option<Vec<u8>>> {
+) -> Result<Option<Vec<u8>>, RuntimeError> {
+    let docker = docker(engine).await?;
     let options = DownloadFromContainerOptionsBuilder::new()
         .path(path)
         .build();
@@ -175,229 +93,35 @@ async fn download(
                 return Err(docker_error("download from container", container, &error));
             }
             Err(_) => {
-                return Err(Error::from(RuntimeError::DockerTimeout {
+                return Err(RuntimeError::DockerTimeout {
                     action: "download from container",
                     target: container.to_string(),
                     after: super::BUILD_TIMEOUT,
-                }));
+                });
             }
         }
     }
 }
 
-fn io_error(action: &'static str, path: &WorkspacePath) -> impl Fn(std::io::Error) -> Error {
-    let path = path.shown.clone();
-    move |source| Error::FileIo {
-        action,
-        path: path.clone(),
-        source,
-    }
-}
-
-#[async_trait::async_trait]
-impl Place for EngineFiles {
-    async fn read_file(&self, record: &JobRecord, path: &WorkspacePath) -> Result<Vec<u8>> {
-        let docker = self.docker().await?;
-        let container = job_container(record);
-        match walk(&docker, &container, record, path).await? {
-            (None, _) => {
-                return Err(Error::FileNotFound {
-                    path: path.shown.clone(),
-                });
-            }
-            (Some(mode), _) if mode & MODE_DIR != 0 => {
-                return Err(Error::FileKind {
-                    path: path.shown.clone(),
-                    what: "a directory",
-                });
-            }
-            (Some(mode), _) if mode & MODE_TYPE != 0 => {
-                return Err(Error::FileKind {
-                    path: path.shown.clone(),
-                    what: "not a regular file",
-                });
-            }
-            _ => {}
-        }
-        let target = container_path(record, &path.parts);
-        // The tar adds a header per entry and pads to 512-byte blocks: a little over the cap.
-        let Some(tar) = download(&docker, &container, &target, FILE_CAP + 64 * 1024).await? else {
-            return Err(crate::engine::too_large(path, FILE_CAP + 1));
-        };
-        let name = path.parts.last().map(|p| p.to_string_lossy().into_owned());
-        let mut archive = tar::Archive::new(tar.as_slice());
-        let read = io_error("read", path);
-        let mut entries = archive.entries().map_err(&read)?;
-        let mut entry = entries
-            .next()
-            .ok_or_else(|| Error::FileNotFound {
-                path: path.shown.clone(),
-            })?
-            .map_err(&read)?;
-        let entry_name = entry
-            .path()
-            .map_err(&read)?
-            .to_string_lossy()
-            .trim_end_matches('/')
-            .to_string();
-        if entry.header().entry_type() != tar::EntryType::Regular || Some(entry_name) != name {
-            return Err(Error::FileKind {
-                path: path.shown.clone(),
-                what: "not a regular file",
-            });
-        }
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(
-            &mut std::io::Read::take(&mut entry, FILE_CAP + 1),
-            &mut bytes,
-        )
-        .map_err(&read)?;
-        if bytes.len() as u64 > FILE_CAP {
-            return Err(crate::engine::too_large(path, bytes.len() as u64));
-        }
-        Ok(bytes)
-    }
-
-    async fn write_file(
-        &self,
-        record: &JobRecord,
-        path: &WorkspacePath,
-        bytes: Vec<u8>,
-        _owner: Option<(u32, u32)>,
-    ) -> Result<FileWritten> {
-        let docker = self.docker().await?;
-        let container = job_container(record);
-        let (mode, existing) = walk(&docker, &container, record, path).await?;
-        let created = existing < path.parts.len();
-        if let Some(mode) = mode.filter(|_| !created) {
-            if mode & MODE_DIR != 0 {
-                return Err(Error::FileKind {
-                    path: path.shown.clone(),
-                    what: "a directory",
-                });
-            }
-            if mode & MODE_TYPE != 0 {
-                return Err(Error::FileKind {
-                    path: path.shown.clone(),
-                    what: "not a regular file",
-                });
-            }
-        }
-        // The engine's container runs the agent as this uid, whoever runs paddock here.
-        let (uid, gid) = agent_user(record.limits.uid);
-        // The tar holds the missing directories and the file, relative to the deepest
-        // directory that exists, so no existing directory's owner or mode is touched.
-        let base = existing.min(path.parts.len() - 1);
-        let mut builder = tar::Builder::new(Vec::new());
-        let write = io_error("write", path);
-        for depth in base + 1..path.parts.len() {
-            let mut header = tar::Header::new_gnu();
-            header.set_entry_type(tar::EntryType::Directory);
-            header.set_mode(0o755);
-            header.set_uid(u64::from(uid));
-            header.set_gid(u64::from(gid));
-            header.set_size(0);
-            let relative: std::path::PathBuf = path.parts[base..depth].iter().collect();
-            builder
-                .append_data(&mut header, relative, std::io::empty())
-                .map_err(&write)?;
-        }
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Regular);
-        header.set_mode(0o644);
-        header.set_uid(u64::from(uid));
-        header.set_gid(u64::from(gid));
-        header.set_size(bytes.len() as u64);
-        let relative: std::path::PathBuf = path.parts[base..].iter().collect();
-        builder
-            .append_data(&mut header, relative, bytes.as_slice())
-            .map_err(&write)?;
-        let tar = builder.into_inner().map_err(&write)?;
-        let options = UploadToContainerOptions {
-            path: container_path(record, &path.parts[..base]),
-            no_overwrite_dir_non_dir: Some("true".into()),
-            copy_uidgid: None,
-        };
-        super::calls::call(
-            "upload to container",
-            &container,
-            super::BUILD_TIMEOUT,
-            docker.upload_to_container(&container, Some(options), bollard::body_full(tar.into())),
-        )
-        .await?;
-        Ok(FileWritten {
-            path: path.shown.clone(),
-            size: bytes.len() as u64,
-            created,
-        })
-    }
-
-    async fn list_dir(&self, record: &JobRecord, path: &WorkspacePath) -> Result<FileList> {
-        let docker = self.docker().await?;
-        let container = job_container(record);
-        match walk(&docker, &container, record, path).await?.0 {
-            None => {
-                return Err(Error::FileNotFound {
-                    path: path.shown.clone(),
-                });
-            }
-            Some(mode) if mode & MODE_DIR == 0 => {
-                return Err(Error::FileKind {
-                    path: path.shown.clone(),
-                    what: "not a directory (or a part of its path is not)",
-                });
-            }
-            Some(_) => {}
-        }
-        let target = container_path(record, &path.parts);
-        let Some(tar) = download(&docker, &container, &target, LIST_CAP).await? else {
-            return Err(Error::FileKind {
-                path: path.shown.clone(),
-                what: "a directory holding more than 64 MiB, too much to list through the engine (list a directory below it)",
-            });
-        };
-        let read = io_error("list", path);
-        let mut archive = tar::Archive::new(tar.as_slice());
-        let mut entries: BTreeMap<String, FileEntry> = BTreeMap::new();
-        for entry in archive.entries().map_err(&read)? {
-            let entry = entry.map_err(&read)?;
-            let name = entry.path().map_err(&read)?.into_owned();
-            // `DIR/child` only: the directory itself and deeper entries are not listed.
-            let mut components = name.components();
-            let (Some(_), Some(child), None) =
-                (components.next(), components.next(), components.next())
-            else {
-                continue;
-            };
-            let child = child.as_os_str().to_string_lossy().into_owned();
-            let header = entry.header();
-            let (kind, size, target) = match header.entry_type() {
-                tar::EntryType::Directory => (FileKind::Dir, 0, None),
-                tar::EntryType::Symlink => (
-                    FileKind::Symlink,
-                    0,
-                    entry
-                        .link_name()
-                        .ok()
-                        .flatten()
-                        .map(|t| t.to_string_lossy().into_owned()),
-                ),
-                tar::EntryType::Regular => (FileKind::File, header.size().unwrap_or(0), None),
-                _ => (FileKind::Other, 0, None),
-            };
-            entries.insert(
-                child.clone(),
-                FileEntry {
-                    name: child,
-                    kind,
-                    size,
-                    target,
-                },
-            );
-        }
-        Ok(FileList {
-            path: path.shown.clone(),
-            entries: entries.into_values().collect(),
-        })
-    }
+/// Unpacks `tar` into the directory `path` of `container` on `engine`, never replacing a
+/// directory with a file or the other way round.
+pub async fn upload(
+    engine: &str,
+    container: &str,
+    path: &str,
+    tar: Vec<u8>,
+) -> Result<(), RuntimeError> {
+    let docker = docker(engine).await?;
+    let options = UploadToContainerOptions {
+        path: path.to_string(),
+        no_overwrite_dir_non_dir: Some("true".into()),
+        copy_uidgid: None,
+    };
+    super::calls::call(
+        "upload to container",
+        container,
+        super::BUILD_TIMEOUT,
+        docker.upload_to_container(container, Some(options), bollard::body_full(tar.into())),
+    )
+    .await
 }

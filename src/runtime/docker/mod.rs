@@ -101,6 +101,11 @@ pub fn container_name(home: &PaddockHome, id: &JobId) -> String {
 /// The name of the job's container: the recorded one, else (a record from before names
 /// carried the install) the old `paddock-<job>`.
 fn job_container(record: &JobRecord) -> String {
+    container_of(record)
+}
+
+/// The name of the job's container (for the file API of a remote job).
+pub fn container_of(record: &JobRecord) -> String {
     record
         .container_name
         .clone()

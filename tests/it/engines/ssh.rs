@@ -53,7 +53,14 @@ fn a_job_on_an_engine_reached_over_ssh_commits_and_shells() {
     let repo = FixtureRepo::new();
     let job = home.create(
         &repo,
-        &["--engine", "viassh", "--image", &test_image(), "--task", "ssh"],
+        &[
+            "--engine",
+            "viassh",
+            "--image",
+            &test_image(),
+            "--task",
+            "ssh",
+        ],
     );
     let id = text(&job, "id");
     assert_eq!(job["engine"], "viassh", "{job}");
@@ -65,7 +72,10 @@ fn a_job_on_an_engine_reached_over_ssh_commits_and_shells() {
         "echo ssh > ssh.txt && git add ssh.txt && git commit -q -m 'over ssh'",
     );
     let branch = text(&job, "branch");
-    assert_eq!(repo.git(&["log", "-1", "--format=%s", &branch]).trim(), "over ssh");
+    assert_eq!(
+        repo.git(&["log", "-1", "--format=%s", &branch]).trim(),
+        "over ssh"
+    );
 
     let mut shell = home
         .cmd(&["shell", &id])
@@ -80,9 +90,15 @@ fn a_job_on_an_engine_reached_over_ssh_commits_and_shells() {
     }
     let out = shell.wait_with_output().expect("shell ends");
     assert_eq!(out.status.code(), Some(5), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("ssh"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ssh"),
+        "{out:?}"
+    );
 
     home.ok(&["rm", &id, "--force"]);
-    assert_eq!(repo.git(&["log", "-1", "--format=%s", &branch]).trim(), "over ssh");
+    assert_eq!(
+        repo.git(&["log", "-1", "--format=%s", &branch]).trim(),
+        "over ssh"
+    );
     assert!(!engine.docker(&["inspect", &container]).status.success());
 }
