@@ -1,7 +1,9 @@
 //! The sweep's part for microVM jobs: a QEMU or virtiofsd process that names the `vm/`
-//! directory of a job with no record (paddock killed mid-create or mid-rm) is ended. VMs of
-//! recorded jobs are the job's business: a job whose QEMU died gets a new VM at its next
-//! exec, and its virtiofsd processes end with their QEMU.
+//! directory of a job with no record (paddock killed mid-create or mid-rm) is ended, and its
+//! host cgroup (`paddock/<install>/vm-<job>`) removed. VMs of recorded jobs are the job's
+//! business: a job whose QEMU died gets a new VM at its next exec, and its virtiofsd
+//! processes end with their QEMU; only its cgroup, once empty, is removed (the next boot
+//! makes it again).
 
 use super::{SweepOptions, SweepReport};
 use crate::engine::Paddock;
@@ -14,10 +16,15 @@ impl Paddock {
             return;
         };
         for vm in vms {
-            if self.store().exists_str(&vm.job) {
+            let recorded = self.store().exists_str(&vm.job);
+            if recorded && vm.running {
                 continue;
             }
-            let reason = "microVM processes of a job with no record";
+            let reason = if recorded {
+                "the empty host cgroup of a VM that no longer runs"
+            } else {
+                "microVM processes (or their host cgroup) of a job with no record"
+            };
             if options.dry_run {
                 report.removed("vm", vm.name, reason);
                 continue;

@@ -82,6 +82,11 @@ impl Machine {
     }
 
     pub(crate) fn run(&self, args: &[&str]) -> Output {
+        self.run_with(args, &[])
+    }
+
+    /// `run` with `envs` added to paddock's environment.
+    pub(crate) fn run_with(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
         let mut command = match self.who {
             Who::Root => Command::new(env!("CARGO_BIN_EXE_paddock")),
             Who::User => {
@@ -109,13 +114,19 @@ impl Machine {
             .env_remove("PADDOCK_NO_DAEMON")
             .env("HOME", &self.home)
             .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .output()
             .expect("paddock runs")
     }
 
     pub(crate) fn json(&self, args: &[&str]) -> Value {
-        let output = self.run(args);
+        self.json_with(args, &[])
+    }
+
+    /// `json` with `envs` added to paddock's environment.
+    pub(crate) fn json_with(&self, args: &[&str], envs: &[(&str, &str)]) -> Value {
+        let output = self.run_with(args, envs);
         assert!(
             output.status.success(),
             "paddock {args:?} as {:?} failed ({:?}):\nstdout: {}\nstderr: {}",

@@ -19,9 +19,11 @@
 
 pub mod accel;
 pub mod assets;
+pub mod cgroup;
 pub mod egress;
 pub mod exec;
 pub mod guest;
+pub mod jail;
 pub mod protocol;
 pub mod shell;
 pub mod vm;
@@ -141,7 +143,11 @@ impl MicrovmRuntime {
             crate::runtime::docker::grant_agent_access(record, uid)?;
         }
         let shares = vm::shares(record)?;
+        let (memory, cpus) = vm::size(record);
+        let cgroup = cgroup::VmCgroup::of(self.home.id(), record.id.as_str())?;
+        cgroup.create(memory, cpus)?;
         let boot = vm::Boot {
+            cgroup: &cgroup,
             kernel: &kernel.image,
             initramfs: &initramfs,
             rootfs: &rootfs,
@@ -166,6 +172,7 @@ impl MicrovmRuntime {
         let started = vm::start(vm, record, &shares, &boot).await;
         if started.is_err() {
             vm::kill_all(vm, Duration::from_secs(1)).await;
+            cgroup.remove(Duration::from_secs(2)).await;
         }
         started
     }
@@ -219,7 +226,11 @@ impl MicrovmRuntime {
             .chain(crate::runtime::job_env(record))
             .chain([(key, deadline)])
             .collect();
-        let user = crate::runtime::docker::agent_user(record.limits.uid);
+        let user = if guest_root_for_tests() {
+            (0, 0)
+        } else {
+            crate::runtime::docker::agent_user(record.limits.uid)
+        };
         exec::run(
             channel,
             argv,
@@ -230,6 +241,15 @@ impl MicrovmRuntime {
             sink,
         )
         .await
+    }
+
+    /// Removes the VM cgroup of `job` (up to 5 s for its killed processes to exit); true
+    /// when none is left.
+    async fn remove_cgroup(&self, job: &str) -> bool {
+        match cgroup::VmCgroup::of(self.home.id(), job) {
+            Ok(cgroup) => cgroup.remove(Duration::from_secs(5)).await,
+            Err(_) => true,
+        }
     }
 
     /// The environment every command of the job gets (an exec adds its own and the job's
@@ -261,6 +281,13 @@ impl MicrovmRuntime {
 pub fn assets_dir(home: &PaddockHome) -> PathBuf {
     std::env::var_os("PADDOCK_MICROVM_ASSETS")
         .map_or_else(|| home.root().join("microvm"), PathBuf::from)
+}
+
+/// The test switch (`PADDOCK_TEST_MICROVM_GUEST_ROOT=1`, docs/testing.md): execs run as
+/// root in the guest, with every capability there, standing in for an agent that took the
+/// guest's kernel, so tests can attack the host side of the shares from inside.
+pub fn guest_root_for_tests() -> bool {
+    std::env::var_os("PADDOCK_TEST_MICROVM_GUEST_ROOT").is_some_and(|v| v == "1")
 }
 
 /// What the host needs before any VM: root (virtiofsd), QEMU and virtiofsd.
@@ -411,7 +438,9 @@ impl Runtime for MicrovmRuntime {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-        Ok(vm::kill_all(&vm, Duration::from_secs(2)).await)
+        let was_running = vm::kill_all(&vm, Duration::from_secs(2)).await;
+        self.remove_cgroup(record.id.as_str()).await;
+        Ok(was_running)
     }
 
     async fn stop_for_removal(
@@ -432,6 +461,10 @@ impl Runtime for MicrovmRuntime {
     async fn destroy(&self, record: &JobRecord) -> Result<(), RuntimeError> {
         let vm = vm::VmDir::of(&self.home, record);
         vm::kill_all(&vm, Duration::from_secs(1)).await;
+        if !self.remove_cgroup(record.id.as_str()).await {
+            // Left for the sweep, which finds it by its name.
+            tracing::warn!(job = %record.id, "the VM's host cgroup still holds processes");
+        }
         match std::fs::remove_dir_all(&vm.dir) {
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::Io {
                 path: vm.dir,
@@ -451,9 +484,27 @@ impl Runtime for MicrovmRuntime {
 
     async fn list_sandboxes(&self) -> Result<Vec<crate::runtime::Sandbox>, RuntimeError> {
         let roots = self.home.job_dir_roots();
-        Ok(tokio::task::spawn_blocking(move || vm::running_vms(&roots))
+        let mut found = tokio::task::spawn_blocking(move || vm::running_vms(&roots))
             .await
-            .expect("listing processes does not panic"))
+            .expect("listing processes does not panic");
+        // A VM cgroup with no VM process naming the job: what a killed QEMU or paddock
+        // left (not running; removing it is only an rmdir of an empty cgroup).
+        for job in cgroup::jobs(self.home.id()) {
+            if found.iter().any(|s| s.job == job) {
+                continue;
+            }
+            let Ok(id) = crate::job::JobId::parse(&job) else {
+                continue;
+            };
+            found.push(crate::runtime::Sandbox {
+                name: self.home.job_dir(&id).join("vm").display().to_string(),
+                job,
+                running: false,
+                role: crate::runtime::SandboxRole::Job,
+                created: None,
+            });
+        }
+        Ok(found)
     }
 
     async fn remove_sandbox(&self, sandbox: &crate::runtime::Sandbox) -> Result<(), RuntimeError> {
@@ -470,7 +521,32 @@ impl Runtime for MicrovmRuntime {
             });
         }
         vm::kill_all(&vm::VmDir { dir }, Duration::from_secs(2)).await;
-        Ok(())
+        if self.remove_cgroup(&sandbox.job).await {
+            return Ok(());
+        }
+        // What is still in the cgroup was started in it by the VM's processes: this
+        // install's, for a job being removed.
+        if let Ok(cgroup) = cgroup::VmCgroup::of(self.home.id(), &sandbox.job) {
+            for pid in cgroup
+                .pids()
+                .into_iter()
+                .filter_map(rustix::process::Pid::from_raw)
+            {
+                if let Some(kill) = rustix::process::Signal::from_named_raw(libc::SIGKILL) {
+                    let _ = rustix::process::kill_process(pid, kill);
+                }
+            }
+        }
+        if self.remove_cgroup(&sandbox.job).await {
+            Ok(())
+        } else {
+            Err(RuntimeError::Microvm(Box::new(MicrovmError::Start {
+                message: format!(
+                    "the host cgroup of VM `{}` still holds processes",
+                    sandbox.job
+                ),
+            })))
+        }
     }
 
     async fn build_image(
