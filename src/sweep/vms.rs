@@ -7,7 +7,7 @@
 
 use super::{SweepOptions, SweepReport};
 use crate::engine::Paddock;
-use crate::job::RuntimeKind;
+use crate::job::{JobState, RuntimeKind};
 
 impl Paddock {
     pub(super) async fn reap_orphan_vms(&self, options: &SweepOptions, report: &mut SweepReport) {
@@ -17,7 +17,14 @@ impl Paddock {
         };
         for vm in vms {
             let recorded = self.store().exists_str(&vm.job);
-            if recorded && vm.running {
+            // A job being created or running an exec may be booting: its cgroup is made
+            // just before its first process enters it.
+            let busy = || {
+                self.store()
+                    .load(&vm.job)
+                    .is_ok_and(|r| matches!(r.state, JobState::Creating | JobState::Running))
+            };
+            if recorded && (vm.running || busy()) {
                 continue;
             }
             let reason = if recorded {
