@@ -366,5 +366,8 @@ fn a_vms_qemu_and_virtiofsd_run_in_a_host_cgroup_of_their_own_that_rm_and_the_sw
     assert!(cgroup_dirs(qemu).iter().all(|d| d.exists()));
     home.ok(&["rm", "vm-cg2", "--force"]);
     assert!(dirs.iter().all(|d| !d.exists()));
+    // The install's own directory goes with its last VM.
+    let install = dirs[0].parent().expect("paddock/<install>");
+    assert!(!install.exists(), "{} is left", install.display());
     assert!(vm_processes(&home.root()).is_empty());
 }

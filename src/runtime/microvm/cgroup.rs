@@ -11,7 +11,9 @@
 //! ever runs outside. A cgroup is removed (rmdir, which the kernel allows only when no
 //! process is left in it) when its VM is stopped or destroyed and by the sweep; only
 //! directories named `vm-<job id>` under this install's own `paddock/<install>/` are ever
-//! touched, and a removal is retried for a short while as the killed processes exit.
+//! touched (and that directory and `paddock/` when the last VM's goes: an rmdir, refused
+//! while another cgroup is in them), and a removal is retried for a short while as the
+//! killed processes exit.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -85,6 +87,21 @@ impl VmCgroup {
 
     /// Makes the cgroup (again) with `memory` bytes of guest RAM and `cpus` vCPUs.
     pub fn create(&self, memory: u64, cpus: u64) -> Result<(), MicrovmError> {
+        // Another VM's removal may take an emptied parent away half-way: once more then.
+        let mut tries = 0;
+        loop {
+            match self.try_create(memory, cpus) {
+                Err(MicrovmError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound && tries < 3 =>
+                {
+                    tries += 1;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    fn try_create(&self, memory: u64, cpus: u64) -> Result<(), MicrovmError> {
         let memory = (memory + HOST_OVERHEAD).to_string();
         let quota = (cpus.max(1) * PERIOD_US).to_string();
         let pids = PIDS_MAX.to_string();
@@ -159,8 +176,18 @@ exec "$@""#,
                     Err(_) => left = true,
                 }
             }
-            if !left || tokio::time::Instant::now() >= until {
-                return !left;
+            if !left {
+                // The install's and paddock's own directories go with their last VM (an
+                // rmdir of a parent that still has one fails, and is meant to).
+                for dir in &self.dirs {
+                    for parent in dir.ancestors().skip(1).take(2) {
+                        let _ = std::fs::remove_dir(parent);
+                    }
+                }
+                return true;
+            }
+            if tokio::time::Instant::now() >= until {
+                return false;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
