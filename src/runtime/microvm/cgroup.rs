@@ -194,6 +194,11 @@ exec "$@""#,
     }
 }
 
+/// Which cgroups a VM's processes get on this host (`v1` or `v2`), or why none (`doctor`).
+pub fn host_version() -> Result<&'static str, MicrovmError> {
+    VmCgroup::of("install", "job").map(|c| if c.unified { "v2" } else { "v1" })
+}
+
 /// The jobs that have a VM cgroup of install `install` on this host (`vm-<job>` entries of
 /// `paddock/<install>/` whose name is a job id).
 pub fn jobs(install: &str) -> Vec<String> {
