@@ -7,7 +7,8 @@
 //! (but paddock's own, made before), none by any uid but the agent's and the one guest root
 //! maps to, none is setuid or setgid, none is a device node, none has a file capability.
 //! Then the job still works: a commit by the agent reaches the branch and `rm` cleans up.
-//! Run as root on the default state root (the microVM runtime needs root).
+//! Run as root on the default state root (the microVM runtime needs root; as another user
+//! it refuses to start). The second test: QEMU and virtiofsd in their host cgroup.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
@@ -200,10 +201,19 @@ fn root_in_the_guest_plants_no_root_owned_setuid_device_or_capability_file_on_th
         String::from_utf8_lossy(&output.stdout).trim(),
         "after the attack"
     );
+    let qemu: u32 = read(&job_dir.join("vm"), "qemu.pid")
+        .parse()
+        .expect("a pid");
+    let cgroups = cgroup_dirs(qemu);
+    assert!(
+        cgroups.iter().all(|d| d.ends_with(format!("vm-{id}"))),
+        "{cgroups:?}"
+    );
     let removed = machine.run_with(&["rm", &id, "--force"], &assets);
     assert!(removed.status.success(), "{removed:?}");
     assert!(!job_dir.exists(), "the job's files are gone");
     assert!(vm_processes(&job_dir).is_empty());
+    assert!(cgroups.iter().all(|d| !d.exists()), "{cgroups:?}");
 }
 
 /// The pids of live QEMU and virtiofsd processes naming `dir` (a VM's directory).
