@@ -1,8 +1,9 @@
 //! The host side of a microVM job against an agent that owns the guest: with the test switch
 //! `PADDOCK_TEST_MICROVM_GUEST_ROOT=1` an exec runs as root in the guest with every
 //! capability there (as after a guest-kernel exploit), and attacks the shares: it chowns
-//! files to root and to a stranger, sets setuid and setgid bits, makes device nodes, creates
-//! a setuid file outright and writes a `security.capability` xattr, in the workspace, the
+//! files to root and to a stranger, sets setuid and setgid bits, makes device nodes (and a
+//! rename's whiteout), creates a setuid file outright and writes a `security.capability`
+//! xattr, in the workspace, the
 //! git dir and the outbox. On the host, afterwards: no file of the job is owned by root
 //! (but paddock's own, made before), none by any uid but the agent's and the one guest root
 //! maps to, none is setuid or setgid, none is a device node, none has a file capability.
@@ -37,6 +38,8 @@ for d in /workspace /paddock/git /paddock/outbox; do
   mknod $d/null c 1 3; mknod $d/loop b 7 0; mkfifo $d/fifo
   mkdir $d/rootdir; chmod 6777 $d/rootdir
   perl -MFcntl -e 'sysopen(F, $ARGV[0], O_CREAT|O_WRONLY, 06755) or print "sysopen: $!\n"' $d/made-suid
+  echo x > $d/moved
+  perl -e 'syscall(316, -100, $ARGV[0], -100, $ARGV[1], 4) == 0 or print "renameat2: $!\n"' $d/moved $d/whiteout
   echo x > $d/cap
   perl -e '$v = pack("V5", 0x02000001, 1 << 21, 0, 0, 0);
     syscall(188, $ARGV[0], "security.capability", $v, length($v), 0) == 0 or print "setxattr: $!\n"' $d/cap

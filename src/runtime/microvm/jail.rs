@@ -11,7 +11,8 @@
 //! made in a user namespace at all. Its capabilities hold only over files of those ids;
 //! root's files in the share (the protected ones) are read through their modes.
 //! What ownership cannot stop, a seccomp filter does: no setuid or setgid bit through
-//! chmod, open or mknod, no device node through mknod, no extended attribute at all (so no
+//! chmod, open or mknod, no device node through mknod or a rename's whiteout, no extended
+//! attribute at all (so no
 //! `security.capability`; virtiofsd runs with `no_xattr` anyway).
 //!
 //! The host root part comes first, while paddock still can: the vhost-user socket is bound
@@ -180,8 +181,11 @@ printf '0 %s 1\n%s %s 1\n' "$2" "$4" "$4" > "/proc/$1/gid_map""#,
     })
 }
 
+/// renameat2's flag that leaves a whiteout (a character device) behind.
+const RENAME_WHITEOUT: u64 = 1 << 2;
+
 /// The filter: EPERM for every call that could make a setuid or setgid file or a device
-/// node, and for every extended attribute write; everything else as before.
+/// node (a whiteout too), and for every extended attribute write; everything else as before.
 fn seccomp_filter() -> Result<seccompiler::BpfProgram, JailError> {
     use seccompiler::{
         SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
@@ -215,6 +219,11 @@ fn seccomp_filter() -> Result<seccompiler::BpfProgram, JailError> {
         (452, privileged(2)?),
         (libc::SYS_openat, privileged(3)?),
         (libc::SYS_mknodat, device(2)?),
+        // A whiteout is a character device (0, 0), and needs no CAP_MKNOD.
+        (
+            libc::SYS_renameat2,
+            vec![mode_is(4, RENAME_WHITEOUT, RENAME_WHITEOUT)?],
+        ),
         // Whole calls: no mode to look at (openat2's is behind a pointer).
         (libc::SYS_openat2, vec![]),
         (libc::SYS_setxattr, vec![]),
