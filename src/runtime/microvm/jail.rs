@@ -115,9 +115,6 @@ fn jail(args: &JailArgs) -> Result<std::convert::Infallible, JailError> {
     let _ = std::fs::remove_file(&args.socket);
     let listener =
         std::os::unix::net::UnixListener::bind(&args.socket).map_err(step("binding the socket"))?;
-    // virtiofsd inherits the listening socket across exec.
-    rustix::io::fcntl_setfd(&listener, rustix::io::FdFlags::empty())
-        .map_err(errno("keeping the socket across exec"))?;
     // Opened here, as root; virtiofsd reaches it as `/proc/self/fd/N/` (no path walk from
     // `/`, which the jailed ids could not make), chroots into it and serves it.
     let source = rustix::fs::open(
@@ -126,8 +123,6 @@ fn jail(args: &JailArgs) -> Result<std::convert::Infallible, JailError> {
         rustix::fs::Mode::empty(),
     )
     .map_err(errno("opening the share"))?;
-    rustix::io::fcntl_setfd(&source, rustix::io::FdFlags::empty())
-        .map_err(errno("keeping the share across exec"))?;
     let filter = seccomp_filter()?;
     let root = GUEST_ROOT_ON_HOST.to_string();
     let mut mapper = std::process::Command::new("/bin/sh")
@@ -144,6 +139,12 @@ printf '0 %s 1\n%s %s 1\n' "$2" "$4" "$4" > "/proc/$1/gid_map""#,
         .spawn()
         .map_err(step("starting the id mapper"))?;
     let go = mapper.stdin.take().expect("the mapper's stdin is piped");
+    // virtiofsd inherits the listening socket and the share across exec (the mapper, started
+    // before, inherits neither).
+    rustix::io::fcntl_setfd(&listener, rustix::io::FdFlags::empty())
+        .map_err(errno("keeping the socket across exec"))?;
+    rustix::io::fcntl_setfd(&source, rustix::io::FdFlags::empty())
+        .map_err(errno("keeping the share across exec"))?;
     let id = GUEST_ROOT_ON_HOST;
     rustix::thread::set_thread_groups(&[]).map_err(errno("dropping groups"))?;
     rustix::thread::set_thread_res_gid(
