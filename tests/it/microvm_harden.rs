@@ -335,6 +335,27 @@ fn a_vms_qemu_and_virtiofsd_run_in_a_host_cgroup_of_their_own_that_rm_and_the_sw
             );
         }
     }
+    // `stop` ends the VM and its cgroup; the next exec boots both again.
+    let stopped = home.ok(&["stop", "vm-cg"]);
+    let left: Vec<String> = vm_pids(&vm_dir)
+        .iter()
+        .map(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            format!("{p}: {}", stat.chars().take(60).collect::<String>())
+        })
+        .collect();
+    // An rmdir of a cgroup succeeds only once no process is left in it.
+    assert!(
+        dirs.iter().all(|d| !d.exists()),
+        "{dirs:?} after stop ({stopped}); left: {left:?}"
+    );
+    assert!(left.is_empty(), "{left:?}");
+    let alive = home.json(&["exec", "vm-cg", "--json", "--", "echo", "alive"]);
+    assert_eq!(text(&alive, "stdout").trim(), "alive", "{alive}");
+    assert!(
+        dirs.iter().all(|d| d.exists()),
+        "{dirs:?} after the next exec"
+    );
     home.ok(&["rm", "vm-cg", "--force"]);
     for dir in &dirs {
         assert!(!dir.exists(), "{} is left after rm", dir.display());
