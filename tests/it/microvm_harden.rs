@@ -335,7 +335,8 @@ fn a_vms_qemu_and_virtiofsd_run_in_a_host_cgroup_of_their_own_that_rm_and_the_sw
             );
         }
     }
-    // `stop` ends the VM and its cgroup; the next exec boots both again.
+    // `stop` ends the VM and its cgroup (its sync of the job's last commits runs in a VM
+    // booted for it and ended again); the next exec boots both again.
     let stopped = home.ok(&["stop", "vm-cg"]);
     let left: Vec<String> = vm_pids(&vm_dir)
         .iter()
@@ -344,6 +345,7 @@ fn a_vms_qemu_and_virtiofsd_run_in_a_host_cgroup_of_their_own_that_rm_and_the_sw
             format!("{p}: {}", stat.chars().take(60).collect::<String>())
         })
         .collect();
+    assert!(!stopped.contains("nothing running"), "{stopped}");
     // An rmdir of a cgroup succeeds only once no process is left in it.
     assert!(
         dirs.iter().all(|d| !d.exists()),

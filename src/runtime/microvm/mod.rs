@@ -182,6 +182,7 @@ impl MicrovmRuntime {
         record: &JobRecord,
         request: &ExecRequest,
         sink: &mut dyn OutputSink,
+        throwaway: bool,
     ) -> Result<ExecResult, MicrovmError> {
         if request.cmd.is_empty() {
             return Err(RuntimeError::EmptyCommand.into());
@@ -200,7 +201,19 @@ impl MicrovmRuntime {
                 .map_err(|e| MicrovmError::Config {
                     message: format!("waiting for the job's other exec: {e}"),
                 })?;
-        let channel = self.ensure_running(record).await?;
+        // A stopped job's sync (`throwaway`) boots a VM for itself only and ends it again,
+        // as a container job's runs in a throwaway container; under the lock, so no exec
+        // takes that VM meanwhile.
+        let booted_here = throwaway && vm.qemu_pid().is_none();
+        let channel = match self.ensure_running(record).await {
+            Ok(channel) => channel,
+            Err(error) => {
+                if booted_here {
+                    self.power_off(&vm, record, Duration::from_secs(1)).await;
+                }
+                return Err(error);
+            }
+        };
         let mut argv = match &request.after {
             None => vec!["sh".into(), "-c".into(), r#"exec "$@""#.into(), "sh".into()],
             // As in containers: the wrapper stays the command's parent to run the snippet.
@@ -231,7 +244,7 @@ impl MicrovmRuntime {
         } else {
             crate::runtime::docker::agent_user(record.limits.uid)
         };
-        exec::run(
+        let result = exec::run(
             channel,
             argv,
             env,
@@ -240,7 +253,26 @@ impl MicrovmRuntime {
             request,
             sink,
         )
-        .await
+        .await;
+        if booted_here {
+            self.power_off(&vm, record, Duration::from_secs(5)).await;
+        }
+        result
+    }
+
+    /// Ends the VM: the guest powers off (up to `grace`), then SIGTERM and SIGKILL to what
+    /// is left, and its host cgroup goes; true when a VM ran.
+    async fn power_off(&self, vm: &vm::VmDir, record: &JobRecord, grace: Duration) -> bool {
+        let ran = vm.qemu_pid().is_some();
+        if ran && exec::tell(vm, &protocol::ToGuest::Shutdown).await {
+            let until = tokio::time::Instant::now() + grace.max(Duration::from_secs(1));
+            while vm.qemu_pid().is_some() && tokio::time::Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let killed = vm::kill_all(vm, Duration::from_secs(2)).await;
+        self.remove_cgroup(record.id.as_str()).await;
+        ran || killed
     }
 
     /// Removes the VM cgroup of `job` (up to 5 s for its killed processes to exit); true
@@ -380,7 +412,7 @@ impl Runtime for MicrovmRuntime {
         sink: &mut dyn OutputSink,
     ) -> Result<ExecOutcome, RuntimeError> {
         let result = self
-            .run(record, request, sink)
+            .run(record, request, sink, false)
             .await
             .map_err(runtime_error)?;
         let vm = vm::VmDir::of(&self.home, record);
@@ -398,7 +430,9 @@ impl Runtime for MicrovmRuntime {
         request: &ExecRequest,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult, RuntimeError> {
-        self.run(record, request, sink).await.map_err(runtime_error)
+        self.run(record, request, sink, true)
+            .await
+            .map_err(runtime_error)
     }
 
     async fn shell_command(
@@ -432,15 +466,7 @@ impl Runtime for MicrovmRuntime {
 
     async fn stop(&self, record: &JobRecord, grace: Duration) -> Result<bool, RuntimeError> {
         let vm = vm::VmDir::of(&self.home, record);
-        if vm.qemu_pid().is_some() && exec::tell(&vm, &protocol::ToGuest::Shutdown).await {
-            let until = tokio::time::Instant::now() + grace.max(Duration::from_secs(1));
-            while vm.qemu_pid().is_some() && tokio::time::Instant::now() < until {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        let was_running = vm::kill_all(&vm, Duration::from_secs(2)).await;
-        self.remove_cgroup(record.id.as_str()).await;
-        Ok(was_running)
+        Ok(self.power_off(&vm, record, grace).await)
     }
 
     async fn stop_for_removal(
