@@ -48,14 +48,18 @@ done
 echo attacked
 "#;
 
-/// Every path under `root`, without following links, skipping `vm/` (paddock's own files).
+/// Every path under `root`, without following links, skipping `vm/` and `sync.git/`
+/// (paddock's own files on the host, never shared into the guest).
 fn walk(root: &Path, found: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(root) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        if path.file_name().is_some_and(|n| n == "vm") {
+        if path
+            .file_name()
+            .is_some_and(|n| n == "vm" || n == "sync.git")
+        {
             continue;
         }
         found.push(path.clone());
