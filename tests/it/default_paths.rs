@@ -85,7 +85,7 @@ impl Machine {
         self.run_with(args, &[])
     }
 
-    /// `run` with `envs` added to paddock's environment.
+    /// `run` with `envs` set as well (test switches such as `PADDOCK_TEST_FORBID_HOST_BINDS`).
     pub(crate) fn run_with(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
         let mut command = match self.who {
             Who::Root => Command::new(env!("CARGO_BIN_EXE_paddock")),
@@ -139,7 +139,7 @@ impl Machine {
     }
 
     /// git in the repository as root (which may not own it: `safe.directory`); its stdout.
-    fn repo_git(&self, args: &[&str]) -> String {
+    pub(crate) fn repo_git(&self, args: &[&str]) -> String {
         let output = Command::new("git")
             .args(["-c", "safe.directory=*"])
             .args(args)
