@@ -18,6 +18,11 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
+    // The jail of a microVM's virtiofsd makes a user namespace, which needs a process of
+    // one thread: before the async runtime starts any.
+    if let Some(code) = cli.run_single_threaded() {
+        std::process::exit(code);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -585,3 +585,11 @@ fn c_string(bytes: &[u8]) -> std::io::Result<std::ffi::CString> {
     std::ffi::CString::new(bytes)
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
 }
+
+/// Moves this process (single-threaded: the kernel refuses otherwise) into a new user and
+/// network namespace (`runtime::microvm::jail`).
+pub fn unshare_user_and_net() -> std::io::Result<()> {
+    use rustix::thread::UnshareFlags as F;
+    // SAFETY: FILES is not among the flags, so no thread loses the descriptors it uses.
+    unsafe { rustix::thread::unshare_unsafe(F::NEWUSER | F::NEWNET) }.map_err(Into::into)
+}

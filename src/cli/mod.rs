@@ -151,6 +151,10 @@ pub(crate) enum Command {
     /// A shell in a microVM job over its agent's channel (run by `paddock shell`).
     #[command(hide = true)]
     VmShell(crate::runtime::microvm::shell::ShellArgs),
+    /// virtiofsd for a microVM's writable share, in a user namespace (run by paddock as
+    /// root, before its async runtime: see `main`).
+    #[command(hide = true)]
+    VmVirtiofsd(crate::runtime::microvm::jail::JailArgs),
     /// Shared dependency cache commands.
     Cache {
         #[command(subcommand)]
@@ -161,6 +165,17 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: config::ConfigCommand,
     },
+}
+
+impl Cli {
+    /// Runs the one command that must run before the async runtime starts (the virtiofsd
+    /// jail: a user namespace needs a process of one thread); `None` for any other.
+    pub fn run_single_threaded(&self) -> Option<i32> {
+        match &self.command {
+            Command::VmVirtiofsd(args) => Some(crate::runtime::microvm::jail::run(args)),
+            _ => None,
+        }
+    }
 }
 
 /// Runs one parsed command and returns the process exit code.
@@ -184,6 +199,10 @@ pub async fn run(cli: Cli) -> i32 {
     }
     if let Command::VmShell(args) = cli.command {
         return crate::runtime::microvm::shell::attach(args).await;
+    }
+    // Handled by `main` before the async runtime starts (it needs a single thread).
+    if let Command::VmVirtiofsd(args) = cli.command {
+        return crate::runtime::microvm::jail::run(&args);
     }
     let paddock = match Paddock::from_env() {
         Ok(paddock) => paddock,
@@ -242,7 +261,7 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Dashboard(args) => dashboard::run(paddock, args).await,
         Command::EgressProxy(args) => egress_proxy::run(args).await,
         Command::GuardRanges => guard_ranges::run(),
-        Command::GuestAgent | Command::VmShell(_) => Ok(exit::INTERNAL),
+        Command::GuestAgent | Command::VmShell(_) | Command::VmVirtiofsd(_) => Ok(exit::INTERNAL),
         Command::Cache { command } => cache::run(paddock, command),
         Command::Config { command } => config::run(paddock, command).await,
     }

@@ -1,9 +1,10 @@
 //! The microVM runtime's row: QEMU and virtiofsd present, the kernel unpacked, static
-//! busybox for the initramfs, and which accelerator a VM gets here (the KVM probe boot, kept
+//! busybox for the initramfs, a cgroup hierarchy for the VMs' host cgroups (v1 or v2), and
+//! which accelerator a VM gets here (the KVM probe boot, kept
 //! per host boot). A warning, not a failure: the other runtimes work without any of it.
 
 use super::{Check, Status, check};
-use crate::runtime::microvm::{accel, assets, vm};
+use crate::runtime::microvm::{accel, assets, cgroup, vm};
 
 pub async fn microvm_check(assets_dir: &std::path::Path) -> Check {
     let missing: Vec<String> = [
@@ -24,6 +25,10 @@ pub async fn microvm_check(assets_dir: &std::path::Path) -> Check {
             Some(fix),
         );
     }
+    let cgroups = match cgroup::host_version() {
+        Ok(version) => version,
+        Err(error) => return check("microvm runtime", Status::Warn, error.to_string(), None),
+    };
     let kernel = match assets::Kernel::locate() {
         Ok(kernel) => kernel,
         Err(error) => {
@@ -56,7 +61,10 @@ pub async fn microvm_check(assets_dir: &std::path::Path) -> Check {
         Ok((accel::Accel::Kvm, _)) => check(
             "microvm runtime",
             Status::Ok,
-            format!("kernel {}; KVM boots it", kernel.image.display()),
+            format!(
+                "kernel {}; KVM boots it; host cgroups {cgroups}",
+                kernel.image.display()
+            ),
             None,
         ),
         Ok((accel::Accel::Tcg, warning)) => check(
@@ -67,7 +75,7 @@ pub async fn microvm_check(assets_dir: &std::path::Path) -> Check {
                 Status::Ok
             },
             format!(
-                "kernel {}; {}",
+                "kernel {}; host cgroups {cgroups}; {}",
                 kernel.image.display(),
                 warning
                     .unwrap_or_else(|| "the emulator (TCG), as PADDOCK_MICROVM_ACCEL asks".into())

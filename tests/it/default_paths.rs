@@ -121,7 +121,12 @@ impl Machine {
     }
 
     pub(crate) fn json(&self, args: &[&str]) -> Value {
-        let output = self.run(args);
+        self.json_with(args, &[])
+    }
+
+    /// `json` with `envs` added to paddock's environment.
+    pub(crate) fn json_with(&self, args: &[&str], envs: &[(&str, &str)]) -> Value {
+        let output = self.run_with(args, envs);
         assert!(
             output.status.success(),
             "paddock {args:?} as {:?} failed ({:?}):\nstdout: {}\nstderr: {}",

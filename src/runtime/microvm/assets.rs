@@ -22,10 +22,11 @@ pub const DEFAULT_KERNEL: &str = "/usr/lib/paddock/microvm/vmlinuz";
 pub const BUSYBOX: &str = "/bin/busybox";
 
 /// The kernel modules the init loads, in dependency order (none is built into Debian's
-/// cloud kernel).
+/// cloud kernel; from 6.1.192 `virtio` needs `virtio_ring`, earlier the other way round,
+/// so the init makes a second pass for what a first could not load).
 const MODULES: &[&str] = &[
-    "drivers/virtio/virtio",
     "drivers/virtio/virtio_ring",
+    "drivers/virtio/virtio",
     "drivers/virtio/virtio_pci_legacy_dev",
     "drivers/virtio/virtio_pci_modern_dev",
     "drivers/virtio/virtio_pci",
@@ -60,7 +61,11 @@ for arg in $(cat /proc/cmdline); do
     paddock.uid=*) uid=${arg#paddock.uid=} ;;
   esac
 done
-for m in $(cat /lib/modules/order); do insmod /lib/modules/$m 2>/dev/null; done
+for pass in 1 2; do
+  for m in $(cat /lib/modules/order); do insmod /lib/modules/$m 2>/dev/null; done
+done
+# virtio devices are probed asynchronously: on a busy host the disk's node comes late.
+n=0; while [ ! -b /dev/vda ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n+1)); done
 mount -t ext4 -o ro /dev/vda /lower || { echo "paddock init: no root disk"; poweroff -f; }
 mount -t tmpfs -o size=256m,mode=0755 tmpfs /rw && mkdir /rw/upper /rw/work
 mount -t overlay overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work /newroot

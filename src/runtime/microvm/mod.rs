@@ -19,9 +19,11 @@
 
 pub mod accel;
 pub mod assets;
+pub mod cgroup;
 pub mod egress;
 pub mod exec;
 pub mod guest;
+pub mod jail;
 pub mod protocol;
 pub mod shell;
 pub mod vm;
@@ -141,7 +143,11 @@ impl MicrovmRuntime {
             crate::runtime::docker::grant_agent_access(record, uid)?;
         }
         let shares = vm::shares(record)?;
+        let (memory, cpus) = vm::size(record);
+        let cgroup = cgroup::VmCgroup::of(self.home.id(), record.id.as_str())?;
+        cgroup.create(memory, cpus)?;
         let boot = vm::Boot {
+            cgroup: &cgroup,
             kernel: &kernel.image,
             initramfs: &initramfs,
             rootfs: &rootfs,
@@ -166,6 +172,7 @@ impl MicrovmRuntime {
         let started = vm::start(vm, record, &shares, &boot).await;
         if started.is_err() {
             vm::kill_all(vm, Duration::from_secs(1)).await;
+            cgroup.remove(Duration::from_secs(2)).await;
         }
         started
     }
@@ -175,6 +182,7 @@ impl MicrovmRuntime {
         record: &JobRecord,
         request: &ExecRequest,
         sink: &mut dyn OutputSink,
+        throwaway: bool,
     ) -> Result<ExecResult, MicrovmError> {
         if request.cmd.is_empty() {
             return Err(RuntimeError::EmptyCommand.into());
@@ -193,7 +201,19 @@ impl MicrovmRuntime {
                 .map_err(|e| MicrovmError::Config {
                     message: format!("waiting for the job's other exec: {e}"),
                 })?;
-        let channel = self.ensure_running(record).await?;
+        // A stopped job's sync (`throwaway`) boots a VM for itself only and ends it again,
+        // as a container job's runs in a throwaway container; under the lock, so no exec
+        // takes that VM meanwhile.
+        let booted_here = throwaway && vm.qemu_pid().is_none();
+        let channel = match self.ensure_running(record).await {
+            Ok(channel) => channel,
+            Err(error) => {
+                if booted_here {
+                    self.power_off(&vm, record, Duration::from_secs(1)).await;
+                }
+                return Err(error);
+            }
+        };
         let mut argv = match &request.after {
             None => vec!["sh".into(), "-c".into(), r#"exec "$@""#.into(), "sh".into()],
             // As in containers: the wrapper stays the command's parent to run the snippet.
@@ -219,8 +239,12 @@ impl MicrovmRuntime {
             .chain(crate::runtime::job_env(record))
             .chain([(key, deadline)])
             .collect();
-        let user = crate::runtime::docker::agent_user(record.limits.uid);
-        exec::run(
+        let user = if guest_root_for_tests() {
+            (0, 0)
+        } else {
+            crate::runtime::docker::agent_user(record.limits.uid)
+        };
+        let result = exec::run(
             channel,
             argv,
             env,
@@ -229,7 +253,35 @@ impl MicrovmRuntime {
             request,
             sink,
         )
-        .await
+        .await;
+        if booted_here {
+            self.power_off(&vm, record, Duration::from_secs(5)).await;
+        }
+        result
+    }
+
+    /// Ends the VM: the guest powers off (up to `grace`), then SIGTERM and SIGKILL to what
+    /// is left, and its host cgroup goes; true when a VM ran.
+    async fn power_off(&self, vm: &vm::VmDir, record: &JobRecord, grace: Duration) -> bool {
+        let ran = vm.qemu_pid().is_some();
+        if ran && exec::tell(vm, &protocol::ToGuest::Shutdown).await {
+            let until = tokio::time::Instant::now() + grace.max(Duration::from_secs(1));
+            while vm.qemu_pid().is_some() && tokio::time::Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let killed = vm::kill_all(vm, Duration::from_secs(2)).await;
+        self.remove_cgroup(record.id.as_str()).await;
+        ran || killed
+    }
+
+    /// Removes the VM cgroup of `job` (up to 5 s for its killed processes to exit); true
+    /// when none is left.
+    async fn remove_cgroup(&self, job: &str) -> bool {
+        match cgroup::VmCgroup::of(self.home.id(), job) {
+            Ok(cgroup) => cgroup.remove(Duration::from_secs(5)).await,
+            Err(_) => true,
+        }
     }
 
     /// The environment every command of the job gets (an exec adds its own and the job's
@@ -261,6 +313,13 @@ impl MicrovmRuntime {
 pub fn assets_dir(home: &PaddockHome) -> PathBuf {
     std::env::var_os("PADDOCK_MICROVM_ASSETS")
         .map_or_else(|| home.root().join("microvm"), PathBuf::from)
+}
+
+/// The test switch (`PADDOCK_TEST_MICROVM_GUEST_ROOT=1`, docs/testing.md): execs run as
+/// root in the guest, with every capability there, standing in for an agent that took the
+/// guest's kernel, so tests can attack the host side of the shares from inside.
+pub fn guest_root_for_tests() -> bool {
+    std::env::var_os("PADDOCK_TEST_MICROVM_GUEST_ROOT").is_some_and(|v| v == "1")
 }
 
 /// What the host needs before any VM: root (virtiofsd), QEMU and virtiofsd.
@@ -353,7 +412,7 @@ impl Runtime for MicrovmRuntime {
         sink: &mut dyn OutputSink,
     ) -> Result<ExecOutcome, RuntimeError> {
         let result = self
-            .run(record, request, sink)
+            .run(record, request, sink, false)
             .await
             .map_err(runtime_error)?;
         let vm = vm::VmDir::of(&self.home, record);
@@ -371,7 +430,9 @@ impl Runtime for MicrovmRuntime {
         request: &ExecRequest,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult, RuntimeError> {
-        self.run(record, request, sink).await.map_err(runtime_error)
+        self.run(record, request, sink, true)
+            .await
+            .map_err(runtime_error)
     }
 
     async fn shell_command(
@@ -405,13 +466,7 @@ impl Runtime for MicrovmRuntime {
 
     async fn stop(&self, record: &JobRecord, grace: Duration) -> Result<bool, RuntimeError> {
         let vm = vm::VmDir::of(&self.home, record);
-        if vm.qemu_pid().is_some() && exec::tell(&vm, &protocol::ToGuest::Shutdown).await {
-            let until = tokio::time::Instant::now() + grace.max(Duration::from_secs(1));
-            while vm.qemu_pid().is_some() && tokio::time::Instant::now() < until {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        Ok(vm::kill_all(&vm, Duration::from_secs(2)).await)
+        Ok(self.power_off(&vm, record, grace).await)
     }
 
     async fn stop_for_removal(
@@ -432,6 +487,10 @@ impl Runtime for MicrovmRuntime {
     async fn destroy(&self, record: &JobRecord) -> Result<(), RuntimeError> {
         let vm = vm::VmDir::of(&self.home, record);
         vm::kill_all(&vm, Duration::from_secs(1)).await;
+        if !self.remove_cgroup(record.id.as_str()).await {
+            // Left for the sweep, which finds it by its name.
+            tracing::warn!(job = %record.id, "the VM's host cgroup still holds processes");
+        }
         match std::fs::remove_dir_all(&vm.dir) {
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::Io {
                 path: vm.dir,
@@ -451,9 +510,27 @@ impl Runtime for MicrovmRuntime {
 
     async fn list_sandboxes(&self) -> Result<Vec<crate::runtime::Sandbox>, RuntimeError> {
         let roots = self.home.job_dir_roots();
-        Ok(tokio::task::spawn_blocking(move || vm::running_vms(&roots))
+        let mut found = tokio::task::spawn_blocking(move || vm::running_vms(&roots))
             .await
-            .expect("listing processes does not panic"))
+            .expect("listing processes does not panic");
+        // A VM cgroup with no VM process naming the job: what a killed QEMU or paddock
+        // left (not running; removing it is only an rmdir of an empty cgroup).
+        for job in cgroup::jobs(self.home.id()) {
+            if found.iter().any(|s| s.job == job) {
+                continue;
+            }
+            let Ok(id) = crate::job::JobId::parse(&job) else {
+                continue;
+            };
+            found.push(crate::runtime::Sandbox {
+                name: self.home.job_dir(&id).join("vm").display().to_string(),
+                job,
+                running: false,
+                role: crate::runtime::SandboxRole::Job,
+                created: None,
+            });
+        }
+        Ok(found)
     }
 
     async fn remove_sandbox(&self, sandbox: &crate::runtime::Sandbox) -> Result<(), RuntimeError> {
@@ -470,7 +547,32 @@ impl Runtime for MicrovmRuntime {
             });
         }
         vm::kill_all(&vm::VmDir { dir }, Duration::from_secs(2)).await;
-        Ok(())
+        if self.remove_cgroup(&sandbox.job).await {
+            return Ok(());
+        }
+        // What is still in the cgroup was started in it by the VM's processes: this
+        // install's, for a job being removed.
+        if let Ok(cgroup) = cgroup::VmCgroup::of(self.home.id(), &sandbox.job) {
+            for pid in cgroup
+                .pids()
+                .into_iter()
+                .filter_map(rustix::process::Pid::from_raw)
+            {
+                if let Some(kill) = rustix::process::Signal::from_named_raw(libc::SIGKILL) {
+                    let _ = rustix::process::kill_process(pid, kill);
+                }
+            }
+        }
+        if self.remove_cgroup(&sandbox.job).await {
+            Ok(())
+        } else {
+            Err(RuntimeError::Microvm(Box::new(MicrovmError::Start {
+                message: format!(
+                    "the host cgroup of VM `{}` still holds processes",
+                    sandbox.job
+                ),
+            })))
+        }
     }
 
     async fn build_image(

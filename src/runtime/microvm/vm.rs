@@ -236,6 +236,22 @@ pub struct Boot<'a> {
     pub netdev: Option<String>,
     /// The guest's network setup (`user` or `proxy`), with `netdev`.
     pub net: &'static str,
+    /// The host cgroup QEMU and virtiofsd start in (made, with its limits).
+    pub cgroup: &'a super::cgroup::VmCgroup,
+}
+
+/// The VM's memory in bytes and its vCPUs, from the job's limits.
+pub fn size(record: &JobRecord) -> (u64, u64) {
+    let limits = &record.limits;
+    let memory = match limits.memory.0 {
+        0 => UNLIMITED_MEMORY,
+        bytes => bytes + GUEST_OVERHEAD,
+    };
+    let cpus = (limits.cpus.nano_cpus() + 999_999_999) / 1_000_000_000;
+    (
+        memory.div_ceil(1 << 20) << 20,
+        u64::try_from(cpus.max(1)).unwrap_or(1),
+    )
 }
 
 /// Starts the job's virtiofsd processes and its VM (daemonized); returns QEMU's pid.
@@ -246,17 +262,13 @@ pub async fn start(
     boot: &Boot<'_>,
 ) -> Result<i32, MicrovmError> {
     std::fs::create_dir_all(&vm.dir).map_err(io(&vm.dir))?;
+    let agent = crate::runtime::docker::agent_user(record.limits.uid);
     for share in shares {
-        spawn_virtiofsd(vm, share).await?;
+        spawn_virtiofsd(vm, share, agent, boot.cgroup).await?;
     }
     let limits = &record.limits;
-    let memory = match limits.memory.0 {
-        0 => UNLIMITED_MEMORY,
-        bytes => bytes + GUEST_OVERHEAD,
-    };
-    let memory_mb = memory.div_ceil(1 << 20);
-    let cpus = (limits.cpus.nano_cpus() + 999_999_999) / 1_000_000_000;
-    let cpus = cpus.max(1);
+    let (memory, cpus) = size(record);
+    let memory_mb = memory >> 20;
     let (uid, _) = crate::runtime::docker::agent_user(limits.uid);
     let mut append = format!(
         "console=ttyS0 quiet panic=-1 paddock.pids={} paddock.uid={uid} paddock.net={}",
@@ -354,7 +366,8 @@ pub async fn start(
     let log = std::fs::File::create(vm.dir.join("qemu.log")).map_err(io(&vm.dir))?;
     let out = tokio::time::timeout(
         Duration::from_secs(30),
-        tokio::process::Command::new(QEMU)
+        boot.cgroup
+            .command(QEMU)
             .args(&args)
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone().map_err(io(&vm.dir))?)
@@ -388,28 +401,37 @@ fn share_socket(vm: &VmDir, share: &Share) -> PathBuf {
 }
 
 /// Starts one share's virtiofsd in a private mount namespace with its read-only paths bound
-/// read-only, and waits for its socket.
-async fn spawn_virtiofsd(vm: &VmDir, share: &Share) -> Result<(), MicrovmError> {
+/// read-only (a writable share's in its jail, see [`super::jail`]), and waits for its socket.
+async fn spawn_virtiofsd(
+    vm: &VmDir,
+    share: &Share,
+    agent: (u32, u32),
+    cgroup: &super::cgroup::VmCgroup,
+) -> Result<(), MicrovmError> {
     let socket = share_socket(vm, share);
     let _ = std::fs::remove_file(&socket);
     let mut read_only: Vec<&Path> = share.protected.iter().map(PathBuf::as_path).collect();
     if share.read_only {
         read_only.push(&share.host);
     }
-    // `$1` the socket, `$2` the source, then the paths to make read-only.
+    // `$1` the socket, `$2` the source, `$3` paddock, then the paths to make read-only.
     let script = format!(
-        r#"set -e; sock=$1; src=$2; shift 2
+        r#"set -e; sock=$1; src=$2; paddock=$3; shift 3
 for p; do mount --bind "$p" "$p"; mount -o remount,bind,ro "$p"; done
-exec {VIRTIOFSD} --socket-path="$sock" -o source="$src" -o cache=auto -o no_posix_lock -o no_xattr"#
+{}"#,
+        super::jail::exec_line(share.read_only, agent)
     );
+    let paddock = std::env::current_exe().map_err(io(Path::new("/proc/self/exe")))?;
     let log = std::fs::File::create(vm.dir.join(format!("virtiofsd-{}.log", share.tag)))
         .map_err(io(&vm.dir))?;
-    let child = tokio::process::Command::new("unshare")
+    let child = cgroup
+        .command("unshare")
         .args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
         .arg(&script)
         .arg("sh")
         .arg(&socket)
         .arg(&share.host)
+        .arg(&paddock)
         .args(&read_only)
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone().map_err(io(&vm.dir))?)
