@@ -190,7 +190,7 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
     // are not this machine's.
     let policy = home
         .root()
-        .join("jobs")
+        .join("work")
         .join(&id)
         .join("egress/policy.json");
     let policy: Value =
