@@ -37,6 +37,7 @@ pub(crate) struct Machine {
     _top: tempfile::TempDir,
     pub(crate) home: PathBuf,
     pub(crate) repo: PathBuf,
+    env: Vec<(String, String)>,
 }
 
 impl Machine {
@@ -70,7 +71,14 @@ impl Machine {
             _top: top,
             home,
             repo,
+            env: Vec::new(),
         }
+    }
+
+    /// This machine with `key=value` in paddock's environment (a test switch).
+    pub(crate) fn env(mut self, key: &str, value: &str) -> Machine {
+        self.env.push((key.to_string(), value.to_string()));
+        self
     }
 
     /// Where paddock keeps this person's state with no `PADDOCK_HOME`.
@@ -109,6 +117,7 @@ impl Machine {
             .env_remove("PADDOCK_NO_DAEMON")
             .env("HOME", &self.home)
             .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .output()
             .expect("paddock runs")

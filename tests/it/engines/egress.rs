@@ -6,12 +6,17 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 
 use serde_json::Value;
 
 use super::{Engine, available, engine, ensure_image, home_with};
-use crate::egress::{bash, decisions};
+use crate::default_paths::{Machine, USER_UID, Who};
+use crate::egress::{PRELUDE, bash, decisions};
 use crate::fixtures::{FixtureRepo, test_image, text};
+
+/// The tests of this file, one at a time: the first removes the engine's proxy images.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 /// An echo server the test runs in a network namespace (python3, on all addresses there);
 /// stopped on drop.
@@ -90,6 +95,9 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
     if !available("an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener") {
         return;
     }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let engine = engine();
     let netns = format!("pdk-{}", engine.name);
     let address = engine_address(engine);
@@ -140,7 +148,7 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
         "--base-image",
         base,
         "--tag",
-        "paddock-agent-engine-test:built",
+        "paddock-agent-engine-test:egress",
     ]);
     let said = String::from_utf8_lossy(&built.stderr).into_owned();
     assert!(built.status.success(), "{said}");
@@ -283,4 +291,101 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
         "{volumes}"
     );
     assert!(!decisions(&home, &id).is_empty());
+}
+
+/// The way people run it: no `PADDOCK_HOME` (the default state root), as root and as an
+/// unprivileged user (uid 4243, its certificates in its 0700 home), the repository under a
+/// closed directory: the allowlist job on the engine reaches its listener and no other port,
+/// and its decisions reach that user's `logs/<job>/egress.jsonl`.
+#[test]
+fn an_allowlist_job_on_a_remote_engine_holds_on_the_default_state_root_as_root_and_a_user() {
+    if !available("an_allowlist_job_on_a_remote_engine_holds_on_the_default_state_root") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let engine = engine();
+    let netns = format!("pdk-{}", engine.name);
+    let address = engine_address(engine);
+    let (allowed, other) = (Listener::start_in(&netns), Listener::start_in(&netns));
+    ensure_image(engine, "paddock-base:bookworm");
+    for who in [Who::Root, Who::User] {
+        let machine = Machine::new(who).env("PADDOCK_TEST_FORBID_HOST_BINDS", "1");
+        let config = machine.home.join(".config/paddock");
+        let certs = config.join("engine");
+        std::fs::create_dir_all(&certs).expect("mkdir");
+        for file in ["ca.pem", "cert.pem", "key.pem"] {
+            std::fs::copy(engine.dir.join("certs").join(file), certs.join(file)).expect("copy");
+        }
+        let entry = engine.config_entry().replace(
+            &engine.dir.join("certs").display().to_string(),
+            &certs.display().to_string(),
+        );
+        std::fs::write(
+            config.join("config.yaml"),
+            format!("admission:\n  memory: 1024g\n  cpus: 1000\nengines:\n{entry}"),
+        )
+        .expect("write the user config");
+        if who == Who::User {
+            crate::fixtures::chown_trees(&[&machine.home], USER_UID);
+        }
+        machine.json(&[
+            "image",
+            "build",
+            "--engine",
+            engine.name,
+            "--base-image",
+            "paddock-base:bookworm",
+            "--tag",
+            "paddock-agent-engine-test:egress",
+            "--json",
+        ]);
+        let allow = format!("{address}:{}", allowed.port);
+        let job = machine.json(&[
+            "create",
+            "--engine",
+            engine.name,
+            "--image",
+            &test_image(),
+            "--allow",
+            &allow,
+            "--json",
+        ]);
+        let id = text(&job, "id");
+        let script = format!(
+            "connect {allow}; printf ping >&3; take 4; echo; connect {address}:{}",
+            other.port
+        );
+        let out = machine.json(&[
+            "exec",
+            &id,
+            "--json",
+            "--",
+            "bash",
+            "-c",
+            &format!("{PRELUDE}{script}"),
+        ]);
+        let stdout = out["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        assert!(
+            stdout.starts_with("HTTP/1.1 200 Connection established\nping\nHTTP/1.1 403"),
+            "{who:?}: {out}"
+        );
+        let log = machine
+            .state_root()
+            .join("logs")
+            .join(&id)
+            .join("egress.jsonl");
+        let log = std::fs::read_to_string(&log).expect("the egress log on the host");
+        assert!(
+            log.contains(&format!("\"port\":{}", allowed.port)),
+            "{who:?}: {log}"
+        );
+        let removed = machine.run(&["rm", &id, "--force"]);
+        assert!(removed.status.success(), "{who:?}: {removed:?}");
+    }
 }
