@@ -166,6 +166,10 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
         .expect("docker");
     assert!(!here.status.success(), "built on the engine, not here");
 
+    let doctor = home.run(&["doctor", "--json"]);
+    let doctor = String::from_utf8_lossy(&doctor.stdout);
+    assert!(doctor.contains("allowlist proxy image present"), "{doctor}");
+
     let job = create("allowlist");
     assert!(
         job.status.success(),
@@ -187,6 +191,18 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
     let mounts = mounts.as_array().expect("a list");
     assert_eq!(mounts.len(), 2, "{mounts:?}");
     assert!(mounts.iter().all(|m| m["Type"] == "volume"), "{mounts:?}");
+    // The proxy's own uid cannot write its policy (the volume's root is root's).
+    let planted = engine.docker(&[
+        "exec",
+        &sidecar,
+        "sh",
+        "-c",
+        "echo '{\"allow\":[]}' > /paddock/egress/policy.json",
+    ]);
+    assert!(
+        !planted.status.success(),
+        "the sidecar's user rewrote its policy"
+    );
     let routes = Command::new("ip")
         .args(["-n", &netns, "route", "show"])
         .output()
