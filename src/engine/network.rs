@@ -15,6 +15,8 @@ use crate::wire::{EventKind, JobView, NetworkChange};
 
 /// The most of one job's egress log read by one relay of its denials.
 const RELAY_CHUNK: u64 = 4 << 20;
+/// How often the relay brings remote jobs' egress logs over (a call to each job's engine).
+const REMOTE_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Paddock {
     /// Applies `change` to a live `allowlist` job; returns the job as it is now.
@@ -136,6 +138,18 @@ impl Paddock {
     /// the engine per job, a download only when the log grew), so the relay reads them as
     /// it reads local ones.
     async fn refresh_remote_egress_logs(&self) {
+        // One relay loop per process (the daemon's): its last refresh, to keep the engines'
+        // load to one call per job every REMOTE_REFRESH whatever the relay's own pace.
+        static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+        {
+            let mut last = LAST
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if last.is_some_and(|at| at.elapsed() < REMOTE_REFRESH) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
+        }
         let Ok((records, _)) = self.store.list() else {
             return;
         };

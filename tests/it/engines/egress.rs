@@ -166,6 +166,10 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
         .expect("docker");
     assert!(!here.status.success(), "built on the engine, not here");
 
+    // Through a daemon, so the proxy's refusals reach its event stream (its relay reads
+    // the log copied from the engine).
+    let daemon = crate::api::Daemon::start_with_runtime(&home, &[], "docker");
+    let denials = crate::egress::collect_denials(&daemon, 5);
     let doctor = home.run(&["doctor", "--json"]);
     let doctor = String::from_utf8_lossy(&doctor.stdout);
     assert!(doctor.contains("allowlist proxy image present"), "{doctor}");
@@ -285,6 +289,20 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
             .any(|d| d["allowed"] == false && d["port"] == other.port),
         "{log:?}"
     );
+
+    let events = denials.join().expect("the event reader");
+    assert_eq!(events.len(), 5, "{events:?}");
+    assert!(events.iter().all(|e| e["job"] == id.as_str()), "{events:?}");
+
+    // Stopped and started again (the sidecar too): the policy is put back before it starts.
+    engine.docker_ok(&["stop", &sidecar]);
+    home.ok(&["stop", &id]);
+    let out = bash(
+        &home,
+        &id,
+        &format!("connect {allow}; printf ping >&3; take 4; echo"),
+    );
+    assert_eq!(out, "HTTP/1.1 200 Connection established\nping", "{out}");
 
     // A live change goes through the engine's policy volume: the other port opens.
     let extra = format!("{address}:{}", other.port);
