@@ -217,6 +217,23 @@ pub async fn check_proxy_image(docker: &Docker) -> Result<(), RuntimeError> {
     }
 }
 
+/// The proxy image's tag, refused with the command that builds it when the current engine
+/// lacks it (a job made by an older paddock whose sidecar or guard is made anew).
+pub async fn require_proxy_image(docker: &Docker) -> Result<String, RuntimeError> {
+    let tag = proxy_tag().await?;
+    if has_image(docker, &tag).await? {
+        return Ok(tag);
+    }
+    let engine = super::remote::current().unwrap_or_default();
+    Err(RuntimeError::Docker {
+        action: "start the egress proxy",
+        target: tag,
+        message: format!(
+            "the engine has no proxy image of this paddock: run `paddock image build --engine {engine}`"
+        ),
+    })
+}
+
 /// The job's egress volumes on its engine, with where the sidecar mounts them.
 fn volumes(record: &JobRecord) -> [(String, &'static str); 2] {
     let container = job_container(record);
@@ -249,7 +266,7 @@ pub async fn sidecar_parts(
             ..Default::default()
         });
     }
-    Ok((proxy_tag().await?, mounts))
+    Ok((require_proxy_image(docker).await?, mounts))
 }
 
 /// A tar of one file `name` holding `bytes`, owned by `uid:gid` with `mode`.

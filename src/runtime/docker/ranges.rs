@@ -70,7 +70,7 @@ pub async fn ensure(docker: &Docker, image: &str) -> Result<Guard, RuntimeError>
 /// Adds the route on the current remote engine's host (see the module docs); returns that
 /// host's addresses as the guard reported them.
 pub async fn ensure_on_engine(docker: &Docker) -> Result<Vec<std::net::IpAddr>, RuntimeError> {
-    let image = super::engine_egress::proxy_tag().await?;
+    let image = super::engine_egress::require_proxy_image(docker).await?;
     let output = run_guard_container(docker, &image, false).await?;
     Ok(output
         .lines()

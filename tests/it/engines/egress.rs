@@ -314,6 +314,19 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
     );
     assert_eq!(out, "HTTP/1.1 200 Connection established\npong", "{out}");
 
+    // A sidecar made anew on an engine without this paddock's proxy image (as after an
+    // upgrade) fails naming the command that builds it.
+    engine.docker_ok(&["rm", "-f", &sidecar]);
+    engine.docker_ok(&["rmi", &proxy]);
+    home.ok(&["stop", &id]);
+    let failed = home.run(&["exec", &id, "--", "true"]);
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success());
+    assert!(
+        stderr.contains("paddock image build --engine eng1"),
+        "{stderr}"
+    );
+
     // rm takes the sidecar, the network and the egress volumes; the log stays on the host.
     home.ok(&["rm", &id, "--force"]);
     assert!(!engine.docker(&["inspect", &sidecar]).status.success());
