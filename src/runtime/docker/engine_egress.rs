@@ -291,8 +291,8 @@ pub async fn prepare(
     record: &JobRecord,
 ) -> Result<(), RuntimeError> {
     let name = sidecar_name(&job_container(record));
-    let policy = read_policy(home, record)?;
-    let tar = tar_of("policy.json", &policy, (0, 0), 0o644).map_err(io_error(Path::new("")))?;
+    let (path, policy) = read_policy(home, record)?;
+    let tar = tar_of("policy.json", &policy, (0, 0), 0o644).map_err(io_error(&path))?;
     upload(docker, &name, SIDECAR_POLICY_DIR, tar).await?;
     let options = ContainerArchiveInfoOptionsBuilder::new()
         .path(SIDECAR_LOG)
@@ -325,9 +325,11 @@ pub async fn prepare(
     upload(docker, &name, "/paddock/log", log).await
 }
 
-fn read_policy(home: &PaddockHome, record: &JobRecord) -> Result<Vec<u8>, RuntimeError> {
+/// The host copy of the job's policy: its path and bytes.
+fn read_policy(home: &PaddockHome, record: &JobRecord) -> Result<(PathBuf, Vec<u8>), RuntimeError> {
     let path = policy_dir(home, &record.id).join("policy.json");
-    std::fs::read(&path).map_err(io_error(&path))
+    let bytes = std::fs::read(&path).map_err(io_error(&path))?;
+    Ok((path, bytes))
 }
 
 /// Puts the host copy of the job's policy (just written by `egress::write_policy`) in
@@ -344,8 +346,8 @@ pub async fn push_policy(home: &PaddockHome, record: &JobRecord) -> Result<(), R
         return prepare(&docker, home, record).await;
     }
     let temp = format!(".policy.json.{}", crate::ids::random_hex(6));
-    let policy = read_policy(home, record)?;
-    let tar = tar_of(&temp, &policy, (0, 0), 0o644).map_err(io_error(Path::new("")))?;
+    let (path, policy) = read_policy(home, record)?;
+    let tar = tar_of(&temp, &policy, (0, 0), 0o644).map_err(io_error(&path))?;
     upload(&docker, &name, SIDECAR_POLICY_DIR, tar).await?;
     let from = format!("{SIDECAR_POLICY_DIR}/{temp}");
     let to = format!("{SIDECAR_POLICY_DIR}/policy.json");
