@@ -37,7 +37,6 @@ pub(crate) struct Machine {
     _top: tempfile::TempDir,
     pub(crate) home: PathBuf,
     pub(crate) repo: PathBuf,
-    env: Vec<(String, String)>,
 }
 
 impl Machine {
@@ -71,14 +70,7 @@ impl Machine {
             _top: top,
             home,
             repo,
-            env: Vec::new(),
         }
-    }
-
-    /// This machine with `key=value` in paddock's environment (a test switch).
-    pub(crate) fn env(mut self, key: &str, value: &str) -> Machine {
-        self.env.push((key.to_string(), value.to_string()));
-        self
     }
 
     /// Where paddock keeps this person's state with no `PADDOCK_HOME`.
@@ -90,6 +82,11 @@ impl Machine {
     }
 
     pub(crate) fn run(&self, args: &[&str]) -> Output {
+        self.run_with(args, &[])
+    }
+
+    /// `run` with `envs` set as well (test switches such as `PADDOCK_TEST_FORBID_HOST_BINDS`).
+    pub(crate) fn run_with(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
         let mut command = match self.who {
             Who::Root => Command::new(env!("CARGO_BIN_EXE_paddock")),
             Who::User => {
@@ -117,7 +114,7 @@ impl Machine {
             .env_remove("PADDOCK_NO_DAEMON")
             .env("HOME", &self.home)
             .env("XDG_CONFIG_HOME", self.home.join(".config"))
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .output()
             .expect("paddock runs")
@@ -137,7 +134,7 @@ impl Machine {
     }
 
     /// git in the repository as root (which may not own it: `safe.directory`); its stdout.
-    fn repo_git(&self, args: &[&str]) -> String {
+    pub(crate) fn repo_git(&self, args: &[&str]) -> String {
         let output = Command::new("git")
             .args(["-c", "safe.directory=*"])
             .args(args)

@@ -358,7 +358,17 @@ fn an_allowlist_job_on_a_remote_engine_holds_on_the_default_state_root_as_root_a
     let (allowed, other) = (Listener::start_in(&netns), Listener::start_in(&netns));
     ensure_image(engine, "paddock-base:bookworm");
     for who in [Who::Root, Who::User] {
-        let machine = Machine::new(who).env("PADDOCK_TEST_FORBID_HOST_BINDS", "1");
+        let machine = Machine::new(who);
+        // Every command with the no-host-bind switch; its JSON on success.
+        let json = |args: &[&str]| -> Value {
+            let output = machine.run_with(args, &[("PADDOCK_TEST_FORBID_HOST_BINDS", "1")]);
+            assert!(
+                output.status.success(),
+                "paddock {args:?} as {who:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            serde_json::from_slice(&output.stdout).expect("JSON")
+        };
         let config = machine.home.join(".config/paddock");
         let certs = config.join("engine");
         std::fs::create_dir_all(&certs).expect("mkdir");
@@ -377,7 +387,7 @@ fn an_allowlist_job_on_a_remote_engine_holds_on_the_default_state_root_as_root_a
         if who == Who::User {
             crate::fixtures::chown_trees(&[&machine.home], USER_UID);
         }
-        machine.json(&[
+        json(&[
             "image",
             "build",
             "--engine",
@@ -389,7 +399,7 @@ fn an_allowlist_job_on_a_remote_engine_holds_on_the_default_state_root_as_root_a
             "--json",
         ]);
         let allow = format!("{address}:{}", allowed.port);
-        let job = machine.json(&[
+        let job = json(&[
             "create",
             "--engine",
             engine.name,
@@ -404,7 +414,7 @@ fn an_allowlist_job_on_a_remote_engine_holds_on_the_default_state_root_as_root_a
             "connect {allow}; printf ping >&3; take 4; echo; connect {address}:{}",
             other.port
         );
-        let out = machine.json(&[
+        let out = json(&[
             "exec",
             &id,
             "--json",
@@ -432,7 +442,10 @@ fn an_allowlist_job_on_a_remote_engine_holds_on_the_default_state_root_as_root_a
             log.contains(&format!("\"port\":{}", allowed.port)),
             "{who:?}: {log}"
         );
-        let removed = machine.run(&["rm", &id, "--force"]);
+        let removed = machine.run_with(
+            &["rm", &id, "--force"],
+            &[("PADDOCK_TEST_FORBID_HOST_BINDS", "1")],
+        );
         assert!(removed.status.success(), "{who:?}: {removed:?}");
     }
 }
