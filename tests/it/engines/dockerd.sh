@@ -12,7 +12,7 @@ ns="pdk-$name"
 host_if="pdkh$n" eng_if="pdke$n"
 addr="10.231.$n.2"
 pidfile="$dir/dockerd.pid"
-flags="bridge-10.232"
+flags="bridge-10.232;runsc-in-daemon.json"
 
 running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
 
@@ -66,21 +66,25 @@ network() {
 
 case "$cmd" in
 start)
+    if running && [ "$(cat "$dir/flags" 2>/dev/null)" != "$flags" ]; then stop; fi
+
     mkdir -p "$dir/data" "$dir/exec"
     certs
     network
-    if running && [ "$(cat "$dir/flags" 2>/dev/null)" != "$flags" ]; then stop; fi
-    running && { echo "tcp://$addr:2376"; exit 0; }
-    echo '{}' >"$dir/daemon.json"
-    echo "$flags" >"$dir/flags"
+    # gVisor as on the local engine (docs/gvisor.md): its own netstack cannot start in this
+    # nested setup, so it uses the network namespace Docker made for the container.
+    echo '{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host"]}}}' \
+        >"$dir/daemon.json"
+    # A running engine reads its configuration again on SIGHUP (runtimes included).
+    running && { kill -HUP "$(cat "$pidfile")"; echo "tcp://$addr:2376"; exit 0; }
     nohup nsenter --net="/var/run/netns/$ns" dockerd \
         --config-file "$dir/daemon.json" --data-root "$dir/data" --exec-root "$dir/exec" \
         --pidfile "$pidfile" --cgroup-parent "paddock-$name" --bip "10.232.$n.1/24" --iptables=false \
         --ip-masq=false --storage-driver fuse-overlayfs \
-        --add-runtime runsc=/usr/bin/runsc \
         -H "tcp://$addr:2376" --tlsverify --tlscacert "$dir/certs/ca.pem" \
         --tlscert "$dir/certs/server-cert.pem" --tlskey "$dir/certs/server-key.pem" \
         >"$dir/dockerd.log" 2>&1 &
+    echo "$flags" >"$dir/flags"
     i=0
     until DOCKER_HOST="tcp://$addr:2376" DOCKER_TLS_VERIFY=1 DOCKER_CERT_PATH="$dir/certs" \
         docker version >/dev/null 2>&1; do
