@@ -2,7 +2,10 @@
 //! engine: create-to-ready (the create and a first `exec true`) and an exec's overhead
 //! (`exec true`), interleaved run by run. The engine is a second `dockerd` on this machine in
 //! its own network namespace, reached by TCP with TLS (`tests/it/engines/dockerd.sh`), so
-//! the numbers show paddock's cost of the stream in and the TLS API, not a network's.
+//! the numbers show paddock's cost of the stream in and the TLS API, not a network's. Two
+//! more rows put an `allowlist` job on the engine (its sidecar from the proxy image, the
+//! range guard there, the policy uploaded; each exec also copies the proxy's log back)
+//! against a `none` job on the same engine.
 //! `PADDOCK_BENCH_ONLY=engines` runs them alone.
 
 use std::path::{Path, PathBuf};
@@ -40,11 +43,22 @@ fn engine() -> String {
 }
 
 fn create(home: &TestHome, repo: &FixtureRepo, task: &str, remote: bool) -> String {
+    create_with(home, repo, task, remote, &[])
+}
+
+fn create_with(
+    home: &TestHome,
+    repo: &FixtureRepo,
+    task: &str,
+    remote: bool,
+    extra: &[&str],
+) -> String {
     let repo_path = repo.path().display().to_string();
     let image = test_image();
     let mut args = vec![
         "create", "--repo", &repo_path, "--task", task, "--image", &image, "--json",
     ];
+    args.extend_from_slice(extra);
     if remote {
         args.extend(["--engine", "eng1"]);
     } else {
@@ -105,6 +119,75 @@ pub fn engine_rows(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
         ),
         paddock: remote,
         baseline: Some(local),
+        unit: "ms",
+        target: "reported".into(),
+        met: true,
+    });
+    for id in ids {
+        let _ = home.cmd(&["rm", &id, "--force"]).output();
+    }
+    allowlist_rows(&home, repo, label, rows);
+}
+
+/// An `allowlist` job on the engine against a `none` one there: create-to-ready and
+/// `exec true`. The proxy image is built on the engine first (`image build --engine`).
+fn allowlist_rows(home: &TestHome, repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
+    let base = "paddock-base:bookworm";
+    let dir = "/tmp/paddock-test-engine-eng1/certs";
+    let env =
+        format!("DOCKER_HOST=tcp://10.231.71.2:2376 DOCKER_TLS_VERIFY=1 DOCKER_CERT_PATH={dir}");
+    run(Command::new("sh").arg("-c").arg(format!(
+        "{env} docker image inspect {base} >/dev/null 2>&1 || docker save {base} | {env} docker load -q"
+    )));
+    run(&mut home.cmd(&[
+        "image",
+        "build",
+        "--engine",
+        "eng1",
+        "--base-image",
+        base,
+        "--tag",
+        "paddock-agent-engine-test:bench",
+    ]));
+    // A destination nothing serves: the rows time the proxy's setup, not a connection.
+    let allow = ["--allow", "10.231.71.2:9"];
+    let (mut sealed, mut plain) = (Vec::new(), Vec::new());
+    let ids = std::cell::RefCell::new(Vec::new());
+    let sample = |allowlist: bool, i: usize| {
+        let started = Instant::now();
+        let extra: &[&str] = if allowlist { &allow } else { &[] };
+        let id = create_with(home, repo, &format!("a{i}-{allowlist}"), true, extra);
+        run(&mut home.cmd(&["exec", &id, "--", "true"]));
+        ids.borrow_mut().push(id);
+        ms(started.elapsed())
+    };
+    interleaved(&mut |i| sealed.push(sample(true, i)), &mut |i| {
+        plain.push(sample(false, i))
+    });
+    let ids = ids.into_inner();
+    let (sealed_job, plain_job) = (ids[0].clone(), ids[1].clone());
+    rows.push(Row {
+        name: format!("create to ready, allowlist vs none on the remote engine, {label}"),
+        paddock: sealed,
+        baseline: Some(plain),
+        unit: "ms",
+        target: "reported".into(),
+        met: true,
+        note: "create --engine --allow (network, range guard container, sidecar from the proxy image, policy and log uploaded) + exec true, against create --engine + exec true".into(),
+    });
+    let (mut sealed, mut plain) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        for (id, out) in [(&sealed_job, &mut sealed), (&plain_job, &mut plain)] {
+            let started = Instant::now();
+            run(&mut home.cmd(&["exec", id, "--", "true"]));
+            out.push(ms(started.elapsed()));
+        }
+    }
+    rows.push(Row {
+        name: format!("exec true, allowlist vs none on the remote engine, {label}"),
+        note: "an allowlist job's exec also stats the proxy's log on the engine (and copies it when it grew)".into(),
+        paddock: sealed,
+        baseline: Some(plain),
         unit: "ms",
         target: "reported".into(),
         met: true,

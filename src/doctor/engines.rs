@@ -1,6 +1,8 @@
 //! `doctor`'s checks of the remote engines the user config names (`engines:`): each one
 //! reachable over TLS with its certificates, the default profile's image present there, and
-//! the OCI runtimes it has. An engine that fails is a warning: local jobs still work.
+//! the OCI runtimes it has. An engine that fails is a warning: local jobs still work. The
+//! proxy image of allowlist jobs there is named too (present, or the command that builds it),
+//! without a warning: only allowlist jobs need it.
 
 use std::time::Duration;
 
@@ -44,12 +46,22 @@ pub(super) async fn engine_checks(runtimes: &Runtimes, config: &Config, image: &
             .check_ready(image, crate::config::NetworkMode::None)
             .await
             .is_ok();
+        let proxy_ok = image_ok
+            && runtime
+                .check_ready(image, crate::config::NetworkMode::Allowlist)
+                .await
+                .is_ok();
         let detail = format!(
-            "{name}: engine {} (API {}) over verified TLS; runtimes {}; image {image} {}",
+            "{name}: engine {} (API {}) over verified TLS; runtimes {}; image {image} {}; allowlist proxy image {}",
             facts.version,
             facts.api_version,
             facts.oci_runtimes.join(", "),
             if image_ok { "present" } else { "missing" },
+            if proxy_ok {
+                "present".to_string()
+            } else {
+                format!("missing (`paddock image build --engine {name}`)")
+            },
         );
         let fix = format!("paddock image build --engine {name} --tag {image}");
         checks.push(if image_ok {

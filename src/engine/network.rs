@@ -15,6 +15,8 @@ use crate::wire::{EventKind, JobView, NetworkChange};
 
 /// The most of one job's egress log read by one relay of its denials.
 const RELAY_CHUNK: u64 = 4 << 20;
+/// How often the relay brings remote jobs' egress logs over (a call to each job's engine).
+const REMOTE_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Paddock {
     /// Applies `change` to a live `allowlist` job; returns the job as it is now.
@@ -61,6 +63,7 @@ impl Paddock {
     /// nothing happened: one directory listing and a `stat` per log, and only new bytes read.
     pub async fn relay_egress_denials(&self, read: &mut BTreeMap<String, u64>) -> u64 {
         use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        self.refresh_remote_egress_logs().await;
         let Ok(mut dirs) = tokio::fs::read_dir(self.home.root().join("logs")).await else {
             return 0;
         };
@@ -131,12 +134,46 @@ impl Paddock {
         denied
     }
 
+    /// Brings the host copies of remote allowlist jobs' egress logs up to date (a stat on
+    /// the engine per job, a download only when the log grew), so the relay reads them as
+    /// it reads local ones.
+    async fn refresh_remote_egress_logs(&self) {
+        // One relay loop per process (the daemon's): its last refresh, to keep the engines'
+        // load to one call per job every REMOTE_REFRESH whatever the relay's own pace.
+        static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+        {
+            let mut last = LAST
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if last.is_some_and(|at| at.elapsed() < REMOTE_REFRESH) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        let Ok((records, _)) = self.store.list() else {
+            return;
+        };
+        for record in records {
+            if record.engine.is_none() || record.limits.network != NetworkMode::Allowlist {
+                continue;
+            }
+            if let Err(error) = self.runtime_of(&record).refresh_egress_log(&record).await {
+                tracing::debug!(job = %record.id, %error, "egress log not refreshed");
+            }
+        }
+    }
+
     /// The last `count` decisions of the job's egress proxy, oldest first (the dashboard's
     /// job page); empty for a job without a proxy. Reads at most the log's last 256 KiB.
     pub async fn egress_decisions(&self, id: &str, count: usize) -> Result<Vec<Decision>> {
         use tokio::io::{AsyncReadExt, AsyncSeekExt};
         const TAIL: u64 = 256 * 1024;
         let record = self.load(id)?;
+        // A remote job's proxy writes its log on the engine: the host copy is brought up
+        // to date first (a stale copy is still shown when the engine does not answer).
+        if let Err(error) = self.runtime_of(&record).refresh_egress_log(&record).await {
+            tracing::debug!(job = %record.id, %error, "egress log not refreshed");
+        }
         let path = self.home.logs_dir(&record.id).join("egress.jsonl");
         let Ok(mut file) = tokio::fs::File::open(&path).await else {
             return Ok(Vec::new());

@@ -4,7 +4,7 @@
 //! (`Runtime::fill_files`) from a git dir written here, on the host, before any agent ran.
 
 use super::{CreateRequest, Error, Paddock, Result};
-use crate::config::{Config, NetworkMode, Profile, RuntimeChoice};
+use crate::config::{Config, Profile, RuntimeChoice};
 use crate::engines::EngineError;
 use crate::git::GitRepo;
 use crate::git::jobdir::JobGitDir;
@@ -51,8 +51,10 @@ impl Paddock {
             RuntimeChoice::Microvm => return Err(unsupported(name, "the microvm runtime")),
             _ => {}
         }
-        if profile.network.value == NetworkMode::Allowlist {
-            return Err(unsupported(name, "an allowlist network"));
+        // An allowlist job's proxy runs on the engine from its proxy image (see
+        // `runtime/docker/engine_egress.rs`); secrets need a control socket on the host.
+        if !request.secrets.is_empty() || !profile.secrets.value.is_empty() {
+            return Err(unsupported(name, "`secrets`"));
         }
         if profile.disk.is_some() {
             return Err(unsupported(name, "a disk limit"));

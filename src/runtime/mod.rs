@@ -193,6 +193,13 @@ pub trait Runtime: Send + Sync {
         Ok(())
     }
 
+    /// Brings the job's egress log (`logs/<job>/egress.jsonl`) up to date where it is kept
+    /// elsewhere (a remote engine's proxy writes it there). Nothing for the others.
+    async fn refresh_egress_log(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        let _ = record;
+        Ok(())
+    }
+
     /// Ends every connection the job's network policy let through so far (its proxy's open
     /// tunnels), so a narrower policy holds for everything from now on, not only for new
     /// connections. Nothing for runtimes without one.

@@ -36,9 +36,22 @@ fn echo_server(address: &str) -> u16 {
 
 /// Runs a bash script in the job; returns stdout (the script decides what it prints).
 pub(crate) fn bash(home: &TestHome, id: &str, script: &str) -> String {
-    // Reads poll: under gVisor (runsc --network=host) bash's /dev/tcp sockets are
-    // non-blocking, so a plain `read` can fail with EAGAIN before the answer arrives.
-    let prelude = r#"h=${HTTPS_PROXY#http://}; proxy_host=${h%:*}; proxy_port=${h##*:}
+    let output = home.run(&[
+        "exec",
+        id,
+        "--",
+        "bash",
+        "-c",
+        &format!("{PRELUDE}{script}"),
+    ]);
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// bash functions a script in an allowlist job uses: `connect HOST:PORT` (a CONNECT through
+/// the job's proxy on fd 3, printing the status line), `line`, `take N`. Reads poll: under
+/// gVisor (runsc --network=host) bash's /dev/tcp sockets are non-blocking, so a plain `read`
+/// can fail with EAGAIN before the answer arrives.
+pub(crate) const PRELUDE: &str = r#"h=${HTTPS_PROXY#http://}; proxy_host=${h%:*}; proxy_port=${h##*:}
 line() { local out="" c tries=0
   while [ $tries -lt 100 ]; do
     if IFS= read -r -n1 -d "" c <&3; then [ "$c" = $'\n' ] && break; out+="$c"
@@ -52,16 +65,6 @@ connect() { exec 3<>/dev/tcp/$proxy_host/$proxy_port || { echo no-proxy; exit 1;
   printf 'CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n' "$1" "$1" >&3
   status=$(line); while [ -n "$(line)" ]; do :; done; echo "$status"; }
 "#;
-    let output = home.run(&[
-        "exec",
-        id,
-        "--",
-        "bash",
-        "-c",
-        &format!("{prelude}{script}"),
-    ]);
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
 
 pub(crate) fn decisions(home: &TestHome, id: &str) -> Vec<Value> {
     let path = home.root().join("logs").join(id).join("egress.jsonl");

@@ -27,6 +27,10 @@
 //! Files: `jobs/<job>/egress/policy.json` (written by paddock atomically, read by the proxy
 //! at each connection; mounted read-only as a directory so a rename is seen) and
 //! `logs/<job>/egress.jsonl` (the proxy's decisions; the only file it can write).
+//!
+//! On a remote engine the sidecar is the same container with the differences kept in
+//! `engine_egress.rs`: its image holds the binary, the policy and the log are volumes there
+//! (the host files are their copies), and the guard runs on the engine's host.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -54,8 +58,8 @@ pub const PROXY_PORT: u16 = 3128;
 /// The bridge driver's option that leaves the host without an address on the network.
 const INHIBIT_HOST_ADDRESS: &str = "com.docker.network.bridge.inhibit_ipv4";
 const SIDECAR_BINARY: &str = "/paddock/bin/paddock";
-const SIDECAR_POLICY_DIR: &str = "/paddock/egress";
-const SIDECAR_LOG: &str = "/paddock/log/egress.jsonl";
+pub(super) const SIDECAR_POLICY_DIR: &str = "/paddock/egress";
+pub(super) const SIDECAR_LOG: &str = "/paddock/log/egress.jsonl";
 
 /// The job's internal network, named after its container `base`.
 pub fn network_name(base: &str) -> String {
@@ -185,9 +189,15 @@ pub fn log_path(home: &PaddockHome, id: &JobId) -> PathBuf {
 pub fn write_policy(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
     let dir = policy_dir(home, &record.id);
     std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
+    // A remote job's proxy runs on its engine: the addresses to refuse are that host's.
+    let host_addresses = if record.engine.is_some() {
+        super::engine_egress::engine_addresses(home, record)
+    } else {
+        crate::sys::host_addresses()
+    };
     let policy = EgressPolicy {
         allow: record.limits.allow.clone(),
-        host_addresses: crate::sys::host_addresses(),
+        host_addresses,
         secrets: super::secrets::rules(record),
     };
     let path = dir.join("policy.json");
@@ -223,11 +233,13 @@ pub async fn ensure(
     if !has_sealed_network(record) {
         return Ok(None);
     }
-    write_policy(home, record)?;
-    super::secrets::write_bundle(home, record).await?;
     let base = job_container(record);
     let network = network_name(&base);
     let subnet = ensure_network(docker, home, record, &network).await?;
+    // After the network: on a remote engine its guard reports the addresses the policy names.
+    write_policy(home, record)?;
+    super::secrets::write_bundle(home, record).await?;
+    let remote = super::remote::current().is_some();
     let sealed = SealedNetwork {
         name: network.clone(),
         subnet,
@@ -236,10 +248,16 @@ pub async fn ensure(
     let name = sidecar_name(&base);
     match inspect_named(docker, home, &name, record.id.as_str()).await? {
         Some(status) if status.running => {
+            if remote {
+                super::engine_egress::push_policy(home, record).await?;
+            }
             super::secrets::send(home, record).await?;
             return Ok(Some(sealed));
         }
         Some(_) => {
+            if remote {
+                super::engine_egress::prepare(docker, home, record).await?;
+            }
             if start_named(docker, &name).await.is_ok() {
                 super::secrets::send(home, record).await?;
                 return Ok(Some(sealed));
@@ -248,7 +266,15 @@ pub async fn ensure(
         }
         None => {}
     }
-    create_named(docker, &name, sidecar_body(home, record, subnet)?).await?;
+    let parts = if remote {
+        Some(super::engine_egress::sidecar_parts(docker, home, record).await?)
+    } else {
+        None
+    };
+    create_named(docker, &name, sidecar_body(home, record, subnet, parts)?).await?;
+    if remote {
+        super::engine_egress::prepare(docker, home, record).await?;
+    }
     call(
         "connect network",
         &network,
@@ -333,7 +359,12 @@ async fn ensure_network(
     // reboot (which cleared the route): once a network is gone, nothing may reach its old
     // addresses through the default route (see `egress::ranges`). A read of
     // /proc/net/route when the route is there.
-    super::ranges::ensure(docker, &record.limits.image).await?;
+    if super::remote::current().is_some() {
+        let addresses = super::ranges::ensure_on_engine(docker).await?;
+        super::engine_egress::keep_addresses(home, record, &addresses)?;
+    } else {
+        super::ranges::ensure(docker, &record.limits.image).await?;
+    }
     if let Some(found) = our_network(docker, home, network, id.as_str()).await? {
         let subnet = JobSubnet::of(&found);
         let options = found.options.unwrap_or_default();
@@ -410,11 +441,12 @@ fn labels(home: &PaddockHome, id: &JobId) -> HashMap<String, String> {
     ])
 }
 
-fn sidecar_body(
+/// The local sidecar's binds: this binary, the policy directory and the log file.
+fn host_mounts(
     home: &PaddockHome,
     record: &JobRecord,
-    subnet: Option<JobSubnet>,
-) -> Result<ContainerCreateBody, RuntimeError> {
+    (uid, gid): (u32, u32),
+) -> Result<Vec<bollard::models::Mount>, RuntimeError> {
     let exe = std::env::current_exe().map_err(io_error(Path::new("/proc/self/exe")))?;
     let log = log_path(home, &record.id);
     if let Some(dir) = log.parent() {
@@ -425,27 +457,37 @@ fn sidecar_body(
         .append(true)
         .open(&log)
         .map_err(io_error(&log))?;
-    let (uid, gid) = agent_user(record.limits.uid);
     if crate::sys::is_root() {
         std::os::unix::fs::chown(&log, Some(uid), Some(gid)).map_err(io_error(&log))?;
     }
+    let policy = policy_dir(home, &record.id);
+    Ok(vec![
+        bind(&exe, Path::new(SIDECAR_BINARY), true),
+        bind(&policy, Path::new(SIDECAR_POLICY_DIR), true),
+        bind(&log, Path::new(SIDECAR_LOG), false),
+    ])
+}
+
+/// The sidecar's container; `remote`: its image and mounts on a remote engine
+/// (`engine_egress::sidecar_parts`), else the job's image and the host binds.
+fn sidecar_body(
+    home: &PaddockHome,
+    record: &JobRecord,
+    subnet: Option<JobSubnet>,
+    remote: Option<(String, Vec<bollard::models::Mount>)>,
+) -> Result<ContainerCreateBody, RuntimeError> {
+    let (uid, gid) = agent_user(record.limits.uid);
+    let (image, mounts) = match remote {
+        Some(parts) => parts,
+        None => (
+            record.limits.image.clone(),
+            host_mounts(home, record, (uid, gid))?,
+        ),
+    };
     let relays = super::ports::sidecar_relays(&record.ports, subnet.map(JobSubnet::job));
     let (control_mounts, control_args) = super::secrets::sidecar_parts(home, record, uid, gid)?;
     let host_config = HostConfig {
-        mounts: Some(
-            [
-                bind(&exe, Path::new(SIDECAR_BINARY), true),
-                bind(
-                    &policy_dir(home, &record.id),
-                    Path::new(SIDECAR_POLICY_DIR),
-                    true,
-                ),
-                bind(&log, Path::new(SIDECAR_LOG), false),
-            ]
-            .into_iter()
-            .chain(control_mounts)
-            .collect(),
-        ),
+        mounts: Some(mounts.into_iter().chain(control_mounts).collect()),
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec!["no-new-privileges".into()]),
         readonly_rootfs: Some(true),
@@ -474,7 +516,7 @@ fn sidecar_body(
     cmd.extend(relays.args);
     cmd.extend(control_args);
     Ok(ContainerCreateBody {
-        image: Some(record.limits.image.clone()),
+        image: Some(image),
         user: Some(format!("{uid}:{gid}")),
         entrypoint: Some(vec![SIDECAR_BINARY.to_string()]),
         cmd: Some(cmd),
@@ -515,61 +557,5 @@ pub async fn remove(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn job_subnets_stay_in_the_range_and_keep_the_proxy_out_of_docker_s_share() {
-        let last = JobSubnet::nth(SUBNET_COUNT - 1);
-        assert_eq!(last.cidr(), "198.19.255.240/28");
-        assert_eq!(
-            JobSubnet::nth(SUBNET_COUNT),
-            JobSubnet::nth(0),
-            "wraps around"
-        );
-        let subnet = JobSubnet::nth(5);
-        assert_eq!(subnet.cidr(), "198.18.0.80/28");
-        assert_eq!(subnet.proxy(), Ipv4Addr::new(198, 18, 0, 82));
-        let ipam = subnet.ipam();
-        let config = &ipam.config.as_ref().unwrap()[0];
-        // Docker hands out .88-.94 only, so no job ever holds the proxy's .82.
-        assert_eq!(config.ip_range.as_deref(), Some("198.18.0.88/29"));
-        assert_eq!(config.gateway.as_deref(), Some("198.18.0.81"));
-        let inspected = NetworkInspect {
-            ipam: Some(ipam),
-            ..Default::default()
-        };
-        assert_eq!(JobSubnet::of(&inspected), Some(subnet));
-        let foreign = NetworkInspect {
-            ipam: Some(Ipam {
-                config: Some(vec![IpamConfig {
-                    subnet: Some("172.21.0.0/16".into()),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        assert_eq!(
-            JobSubnet::of(&foreign),
-            None,
-            "a network made before: by name"
-        );
-    }
-
-    #[test]
-    fn two_jobs_start_from_different_subnets() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = PaddockHome::open_at(dir.path()).unwrap();
-        let first = |id: &str| {
-            JobSubnet::candidates(&home, &JobId::parse(id).unwrap())
-                .next()
-                .unwrap()
-        };
-        assert_ne!(first("a-1"), first("a-2"));
-        assert_eq!(
-            JobSubnet::candidates(&home, &JobId::parse("a-1").unwrap()).count(),
-            SUBNET_TRIES as usize
-        );
-    }
-}
+#[path = "egress_tests.rs"]
+mod tests;

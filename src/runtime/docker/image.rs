@@ -103,7 +103,7 @@ pub async fn image_env(tag: &str) -> Result<Option<Vec<String>>, RuntimeError> {
 }
 
 /// Sends one build and reads its output to the end (or the build deadline).
-async fn run_build(
+pub(super) async fn run_build(
     docker: &bollard::Docker,
     options: bollard::query_parameters::BuildImageOptions,
     context: Vec<u8>,

@@ -40,6 +40,7 @@ pub mod archive;
 mod body;
 mod calls;
 mod egress;
+mod engine_egress;
 mod exec;
 pub mod export;
 mod facts;
@@ -176,6 +177,9 @@ pub async fn check_ready(
                 message: e.to_string(),
             });
         }
+    }
+    if network == NetworkMode::Allowlist && remote::current().is_some() {
+        engine_egress::check_proxy_image(&docker).await?;
     }
     if kind == RuntimeKind::Runsc {
         let runtimes = registered_runtimes(&docker).await?;
@@ -480,6 +484,12 @@ pub async fn remove_job_container(
     record: &JobRecord,
 ) -> Result<(), RuntimeError> {
     let name = job_container(record);
+    if record.engine.is_some() && egress::has_sealed_network(record) {
+        // The proxy's decisions outlive the job on the host, as a local job's do.
+        if let Err(error) = engine_egress::pull_log(home, record).await {
+            tracing::warn!(job = %record.id, %error, "cannot copy the egress log from the engine");
+        }
+    }
     let volumes = async {
         if record.engine.is_some() {
             remote::remove_job_volumes(home, record).await

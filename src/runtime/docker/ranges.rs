@@ -7,13 +7,21 @@
 //! runs this very binary (`paddock guard-ranges`, mounted read-only as the sidecar's is, so
 //! no image needs `ip`) from the job's image. The container is removed whatever happens,
 //! and every wait has a deadline.
+//!
+//! On a remote engine the host to guard is the engine's, whose route table paddock cannot
+//! read: the same container runs there every time a job's sidecar is made or started
+//! (`ensure_on_engine`; adding the route is a replace, harmless when it is there), from the
+//! proxy image (`engine_egress`), so no host binary is mounted, and it reports the engine
+//! host's addresses for the job's policy.
 
 use std::path::Path;
 use std::time::Duration;
 
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig};
-use bollard::query_parameters::{RemoveContainerOptionsBuilder, WaitContainerOptionsBuilder};
+use bollard::query_parameters::{
+    LogsOptionsBuilder, RemoveContainerOptionsBuilder, WaitContainerOptionsBuilder,
+};
 use futures_util::StreamExt;
 
 use super::mounts::bind;
@@ -50,13 +58,25 @@ pub async fn ensure(docker: &Docker, image: &str) -> Result<Guard, RuntimeError>
             .expect("a netlink request does not panic")
             .map_err(|e| failed(format!("adding `unreachable {range}`: {e}")))?;
     } else {
-        run_guard_container(docker, image).await?;
+        run_guard_container(docker, image, true).await?;
     }
     if guarded().await? {
         Ok(Guard::Installed)
     } else {
         Err(failed("the route is still missing after adding it".into()))
     }
+}
+
+/// Adds the route on the current remote engine's host (see the module docs); returns that
+/// host's addresses as the guard reported them.
+pub async fn ensure_on_engine(docker: &Docker) -> Result<Vec<std::net::IpAddr>, RuntimeError> {
+    let image = super::engine_egress::require_proxy_image(docker).await?;
+    let output = run_guard_container(docker, &image, false).await?;
+    Ok(output
+        .lines()
+        .rev()
+        .find_map(|line| serde_json::from_str(line.trim()).ok())
+        .unwrap_or_default())
 }
 
 async fn guarded() -> Result<bool, RuntimeError> {
@@ -66,8 +86,19 @@ async fn guarded() -> Result<bool, RuntimeError> {
         .map_err(io_error(Path::new("/proc/net/route")))
 }
 
-async fn run_guard_container(docker: &Docker, image: &str) -> Result<(), RuntimeError> {
-    let exe = std::env::current_exe().map_err(io_error(Path::new("/proc/self/exe")))?;
+/// Runs `paddock guard-ranges` in a short-lived container from `image` (with this binary
+/// bind-mounted when `mount_binary`, else the image's own); returns what it printed.
+async fn run_guard_container(
+    docker: &Docker,
+    image: &str,
+    mount_binary: bool,
+) -> Result<String, RuntimeError> {
+    let mounts = if mount_binary {
+        let exe = std::env::current_exe().map_err(io_error(Path::new("/proc/self/exe")))?;
+        vec![bind(&exe, Path::new(GUARD_BINARY), true)]
+    } else {
+        Vec::new()
+    };
     let name = format!("paddock-guard-ranges-{}", crate::ids::random_hex(8));
     let body = ContainerCreateBody {
         image: Some(image.to_string()),
@@ -75,7 +106,7 @@ async fn run_guard_container(docker: &Docker, image: &str) -> Result<(), Runtime
         entrypoint: Some(vec![GUARD_BINARY.to_string()]),
         cmd: Some(vec!["guard-ranges".to_string()]),
         host_config: Some(HostConfig {
-            mounts: Some(vec![bind(&exe, Path::new(GUARD_BINARY), true)]),
+            mounts: Some(mounts),
             network_mode: Some("host".into()),
             cap_drop: Some(vec!["ALL".into()]),
             cap_add: Some(vec!["NET_ADMIN".into()]),
@@ -116,6 +147,10 @@ async fn run_guard_container(docker: &Docker, image: &str) -> Result<(), Runtime
         }
     }
     .await;
+    let printed = match outcome {
+        Ok(()) => Ok(guard_output(docker, &name).await),
+        Err(error) => Err(error),
+    };
     let options = RemoveContainerOptionsBuilder::new().force(true).build();
     let removed = super::call(
         "remove container",
@@ -124,7 +159,21 @@ async fn run_guard_container(docker: &Docker, image: &str) -> Result<(), Runtime
         docker.remove_container(&name, Some(options)),
     )
     .await;
-    outcome.and(removed)
+    printed.and_then(|printed| removed.map(|()| printed))
+}
+
+/// What the guard container printed on stdout (its first 64 KiB), before the deadline.
+async fn guard_output(docker: &Docker, name: &str) -> String {
+    let options = LogsOptionsBuilder::new().stdout(true).build();
+    let mut logs = docker.logs(name, Some(options));
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + API_TIMEOUT;
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline, logs.next()).await {
+        if text.len() < 64 << 10 {
+            text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+        }
+    }
+    text
 }
 
 fn exited(name: &str, code: i64) -> RuntimeError {

@@ -190,7 +190,7 @@ pub(super) fn check_no_host_binds(
 }
 
 /// Makes the volume `name` with this install's labels (a no-op when it exists).
-async fn ensure_volume(
+pub(super) async fn ensure_volume(
     docker: &Docker,
     home: &PaddockHome,
     name: &str,
@@ -223,8 +223,11 @@ pub(super) async fn remove_job_volumes(
     let docker = super::connect()?;
     let container = super::job_container(record);
     let mut first = Ok(());
-    for (kind, _) in JOB_VOLUMES {
-        let name = job_volume(&container, kind);
+    let names = JOB_VOLUMES
+        .iter()
+        .map(|(kind, _)| job_volume(&container, kind))
+        .chain(super::engine_egress::volume_names(record));
+    for name in names {
         let ours = match docker.inspect_volume(&name).await {
             Ok(info) => {
                 info.labels.get(LABEL_HOME).map(String::as_str) == Some(home.id())

@@ -119,6 +119,12 @@ impl Runtime for DockerRuntime {
                 // outbox, where the engine reads them as it does a local job's.
                 super::remote::collect_outbox(record).await?;
             }
+            if self.engine.is_some() && super::egress::has_sealed_network(record) {
+                // The proxy's decisions of this command, where the host's readers look.
+                if let Err(error) = super::engine_egress::pull_log(&self.home, record).await {
+                    tracing::warn!(job = %record.id, %error, "cannot copy the egress log from the engine");
+                }
+            }
             let image_id = super::image_of(&container_id).await;
             Ok(ExecOutcome {
                 result,
@@ -219,7 +225,21 @@ impl Runtime for DockerRuntime {
     }
 
     async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        self.on(async { super::egress::write_policy(&self.home, record) })
+        self.on(async {
+            super::egress::write_policy(&self.home, record)?;
+            if self.engine.is_some() {
+                super::engine_egress::push_policy(&self.home, record).await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn refresh_egress_log(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        if self.engine.is_none() || !super::egress::has_sealed_network(record) {
+            return Ok(());
+        }
+        self.on(async { super::engine_egress::pull_log(&self.home, record).await })
             .await
     }
 
@@ -277,7 +297,13 @@ impl Runtime for DockerRuntime {
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
         self.on(async {
-            super::image::build_image(base_image, tag, self.home.id(), progress).await
+            let id = super::image::build_image(base_image, tag, self.home.id(), progress).await?;
+            if self.engine.is_some() {
+                // The egress proxy of the engine's allowlist jobs: this binary in an image.
+                super::engine_egress::build_proxy_image(base_image, self.home.id(), progress)
+                    .await?;
+            }
+            Ok(id)
         })
         .await
     }

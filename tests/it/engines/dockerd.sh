@@ -1,7 +1,10 @@
 #!/bin/sh
 # A second Docker daemon for the remote-engine tests: its own network namespace (a veth
 # pair: host 10.231.N.1, engine 10.231.N.2), data root, exec root, pidfile, cgroup parent and
-# config file, reachable only by TCP with TLS (certificates made here by openssl).
+# config file, reachable only by TCP with TLS (certificates made here by openssl). Its default
+# bridge (10.232.N.1/24, no iptables rules, no masquerade) is where allowlist jobs' egress
+# sidecars sit, as on any engine; it reaches the engine's own addresses and nothing beyond.
+# A daemon started with other flags (an older version of this script) is restarted.
 # Usage: dockerd.sh start|stop|status NAME N DIR
 set -eu
 cmd=$1 name=$2 n=$3 dir=$4
@@ -9,8 +12,22 @@ ns="pdk-$name"
 host_if="pdkh$n" eng_if="pdke$n"
 addr="10.231.$n.2"
 pidfile="$dir/dockerd.pid"
+flags="bridge-10.232;runsc-in-daemon.json"
 
 running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+
+stop() {
+    if running; then
+        pid=$(cat "$pidfile")
+        kill "$pid"
+        i=0
+        while kill -0 "$pid" 2>/dev/null; do
+            i=$((i + 1))
+            [ $i -gt 150 ] && { kill -9 "$pid"; break; }
+            sleep 0.2
+        done
+    fi
+}
 
 certs() {
     c="$dir/certs"
@@ -49,6 +66,8 @@ network() {
 
 case "$cmd" in
 start)
+    if running && [ "$(cat "$dir/flags" 2>/dev/null)" != "$flags" ]; then stop; fi
+
     mkdir -p "$dir/data" "$dir/exec"
     certs
     network
@@ -60,11 +79,12 @@ start)
     running && { kill -HUP "$(cat "$pidfile")"; echo "tcp://$addr:2376"; exit 0; }
     nohup nsenter --net="/var/run/netns/$ns" dockerd \
         --config-file "$dir/daemon.json" --data-root "$dir/data" --exec-root "$dir/exec" \
-        --pidfile "$pidfile" --cgroup-parent "paddock-$name" --bridge=none --iptables=false \
+        --pidfile "$pidfile" --cgroup-parent "paddock-$name" --bip "10.232.$n.1/24" --iptables=false \
         --ip-masq=false --storage-driver fuse-overlayfs \
         -H "tcp://$addr:2376" --tlsverify --tlscacert "$dir/certs/ca.pem" \
         --tlscert "$dir/certs/server-cert.pem" --tlskey "$dir/certs/server-key.pem" \
         >"$dir/dockerd.log" 2>&1 &
+    echo "$flags" >"$dir/flags"
     i=0
     until DOCKER_HOST="tcp://$addr:2376" DOCKER_TLS_VERIFY=1 DOCKER_CERT_PATH="$dir/certs" \
         docker version >/dev/null 2>&1; do
@@ -75,16 +95,7 @@ start)
     echo "tcp://$addr:2376"
     ;;
 stop)
-    if running; then
-        pid=$(cat "$pidfile")
-        kill "$pid"
-        i=0
-        while kill -0 "$pid" 2>/dev/null; do
-            i=$((i + 1))
-            [ $i -gt 150 ] && { kill -9 "$pid"; break; }
-            sleep 0.2
-        done
-    fi
+    stop
     ;;
 status)
     running && echo running || echo stopped

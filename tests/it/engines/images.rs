@@ -33,18 +33,7 @@ fn an_image_is_built_on_the_engine_and_a_missing_one_names_the_command() {
 
     // The base image the machine's own agent image came from, on the engine.
     let base = "paddock-base:bookworm";
-    if !engine.docker(&["image", "inspect", base]).status.success() {
-        let status = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "docker save {base} | DOCKER_HOST={} DOCKER_TLS_VERIFY=1 DOCKER_CERT_PATH={} docker load -q",
-                engine.host,
-                engine.dir.join("certs").display()
-            ))
-            .status()
-            .expect("docker save | load");
-        assert!(status.success());
-    }
+    super::ensure_image(engine, base);
     let tag = "paddock-agent-engine-test:built";
     let _ = engine.docker(&["rmi", tag]);
     let built = home.json(&[

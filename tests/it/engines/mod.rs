@@ -15,6 +15,7 @@ use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image, text}
 
 mod auto;
 mod context;
+mod egress;
 mod files;
 mod hostile;
 mod images;
@@ -99,25 +100,26 @@ impl Engine {
         std::fs::create_dir_all(&dir).expect("mkdir");
         let host = Engine::script(name, index, &dir, "start");
         let engine = Engine { name, host, dir };
-        let image = test_image();
-        if !engine
-            .docker(&["image", "inspect", &image])
-            .status
-            .success()
-        {
-            let status = Command::new("sh")
-                .arg("-c")
-                .arg(format!(
-                    "docker save {image} | DOCKER_HOST={} DOCKER_TLS_VERIFY=1 DOCKER_CERT_PATH={} docker load -q",
-                    engine.host,
-                    engine.dir.join("certs").display()
-                ))
-                .status()
-                .expect("docker save | load runs");
-            assert!(status.success(), "loading {image} into the remote engine");
-        }
+        ensure_image(&engine, &test_image());
         engine
     }
+}
+
+/// Loads the local image `image` into `engine` unless it has it.
+pub fn ensure_image(engine: &Engine, image: &str) {
+    if engine.docker(&["image", "inspect", image]).status.success() {
+        return;
+    }
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "docker save {image} | DOCKER_HOST={} DOCKER_TLS_VERIFY=1 DOCKER_CERT_PATH={} docker load -q",
+            engine.host,
+            engine.dir.join("certs").display()
+        ))
+        .status()
+        .expect("docker save | load runs");
+    assert!(status.success(), "loading {image} into the remote engine");
 }
 
 /// A test home whose user config names `engine`, with the no-host-bind switch on.
