@@ -46,6 +46,17 @@ fn not_found(error: &bollard::errors::Error) -> bool {
 /// does not exist).
 pub async fn stat(engine: &str, container: &str, path: &str) -> Result<Option<u32>, RuntimeError> {
     let docker = docker(engine).await?;
+    Ok(stat_with(&docker, container, path)
+        .await?
+        .map(|stat| stat.file_mode))
+}
+
+/// What the archive API says of `path` in `container` (`None`: it does not exist).
+pub(super) async fn stat_with(
+    docker: &Docker,
+    container: &str,
+    path: &str,
+) -> Result<Option<bollard::container::PathStatResponse>, RuntimeError> {
     let options = ContainerArchiveInfoOptions {
         path: path.to_string(),
     };
@@ -55,7 +66,7 @@ pub async fn stat(engine: &str, container: &str, path: &str) -> Result<Option<u3
     )
     .await
     {
-        Ok(Ok(stat)) => Ok(Some(stat.file_mode)),
+        Ok(Ok(stat)) => Ok(Some(stat)),
         Ok(Err(error)) if not_found(&error) => Ok(None),
         Ok(Err(error)) => Err(docker_error("stat in container", container, &error)),
         Err(_) => Err(RuntimeError::DockerTimeout {

@@ -29,11 +29,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::models::{ExecConfig, Mount, MountTypeEnum};
-use bollard::query_parameters::{
-    BuildImageOptionsBuilder, ContainerArchiveInfoOptionsBuilder,
-    DownloadFromContainerOptionsBuilder,
-};
+use bollard::models::{Mount, MountTypeEnum};
+use bollard::query_parameters::{BuildImageOptionsBuilder, DownloadFromContainerOptionsBuilder};
 use futures_util::StreamExt;
 
 use super::egress::{SIDECAR_LOG, SIDECAR_POLICY_DIR, log_path, policy_dir, sidecar_name};
@@ -294,31 +291,11 @@ pub async fn prepare(
     let (path, policy) = read_policy(home, record)?;
     let tar = tar_of("policy.json", &policy, (0, 0), 0o644).map_err(io_error(&path))?;
     upload(docker, &name, SIDECAR_POLICY_DIR, tar).await?;
-    let options = ContainerArchiveInfoOptionsBuilder::new()
-        .path(SIDECAR_LOG)
-        .build();
-    match tokio::time::timeout(
-        API_TIMEOUT,
-        docker.get_container_archive_info(&name, Some(options)),
-    )
-    .await
+    if super::archive::stat_with(docker, &name, SIDECAR_LOG)
+        .await?
+        .is_some()
     {
-        Ok(Ok(_)) => return Ok(()),
-        Ok(Err(e)) if is_not_found(&e) => {}
-        Ok(Err(e)) => {
-            return Err(RuntimeError::Docker {
-                action: "stat in container",
-                target: name,
-                message: e.to_string(),
-            });
-        }
-        Err(_) => {
-            return Err(RuntimeError::DockerTimeout {
-                action: "stat in container",
-                target: name,
-                after: API_TIMEOUT,
-            });
-        }
+        return Ok(());
     }
     let log = tar_of("egress.jsonl", b"", agent_user(record.limits.uid), 0o640)
         .map_err(io_error(Path::new(SIDECAR_LOG)))?;
@@ -351,36 +328,14 @@ pub async fn push_policy(home: &PaddockHome, record: &JobRecord) -> Result<(), R
     upload(&docker, &name, SIDECAR_POLICY_DIR, tar).await?;
     let from = format!("{SIDECAR_POLICY_DIR}/{temp}");
     let to = format!("{SIDECAR_POLICY_DIR}/policy.json");
-    let config = ExecConfig {
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        user: Some("0:0".into()),
-        cmd: Some(vec!["mv".into(), "-f".into(), from, to]),
-        ..Default::default()
-    };
-    let created = call(
-        "create exec",
-        &name,
-        API_TIMEOUT,
-        docker.create_exec(&name, config),
-    )
-    .await?;
-    let started = call(
-        "start exec",
-        &name,
-        API_TIMEOUT,
-        docker.start_exec(&created.id, None),
-    )
-    .await?;
-    if let bollard::exec::StartExecResults::Attached { mut output, .. } = started {
-        let deadline = tokio::time::Instant::now() + RENAME_TIMEOUT;
-        while let Ok(Some(Ok(_))) = tokio::time::timeout_at(deadline, output.next()).await {}
-    }
+    let cmd = vec!["mv".into(), "-f".into(), from, to];
+    let (_, exec, _) =
+        super::exec::exec_collect_as(&docker, &name, cmd, Some("0:0"), RENAME_TIMEOUT, 0).await?;
     let inspected = call(
         "inspect exec",
         &name,
         API_TIMEOUT,
-        docker.inspect_exec(&created.id),
+        docker.inspect_exec(&exec),
     )
     .await?;
     match inspected.exit_code {
@@ -400,31 +355,8 @@ pub async fn pull_log(home: &PaddockHome, record: &JobRecord) -> Result<(), Runt
     let docker = super::connect()?;
     let name = sidecar_name(&job_container(record));
     let host = log_path(home, &record.id);
-    let options = ContainerArchiveInfoOptionsBuilder::new()
-        .path(SIDECAR_LOG)
-        .build();
-    let stat = match tokio::time::timeout(
-        API_TIMEOUT,
-        docker.get_container_archive_info(&name, Some(options)),
-    )
-    .await
-    {
-        Ok(Ok(stat)) => stat,
-        Ok(Err(e)) if is_not_found(&e) => return Ok(()),
-        Ok(Err(e)) => {
-            return Err(RuntimeError::Docker {
-                action: "stat in container",
-                target: name,
-                message: e.to_string(),
-            });
-        }
-        Err(_) => {
-            return Err(RuntimeError::DockerTimeout {
-                action: "stat in container",
-                target: name,
-                after: API_TIMEOUT,
-            });
-        }
+    let Some(stat) = super::archive::stat_with(&docker, &name, SIDECAR_LOG).await? else {
+        return Ok(());
     };
     let known = std::fs::metadata(&host).map_or(0, |m| m.len());
     if u64::try_from(stat.size).ok() == Some(known) {

@@ -39,10 +39,24 @@ pub(super) async fn exec_collect(
     within: Duration,
     cap: usize,
 ) -> Result<(bool, String, String), RuntimeError> {
+    let cmd = vec!["sh".into(), "-c".into(), script.into()];
+    exec_collect_as(docker, name, cmd, None, within, cap).await
+}
+
+/// [`exec_collect`] of `cmd` (no shell), as `user` when given.
+pub(super) async fn exec_collect_as(
+    docker: &Docker,
+    name: &str,
+    cmd: Vec<String>,
+    user: Option<&str>,
+    within: Duration,
+    cap: usize,
+) -> Result<(bool, String, String), RuntimeError> {
     let config = ExecConfig {
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        cmd: Some(vec!["sh".into(), "-c".into(), script.into()]),
+        user: user.map(str::to_string),
+        cmd: Some(cmd),
         ..Default::default()
     };
     let created = call(
