@@ -1,7 +1,8 @@
 //! The microVM runtime's row: QEMU and virtiofsd present, the kernel unpacked, static
 //! busybox for the initramfs, a cgroup hierarchy for the VMs' host cgroups (v1 or v2), and
 //! which accelerator a VM gets here (the KVM probe boot, kept
-//! per host boot). A warning, not a failure: the other runtimes work without any of it.
+//! per host boot), and root, which the runtime needs. A warning, not a failure: the other
+//! runtimes work without any of it.
 
 use super::{Check, Status, check};
 use crate::runtime::microvm::{accel, assets, cgroup, vm};
@@ -23,6 +24,17 @@ pub async fn microvm_check(assets_dir: &std::path::Path) -> Check {
             Status::Warn,
             format!("missing {}", missing.join(", ")),
             Some(fix),
+        );
+    }
+    // The next create with `runtime: microvm` would be refused: say so before, with why.
+    if !crate::sys::is_root() {
+        return check(
+            "microvm runtime",
+            Status::Warn,
+            "needs root (virtiofsd, the read-only shares and the VMs' host cgroups): as this user, jobs cannot use `runtime: microvm`",
+            Some(
+                "run paddock as root for microVM jobs; gVisor (`runtime: runsc`) isolates without root",
+            ),
         );
     }
     let cgroups = match cgroup::host_version() {
