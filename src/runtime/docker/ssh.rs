@@ -45,7 +45,7 @@ fn ssh_command(target: &SshTarget, options: &[String]) -> tokio::process::Comman
         .args(["docker", "system", "dial-stdio"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true);
     command
 }
@@ -124,6 +124,16 @@ async fn relay(listener: UnixListener, target: SshTarget, options: Vec<String>) 
             let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
                 return;
             };
+            // What ssh says (a refused key, an unknown host) is the only clue a user gets
+            // when the engine does not answer: keep its first lines for the log.
+            let said = child.stderr.take().map(|stderr| {
+                tokio::spawn(async move {
+                    use tokio::io::AsyncReadExt as _;
+                    let mut text = Vec::new();
+                    let _ = stderr.take(4096).read_to_end(&mut text).await;
+                    String::from_utf8_lossy(&text).into_owned()
+                })
+            });
             let (mut from_client, mut to_client) = stream.into_split();
             let (mut to_ssh, mut from_ssh) = (stdin, stdout);
             let up = async {
@@ -140,7 +150,21 @@ async fn relay(listener: UnixListener, target: SshTarget, options: Vec<String>) 
                 _ = down => {}
                 () = up => {}
             }
+            let failed = match child.try_wait() {
+                Ok(Some(status)) => !status.success(),
+                _ => false,
+            };
             let _ = child.kill().await;
+            if let (true, Some(said)) = (failed, said)
+                && let Ok(said) = said.await
+                && !said.trim().is_empty()
+            {
+                tracing::warn!(
+                    "ssh to `{}` failed: {}",
+                    target.destination,
+                    crate::text::line(said.trim())
+                );
+            }
         });
     }
 }
