@@ -84,6 +84,8 @@ fi
 [ "$net" = user ] && echo "nameserver 10.0.2.3" > /newroot/etc/resolv.conf
 [ "$net" = proxy ] && : > /newroot/etc/resolv.conf
 mount --move /proc /newroot/proc; mount --move /sys /newroot/sys; mount --move /dev /newroot/dev
+# A devpts of the guest's own, so `shell` gets a pseudo-terminal (`script` in the guest).
+mkdir -p /newroot/dev/pts && mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /newroot/dev/pts && ln -sf pts/ptmx /newroot/dev/ptmx
 mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup
 echo "+memory +pids +cpu" > /newroot/sys/fs/cgroup/cgroup.subtree_control
 mkdir /newroot/sys/fs/cgroup/job
