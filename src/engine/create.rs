@@ -13,7 +13,7 @@ use super::{CreateRequest, Created, Error, Paddock, Result};
 use crate::config::{CheckoutMode, NetworkMode, Profile, Source};
 use crate::git::jobdir::JobGitDir;
 use crate::git::{self, GitRepo};
-use crate::job::{JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
+use crate::job::{JobId, JobRecord, JobState, Limits, RECORD_SCHEMA, RuntimeKind};
 use crate::runtime::RuntimeError;
 use crate::store::StoreError;
 use crate::wire::EventKind;
@@ -202,6 +202,9 @@ impl Paddock {
             }
         };
         super::ports::check_ports(&profile.ports.value, runtime.kind)?;
+        if runtime.kind == RuntimeKind::Microvm {
+            refuse_host_caches(config.caches.value.iter().chain(&profile.caches.value))?;
+        }
         if let Some(driver) = overlay_driver {
             crate::overlay::check_sandbox(driver, runtime.kind)?;
         }
@@ -486,6 +489,25 @@ impl Paddock {
         self.store.remove(&record.id)?;
         Ok(())
     }
+}
+
+/// A VM sees only what is shared into it: a cache that is a link to, a mount of, or a
+/// variable naming a host directory would point nowhere there, so only `copy` caches (their
+/// entry copied into the checkout) are taken under the microVM runtime.
+fn refuse_host_caches<'a>(specs: impl Iterator<Item = &'a crate::cache::CacheSpec>) -> Result<()> {
+    for spec in specs {
+        let (name, strategy) = spec.resolve()?;
+        if strategy != crate::cache::Strategy::Copy {
+            return Err(crate::cache::CacheError::Spec {
+                name,
+                message: format!(
+                    "`strategy: {strategy}` needs a host directory in the job, which the microVM runtime does not share yet: use `strategy: copy` or another runtime"
+                ),
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Fills a branch template. Without a task, `{task}` becomes the job id.

@@ -1,6 +1,7 @@
 //! `shell` of a microVM job on a real terminal: `script` gives paddock a pseudo-terminal,
 //! and the guest runs the shell on one of its own (the guest's init mounts a devpts), so
-//! the shell sees a terminal, its line discipline works, and its exit code comes back.
+//! the shell sees a terminal, its line discipline works, and its exit code comes back. And
+//! caches, which a VM can hold only as copies for now.
 
 use std::io::{Read as _, Write as _};
 use std::process::{Command, Stdio};
@@ -57,5 +58,51 @@ fn a_microvm_shell_on_a_terminal_gets_a_terminal_inside() {
     assert!(out.contains("tty=/dev/pts/"), "{out}");
     assert!(out.contains("on-a-terminal"), "{out}");
     assert_eq!(status.code(), Some(3), "{out}");
+    home.ok(&["rm", &id, "--force"]);
+}
+
+/// A cache that needs a host directory inside the job (`mount`, `symlink`, `env`) would
+/// point nowhere in a VM: the create is refused before anything is reserved, naming the way
+/// that works; a `copy` cache is taken (its entry copied into the checkout).
+#[test]
+fn a_microvm_job_refuses_host_directory_caches_and_takes_copy_caches() {
+    if !microvm_available("a_microvm_job_refuses_host_directory_caches_and_takes_copy_caches") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    repo.write(
+        ".paddock.yaml",
+        "caches:\n  - path: vendor/bundle\n    strategy: mount\n",
+    );
+    repo.commit_all("caches");
+    let home = TestHome::new();
+    let _vms = KillVms(home.root());
+    let repo_path = repo.path().display().to_string();
+    let refused = home.run(&[
+        "create",
+        "--repo",
+        &repo_path,
+        "--runtime",
+        "microvm",
+        "--task",
+        "cache",
+        "--json",
+    ]);
+    assert!(!refused.status.success(), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("strategy: copy"), "{said}");
+    assert_eq!(repo.git(&["branch", "--list", "agent/*"]).trim(), "");
+    let jobs = home.root().join("jobs");
+    assert_eq!(std::fs::read_dir(&jobs).map_or(0, Iterator::count), 0);
+
+    repo.write(
+        ".paddock.yaml",
+        "caches:\n  - path: vendor/bundle\n    strategy: copy\n",
+    );
+    repo.commit_all("copy cache");
+    let job = home.create(&repo, &["--runtime", "microvm", "--task", "copied"]);
+    let id = text(&job, "id");
+    let seen = home.sh(&id, "test -d vendor/bundle && echo there");
+    assert_eq!(seen.trim(), "there");
     home.ok(&["rm", &id, "--force"]);
 }
