@@ -21,8 +21,9 @@ pub const DEFAULT_KERNEL: &str = "/usr/lib/paddock/microvm/vmlinuz";
 /// busybox from Debian's `busybox-static` (the initramfs has no libc to link against).
 pub const BUSYBOX: &str = "/bin/busybox";
 
-/// The kernel modules the init loads, in dependency order (none is built into Debian's
-/// cloud kernel).
+/// The kernel modules the init loads (none is built into Debian's cloud kernel), put in
+/// the order of their `depends=` at build time: it changes between kernel releases (since
+/// 6.1.0-56 `virtio` needs `virtio_ring`).
 const MODULES: &[&str] = &[
     "drivers/virtio/virtio",
     "drivers/virtio/virtio_ring",
@@ -61,6 +62,8 @@ for arg in $(cat /proc/cmdline); do
   esac
 done
 for m in $(cat /lib/modules/order); do insmod /lib/modules/$m 2>/dev/null; done
+# The disk's probe may finish after the modules load (seen with fewer devices to probe).
+n=0; while [ ! -b /dev/vda ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done
 mount -t ext4 -o ro /dev/vda /lower || { echo "paddock init: no root disk"; poweroff -f; }
 mount -t tmpfs -o size=256m,mode=0755 tmpfs /rw && mkdir /rw/upper /rw/work
 mount -t overlay overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work /newroot
@@ -89,6 +92,54 @@ echo 0 > /newroot/sys/fs/cgroup/job/memory.swap.max 2>/dev/null
 echo PADDOCK-INIT-DONE
 exec switch_root /newroot /usr/local/bin/paddock-guest guest-agent
 "#;
+
+/// The modules a `.ko` file names in its `.modinfo` `depends=` entry.
+fn module_depends(bytes: &[u8]) -> Vec<String> {
+    let key = b"depends=";
+    bytes
+        .windows(key.len())
+        .position(|w| w == key)
+        .map(|at| {
+            let rest = &bytes[at + key.len()..];
+            let end = rest.iter().position(|b| *b == 0).unwrap_or(rest.len());
+            String::from_utf8_lossy(&rest[..end])
+                .split(',')
+                .filter(|d| !d.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `names` with each module after the ones of `names` it depends on (listed order kept
+/// otherwise; a cycle keeps the listed order for what remains).
+fn load_order(
+    names: &[String],
+    depends: &std::collections::HashMap<String, Vec<String>>,
+) -> Vec<String> {
+    let mut done: Vec<String> = Vec::new();
+    while done.len() < names.len() {
+        let next = names.iter().find(|name| {
+            !done.contains(name)
+                && depends.get(*name).is_none_or(|deps| {
+                    deps.iter()
+                        .all(|d| done.contains(d) || !names.contains(d))
+                })
+        });
+        match next {
+            Some(name) => done.push(name.clone()),
+            None => {
+                let rest: Vec<String> = names
+                    .iter()
+                    .filter(|n| !done.contains(n))
+                    .cloned()
+                    .collect();
+                done.extend(rest);
+            }
+        }
+    }
+    done
+}
 
 /// The kernel to boot and its modules' tree.
 #[derive(Debug, Clone)]
@@ -127,6 +178,8 @@ pub fn initramfs(dir: &Path, kernel: &Kernel) -> Result<PathBuf, MicrovmError> {
         });
     }
     let key = digest(&[
+        // How the initramfs is laid out (bump when that changes: modules in `depends` order).
+        b"layout 2",
         INIT.as_bytes(),
         kernel.modules.as_os_str().as_encoded_bytes(),
         &stamp(&kernel.modules)?,
@@ -149,17 +202,21 @@ pub fn initramfs(dir: &Path, kernel: &Kernel) -> Result<PathBuf, MicrovmError> {
         std::fs::create_dir_all(stage.join("bin")).map_err(io(&stage))?;
         std::fs::create_dir_all(stage.join("lib/modules")).map_err(io(&stage))?;
         std::fs::copy(BUSYBOX, stage.join("bin/busybox")).map_err(io(Path::new(BUSYBOX)))?;
-        let mut order = String::new();
+        let mut names = Vec::new();
+        let mut depends = std::collections::HashMap::new();
         for module in MODULES {
             let source = kernel.modules.join("kernel").join(format!("{module}.ko"));
-            let name = format!(
-                "{}.ko",
-                module.rsplit('/').next().expect("a module has a name")
-            );
-            std::fs::copy(&source, stage.join("lib/modules").join(&name)).map_err(io(&source))?;
-            order.push_str(&name);
-            order.push('\n');
+            let name = module.rsplit('/').next().expect("a module has a name");
+            let bytes = std::fs::read(&source).map_err(io(&source))?;
+            depends.insert(name.to_string(), module_depends(&bytes));
+            std::fs::write(stage.join("lib/modules").join(format!("{name}.ko")), bytes)
+                .map_err(io(&source))?;
+            names.push(name.to_string());
         }
+        let order: String = load_order(&names, &depends)
+            .into_iter()
+            .map(|name| format!("{name}.ko\n"))
+            .collect();
         std::fs::write(stage.join("lib/modules/order"), order).map_err(io(&stage))?;
         let init = stage.join("init");
         std::fs::write(&init, INIT).map_err(io(&init))?;
