@@ -107,7 +107,7 @@ pub struct PoolSlot {
 impl PoolSlot {
     /// Whether this slot's container can become a job with `limits` of `profile` in the
     /// repository `repo_key` on `runtime` (what a claim cannot change afterwards: image,
-    /// user, workspace, network, environment).
+    /// user, workspace, network, environment; for a VM also its CPU, memory and pids).
     pub fn fits(
         &self,
         profile: &str,
@@ -125,6 +125,10 @@ impl PoolSlot {
             && self.limits.workspace_dir == limits.workspace_dir
             && self.limits.network == limits.network
             && self.limits.env == limits.env
+            // A VM's vCPUs and memory are fixed at its boot (a container's are updated).
+            && (runtime != RuntimeKind::Microvm
+                || (self.limits.memory, self.limits.cpus, self.limits.pids)
+                    == (limits.memory, limits.cpus, limits.pids))
     }
 }
 
@@ -158,6 +162,11 @@ impl PoolSlots {
 
     pub fn dir(&self, id: &str) -> PathBuf {
         self.root.join(id)
+    }
+
+    /// `$PADDOCK_HOME/pool`, where every slot's directory is.
+    pub fn root(&self) -> &Path {
+        &self.root
     }
 
     /// The slot's shared mount (`mnt/`), whose `workspace` and `paddock` its container mounts.

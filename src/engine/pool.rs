@@ -294,6 +294,7 @@ impl Paddock {
             let id = runtime.adopt_pool_slot(record, &slot).await?;
             blocking(|| slots.attach(&slot.id, &binds))?;
             crash_point("pool-mounted");
+            runtime.pool_claimed(record, &slot).await?;
             Result::<String>::Ok(id)
         }
         .await;

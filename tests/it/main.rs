@@ -43,6 +43,7 @@ mod mcp;
 mod merge;
 mod merge_safety;
 mod microvm;
+mod microvm_pool;
 mod net_ranges;
 mod pool;
 mod ports;

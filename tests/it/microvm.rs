@@ -23,7 +23,7 @@ fn exec(home: &TestHome, id: &str, flags: &[&str], script: &str) -> Value {
 }
 
 /// Live (not zombie) QEMU and virtiofsd processes whose command line names `root`.
-fn vm_processes(root: &Path) -> Vec<String> {
+pub(crate) fn vm_processes(root: &Path) -> Vec<String> {
     let needle = root.display().to_string();
     std::fs::read_dir("/proc")
         .unwrap()
@@ -44,7 +44,7 @@ fn vm_processes(root: &Path) -> Vec<String> {
 
 /// Ends the VMs of a test's install when the test fails half-way (a passing test has
 /// removed them and checked that nothing was left).
-struct KillVms(std::path::PathBuf);
+pub(crate) struct KillVms(pub(crate) std::path::PathBuf);
 
 impl Drop for KillVms {
     fn drop(&mut self) {

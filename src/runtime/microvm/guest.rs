@@ -169,11 +169,72 @@ fn serve_connection(
             ToGuest::KillAll => {
                 let _ = std::fs::write(format!("{JOB_CGROUP}/cgroup.kill"), "1");
             }
+            ToGuest::Mount { id, tag, mounts } => {
+                let answer = match mount_claimed(&tag, &mounts, reaped) {
+                    Ok(()) => FromGuest::Exit {
+                        id,
+                        code: 0,
+                        oom_killed: false,
+                    },
+                    Err(message) => FromGuest::Failed { id, message },
+                };
+                send(writer, &answer);
+            }
             ToGuest::Shutdown => {
                 rustix::fs::sync();
                 let _ = rustix::system::reboot(rustix::system::RebootCommand::PowerOff);
             }
         }
+    }
+}
+
+/// Where a claimed pool slot's share is mounted for the moment its parts are bound.
+const POOL_MOUNT: &str = "/.paddock-pool";
+
+/// Mounts a claimed pool slot's share and binds its parts at their places (read-only ones
+/// read-only here too; the host made them read-only already), then detaches the share
+/// itself, so only the job's places show it. As root, with the image's util-linux `mount`.
+fn mount_claimed(
+    tag: &str,
+    mounts: &[super::protocol::GuestMount],
+    reaped: &Reaped,
+) -> Result<(), String> {
+    let script = format!(
+        r#"set -e; tag=$1; shift
+mkdir -p {POOL_MOUNT}; chmod 700 {POOL_MOUNT}
+mount -t virtiofs "$tag" {POOL_MOUNT}
+while [ $# -gt 0 ]; do
+  src={POOL_MOUNT}/$1; dst=$2; mode=$3; shift 3
+  mkdir -p "$dst"; mount --bind "$src" "$dst"
+  if [ "$mode" = ro ]; then mount -o remount,bind,ro "$dst"; fi
+done
+umount -l {POOL_MOUNT}"#
+    );
+    let mut command = std::process::Command::new("/bin/sh");
+    command.arg("-c").arg(script).arg("sh").arg(tag);
+    for mount in mounts {
+        command.args([
+            mount.source.as_str(),
+            mount.target.as_str(),
+            if mount.read_only { "ro" } else { "rw" },
+        ]);
+    }
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run the mounts: {e}"))?;
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    // PID 1's reaper collects every child: the status comes from it.
+    let status = wait_reaped(reaped, child.id().cast_signed());
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        Ok(())
+    } else {
+        Err(format!("mounting the pool share failed: {}", stderr.trim()))
     }
 }
 

@@ -22,6 +22,7 @@ pub mod assets;
 pub mod egress;
 pub mod exec;
 pub mod guest;
+pub mod pool;
 pub mod protocol;
 pub mod shell;
 pub mod vm;
@@ -124,6 +125,36 @@ impl MicrovmRuntime {
 
     async fn boot(&self, record: &JobRecord, vm: &vm::VmDir) -> Result<i32, MicrovmError> {
         check_host()?;
+        if let Some((uid, _)) = self.files_owner(record) {
+            crate::runtime::docker::grant_agent_access(record, uid)?;
+        }
+        let shares = vm::shares(record)?;
+        let netdev = match record.limits.network {
+            NetworkMode::None => None,
+            NetworkMode::Open => Some("ipv6=off".into()),
+            NetworkMode::Allowlist => {
+                std::fs::create_dir_all(&vm.dir).map_err(|source| MicrovmError::Io {
+                    path: vm.dir.clone(),
+                    source,
+                })?;
+                Some(egress::start_proxy(&self.home, vm, record).await?)
+            }
+        };
+        self.boot_vm(vm, record.id.as_str(), &record.limits, &shares, netdev)
+            .await
+    }
+
+    /// Starts a VM named `name` with `limits` and `shares` (`netdev`: the NIC's options, or
+    /// none); on failure, ends whatever of it started.
+    async fn boot_vm(
+        &self,
+        vm: &vm::VmDir,
+        name: &str,
+        limits: &crate::job::Limits,
+        shares: &[vm::Share],
+        netdev: Option<String>,
+    ) -> Result<i32, MicrovmError> {
+        check_host()?;
         let dir = self.assets_dir();
         let kernel = assets::Kernel::locate()?;
         let initramfs = {
@@ -132,38 +163,24 @@ impl MicrovmRuntime {
                 .await
                 .expect("building the initramfs does not panic")?
         };
-        let rootfs = assets::rootfs(&dir, self.home.id(), &record.limits.image).await?;
+        let rootfs = assets::rootfs(&dir, self.home.id(), &limits.image).await?;
         let (accel, warning) = accel::choose(&dir, &kernel.image, &initramfs).await?;
         if let Some(warning) = warning {
-            tracing::warn!(job = %record.id, "{warning}");
+            tracing::warn!(vm = %name, "{warning}");
         }
-        if let Some((uid, _)) = self.files_owner(record) {
-            crate::runtime::docker::grant_agent_access(record, uid)?;
-        }
-        let shares = vm::shares(record)?;
         let boot = vm::Boot {
             kernel: &kernel.image,
             initramfs: &initramfs,
             rootfs: &rootfs,
             accel,
-            netdev: match record.limits.network {
-                NetworkMode::None => None,
-                NetworkMode::Open => Some("ipv6=off".into()),
-                NetworkMode::Allowlist => {
-                    std::fs::create_dir_all(&vm.dir).map_err(|source| MicrovmError::Io {
-                        path: vm.dir.clone(),
-                        source,
-                    })?;
-                    Some(egress::start_proxy(&self.home, vm, record).await?)
-                }
-            },
-            net: if record.limits.network == NetworkMode::Allowlist {
+            netdev,
+            net: if limits.network == NetworkMode::Allowlist {
                 "proxy"
             } else {
                 "user"
             },
         };
-        let started = vm::start(vm, record, &shares, &boot).await;
+        let started = vm::start(vm, name, limits, shares, &boot).await;
         if started.is_err() {
             vm::kill_all(vm, Duration::from_secs(1)).await;
         }
@@ -451,18 +468,23 @@ impl Runtime for MicrovmRuntime {
 
     async fn list_sandboxes(&self) -> Result<Vec<crate::runtime::Sandbox>, RuntimeError> {
         let roots = self.home.job_dir_roots();
-        Ok(tokio::task::spawn_blocking(move || vm::running_vms(&roots))
-            .await
-            .expect("listing processes does not panic"))
+        let pool_root = crate::pool::PoolSlots::of(&self.home).root().to_path_buf();
+        Ok(
+            tokio::task::spawn_blocking(move || vm::running_vms(&roots, &pool_root))
+                .await
+                .expect("listing processes does not panic"),
+        )
     }
 
     async fn remove_sandbox(&self, sandbox: &crate::runtime::Sandbox) -> Result<(), RuntimeError> {
         // `name` is the VM's directory; it must still be under this install's job dirs.
         let dir = PathBuf::from(&sandbox.name);
+        let pool_root = crate::pool::PoolSlots::of(&self.home).root().to_path_buf();
         if !self
             .home
             .job_dir_roots()
             .iter()
+            .chain(std::iter::once(&pool_root))
             .any(|root| dir == root.join(&sandbox.job).join("vm"))
         {
             return Err(RuntimeError::NotOurContainer {
@@ -471,6 +493,40 @@ impl Runtime for MicrovmRuntime {
         }
         vm::kill_all(&vm::VmDir { dir }, Duration::from_secs(2)).await;
         Ok(())
+    }
+
+    async fn start_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
+        pool::start_slot(self, slot).await.map_err(runtime_error)
+    }
+
+    fn pool_binds(&self, record: &JobRecord) -> Result<Vec<crate::pool::HostBind>, String> {
+        pool::layout(record).map(|(binds, _)| binds)
+    }
+
+    async fn adopt_pool_slot(
+        &self,
+        record: &JobRecord,
+        slot: &crate::pool::PoolSlot,
+    ) -> Result<String, RuntimeError> {
+        pool::adopt(self, record, slot).await.map_err(runtime_error)
+    }
+
+    async fn pool_claimed(
+        &self,
+        record: &JobRecord,
+        slot: &crate::pool::PoolSlot,
+    ) -> Result<(), RuntimeError> {
+        pool::mount_claimed(&self.home, record, slot)
+            .await
+            .map_err(runtime_error)
+    }
+
+    async fn remove_pool_slot(
+        &self,
+        slot: &crate::pool::PoolSlot,
+        _job_name: Option<&str>,
+    ) -> Result<(), RuntimeError> {
+        pool::remove_slot(&self.home, slot).await
     }
 
     async fn build_image(
