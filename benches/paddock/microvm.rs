@@ -21,7 +21,12 @@ pub fn available() -> bool {
 }
 
 fn create(home: &TestHome, repo: &FixtureRepo, runtime: &str, id: &str) -> f64 {
-    create_with(home, repo, id, &["--runtime", runtime, "--image", &test_image()])
+    create_with(
+        home,
+        repo,
+        id,
+        &["--runtime", runtime, "--image", &test_image()],
+    )
 }
 
 fn create_with(home: &TestHome, repo: &FixtureRepo, id: &str, flags: &[&str]) -> f64 {
@@ -134,17 +139,18 @@ fn pool_rows(accel: &str, rows: &mut Vec<Row>) {
     // competes with the clock.
     let home = TestHome::new().env("PADDOCK_POOL_REFILL", "off");
     let repo_path = repo.path().display().to_string();
-    let fill = || {
-        run(&mut home.cmd(&[
-            "pool", "fill", "--repo", &repo_path, "--profile", "pooled",
-        ]))
-    };
+    let fill =
+        || run(&mut home.cmd(&["pool", "fill", "--repo", &repo_path, "--profile", "pooled"]));
     let (mut warm, mut cold, mut runc) = (vec![], vec![], vec![]);
     let mut waiting_rss_kib = Vec::new();
     for i in 0..VM_RUNS {
         fill();
         waiting_rss_kib.push(waiting_vm_rss_kib(&home.root()));
-        let ids = [format!("warm-{i}"), format!("cold-{i}"), format!("runc-{i}")];
+        let ids = [
+            format!("warm-{i}"),
+            format!("cold-{i}"),
+            format!("runc-{i}"),
+        ];
         for turn in 0..3 {
             match (turn + i) % 3 {
                 0 => warm.push(create_with(

@@ -375,13 +375,21 @@ impl Paddock {
         let Ok(exe) = std::env::current_exe() else {
             return;
         };
+        // Nobody reads a detached fill's terminal: what it says goes to the install's log.
+        let log = self.slots().root().join(".refill.log");
+        let _ = std::fs::create_dir_all(self.slots().root());
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_or_else(|_| std::process::Stdio::null(), std::process::Stdio::from);
         let mut command = std::process::Command::new(exe);
         command
             .args(["pool", "fill", "--quiet", "--profile", profile, "--repo"])
             .arg(repo)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
+            .stderr(stderr);
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
         if let Err(error) = command.spawn() {
             tracing::warn!(%error, "could not start a background pool refill");

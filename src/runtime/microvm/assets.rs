@@ -121,10 +121,9 @@ fn load_order(
     while done.len() < names.len() {
         let next = names.iter().find(|name| {
             !done.contains(name)
-                && depends.get(*name).is_none_or(|deps| {
-                    deps.iter()
-                        .all(|d| done.contains(d) || !names.contains(d))
-                })
+                && depends
+                    .get(*name)
+                    .is_none_or(|deps| deps.iter().all(|d| done.contains(d) || !names.contains(d)))
         });
         match next {
             Some(name) => done.push(name.clone()),

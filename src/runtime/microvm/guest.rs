@@ -170,7 +170,7 @@ fn serve_connection(
                 let _ = std::fs::write(format!("{JOB_CGROUP}/cgroup.kill"), "1");
             }
             ToGuest::Mount { id, tag, mounts } => {
-                let answer = match mount_claimed(&tag, &mounts, reaped) {
+                let answer = match mount_claimed(&tag, &mounts) {
                     Ok(()) => FromGuest::Exit {
                         id,
                         code: 0,
@@ -193,49 +193,30 @@ const POOL_MOUNT: &str = "/.paddock-pool";
 
 /// Mounts a claimed pool slot's share and binds its parts at their places (read-only ones
 /// read-only here too; the host made them read-only already), then detaches the share
-/// itself, so only the job's places show it. As root, with the image's util-linux `mount`.
-fn mount_claimed(
-    tag: &str,
-    mounts: &[super::protocol::GuestMount],
-    reaped: &Reaped,
-) -> Result<(), String> {
-    let script = format!(
-        r#"set -e; tag=$1; shift
-mkdir -p {POOL_MOUNT}; chmod 700 {POOL_MOUNT}
-mount -t virtiofs "$tag" {POOL_MOUNT}
-while [ $# -gt 0 ]; do
-  src={POOL_MOUNT}/$1; dst=$2; mode=$3; shift 3
-  mkdir -p "$dst"; mount --bind "$src" "$dst"
-  if [ "$mode" = ro ]; then mount -o remount,bind,ro "$dst"; fi
-done
-umount -l {POOL_MOUNT}"#
-    );
-    let mut command = std::process::Command::new("/bin/sh");
-    command.arg("-c").arg(script).arg("sh").arg(tag);
-    for mount in mounts {
-        command.args([
-            mount.source.as_str(),
-            mount.target.as_str(),
-            if mount.read_only { "ro" } else { "rw" },
-        ]);
+/// itself, so only the job's places show it. System calls, not `mount` processes: under the
+/// emulator each process start costs tens of milliseconds of the claim.
+fn mount_claimed(tag: &str, mounts: &[super::protocol::GuestMount]) -> Result<(), String> {
+    use rustix::mount::{MountFlags, UnmountFlags, mount, mount_bind, mount_remount, unmount};
+    let failed =
+        |what: &str, path: &str, error: std::io::Error| format!("{what} `{path}`: {error}");
+    std::fs::create_dir_all(POOL_MOUNT).map_err(|e| failed("making", POOL_MOUNT, e))?;
+    std::fs::set_permissions(
+        POOL_MOUNT,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .map_err(|e| failed("closing", POOL_MOUNT, e))?;
+    mount(tag, POOL_MOUNT, "virtiofs", MountFlags::empty(), None)
+        .map_err(|e| failed("mounting the pool share at", POOL_MOUNT, e.into()))?;
+    for part in mounts {
+        let source = format!("{POOL_MOUNT}/{}", part.source);
+        std::fs::create_dir_all(&part.target).map_err(|e| failed("making", &part.target, e))?;
+        mount_bind(&source, &part.target).map_err(|e| failed("binding", &part.target, e.into()))?;
+        if part.read_only {
+            mount_remount(&part.target, MountFlags::BIND | MountFlags::RDONLY, "")
+                .map_err(|e| failed("making read-only", &part.target, e.into()))?;
+        }
     }
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run the mounts: {e}"))?;
-    let mut stderr = String::new();
-    if let Some(mut pipe) = child.stderr.take() {
-        let _ = pipe.read_to_string(&mut stderr);
-    }
-    // PID 1's reaper collects every child: the status comes from it.
-    let status = wait_reaped(reaped, child.id().cast_signed());
-    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
-        Ok(())
-    } else {
-        Err(format!("mounting the pool share failed: {}", stderr.trim()))
-    }
+    unmount(POOL_MOUNT, UnmountFlags::DETACH).map_err(|e| failed("detaching", POOL_MOUNT, e.into()))
 }
 
 fn send(writer: &Writer, message: &FromGuest) {
