@@ -388,3 +388,35 @@ fn lock(dir: &Path) -> Result<crate::store::FileLock, MicrovmError> {
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modules_load_after_what_they_depend_on() {
+        let ko = |depends: &str| format!("\0license=GPL\0depends={depends}\0vermagic=6.1\0");
+        assert_eq!(
+            module_depends(ko("virtio_ring,virtio").as_bytes()),
+            ["virtio_ring", "virtio"]
+        );
+        assert!(module_depends(ko("").as_bytes()).is_empty());
+        let names: Vec<String> = ["virtio", "virtio_ring", "virtio_blk", "fuse"]
+            .map(String::from)
+            .to_vec();
+        let depends = std::collections::HashMap::from([
+            ("virtio".to_string(), vec!["virtio_ring".to_string()]),
+            ("virtio_ring".to_string(), vec![]),
+            (
+                "virtio_blk".to_string(),
+                vec!["virtio".into(), "virtio_ring".into()],
+            ),
+            // Built into the kernel, or not in the list: no wait for it.
+            ("fuse".to_string(), vec!["builtin_thing".into()]),
+        ]);
+        assert_eq!(
+            load_order(&names, &depends),
+            ["virtio_ring", "virtio", "virtio_blk", "fuse"]
+        );
+    }
+}
