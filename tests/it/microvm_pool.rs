@@ -68,6 +68,40 @@ fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// On a failure half-way, removes what the test made in the shared default state root: its
+/// jobs (with their claimed VMs), its profile's waiting VMs (a background refill's too), and
+/// any process still naming one of its slots.
+struct Cleanup<'a> {
+    machine: &'a Machine,
+    profile: String,
+    jobs: std::cell::RefCell<Vec<String>>,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let pool = self.machine.state_root().join("pool");
+        let dirs: Vec<PathBuf> = std::fs::read_dir(&pool)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|dir| {
+                std::fs::read_to_string(dir.join("slot.json"))
+                    .is_ok_and(|t| t.contains(&format!("\"profile\": \"{}\"", self.profile)))
+            })
+            .collect();
+        for job in self.jobs.borrow().iter() {
+            self.machine.run(&["rm", "--force", job]);
+        }
+        self.machine
+            .run(&["pool", "drain", "--profile", &self.profile]);
+        drop(dirs.into_iter().map(KillVms).collect::<Vec<_>>());
+    }
+}
+
 fn qemu_of(dir: &Path) -> Option<String> {
     vm_processes(dir)
         .into_iter()
@@ -97,6 +131,11 @@ fn a_warm_microvm_is_claimed_fast_commits_stays_isolated_and_leaves_nothing() {
     let before = machine.repo_modes();
     let main_before = machine.repo_git(&["rev-parse", "main"]);
     let mut guards = Vec::new();
+    let cleanup = Cleanup {
+        machine: &machine,
+        profile: profile.clone(),
+        jobs: std::cell::RefCell::default(),
+    };
 
     // `pool fill` boots one VM, which waits with its agent ready.
     let filled = machine.json(&["pool", "fill", "--json", "--profile", &profile]);
@@ -126,6 +165,7 @@ fn a_warm_microvm_is_claimed_fast_commits_stays_isolated_and_leaves_nothing() {
     let cold_time = clock.elapsed();
     assert_eq!(cold["pool"]["start"], "cold", "{cold}");
     let cold_id = text(&cold, "id");
+    cleanup.jobs.borrow_mut().push(cold_id.clone());
     guards.push(KillVms(machine.state_root().join("work").join(&cold_id)));
     let planted = exec(
         &machine,
@@ -145,6 +185,7 @@ fn a_warm_microvm_is_claimed_fast_commits_stays_isolated_and_leaves_nothing() {
         "warm {warm_time:?} vs cold {cold_time:?}"
     );
     let id = text(&warm, "id");
+    cleanup.jobs.borrow_mut().push(id.clone());
     let branch = text(&warm, "branch");
     let shown = machine.json(&["show", "--json", &id]);
     assert_eq!(shown["job"]["pool"]["start"], "warm", "{shown}");
