@@ -280,8 +280,23 @@ impl Paddock {
         slots.touch_used(&record.profile, &record.repo_key);
         self.request_refill(&record.profile, &record.repo);
         let Some(slot) = claimed else {
+            // A waiting VM of this pool that does not fit: the job asked for other limits.
+            let other_limits = record.runtime == crate::job::RuntimeKind::Microvm
+                && slots
+                    .list()
+                    .into_iter()
+                    .filter_map(|(_, s)| s.ok())
+                    .any(|s| {
+                        s.state == SlotState::Ready
+                            && s.profile == record.profile
+                            && s.repo_key == record.repo_key
+                    });
             record.pool = Some(PoolStart::Cold {
-                reason: "the pool had no ready container".into(),
+                reason: if other_limits {
+                    "the waiting VMs have other CPU, memory or pids limits (a VM's are fixed at its boot)".into()
+                } else {
+                    "the pool had no ready container".into()
+                },
             });
             return Ok(None);
         };

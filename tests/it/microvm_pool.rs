@@ -164,6 +164,10 @@ fn a_warm_microvm_is_claimed_fast_commits_stays_isolated_and_leaves_nothing() {
     ]);
     let cold_time = clock.elapsed();
     assert_eq!(cold["pool"]["start"], "cold", "{cold}");
+    assert!(
+        text(&cold["pool"], "reason").contains("other CPU, memory or pids limits"),
+        "{cold}"
+    );
     let cold_id = text(&cold, "id");
     cleanup.jobs.borrow_mut().push(cold_id.clone());
     guards.push(KillVms(machine.state_root().join("work").join(&cold_id)));
