@@ -44,6 +44,7 @@ mod merge;
 mod merge_safety;
 mod microvm;
 mod microvm_harden;
+mod microvm_pool;
 mod net_ranges;
 mod pool;
 mod ports;
