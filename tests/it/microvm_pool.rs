@@ -218,6 +218,41 @@ fn a_warm_microvm_is_claimed_fast_commits_stays_isolated_and_leaves_nothing() {
         "from a warm vm"
     );
 
+    // Hardened as a cold VM: the slot's QEMU and virtiofsd are in the slot's host cgroup
+    // (kept by the job), and the slot's writable share is served by the jailed virtiofsd
+    // (as the unmapped guest-root id), which still saw the claim's mounts (the work above).
+    let vm_dir = slot_dir(&machine, &slot).join("vm");
+    let pids = crate::microvm_harden::vm_pids(&vm_dir);
+    assert!(pids.len() >= 2, "qemu and virtiofsd: {pids:?}");
+    let slot_cgroups = crate::microvm_harden::cgroup_dirs(pids[0]);
+    for pid in &pids {
+        let dirs = crate::microvm_harden::cgroup_dirs(*pid);
+        assert_eq!(dirs, slot_cgroups, "pid {pid}");
+        for dir in &dirs {
+            assert!(dir.ends_with(format!("slot-{slot}")), "{}", dir.display());
+        }
+    }
+    let jailed: Vec<u32> = pids
+        .iter()
+        .copied()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("virtiofsd") && c.contains("fs-pool.sock")
+            })
+        })
+        .collect();
+    assert!(!jailed.is_empty(), "the pool share's virtiofsd runs");
+    for pid in &jailed {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().next())
+            .expect("a Uid line");
+        assert_eq!(uid, "2147483646", "virtiofsd {pid} is jailed: {status}");
+    }
+
     // Hostile: another job's files are nowhere, the slot's share is not reachable, and
     // what stays read-only in a cold job stays read-only here (on the host side too).
     let attack = exec(
@@ -262,9 +297,17 @@ fn a_warm_microvm_is_claimed_fast_commits_stays_isolated_and_leaves_nothing() {
     let refilled = my_slots(&machine, &profile, "ready").remove(0);
     guards.push(KillVms(slot_dir(&machine, &refilled)));
 
-    // kill -9 of a waiting slot's QEMU: one sweep removes the slot and its virtiofsd.
+    // kill -9 of a waiting slot's QEMU: one sweep removes the slot, its virtiofsd and its
+    // host cgroup.
     let pid = std::fs::read_to_string(slot_dir(&machine, &refilled).join("vm/qemu.pid"))
         .expect("the slot's pid file");
+    let refilled_cgroups = crate::microvm_harden::cgroup_dirs(pid.trim().parse().expect("a pid"));
+    assert!(
+        refilled_cgroups
+            .iter()
+            .all(|d| d.ends_with(format!("slot-{refilled}"))),
+        "{refilled_cgroups:?}"
+    );
     std::process::Command::new("kill")
         .args(["-9", pid.trim()])
         .status()
@@ -273,6 +316,9 @@ fn a_warm_microvm_is_claimed_fast_commits_stays_isolated_and_leaves_nothing() {
     assert!(swept["removed"].to_string().contains(&refilled), "{swept}");
     assert!(!slot_dir(&machine, &refilled).exists(), "{swept}");
     assert!(vm_processes(&slot_dir(&machine, &refilled)).is_empty());
+    for dir in &refilled_cgroups {
+        assert!(!dir.exists(), "{swept}: {}", dir.display());
+    }
 
     // `pool drain` removes a waiting VM.
     let filled = machine.json(&["pool", "fill", "--json", "--profile", &profile]);
@@ -291,6 +337,9 @@ fn a_warm_microvm_is_claimed_fast_commits_stays_isolated_and_leaves_nothing() {
         !slot_dir(&machine, &slot).exists(),
         "the slot went with its job"
     );
+    for dir in &slot_cgroups {
+        assert!(!dir.exists(), "the slot's cgroup went: {}", dir.display());
+    }
     machine.json(&["rm", "--json", "--force", &cold_id]);
     assert!(vm_processes(&machine.state_root().join("work").join(&cold_id)).is_empty());
     assert_eq!(

@@ -19,6 +19,12 @@
 //! [`VmDir`] is that directory (stop, destroy and the next exec's boot go there), and the
 //! sweep keeps a VM whose slot a recorded job claimed. vCPUs and memory are fixed at boot:
 //! a job claims a slot only when its CPU, memory and pids limits are the slot's.
+//!
+//! Hardened as a cold VM: QEMU and virtiofsd run in the slot's host cgroup
+//! (`slot-<slot>`, [`super::cgroup::VmCgroup::of_slot`]), which the claiming job keeps
+//! ([`vm::cgroup`]) and whose stop, rm and the sweep remove, as [`remove_slot`] does; the
+//! writable share's virtiofsd is the jailed one ([`super::jail`]), which makes no mount
+//! namespace of its own, so the slave one still brings it the claim's mounts.
 
 use std::time::Duration;
 
