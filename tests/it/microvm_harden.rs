@@ -26,7 +26,7 @@ const GUEST_ROOT_ON_HOST: u32 = 2_147_483_646;
 /// The microVM assets every test shares (see `TestHome`).
 const ASSETS: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/microvm-assets");
 
-const ATTACK: &str = r#"
+pub(crate) const ATTACK: &str = r#"
 echo "as $(id -u)"
 for d in /workspace /paddock/git /paddock/outbox; do
   [ -d "$d" ] || continue
@@ -69,7 +69,7 @@ fn walk(root: &Path, found: &mut Vec<PathBuf>) {
     }
 }
 
-fn root_owned(dirs: &[PathBuf]) -> BTreeSet<PathBuf> {
+pub(crate) fn root_owned(dirs: &[PathBuf]) -> BTreeSet<PathBuf> {
     let mut paths = Vec::new();
     for dir in dirs {
         walk(dir, &mut paths);
@@ -81,7 +81,7 @@ fn root_owned(dirs: &[PathBuf]) -> BTreeSet<PathBuf> {
 }
 
 /// What the guest left on the host that it must not have: one line per offence.
-fn offences(dirs: &[PathBuf], root_before: &BTreeSet<PathBuf>) -> Vec<String> {
+pub(crate) fn offences(dirs: &[PathBuf], root_before: &BTreeSet<PathBuf>) -> Vec<String> {
     let mut paths = Vec::new();
     for dir in dirs {
         walk(dir, &mut paths);

@@ -253,6 +253,56 @@ fn a_warm_microvm_is_claimed_fast_commits_stays_isolated_and_leaves_nothing() {
         assert_eq!(uid, "2147483646", "virtiofsd {pid} is jailed: {status}");
     }
 
+    // Root in the claimed guest (the test switch) plants nothing on the host through the
+    // jailed share: the attack of `microvm_harden`, then its leftovers go again.
+    let shown = machine.json(&["show", "--json", &id]);
+    let worktree = PathBuf::from(text(&shown["job"], "worktree"));
+    let dirs = vec![worktree, machine.state_root().join("work").join(&id)];
+    let root_before = crate::microvm_harden::root_owned(&dirs);
+    let attacked = machine.run_with(
+        &[
+            "exec",
+            &id,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            crate::microvm_harden::ATTACK,
+        ],
+        &[("PADDOCK_TEST_MICROVM_GUEST_ROOT", "1")],
+    );
+    let result: Value = serde_json::from_slice(&attacked.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the attack printed no result ({e}): {}",
+            String::from_utf8_lossy(&attacked.stderr)
+        )
+    });
+    let said = text(&result, "stdout");
+    assert!(
+        said.starts_with("as 0\n") && said.contains("attacked"),
+        "{result}"
+    );
+    let found = crate::microvm_harden::offences(&dirs, &root_before);
+    assert!(
+        found.is_empty(),
+        "guest root left on the host:\n{}\n({said})",
+        found.join("\n")
+    );
+    let cleaned = machine.run_with(
+        &[
+            "exec",
+            &id,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "for d in /workspace /paddock/git /paddock/outbox; do cd $d 2>/dev/null || continue; \
+             rm -rf by-root suid sgid agents stranger null loop fifo rootdir made-suid moved whiteout cap; done",
+        ],
+        &[("PADDOCK_TEST_MICROVM_GUEST_ROOT", "1")],
+    );
+    assert!(cleaned.status.success(), "{cleaned:?}");
+
     // Hostile: another job's files are nowhere, the slot's share is not reachable, and
     // what stays read-only in a cold job stays read-only here (on the host side too).
     let attack = exec(
