@@ -107,7 +107,7 @@ pub struct PoolSlot {
 impl PoolSlot {
     /// Whether this slot's container can become a job with `limits` of `profile` in the
     /// repository `repo_key` on `runtime` (what a claim cannot change afterwards: image,
-    /// user, workspace, network, environment).
+    /// user, workspace, network, environment; for a VM also its CPU, memory and pids).
     pub fn fits(
         &self,
         profile: &str,
@@ -125,7 +125,17 @@ impl PoolSlot {
             && self.limits.workspace_dir == limits.workspace_dir
             && self.limits.network == limits.network
             && self.limits.env == limits.env
+            // A VM's vCPUs and memory are fixed at its boot (a container's are updated).
+            && (runtime != RuntimeKind::Microvm
+                || (self.limits.memory, self.limits.cpus, self.limits.pids)
+                    == (limits.memory, limits.cpus, limits.pids))
     }
+}
+
+/// Whether `id` is a slot's name (`pool-<hex>`), never a job's or a path.
+pub fn is_slot_name(id: &str) -> bool {
+    id.strip_prefix("pool-")
+        .is_some_and(|hex| !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 /// One host bind a claim makes: `source` at `target` (relative to the slot's `mnt/`).
@@ -158,6 +168,11 @@ impl PoolSlots {
 
     pub fn dir(&self, id: &str) -> PathBuf {
         self.root.join(id)
+    }
+
+    /// `$PADDOCK_HOME/pool`, where every slot's directory is.
+    pub fn root(&self) -> &Path {
+        &self.root
     }
 
     /// The slot's shared mount (`mnt/`), whose `workspace` and `paddock` its container mounts.
@@ -332,17 +347,13 @@ impl PoolSlots {
         Ok(())
     }
 
-    /// Removes a slot's directory after unmounting what is under it; idempotent.
     /// Removes a slot's directory after unmounting what is under it; idempotent. Only the
     /// slot's own skeleton goes (its record, and directories, each removed empty): a mount
     /// still in place, or anything else found there, stops the removal rather than being
     /// deleted through.
     pub fn remove(&self, id: &str) -> Result<(), PoolError> {
         let dir = self.dir(id);
-        let well_formed = id
-            .strip_prefix("pool-")
-            .is_some_and(|hex| !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()));
-        if !well_formed {
+        if !is_slot_name(id) {
             return Err(PoolError::Io {
                 path: dir,
                 source: std::io::Error::other("not a pool slot of this install"),

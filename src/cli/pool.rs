@@ -80,7 +80,7 @@ pub async fn run(paddock: &Paddock, command: PoolCommand) -> Result<i32> {
             json,
         } => {
             let progress = Progress::spinner(json || quiet);
-            progress.message("starting pool containers");
+            progress.message("starting pool slots (containers, or microVMs: each boots in 10-60 s under the emulator)");
             let change = paddock.pool_fill(&repo, profile.as_deref()).await;
             progress.finish();
             let change = change?;

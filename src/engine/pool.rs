@@ -280,8 +280,23 @@ impl Paddock {
         slots.touch_used(&record.profile, &record.repo_key);
         self.request_refill(&record.profile, &record.repo);
         let Some(slot) = claimed else {
+            // A waiting VM of this pool that does not fit: the job asked for other limits.
+            let other_limits = record.runtime == crate::job::RuntimeKind::Microvm
+                && slots
+                    .list()
+                    .into_iter()
+                    .filter_map(|(_, s)| s.ok())
+                    .any(|s| {
+                        s.state == SlotState::Ready
+                            && s.profile == record.profile
+                            && s.repo_key == record.repo_key
+                    });
             record.pool = Some(PoolStart::Cold {
-                reason: "the pool had no ready container".into(),
+                reason: if other_limits {
+                    "the waiting VMs have other CPU, memory or pids limits (a VM's are fixed at its boot)".into()
+                } else {
+                    "the pool had no ready container".into()
+                },
             });
             return Ok(None);
         };
@@ -294,6 +309,7 @@ impl Paddock {
             let id = runtime.adopt_pool_slot(record, &slot).await?;
             blocking(|| slots.attach(&slot.id, &binds))?;
             crash_point("pool-mounted");
+            runtime.pool_claimed(record, &slot).await?;
             Result::<String>::Ok(id)
         }
         .await;
@@ -374,13 +390,21 @@ impl Paddock {
         let Ok(exe) = std::env::current_exe() else {
             return;
         };
+        // Nobody reads a detached fill's terminal: what it says goes to the install's log.
+        let log = self.slots().root().join(".refill.log");
+        let _ = std::fs::create_dir_all(self.slots().root());
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_or_else(|_| std::process::Stdio::null(), std::process::Stdio::from);
         let mut command = std::process::Command::new(exe);
         command
             .args(["pool", "fill", "--quiet", "--profile", profile, "--repo"])
             .arg(repo)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
+            .stderr(stderr);
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
         if let Err(error) = command.spawn() {
             tracing::warn!(%error, "could not start a background pool refill");

@@ -238,6 +238,18 @@ pub trait Runtime: Send + Sync {
         })
     }
 
+    /// Makes the job's files, now mounted into the claimed slot's `mnt/`, appear in the
+    /// sandbox: a container sees them by propagation already (nothing to do); a VM's
+    /// guest mounts its share now.
+    async fn pool_claimed(
+        &self,
+        record: &JobRecord,
+        slot: &crate::pool::PoolSlot,
+    ) -> Result<(), RuntimeError> {
+        let _ = (record, slot);
+        Ok(())
+    }
+
     /// Removes a pool slot's sandbox (under its waiting name, or `job_name` once claimed),
     /// after checking it carries this install's labels with the slot's id.
     async fn remove_pool_slot(
@@ -497,8 +509,7 @@ pub fn pool_unsupported(runtime: RuntimeKind) -> Option<&'static str> {
             "gVisor serves a container's files through its own gofer: mounts made on the host after the start never reach it",
         ),
         RuntimeKind::Process => Some("the process runtime has no containers"),
-        RuntimeKind::Microvm => Some("a microVM job's VM boots with its files already shared"),
-        RuntimeKind::Docker => None,
+        RuntimeKind::Microvm | RuntimeKind::Docker => None,
     }
 }
 

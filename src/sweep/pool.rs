@@ -1,6 +1,6 @@
 //! The sweep's part of the warm pool (see `crate::pool`): slots a killed fill left
 //! (`starting` with a dead filler), waiting slots whose container is gone or whose pool saw
-//! no claim for its `idle` time, slots claimed by a job that has no record (a create killed
+//! no claim for its `idle` time (a microVM slot whose QEMU died counts as gone), slots claimed by a job that has no record (a create killed
 //! mid-claim), and pool containers whose slot directory is gone. Each decision is taken
 //! under the pool lock, after looking at the records again; a slot claimed by a recorded
 //! job is that job's and goes with it.
@@ -16,6 +16,13 @@ impl Paddock {
         let slots = PoolSlots::of(self.home());
         let listed_at = chrono::Utc::now();
         let containers = self.runtimes().with_sandboxes().list_sandboxes().await.ok();
+        // A microVM slot's sandbox is its VM (listed while its QEMU runs).
+        let vms = self
+            .runtimes()
+            .of(crate::job::RuntimeKind::Microvm)
+            .list_sandboxes()
+            .await
+            .ok();
         for (id, _) in slots.list() {
             let verdict = {
                 let Ok(_lock) = slots.lock() else { return };
@@ -34,9 +41,12 @@ impl Paddock {
                     Err(_) => Some((None, "a pool slot a killed fill left".to_string())),
                     Ok(slot) => {
                         // Containers were listed before this slot may have been filled.
-                        let listed = containers
-                            .as_deref()
-                            .filter(|_| slot.created_at < listed_at);
+                        let listed = if slot.runtime == crate::job::RuntimeKind::Microvm {
+                            vms.as_deref()
+                        } else {
+                            containers.as_deref()
+                        }
+                        .filter(|_| slot.created_at < listed_at);
                         let reason = self.slot_verdict(&slot, options, listed);
                         if let Some(reason) = &reason
                             && !options.dry_run

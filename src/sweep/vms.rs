@@ -3,7 +3,9 @@
 //! host cgroup (`paddock/<install>/vm-<job>`) removed. VMs of recorded jobs are the job's
 //! business: a job whose QEMU died gets a new VM at its next exec, and its virtiofsd
 //! processes end with their QEMU; only its cgroup, once empty, is removed (the next boot
-//! makes it again).
+//! makes it again). A pool slot's VM (cgroup `vm-<slot>`) is the pool sweep's
+//! (`sweep/pool.rs`) while its slot directory exists, and a claimed one its job's, as
+//! above; one whose slot is gone and that no record claimed is ended here, cgroup too.
 
 use super::{SweepOptions, SweepReport};
 use crate::engine::Paddock;
@@ -15,22 +17,40 @@ impl Paddock {
         let Ok(vms) = runtime.list_sandboxes().await else {
             return;
         };
+        let slots = crate::pool::PoolSlots::of(self.home());
         for vm in vms {
-            let recorded = self.store().exists_str(&vm.job);
+            // The record whose VM this is: the job's own, or the one that claimed the slot.
+            let record = if vm.role == crate::runtime::SandboxRole::Pool {
+                let claimer = self.store().list().ok().and_then(|(records, _)| {
+                    records
+                        .into_iter()
+                        .find(|r| r.pool_slot() == Some(vm.job.as_str()))
+                });
+                if claimer.is_none() && slots.dir(&vm.job).exists() {
+                    continue;
+                }
+                claimer.map(|r| r.id.as_str().to_string())
+            } else {
+                self.store().exists_str(&vm.job).then(|| vm.job.clone())
+            };
             // A job being created or running an exec may be booting: its cgroup is made
             // just before its first process enters it.
-            let busy = || {
+            let busy = |job: &str| {
                 self.store()
-                    .load(&vm.job)
+                    .load(job)
                     .is_ok_and(|r| matches!(r.state, JobState::Creating | JobState::Running))
             };
-            if recorded && (vm.running || busy()) {
+            if let Some(job) = &record
+                && (vm.running || busy(job))
+            {
                 continue;
             }
-            let reason = if recorded {
-                "the empty host cgroup of a VM that no longer runs"
-            } else {
-                "microVM processes (or their host cgroup) of a job with no record"
+            let reason = match (&record, vm.role) {
+                (Some(_), _) => "the empty host cgroup of a VM that no longer runs",
+                (None, crate::runtime::SandboxRole::Pool) => {
+                    "microVM processes (or their host cgroup) of a pool slot that is gone"
+                }
+                (None, _) => "microVM processes (or their host cgroup) of a job with no record",
             };
             if options.dry_run {
                 report.removed("vm", vm.name, reason);

@@ -151,7 +151,7 @@ impl Machine {
 
     /// Owner, group and mode of every file of the repository but what a job may change
     /// (its branch's ref and reflog, fetched objects, paddock's refs).
-    fn repo_modes(&self) -> BTreeMap<PathBuf, (u32, u32, u32)> {
+    pub(crate) fn repo_modes(&self) -> BTreeMap<PathBuf, (u32, u32, u32)> {
         let mut modes = BTreeMap::new();
         let mut pending = vec![self.repo.clone()];
         while let Some(path) = pending.pop() {

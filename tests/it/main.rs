@@ -44,6 +44,7 @@ mod merge;
 mod merge_safety;
 mod microvm;
 mod microvm_harden;
+mod microvm_pool;
 mod microvm_shell;
 mod microvm_user;
 mod net_ranges;

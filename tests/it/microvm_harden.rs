@@ -26,7 +26,7 @@ const GUEST_ROOT_ON_HOST: u32 = 2_147_483_646;
 /// The microVM assets every test shares (see `TestHome`).
 const ASSETS: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/microvm-assets");
 
-const ATTACK: &str = r#"
+pub(crate) const ATTACK: &str = r#"
 echo "as $(id -u)"
 for d in /workspace /paddock/git /paddock/outbox; do
   [ -d "$d" ] || continue
@@ -69,7 +69,7 @@ fn walk(root: &Path, found: &mut Vec<PathBuf>) {
     }
 }
 
-fn root_owned(dirs: &[PathBuf]) -> BTreeSet<PathBuf> {
+pub(crate) fn root_owned(dirs: &[PathBuf]) -> BTreeSet<PathBuf> {
     let mut paths = Vec::new();
     for dir in dirs {
         walk(dir, &mut paths);
@@ -81,7 +81,7 @@ fn root_owned(dirs: &[PathBuf]) -> BTreeSet<PathBuf> {
 }
 
 /// What the guest left on the host that it must not have: one line per offence.
-fn offences(dirs: &[PathBuf], root_before: &BTreeSet<PathBuf>) -> Vec<String> {
+pub(crate) fn offences(dirs: &[PathBuf], root_before: &BTreeSet<PathBuf>) -> Vec<String> {
     let mut paths = Vec::new();
     for dir in dirs {
         walk(dir, &mut paths);
@@ -224,7 +224,7 @@ fn root_in_the_guest_plants_no_root_owned_setuid_device_or_capability_file_on_th
 }
 
 /// The pids of live QEMU and virtiofsd processes naming `dir` (a VM's directory).
-fn vm_pids(dir: &Path) -> Vec<u32> {
+pub(crate) fn vm_pids(dir: &Path) -> Vec<u32> {
     let needle = format!("{}/", dir.display());
     std::fs::read_dir("/proc")
         .expect("/proc")
@@ -245,7 +245,7 @@ fn vm_pids(dir: &Path) -> Vec<u32> {
 
 /// The directories of the host cgroup a process is in: `(controller file prefix, dir)` for
 /// the memory, cpu and pids hierarchies (v1), or the one unified directory (v2).
-fn cgroup_dirs(pid: u32) -> Vec<PathBuf> {
+pub(crate) fn cgroup_dirs(pid: u32) -> Vec<PathBuf> {
     let lines = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup file");
     if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
         let path = lines

@@ -21,9 +21,9 @@ pub const DEFAULT_KERNEL: &str = "/usr/lib/paddock/microvm/vmlinuz";
 /// busybox from Debian's `busybox-static` (the initramfs has no libc to link against).
 pub const BUSYBOX: &str = "/bin/busybox";
 
-/// The kernel modules the init loads, in dependency order (none is built into Debian's
-/// cloud kernel; from 6.1.192 `virtio` needs `virtio_ring`, earlier the other way round,
-/// so the init makes a second pass for what a first could not load).
+/// The kernel modules the init loads (none is built into Debian's cloud kernel), put in
+/// the order of their `depends=` at build time: it changes between kernel releases (since
+/// 6.1.0-56 `virtio` needs `virtio_ring`).
 const MODULES: &[&str] = &[
     "drivers/virtio/virtio_ring",
     "drivers/virtio/virtio",
@@ -61,10 +61,9 @@ for arg in $(cat /proc/cmdline); do
     paddock.uid=*) uid=${arg#paddock.uid=} ;;
   esac
 done
-for pass in 1 2; do
-  for m in $(cat /lib/modules/order); do insmod /lib/modules/$m 2>/dev/null; done
-done
-# virtio devices are probed asynchronously: on a busy host the disk's node comes late.
+for m in $(cat /lib/modules/order); do insmod /lib/modules/$m 2>/dev/null; done
+# virtio devices are probed asynchronously: the disk's node may come after the modules load
+# (seen on a busy host, and with fewer devices to probe).
 n=0; while [ ! -b /dev/vda ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n+1)); done
 mount -t ext4 -o ro /dev/vda /lower || { echo "paddock init: no root disk"; poweroff -f; }
 mount -t tmpfs -o size=256m,mode=0755 tmpfs /rw && mkdir /rw/upper /rw/work
@@ -96,6 +95,53 @@ echo 0 > /newroot/sys/fs/cgroup/job/memory.swap.max 2>/dev/null
 echo PADDOCK-INIT-DONE
 exec switch_root /newroot /usr/local/bin/paddock-guest guest-agent
 "#;
+
+/// The modules a `.ko` file names in its `.modinfo` `depends=` entry.
+fn module_depends(bytes: &[u8]) -> Vec<String> {
+    let key = b"depends=";
+    bytes
+        .windows(key.len())
+        .position(|w| w == key)
+        .map(|at| {
+            let rest = &bytes[at + key.len()..];
+            let end = rest.iter().position(|b| *b == 0).unwrap_or(rest.len());
+            String::from_utf8_lossy(&rest[..end])
+                .split(',')
+                .filter(|d| !d.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `names` with each module after the ones of `names` it depends on (listed order kept
+/// otherwise; a cycle keeps the listed order for what remains).
+fn load_order(
+    names: &[String],
+    depends: &std::collections::HashMap<String, Vec<String>>,
+) -> Vec<String> {
+    let mut done: Vec<String> = Vec::new();
+    while done.len() < names.len() {
+        let next = names.iter().find(|name| {
+            !done.contains(name)
+                && depends
+                    .get(*name)
+                    .is_none_or(|deps| deps.iter().all(|d| done.contains(d) || !names.contains(d)))
+        });
+        match next {
+            Some(name) => done.push(name.clone()),
+            None => {
+                let rest: Vec<String> = names
+                    .iter()
+                    .filter(|n| !done.contains(n))
+                    .cloned()
+                    .collect();
+                done.extend(rest);
+            }
+        }
+    }
+    done
+}
 
 /// The kernel to boot and its modules' tree.
 #[derive(Debug, Clone)]
@@ -134,6 +180,8 @@ pub fn initramfs(dir: &Path, kernel: &Kernel) -> Result<PathBuf, MicrovmError> {
         });
     }
     let key = digest(&[
+        // How the initramfs is laid out (bump when that changes: modules in `depends` order).
+        b"layout 2",
         INIT.as_bytes(),
         kernel.modules.as_os_str().as_encoded_bytes(),
         &stamp(&kernel.modules)?,
@@ -156,17 +204,21 @@ pub fn initramfs(dir: &Path, kernel: &Kernel) -> Result<PathBuf, MicrovmError> {
         std::fs::create_dir_all(stage.join("bin")).map_err(io(&stage))?;
         std::fs::create_dir_all(stage.join("lib/modules")).map_err(io(&stage))?;
         std::fs::copy(BUSYBOX, stage.join("bin/busybox")).map_err(io(Path::new(BUSYBOX)))?;
-        let mut order = String::new();
+        let mut names = Vec::new();
+        let mut depends = std::collections::HashMap::new();
         for module in MODULES {
             let source = kernel.modules.join("kernel").join(format!("{module}.ko"));
-            let name = format!(
-                "{}.ko",
-                module.rsplit('/').next().expect("a module has a name")
-            );
-            std::fs::copy(&source, stage.join("lib/modules").join(&name)).map_err(io(&source))?;
-            order.push_str(&name);
-            order.push('\n');
+            let name = module.rsplit('/').next().expect("a module has a name");
+            let bytes = std::fs::read(&source).map_err(io(&source))?;
+            depends.insert(name.to_string(), module_depends(&bytes));
+            std::fs::write(stage.join("lib/modules").join(format!("{name}.ko")), bytes)
+                .map_err(io(&source))?;
+            names.push(name.to_string());
         }
+        let order: String = load_order(&names, &depends)
+            .into_iter()
+            .map(|name| format!("{name}.ko\n"))
+            .collect();
         std::fs::write(stage.join("lib/modules/order"), order).map_err(io(&stage))?;
         let init = stage.join("init");
         std::fs::write(&init, INIT).map_err(io(&init))?;
@@ -338,4 +390,36 @@ fn lock(dir: &Path) -> Result<crate::store::FileLock, MicrovmError> {
             message: e.to_string(),
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modules_load_after_what_they_depend_on() {
+        let ko = |depends: &str| format!("\0license=GPL\0depends={depends}\0vermagic=6.1\0");
+        assert_eq!(
+            module_depends(ko("virtio_ring,virtio").as_bytes()),
+            ["virtio_ring", "virtio"]
+        );
+        assert!(module_depends(ko("").as_bytes()).is_empty());
+        let names: Vec<String> = ["virtio", "virtio_ring", "virtio_blk", "fuse"]
+            .map(String::from)
+            .to_vec();
+        let depends = std::collections::HashMap::from([
+            ("virtio".to_string(), vec!["virtio_ring".to_string()]),
+            ("virtio_ring".to_string(), vec![]),
+            (
+                "virtio_blk".to_string(),
+                vec!["virtio".into(), "virtio_ring".into()],
+            ),
+            // Built into the kernel, or not in the list: no wait for it.
+            ("fuse".to_string(), vec!["builtin_thing".into()]),
+        ]);
+        assert_eq!(
+            load_order(&names, &depends),
+            ["virtio_ring", "virtio", "virtio_blk", "fuse"]
+        );
+    }
 }

@@ -10,7 +10,8 @@
 //! pid into the cgroup's `cgroup.procs` and then execs the program, so no thread or child
 //! ever runs outside. A cgroup is removed (rmdir, which the kernel allows only when no
 //! process is left in it) when its VM is stopped or destroyed and by the sweep; only
-//! directories named `vm-<job id>` under this install's own `paddock/<install>/` are ever
+//! directories named `vm-<job id>` or `slot-<pool slot>` (a warm pool's VM, whose cgroup
+//! the job that claims it keeps) under this install's own `paddock/<install>/` are ever
 //! touched (and that directory and `paddock/` when the last VM's goes: an rmdir, refused
 //! while another cgroup is in them), and a removal is retried for a short while as the
 //! killed processes exit.
@@ -58,11 +59,18 @@ fn install_dir(install: &str) -> PathBuf {
 impl VmCgroup {
     /// The cgroup of job `job` of install `install` on this host (nothing is made).
     pub fn of(install: &str, job: &str) -> Result<VmCgroup, MicrovmError> {
-        Self::under(Path::new(ROOT), install, job)
+        Self::under(Path::new(ROOT), install, &format!("vm-{job}"))
     }
 
-    fn under(root: &Path, install: &str, job: &str) -> Result<VmCgroup, MicrovmError> {
-        let relative = install_dir(install).join(format!("vm-{job}"));
+    /// The cgroup of pool slot `slot`'s VM, `slot-<slot>` (a job's id may look like a
+    /// slot's name: the prefix keeps them apart), kept by the job that claims it.
+    pub fn of_slot(install: &str, slot: &str) -> Result<VmCgroup, MicrovmError> {
+        Self::under(Path::new(ROOT), install, &format!("slot-{slot}"))
+    }
+
+    /// `leaf` (`vm-<job>` or `slot-<slot>`) under `paddock/<install>/` in each hierarchy.
+    fn under(root: &Path, install: &str, leaf: &str) -> Result<VmCgroup, MicrovmError> {
+        let relative = install_dir(install).join(leaf);
         match layout(root) {
             Some(true) => Ok(VmCgroup {
                 dirs: vec![root.join(relative)],
@@ -194,6 +202,27 @@ exec "$@""#,
     }
 }
 
+impl VmCgroup {
+    /// Removes the cgroup, SIGKILLing what is still in it after a first try (only processes
+    /// started in it by the VM's own: it is this install's, for a VM being removed). True
+    /// when nothing of it is left.
+    pub async fn kill_and_remove(&self) -> bool {
+        if self.remove(Duration::from_secs(5)).await {
+            return true;
+        }
+        for pid in self
+            .pids()
+            .into_iter()
+            .filter_map(rustix::process::Pid::from_raw)
+        {
+            if let Some(kill) = rustix::process::Signal::from_named_raw(libc::SIGKILL) {
+                let _ = rustix::process::kill_process(pid, kill);
+            }
+        }
+        self.remove(Duration::from_secs(5)).await
+    }
+}
+
 /// Which cgroups a VM's processes get on this host (`v1` or `v2`), or why none (`doctor`).
 pub fn host_version() -> Result<&'static str, MicrovmError> {
     VmCgroup::of("install", "job").map(|c| if c.unified { "v2" } else { "v1" })
@@ -202,10 +231,29 @@ pub fn host_version() -> Result<&'static str, MicrovmError> {
 /// The jobs that have a VM cgroup of install `install` on this host (`vm-<job>` entries of
 /// `paddock/<install>/` whose name is a job id).
 pub fn jobs(install: &str) -> Vec<String> {
-    jobs_under(Path::new(ROOT), install)
+    named_under(Path::new(ROOT), install, "vm-")
+        .into_iter()
+        .filter(|job| crate::job::JobId::parse(job).is_ok())
+        .collect()
 }
 
+/// The pool slots that have a VM cgroup of install `install` on this host (`slot-<slot>`).
+pub fn slots(install: &str) -> Vec<String> {
+    named_under(Path::new(ROOT), install, "slot-")
+        .into_iter()
+        .filter(|slot| crate::pool::is_slot_name(slot))
+        .collect()
+}
+
+#[cfg(test)]
 fn jobs_under(root: &Path, install: &str) -> Vec<String> {
+    named_under(root, install, "vm-")
+        .into_iter()
+        .filter(|job| crate::job::JobId::parse(job).is_ok())
+        .collect()
+}
+
+fn named_under(root: &Path, install: &str, prefix: &str) -> Vec<String> {
     let dir = match layout(root) {
         Some(true) => root.join(install_dir(install)),
         Some(false) => root.join("memory").join(install_dir(install)),
@@ -219,10 +267,9 @@ fn jobs_under(root: &Path, install: &str) -> Vec<String> {
         .filter_map(|e| {
             e.file_name()
                 .to_str()?
-                .strip_prefix("vm-")
+                .strip_prefix(prefix)
                 .map(String::from)
         })
-        .filter(|job| crate::job::JobId::parse(job).is_ok())
         .collect();
     jobs.sort();
     jobs
@@ -259,7 +306,7 @@ mod tests {
         for c in V1_CONTROLLERS {
             std::fs::create_dir(v1.path().join(c)).expect("mkdir");
         }
-        let cgroup = VmCgroup::under(v1.path(), "abc", "job-1").expect("v1");
+        let cgroup = VmCgroup::under(v1.path(), "abc", "vm-job-1").expect("v1");
         assert_eq!(
             cgroup.dirs,
             ["memory", "cpu", "pids"].map(|c| v1.path().join(c).join("paddock/abc/vm-job-1"))
@@ -267,16 +314,22 @@ mod tests {
         std::fs::create_dir_all(v1.path().join("memory/paddock/abc/vm-job-1")).expect("mkdir");
         std::fs::create_dir_all(v1.path().join("memory/paddock/abc/vm-..")).expect("mkdir");
         std::fs::create_dir_all(v1.path().join("memory/paddock/abc/other")).expect("mkdir");
+        std::fs::create_dir_all(v1.path().join("memory/paddock/abc/slot-pool-0a1b"))
+            .expect("mkdir");
         assert_eq!(jobs_under(v1.path(), "abc"), vec!["job-1".to_string()]);
+        assert_eq!(
+            named_under(v1.path(), "abc", "slot-"),
+            vec!["pool-0a1b".to_string()]
+        );
         assert!(jobs_under(v1.path(), "xyz").is_empty());
 
         let v2 = tempfile::tempdir().expect("tempdir");
         std::fs::write(v2.path().join("cgroup.controllers"), "memory cpu pids").expect("write");
-        let cgroup = VmCgroup::under(v2.path(), "abc", "job-1").expect("v2");
+        let cgroup = VmCgroup::under(v2.path(), "abc", "vm-job-1").expect("v2");
         assert_eq!(cgroup.dirs, vec![v2.path().join("paddock/abc/vm-job-1")]);
         assert!(cgroup.unified);
 
         let neither = tempfile::tempdir().expect("tempdir");
-        assert!(VmCgroup::under(neither.path(), "abc", "job-1").is_err());
+        assert!(VmCgroup::under(neither.path(), "abc", "vm-job-1").is_err());
     }
 }

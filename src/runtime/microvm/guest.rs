@@ -169,12 +169,54 @@ fn serve_connection(
             ToGuest::KillAll => {
                 let _ = std::fs::write(format!("{JOB_CGROUP}/cgroup.kill"), "1");
             }
+            ToGuest::Mount { id, tag, mounts } => {
+                let answer = match mount_claimed(&tag, &mounts) {
+                    Ok(()) => FromGuest::Exit {
+                        id,
+                        code: 0,
+                        oom_killed: false,
+                    },
+                    Err(message) => FromGuest::Failed { id, message },
+                };
+                send(writer, &answer);
+            }
             ToGuest::Shutdown => {
                 rustix::fs::sync();
                 let _ = rustix::system::reboot(rustix::system::RebootCommand::PowerOff);
             }
         }
     }
+}
+
+/// Where a claimed pool slot's share is mounted for the moment its parts are bound.
+const POOL_MOUNT: &str = "/.paddock-pool";
+
+/// Mounts a claimed pool slot's share and binds its parts at their places (read-only ones
+/// read-only here too; the host made them read-only already), then detaches the share
+/// itself, so only the job's places show it. System calls, not `mount` processes: under the
+/// emulator each process start costs tens of milliseconds of the claim.
+fn mount_claimed(tag: &str, mounts: &[super::protocol::GuestMount]) -> Result<(), String> {
+    use rustix::mount::{MountFlags, UnmountFlags, mount, mount_bind, mount_remount, unmount};
+    let failed =
+        |what: &str, path: &str, error: std::io::Error| format!("{what} `{path}`: {error}");
+    std::fs::create_dir_all(POOL_MOUNT).map_err(|e| failed("making", POOL_MOUNT, e))?;
+    std::fs::set_permissions(
+        POOL_MOUNT,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .map_err(|e| failed("closing", POOL_MOUNT, e))?;
+    mount(tag, POOL_MOUNT, "virtiofs", MountFlags::empty(), None)
+        .map_err(|e| failed("mounting the pool share at", POOL_MOUNT, e.into()))?;
+    for part in mounts {
+        let source = format!("{POOL_MOUNT}/{}", part.source);
+        std::fs::create_dir_all(&part.target).map_err(|e| failed("making", &part.target, e))?;
+        mount_bind(&source, &part.target).map_err(|e| failed("binding", &part.target, e.into()))?;
+        if part.read_only {
+            mount_remount(&part.target, MountFlags::BIND | MountFlags::RDONLY, "")
+                .map_err(|e| failed("making read-only", &part.target, e.into()))?;
+        }
+    }
+    unmount(POOL_MOUNT, UnmountFlags::DETACH).map_err(|e| failed("detaching", POOL_MOUNT, e.into()))
 }
 
 fn send(writer: &Writer, message: &FromGuest) {

@@ -21,9 +21,11 @@ pub mod accel;
 pub mod assets;
 pub mod cgroup;
 pub mod egress;
+mod error;
 pub mod exec;
 pub mod guest;
 pub mod jail;
+pub mod pool;
 pub mod protocol;
 pub mod shell;
 pub mod vm;
@@ -36,6 +38,9 @@ use crate::job::JobRecord;
 use crate::runtime::{ExecOutcome, ExecRequest, ExecResult, OutputSink, Runtime, RuntimeError};
 use crate::store::{JobStore, PaddockHome};
 
+pub use error::MicrovmError;
+use error::{end_cgroup, runtime_error};
+
 /// Where the job's private git dir is inside the VM (as in containers).
 pub const GUEST_GIT_DIR: &str = crate::runtime::docker::CONTAINER_GIT_DIR;
 /// Where the repository's object store is inside the VM (as in containers).
@@ -45,58 +50,6 @@ pub const GUEST_OUTBOX: &str = crate::runtime::docker::CONTAINER_OUTBOX;
 /// How long a VM may take from start to its agent's first answer (the emulator boots in
 /// 5-30 s on a busy 2-core host).
 pub const BOOT_DEADLINE: Duration = Duration::from_secs(120);
-
-#[derive(Debug, thiserror::Error)]
-pub enum MicrovmError {
-    #[error("{what} is missing at `{path}`: {hint}")]
-    Missing {
-        what: &'static str,
-        path: PathBuf,
-        hint: &'static str,
-    },
-    #[error("{message}")]
-    Config { message: String },
-    #[error("building the {what} failed: {message}")]
-    Build { what: &'static str, message: String },
-    #[error("the VM did not start: {message}")]
-    Start { message: String },
-    #[error("the VM is not running; its console ended with:\n{console}")]
-    NotRunning { console: String },
-    #[error(
-        "the VM's guest agent did not answer within {after:?} ({message}); console:\n{console}"
-    )]
-    NoAnswer {
-        after: Duration,
-        message: String,
-        console: String,
-    },
-    #[error("the guest could not run the command: {message}")]
-    Exec { message: String },
-    #[error("the job has no git dir yet")]
-    NoGitDir,
-    #[error("`{path}` cannot be shared into a VM (spaces, commas and colons are not allowed)")]
-    Path { path: PathBuf },
-    #[error("the microVM runtime needs root (virtiofsd and the read-only shares mount as root)")]
-    NotRoot,
-    #[error("the guest agent's channel: {0}")]
-    Frame(#[from] protocol::FrameError),
-    #[error("the guest agent's channel: {0}")]
-    Channel(#[from] std::io::Error),
-    #[error("`{path}`: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Runtime(#[from] Box<RuntimeError>),
-}
-
-impl From<RuntimeError> for MicrovmError {
-    fn from(error: RuntimeError) -> Self {
-        MicrovmError::Runtime(Box::new(error))
-    }
-}
 
 /// Jobs in QEMU microVMs.
 pub struct MicrovmRuntime {
@@ -126,6 +79,45 @@ impl MicrovmRuntime {
 
     async fn boot(&self, record: &JobRecord, vm: &vm::VmDir) -> Result<i32, MicrovmError> {
         check_host()?;
+        if let Some((uid, _)) = self.files_owner(record) {
+            crate::runtime::docker::grant_agent_access(record, uid)?;
+        }
+        let shares = vm::shares(record)?;
+        let netdev = match record.limits.network {
+            NetworkMode::None => None,
+            NetworkMode::Open => Some("ipv6=off".into()),
+            NetworkMode::Allowlist => {
+                std::fs::create_dir_all(&vm.dir).map_err(|source| MicrovmError::Io {
+                    path: vm.dir.clone(),
+                    source,
+                })?;
+                Some(egress::start_proxy(&self.home, vm, record).await?)
+            }
+        };
+        let cgroup = vm::cgroup(self.home.id(), record)?;
+        self.boot_vm(
+            vm,
+            record.id.as_str(),
+            &cgroup,
+            &record.limits,
+            &shares,
+            netdev,
+        )
+        .await
+    }
+
+    /// Starts a VM named `name` with `limits` and `shares` (`netdev`: the NIC's options, or
+    /// none); on failure, ends whatever of it started.
+    async fn boot_vm(
+        &self,
+        vm: &vm::VmDir,
+        name: &str,
+        cgroup: &cgroup::VmCgroup,
+        limits: &crate::job::Limits,
+        shares: &[vm::Share],
+        netdev: Option<String>,
+    ) -> Result<i32, MicrovmError> {
+        check_host()?;
         let dir = self.assets_dir();
         let kernel = assets::Kernel::locate()?;
         let initramfs = {
@@ -134,42 +126,28 @@ impl MicrovmRuntime {
                 .await
                 .expect("building the initramfs does not panic")?
         };
-        let rootfs = assets::rootfs(&dir, self.home.id(), &record.limits.image).await?;
+        let rootfs = assets::rootfs(&dir, self.home.id(), &limits.image).await?;
         let (accel, warning) = accel::choose(&dir, &kernel.image, &initramfs).await?;
         if let Some(warning) = warning {
-            tracing::warn!(job = %record.id, "{warning}");
+            tracing::warn!(vm = %name, "{warning}");
         }
-        if let Some((uid, _)) = self.files_owner(record) {
-            crate::runtime::docker::grant_agent_access(record, uid)?;
-        }
-        let shares = vm::shares(record)?;
-        let (memory, cpus) = vm::size(record);
-        let cgroup = cgroup::VmCgroup::of(self.home.id(), record.id.as_str())?;
+        // The job's own cgroup, or the pool slot's (which a claiming job keeps).
+        let (memory, cpus) = vm::size(limits);
         cgroup.create(memory, cpus)?;
         let boot = vm::Boot {
-            cgroup: &cgroup,
+            cgroup,
             kernel: &kernel.image,
             initramfs: &initramfs,
             rootfs: &rootfs,
             accel,
-            netdev: match record.limits.network {
-                NetworkMode::None => None,
-                NetworkMode::Open => Some("ipv6=off".into()),
-                NetworkMode::Allowlist => {
-                    std::fs::create_dir_all(&vm.dir).map_err(|source| MicrovmError::Io {
-                        path: vm.dir.clone(),
-                        source,
-                    })?;
-                    Some(egress::start_proxy(&self.home, vm, record).await?)
-                }
-            },
-            net: if record.limits.network == NetworkMode::Allowlist {
+            netdev,
+            net: if limits.network == NetworkMode::Allowlist {
                 "proxy"
             } else {
                 "user"
             },
         };
-        let started = vm::start(vm, record, &shares, &boot).await;
+        let started = vm::start(vm, name, limits, shares, &boot).await;
         if started.is_err() {
             vm::kill_all(vm, Duration::from_secs(1)).await;
             cgroup.remove(Duration::from_secs(2)).await;
@@ -271,14 +249,14 @@ impl MicrovmRuntime {
             }
         }
         let killed = vm::kill_all(vm, Duration::from_secs(2)).await;
-        self.remove_cgroup(record.id.as_str()).await;
+        self.remove_cgroup(vm::cgroup(self.home.id(), record)).await;
         ran || killed
     }
 
-    /// Removes the VM cgroup of `job` (up to 5 s for its killed processes to exit); true
-    /// when none is left.
-    async fn remove_cgroup(&self, job: &str) -> bool {
-        match cgroup::VmCgroup::of(self.home.id(), job) {
+    /// Removes the cgroup of VM `name` (a job's id or a pool slot's; up to 5 s for its
+    /// killed processes to exit); true when none is left.
+    async fn remove_cgroup(&self, cgroup: Result<cgroup::VmCgroup, MicrovmError>) -> bool {
+        match cgroup {
             Ok(cgroup) => cgroup.remove(Duration::from_secs(5)).await,
             Err(_) => true,
         }
@@ -348,13 +326,6 @@ fn check_host() -> Result<(), MicrovmError> {
         }
     }
     Ok(())
-}
-
-fn runtime_error(error: MicrovmError) -> RuntimeError {
-    match error {
-        MicrovmError::Runtime(inner) => *inner,
-        other => RuntimeError::Microvm(Box::new(other)),
-    }
 }
 
 #[async_trait::async_trait]
@@ -487,7 +458,7 @@ impl Runtime for MicrovmRuntime {
     async fn destroy(&self, record: &JobRecord) -> Result<(), RuntimeError> {
         let vm = vm::VmDir::of(&self.home, record);
         vm::kill_all(&vm, Duration::from_secs(1)).await;
-        if !self.remove_cgroup(record.id.as_str()).await {
+        if !self.remove_cgroup(vm::cgroup(self.home.id(), record)).await {
             // Left for the sweep, which finds it by its name.
             tracing::warn!(job = %record.id, "the VM's host cgroup still holds processes");
         }
@@ -510,23 +481,32 @@ impl Runtime for MicrovmRuntime {
 
     async fn list_sandboxes(&self) -> Result<Vec<crate::runtime::Sandbox>, RuntimeError> {
         let roots = self.home.job_dir_roots();
-        let mut found = tokio::task::spawn_blocking(move || vm::running_vms(&roots))
+        let pool_root = crate::pool::PoolSlots::of(&self.home).root().to_path_buf();
+        let home = self.home.clone();
+        let mut found = tokio::task::spawn_blocking(move || vm::running_vms(&roots, &pool_root))
             .await
             .expect("listing processes does not panic");
-        // A VM cgroup with no VM process naming the job: what a killed QEMU or paddock
-        // left (not running; removing it is only an rmdir of an empty cgroup).
-        for job in cgroup::jobs(self.home.id()) {
-            if found.iter().any(|s| s.job == job) {
+        // A VM cgroup with no VM process naming its job or slot: what a killed QEMU or
+        // paddock left (not running; removing it is only an rmdir of an empty cgroup).
+        let install = self.home.id();
+        let jobs = cgroup::jobs(install).into_iter().filter_map(|job| {
+            let id = crate::job::JobId::parse(&job).ok()?;
+            let dir = home.job_dir(&id).join("vm");
+            Some((job, dir, crate::runtime::SandboxRole::Job))
+        });
+        let slots = cgroup::slots(install).into_iter().map(|slot| {
+            let dir = vm::VmDir::of_slot(&home, &slot).dir;
+            (slot, dir, crate::runtime::SandboxRole::Pool)
+        });
+        for (name, dir, role) in jobs.chain(slots).collect::<Vec<_>>() {
+            if found.iter().any(|s| s.job == name && s.role == role) {
                 continue;
             }
-            let Ok(id) = crate::job::JobId::parse(&job) else {
-                continue;
-            };
             found.push(crate::runtime::Sandbox {
-                name: self.home.job_dir(&id).join("vm").display().to_string(),
-                job,
+                name: dir.display().to_string(),
+                job: name,
                 running: false,
-                role: crate::runtime::SandboxRole::Job,
+                role,
                 created: None,
             });
         }
@@ -536,10 +516,12 @@ impl Runtime for MicrovmRuntime {
     async fn remove_sandbox(&self, sandbox: &crate::runtime::Sandbox) -> Result<(), RuntimeError> {
         // `name` is the VM's directory; it must still be under this install's job dirs.
         let dir = PathBuf::from(&sandbox.name);
+        let pool_root = crate::pool::PoolSlots::of(&self.home).root().to_path_buf();
         if !self
             .home
             .job_dir_roots()
             .iter()
+            .chain(std::iter::once(&pool_root))
             .any(|root| dir == root.join(&sandbox.job).join("vm"))
         {
             return Err(RuntimeError::NotOurContainer {
@@ -547,32 +529,46 @@ impl Runtime for MicrovmRuntime {
             });
         }
         vm::kill_all(&vm::VmDir { dir }, Duration::from_secs(2)).await;
-        if self.remove_cgroup(&sandbox.job).await {
-            return Ok(());
-        }
-        // What is still in the cgroup was started in it by the VM's processes: this
-        // install's, for a job being removed.
-        if let Ok(cgroup) = cgroup::VmCgroup::of(self.home.id(), &sandbox.job) {
-            for pid in cgroup
-                .pids()
-                .into_iter()
-                .filter_map(rustix::process::Pid::from_raw)
-            {
-                if let Some(kill) = rustix::process::Signal::from_named_raw(libc::SIGKILL) {
-                    let _ = rustix::process::kill_process(pid, kill);
-                }
-            }
-        }
-        if self.remove_cgroup(&sandbox.job).await {
-            Ok(())
+        let cgroup = if sandbox.role == crate::runtime::SandboxRole::Pool {
+            cgroup::VmCgroup::of_slot(self.home.id(), &sandbox.job)
         } else {
-            Err(RuntimeError::Microvm(Box::new(MicrovmError::Start {
-                message: format!(
-                    "the host cgroup of VM `{}` still holds processes",
-                    sandbox.job
-                ),
-            })))
-        }
+            cgroup::VmCgroup::of(self.home.id(), &sandbox.job)
+        };
+        end_cgroup(cgroup, &sandbox.job).await
+    }
+
+    async fn start_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
+        pool::start_slot(self, slot).await.map_err(runtime_error)
+    }
+
+    fn pool_binds(&self, record: &JobRecord) -> Result<Vec<crate::pool::HostBind>, String> {
+        pool::layout(record).map(|(binds, _)| binds)
+    }
+
+    async fn adopt_pool_slot(
+        &self,
+        record: &JobRecord,
+        slot: &crate::pool::PoolSlot,
+    ) -> Result<String, RuntimeError> {
+        pool::adopt(self, record, slot).await.map_err(runtime_error)
+    }
+
+    async fn pool_claimed(
+        &self,
+        record: &JobRecord,
+        slot: &crate::pool::PoolSlot,
+    ) -> Result<(), RuntimeError> {
+        pool::mount_claimed(&self.home, record, slot)
+            .await
+            .map_err(runtime_error)
+    }
+
+    async fn remove_pool_slot(
+        &self,
+        slot: &crate::pool::PoolSlot,
+        _job_name: Option<&str>,
+    ) -> Result<(), RuntimeError> {
+        pool::remove_slot(&self.home, slot).await
     }
 
     async fn build_image(

@@ -42,6 +42,22 @@ pub enum ToGuest {
     KillAll,
     /// Power the VM off (the stop's polite first step).
     Shutdown,
+    /// A pool slot was claimed: mount the virtiofs share `tag` and bind its parts where the
+    /// job's files belong; answered by [`FromGuest::Exit`] (0) or [`FromGuest::Failed`].
+    Mount {
+        id: u64,
+        tag: String,
+        mounts: Vec<GuestMount>,
+    },
+}
+
+/// One part of a claimed pool slot's share: `source` (relative to the share's root) bound
+/// at `target` in the guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestMount {
+    pub source: String,
+    pub target: String,
+    pub read_only: bool,
 }
 
 /// What the guest agent reports.

@@ -32,6 +32,10 @@ pub struct Share {
     pub read_only: bool,
     /// Paths inside `host` made read-only on the host side of a writable share.
     pub protected: Vec<PathBuf>,
+    /// Mounted by the guest only when a pool slot is claimed (not by the init), and served
+    /// with the host's later mounts under `host` (virtiofsd's namespace a slave of the
+    /// host's, where the pool's are private).
+    pub later: bool,
 }
 
 /// The shares of a job, mirroring a container job's mounts (see `runtime::docker::mounts`).
@@ -43,6 +47,7 @@ pub fn shares(record: &JobRecord) -> Result<Vec<Share>, MicrovmError> {
         guest,
         read_only,
         protected,
+        later: false,
     };
     let mut shares = vec![
         share(
@@ -78,19 +83,7 @@ pub fn shares(record: &JobRecord) -> Result<Vec<Share>, MicrovmError> {
         true,
         vec![],
     ));
-    for (n, nested) in crate::git::object_dirs(&record.git_common_dir)
-        .into_iter()
-        .skip(1)
-        .enumerate()
-    {
-        shares.push(share(
-            &format!("alt{n}"),
-            nested.clone(),
-            nested,
-            true,
-            vec![],
-        ));
-    }
+    shares.extend(nested_object_shares(&record.git_common_dir));
     if let Some(outbox) = record.outbox().filter(|o| o.is_dir()) {
         shares.push(share(
             "outbox",
@@ -111,16 +104,60 @@ pub fn shares(record: &JobRecord) -> Result<Vec<Share>, MicrovmError> {
     Ok(shares)
 }
 
+/// The object stores the repository's own borrows from (its `alternates`), each shared
+/// read-only at its own path, as in every job's container.
+pub fn nested_object_shares(git_common_dir: &Path) -> Vec<Share> {
+    crate::git::object_dirs(git_common_dir)
+        .into_iter()
+        .skip(1)
+        .enumerate()
+        .map(|(n, nested)| Share {
+            tag: format!("alt{n}"),
+            host: nested.clone(),
+            guest: nested,
+            read_only: true,
+            protected: vec![],
+            later: false,
+        })
+        .collect()
+}
+
 /// The files of one job's VM.
 #[derive(Debug, Clone)]
 pub struct VmDir {
     pub dir: PathBuf,
 }
 
+/// The host cgroup of `record`'s VM: the pool slot's it claimed (its VM booted, and stays,
+/// in the slot's cgroup, as in the slot's directory) or the job's own.
+pub fn cgroup(install: &str, record: &JobRecord) -> Result<super::cgroup::VmCgroup, MicrovmError> {
+    match record.pool_slot() {
+        Some(slot) if record.runtime == crate::job::RuntimeKind::Microvm => {
+            super::cgroup::VmCgroup::of_slot(install, slot)
+        }
+        _ => super::cgroup::VmCgroup::of(install, record.id.as_str()),
+    }
+}
+
 impl VmDir {
+    /// The job's VM directory: `<job dir>/vm`, or for a job that claimed a pool slot's VM,
+    /// the slot's `vm/`, which that VM's processes name in their command lines (the slot's
+    /// record then names the job, and the job's record the slot).
     pub fn of(home: &crate::store::PaddockHome, record: &JobRecord) -> VmDir {
+        match record.pool_slot() {
+            Some(slot) if record.runtime == crate::job::RuntimeKind::Microvm => {
+                VmDir::of_slot(home, slot)
+            }
+            _ => VmDir {
+                dir: home.job_dir(&record.id).join("vm"),
+            },
+        }
+    }
+
+    /// A pool slot's VM directory (`pool/<slot>/vm`).
+    pub fn of_slot(home: &crate::store::PaddockHome, slot: &str) -> VmDir {
         VmDir {
-            dir: home.job_dir(&record.id).join("vm"),
+            dir: crate::pool::PoolSlots::of(home).dir(slot).join("vm"),
         }
     }
     pub fn agent_socket(&self) -> PathBuf {
@@ -157,15 +194,21 @@ impl VmDir {
 
 /// The VMs of this install that have a live process: for each job dir root, every process
 /// whose command line names `<root>/<job>/vm/`, one sandbox per job (its `name` is the VM's
-/// directory).
-pub fn running_vms(roots: &[PathBuf]) -> Vec<crate::runtime::Sandbox> {
+/// directory); under `pool_root`, each pool slot's VM (`<pool_root>/<slot>/vm/`), as a
+/// [`SandboxRole::Pool`](crate::runtime::SandboxRole) sandbox named by the slot, running
+/// while its QEMU is.
+pub fn running_vms(roots: &[PathBuf], pool_root: &Path) -> Vec<crate::runtime::Sandbox> {
     let mut found: Vec<crate::runtime::Sandbox> = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
             continue;
         };
         let cmdline = String::from_utf8_lossy(&cmdline);
-        for root in roots {
+        for root in roots
+            .iter()
+            .chain(std::iter::once(&pool_root.to_path_buf()))
+        {
+            let pool = root == pool_root;
             let prefix = format!("{}/", root.display());
             let Some(at) = cmdline.find(&prefix) else {
                 continue;
@@ -174,17 +217,28 @@ pub fn running_vms(roots: &[PathBuf]) -> Vec<crate::runtime::Sandbox> {
             let Some((job, tail)) = rest.split_once('/') else {
                 continue;
             };
-            if !tail.starts_with("vm/") || crate::job::JobId::parse(job).is_err() {
+            let named = if pool {
+                job.starts_with("pool-")
+            } else {
+                crate::job::JobId::parse(job).is_ok()
+            };
+            if !tail.starts_with("vm/") || !named {
                 continue;
             }
             let dir = root.join(job).join("vm");
             let pid: i32 = entry.file_name().to_string_lossy().parse().unwrap_or(0);
             if owned(pid, &dir) && !found.iter().any(|s| s.job == job) {
+                let vm = VmDir { dir: dir.clone() };
                 found.push(crate::runtime::Sandbox {
                     name: dir.display().to_string(),
                     job: job.to_string(),
-                    running: true,
-                    role: crate::runtime::SandboxRole::Job,
+                    // A slot whose QEMU died is no waiting VM (its virtiofsd may linger).
+                    running: !pool || vm.qemu_pid().is_some(),
+                    role: if pool {
+                        crate::runtime::SandboxRole::Pool
+                    } else {
+                        crate::runtime::SandboxRole::Job
+                    },
                     created: None,
                 });
             }
@@ -240,9 +294,8 @@ pub struct Boot<'a> {
     pub cgroup: &'a super::cgroup::VmCgroup,
 }
 
-/// The VM's memory in bytes and its vCPUs, from the job's limits.
-pub fn size(record: &JobRecord) -> (u64, u64) {
-    let limits = &record.limits;
+/// The VM's memory in bytes and its vCPUs, from the job's (or the pool slot's) limits.
+pub fn size(limits: &crate::job::Limits) -> (u64, u64) {
     let memory = match limits.memory.0 {
         0 => UNLIMITED_MEMORY,
         bytes => bytes + GUEST_OVERHEAD,
@@ -255,19 +308,20 @@ pub fn size(record: &JobRecord) -> (u64, u64) {
 }
 
 /// Starts the job's virtiofsd processes and its VM (daemonized); returns QEMU's pid.
+/// `name` is the job's id or the pool slot's.
 pub async fn start(
     vm: &VmDir,
-    record: &JobRecord,
+    name: &str,
+    limits: &crate::job::Limits,
     shares: &[Share],
     boot: &Boot<'_>,
 ) -> Result<i32, MicrovmError> {
     std::fs::create_dir_all(&vm.dir).map_err(io(&vm.dir))?;
-    let agent = crate::runtime::docker::agent_user(record.limits.uid);
+    let agent = crate::runtime::docker::agent_user(limits.uid);
     for share in shares {
         spawn_virtiofsd(vm, share, agent, boot.cgroup).await?;
     }
-    let limits = &record.limits;
-    let (memory, cpus) = size(record);
+    let (memory, cpus) = size(limits);
     let memory_mb = memory >> 20;
     let (uid, _) = crate::runtime::docker::agent_user(limits.uid);
     let mut append = format!(
@@ -287,7 +341,7 @@ pub async fn start(
     if quota > 0 && quota % 100_000 != 0 {
         append.push_str(&format!(" paddock.cpu={quota}"));
     }
-    for share in shares {
+    for share in shares.iter().filter(|s| !s.later) {
         let mode = if share.read_only { "ro" } else { "rw" };
         append.push_str(&format!(
             " paddock.share={}:{}:{mode}",
@@ -297,7 +351,7 @@ pub async fn start(
     }
     let mut args: Vec<String> = vec![
         "-name".into(),
-        format!("paddock-{}", record.id),
+        format!("paddock-{name}"),
         "-no-user-config".into(),
         "-nodefaults".into(),
         "-no-reboot".into(),
@@ -414,6 +468,10 @@ async fn spawn_virtiofsd(
     if share.read_only {
         read_only.push(&share.host);
     }
+    // A pool slot's share receives the claim's mounts later: those must reach virtiofsd
+    // (the jail makes user and network namespaces only, so its mount namespace stays this
+    // slave one and sees them too).
+    let propagation = if share.later { "slave" } else { "private" };
     // `$1` the socket, `$2` the source, `$3` paddock, then the paths to make read-only.
     let script = format!(
         r#"set -e; sock=$1; src=$2; paddock=$3; shift 3
@@ -426,7 +484,14 @@ for p; do mount --bind "$p" "$p"; mount -o remount,bind,ro "$p"; done
         .map_err(io(&vm.dir))?;
     let child = cgroup
         .command("unshare")
-        .args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+        .args([
+            "--mount",
+            "--propagation",
+            propagation,
+            "--",
+            "/bin/sh",
+            "-c",
+        ])
         .arg(&script)
         .arg("sh")
         .arg(&socket)
