@@ -114,6 +114,8 @@ fn private_dir() -> std::io::Result<PathBuf> {
 async fn relay(listener: UnixListener, target: SshTarget, options: Vec<String>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
+            // Out of descriptors, say: try again shortly rather than spin.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             continue;
         };
         let (target, options) = (target.clone(), options.clone());
