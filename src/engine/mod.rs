@@ -43,6 +43,7 @@ mod outbox;
 mod output_log;
 mod piggyback;
 mod placement;
+mod places;
 mod pool;
 pub use pool::PoolKey;
 mod failpoints;

@@ -57,6 +57,9 @@ pub struct Sandbox {
     pub running: bool,
     pub role: SandboxRole,
     pub created: Option<chrono::DateTime<chrono::Utc>>,
+    /// The named volumes it mounts (a remote job's files, its repository's object cache);
+    /// empty where a job's files are on this host.
+    pub volumes: Vec<String>,
 }
 
 /// What a listed sandbox is for.
@@ -323,6 +326,19 @@ pub trait Runtime: Send + Sync {
             runtime: "local",
             what: "fill a remote engine's volumes",
         })
+    }
+
+    /// On a remote engine: brings the files a piggybacked sync left in the job's outbox
+    /// volume to the host's outbox (`JobRecord::outbox`), each under its cap, and removes
+    /// them there. Other runtimes write the host's outbox directly.
+    async fn collect_outbox(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    /// On a remote engine: removes the job's volumes (each only when its labels say it is
+    /// this install's and the job's, checked right before). Once its container is gone.
+    async fn remove_files(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
+        Ok(())
     }
 
     /// The env of the image `tag` (`NAME=value` entries) when it is present, `None` when it
