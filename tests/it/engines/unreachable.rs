@@ -184,7 +184,10 @@ fn the_sweep_saves_an_orphan_on_a_remote_engine_then_reaps_it_and_nothing_else()
     );
     let volumes = engine.docker_ok(&["volume", "ls", "-q"]);
     for kind in ["ws", "git", "outbox"] {
-        assert!(!volumes.contains(&format!("{container}-{kind}")), "{volumes}");
+        assert!(
+            !volumes.contains(&format!("{container}-{kind}")),
+            "{volumes}"
+        );
     }
     let kept = swept["kept"].as_array().expect("kept");
     assert!(
@@ -197,7 +200,10 @@ fn the_sweep_saves_an_orphan_on_a_remote_engine_then_reaps_it_and_nothing_else()
                 .is_some_and(|r| r.contains("could not be saved"))),
         "{swept}"
     );
-    assert!(volumes.contains(&format!("{lost_container}-ws")), "{volumes}");
+    assert!(
+        volumes.contains(&format!("{lost_container}-ws")),
+        "{volumes}"
+    );
     assert!(volumes.contains(&stranger_volume), "{volumes}");
     assert!(volumes.contains(&other_volume), "{volumes}");
     for name in [&stranger, &other_install] {
