@@ -57,8 +57,7 @@ pub struct Sandbox {
     pub running: bool,
     pub role: SandboxRole,
     pub created: Option<chrono::DateTime<chrono::Utc>>,
-    /// The named volumes it mounts (a remote job's files, its repository's object cache);
-    /// empty where a job's files are on this host.
+    /// The named volumes it mounts (a remote job's files, its repository's object cache).
     pub volumes: Vec<String>,
 }
 
@@ -328,15 +327,11 @@ pub trait Runtime: Send + Sync {
         })
     }
 
-    /// On a remote engine: brings the files a piggybacked sync left in the job's outbox
-    /// volume to the host's outbox (`JobRecord::outbox`), each under its cap, and removes
-    /// them there. Other runtimes write the host's outbox directly.
+    /// A remote engine's half of `place::JobFiles`: the outbox volume's sync files brought to
+    /// the host's outbox (capped); the job's volumes removed (labels checked). Else nothing.
     async fn collect_outbox(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
         Ok(())
     }
-
-    /// On a remote engine: removes the job's volumes (each only when its labels say it is
-    /// this install's and the job's, checked right before). Once its container is gone.
     async fn remove_files(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
         Ok(())
     }
