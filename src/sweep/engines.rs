@@ -128,6 +128,11 @@ impl Paddock {
                 return;
             }
         };
+        // A create may have taken the id since (its volumes would carry the same labels).
+        if self.store().exists(&saved.record.id) {
+            report.kept("volume", volumes, "a job with this id exists again");
+            return;
+        }
         let reason = format!(
             "the files of a job with no record; its work saved: {}",
             saved.fetch

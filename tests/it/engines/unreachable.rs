@@ -65,7 +65,8 @@ fn a_job_whose_engine_stops_is_unreachable_kept_and_recovers() {
 
 /// A container of this install on the engine whose job has no record is reaped there, as on
 /// the local engine, once its work is saved: its commit and its uncommitted file come out of
-/// its volumes into the wip store, and then its volumes go. A stranger's container and
+/// its (stopped) container's volumes into the wip store, and then its volumes go; an orphan
+/// whose work cannot be saved keeps its volumes. A stranger's container and
 /// volume on the engine, and another install's, are untouched.
 #[test]
 fn the_sweep_saves_an_orphan_on_a_remote_engine_then_reaps_it_and_nothing_else() {
@@ -137,6 +138,8 @@ fn the_sweep_saves_an_orphan_on_a_remote_engine_then_reaps_it_and_nothing_else()
             .expect("a record");
     let key = record["repo_key"].as_str().expect("a repo key").to_string();
     std::fs::remove_file(&record_path).expect("rm record");
+    // Stopped, as a crash leaves it: its sync runs in a throwaway container beside it.
+    engine.docker_ok(&["stop", "-t", "1", &container]);
 
     let swept: Value = home.json(&["sweep", "--json"]);
     let removed = swept["removed"].as_array().expect("removed");
