@@ -187,7 +187,7 @@ impl Paddock {
             crate::copy_files::check_sources(&repo.root, &setup.copy)?;
         }
         let (engine, placed) = self
-            .engine_of(&config, &request, &id, &profile, &setup)
+            .engine_of(&config, &request, &id, &profile)
             .await?;
         let runtime = match &engine {
             Some(engine) => self.resolve_remote(engine, &profile).await?,
@@ -382,7 +382,8 @@ impl Paddock {
         };
         crash_point("registered");
         if record.engine.is_some() {
-            self.fill_remote(repo, record, &tip).await?;
+            self.fill_remote(repo, record, &tip, cache_specs, setup)
+                .await?;
             crash_point("checked-out");
             return self.start_built(record, setup, pool).await;
         }
