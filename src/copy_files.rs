@@ -178,7 +178,9 @@ pub fn tar_of(
         append(&mut builder, &root, entry, &source, Path::new(entry), owner)?;
         copied.push(entry.clone());
     }
-    let tar = builder.into_inner().map_err(io(entries[0].as_str(), repo))?;
+    let tar = builder
+        .into_inner()
+        .map_err(io(entries[0].as_str(), repo))?;
     Ok((tar, copied))
 }
 

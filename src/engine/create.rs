@@ -186,9 +186,7 @@ impl Paddock {
         if !setup.copy.is_empty() {
             crate::copy_files::check_sources(&repo.root, &setup.copy)?;
         }
-        let (engine, placed) = self
-            .engine_of(&config, &request, &id, &profile)
-            .await?;
+        let (engine, placed) = self.engine_of(&config, &request, &id, &profile).await?;
         let runtime = match &engine {
             Some(engine) => self.resolve_remote(engine, &profile).await?,
             None => {

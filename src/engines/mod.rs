@@ -196,7 +196,9 @@ pub fn cache_volume(tag: &str, repo_key: &str, name: &str, hash: &str) -> String
 /// The volume of a remote job's cache (see [`CACHE_MOUNTS`]); `None` for a local cache.
 pub fn volume_of(cache: &crate::cache::JobCache) -> Option<&str> {
     let volume = cache.entry.strip_prefix(CACHE_MOUNTS).ok()?;
-    volume.to_str().filter(|v| !v.is_empty() && !v.contains('/'))
+    volume
+        .to_str()
+        .filter(|v| !v.is_empty() && !v.contains('/'))
 }
 
 /// Where `create` stages a remote job's `copy` files as a tar for the fill (in its job dir).

@@ -198,7 +198,11 @@ pub(super) fn helper_mounts(planned: &[Planned]) -> Vec<Mount> {
             false,
         ));
         if let Some(seed) = &plan.seed {
-            mounts.push(volume_mount(seed, &format!("/paddock/cache-seed/{i}"), true));
+            mounts.push(volume_mount(
+                seed,
+                &format!("/paddock/cache-seed/{i}"),
+                true,
+            ));
         }
     }
     mounts
