@@ -86,7 +86,7 @@ fn create_args(repo: &FixtureRepo, engine: &Engine, task: &str) -> Vec<String> {
         "--json",
     ]
     .iter()
-    .map(|s| s.to_string())
+    .map(ToString::to_string)
     .collect()
 }
 
