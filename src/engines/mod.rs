@@ -201,6 +201,22 @@ pub fn volume_of(cache: &crate::cache::JobCache) -> Option<&str> {
         .filter(|v| !v.is_empty() && !v.contains('/'))
 }
 
+/// One of this install's cache volumes on an engine, as the engine lists it (`cache ls`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheVolume {
+    pub name: String,
+    pub repo_key: String,
+    pub cache: String,
+    /// As the engine says it (RFC 3339).
+    pub created_at: Option<String>,
+}
+
+/// Where this host keeps the last use of cache volume `volume` of engine `engine` (the
+/// file's mtime, set when a job's fill used it): jobs cannot forge it.
+pub fn last_use_mark(root: &std::path::Path, engine: &str, volume: &str) -> std::path::PathBuf {
+    root.join("engine-caches").join(engine).join(volume)
+}
+
 /// Where `create` stages a remote job's `copy` files as a tar for the fill (in its job dir).
 pub fn staged_copies(job_dir: &std::path::Path) -> std::path::PathBuf {
     job_dir.join("stage-copy.tar")

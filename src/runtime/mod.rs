@@ -280,6 +280,18 @@ pub trait Runtime: Send + Sync {
         None
     }
 
+    /// On a remote engine: this install's cache volumes there. Other runtimes keep caches
+    /// on the host (`cache`).
+    async fn cache_volumes(&self) -> Result<Vec<crate::engines::CacheVolume>, RuntimeError> {
+        Ok(Vec::new())
+    }
+
+    /// On a remote engine: removes the cache volume `name` when it still carries this
+    /// install's labels as a cache (checked right before); false when it does not.
+    async fn remove_cache_volume(&self, _name: &str) -> Result<bool, RuntimeError> {
+        Ok(false)
+    }
+
     /// The engine's version and capabilities, for `doctor`; `None` for runtimes without one.
     async fn engine_facts(&self) -> Option<Result<EngineFacts, RuntimeError>> {
         None

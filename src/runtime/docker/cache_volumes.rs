@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 
 use bollard::Docker;
 use bollard::models::{Mount, MountTypeEnum, VolumeCreateRequest};
-use bollard::query_parameters::ListVolumesOptionsBuilder;
+use bollard::query_parameters::{ListVolumesOptionsBuilder, RemoveVolumeOptions};
 
-use super::{API_TIMEOUT, LABEL_HOME, LABEL_ROLE, call};
+use super::{API_TIMEOUT, LABEL_HOME, LABEL_ROLE, call, optional};
 use crate::job::JobRecord;
 use crate::runtime::RuntimeError;
 use crate::store::PaddockHome;
@@ -79,7 +79,7 @@ pub(super) struct Planned {
 
 /// Where a job's last use of a cache volume is kept on this host (its mtime).
 fn last_use(home: &PaddockHome, engine: &str, volume: &str) -> PathBuf {
-    home.root().join("engine-caches").join(engine).join(volume)
+    crate::engines::last_use_mark(home.root(), engine, volume)
 }
 
 fn last_used(home: &PaddockHome, engine: &str, volume: &str) -> Option<std::time::SystemTime> {
@@ -246,4 +246,75 @@ pub(super) fn script(planned: &[Planned], uid: u32, gid: u32) -> String {
         ));
     }
     script
+}
+
+/// This install's cache volumes on the current engine.
+pub(super) async fn list(
+    home: &PaddockHome,
+) -> Result<Vec<crate::engines::CacheVolume>, RuntimeError> {
+    let docker = super::connect()?;
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![
+            format!("{LABEL_HOME}={}", home.id()),
+            format!("{LABEL_ROLE}={ROLE_CACHE}"),
+        ],
+    )]);
+    let options = ListVolumesOptionsBuilder::new().filters(&filters).build();
+    let listed = call(
+        "list volumes",
+        "cache volumes",
+        API_TIMEOUT,
+        docker.list_volumes(Some(options)),
+    )
+    .await?;
+    Ok(listed
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|volume| crate::engines::CacheVolume {
+            repo_key: volume
+                .labels
+                .get(LABEL_CACHE_REPO)
+                .cloned()
+                .unwrap_or_default(),
+            cache: volume
+                .labels
+                .get(LABEL_CACHE_NAME)
+                .cloned()
+                .unwrap_or_default(),
+            created_at: volume.created_at.as_ref().map(ToString::to_string),
+            name: volume.name,
+        })
+        .collect())
+}
+
+/// Removes the cache volume `name` when it carries this install's labels as a cache,
+/// looked at right before; false when it is gone or not ours. The engine refuses to remove
+/// a volume a container (a job's, running or not) still has.
+pub(super) async fn remove(home: &PaddockHome, name: &str) -> Result<bool, RuntimeError> {
+    let docker = super::connect()?;
+    let Some(volume) = optional(
+        "inspect volume",
+        name,
+        API_TIMEOUT,
+        docker.inspect_volume(name),
+    )
+    .await?
+    else {
+        return Ok(false);
+    };
+    let ours = volume.labels.get(LABEL_HOME).map(String::as_str) == Some(home.id())
+        && volume.labels.get(LABEL_ROLE).map(String::as_str) == Some(ROLE_CACHE);
+    if !ours {
+        return Ok(false);
+    }
+    call(
+        "remove volume",
+        name,
+        API_TIMEOUT,
+        docker.remove_volume(name, None::<RemoveVolumeOptions>),
+    )
+    .await?;
+    Ok(true)
 }

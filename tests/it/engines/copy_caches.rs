@@ -262,13 +262,57 @@ fn remote_caches_are_volumes_shared_by_key_seeded_kept_by_rm_and_private_to_the_
         .as_str()
         .expect("branch")
         .to_string();
-    for id in [&a, &b, &c, &x] {
+    for id in [&a, &b, &c] {
         home.ok(&["rm", id, "--force"]);
     }
     assert_eq!(repo.git(&["log", "-1", "--format=%s", &branch]).trim(), "a");
     let after = volumes(&home, engine, Some("cache"));
     assert_eq!(after.len(), 5, "{after:?}");
     assert!(caches.iter().all(|v| after.contains(v)), "{after:?}");
+
+    // `cache ls` shows them with the jobs using each; `prune` removes those of no live job,
+    // never a volume of another install (labelled as a cache, but not with this install).
+    let stranger = format!("paddock-stranger-cache-{}", std::process::id());
+    engine.docker_ok(&[
+        "volume",
+        "create",
+        "--label",
+        "dev.paddock.home=another-install",
+        "--label",
+        "dev.paddock.role=cache",
+        &stranger,
+    ]);
+    let listed = home.json(&["cache", "ls", "--json"]);
+    let listed = listed.as_array().expect("entries");
+    let on_engine: Vec<&Value> = listed
+        .iter()
+        .filter(|e| e["path"].as_str().is_some_and(|p| p.starts_with("eng1:")))
+        .collect();
+    assert_eq!(on_engine.len(), 5, "{listed:?}");
+    assert!(
+        on_engine
+            .iter()
+            .any(|e| e["jobs"] == serde_json::json!([x.clone()])),
+        "{listed:?}"
+    );
+    let pruned = home.json(&["cache", "prune", "--unused-for", "0s", "--json"]);
+    assert_eq!(
+        pruned["removed"].as_array().map(Vec::len),
+        Some(3),
+        "{pruned}"
+    );
+    let left = volumes(&home, engine, Some("cache"));
+    assert_eq!(left.len(), 2, "the live job's volumes stay: {left:?}");
+    assert!(!left.iter().any(|v| caches.contains(v)), "{left:?}");
+    home.ok(&["rm", &x, "--force"]);
+    home.json(&["cache", "prune", "--unused-for", "0s", "--json"]);
+    assert_eq!(volumes(&home, engine, Some("cache")), Vec::<String>::new());
+    let stays = engine
+        .docker(&["volume", "inspect", &stranger])
+        .status
+        .success();
+    engine.docker_ok(&["volume", "rm", &stranger]);
+    assert!(stays, "another install's volume was pruned");
 }
 
 /// Median of three create times: a job whose cache volume is new and empty, one whose new
