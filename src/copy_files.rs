@@ -548,6 +548,32 @@ mod tests {
     }
 
     #[test]
+    fn a_tar_of_the_copies_drops_set_id_bits_and_refuses_outside_links() {
+        let repo = tempfile::tempdir().unwrap();
+        let r = repo.path();
+        std::fs::write(r.join("tool"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(r.join("tool"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+        std::fs::create_dir(r.join("conf")).unwrap();
+        std::os::unix::fs::symlink("../tool", r.join("conf/link")).unwrap();
+        let (tar, copied) = tar_of(r, &["tool".into(), "conf".into()], (1000, 1001)).unwrap();
+        assert_eq!(copied, vec!["tool", "conf"]);
+        let mut seen = Vec::new();
+        for entry in tar::Archive::new(tar.as_slice()).entries().unwrap() {
+            let h = entry.unwrap().header().clone();
+            let path = h.path().unwrap().display().to_string();
+            seen.push((path, h.mode().unwrap(), h.uid().unwrap(), h.gid().unwrap()));
+        }
+        assert_eq!(seen[0], ("tool".into(), 0o755, 1000, 1001));
+        assert_eq!(seen[1].0, "conf");
+        assert_eq!(seen[2].0, "conf/link");
+        std::os::unix::fs::symlink("/etc/passwd", r.join("conf/out")).unwrap();
+        assert!(matches!(
+            tar_of(r, &["conf".into()], (0, 0)),
+            Err(CopyError::OutsideLink { .. })
+        ));
+    }
+
+    #[test]
     fn never_writes_through_a_link_in_the_checkout() {
         let repo = tempfile::tempdir().unwrap();
         let job = tempfile::tempdir().unwrap();

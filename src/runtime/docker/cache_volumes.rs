@@ -227,8 +227,12 @@ pub(super) fn script(planned: &[Planned], uid: u32, gid: u32) -> String {
             script.push_str(&format!("mkdir -p \"$W\"/{}\n", quote(path)));
         }
         let mark = format!("\"$C/paddock-caches/\"{}", quote(&plan.volume));
+        // Only into an empty volume: one a job already wrote (its mark lost with the object
+        // cache) may hold links, and root here writes through none of them.
         let copy = if plan.seed.is_some() {
-            format!("cp -a /paddock/cache-seed/{i}/. /paddock/cache-new/{i}/ 2>/dev/null || true")
+            format!(
+                "[ -n \"$(ls -A /paddock/cache-new/{i})\" ] || cp -a /paddock/cache-seed/{i}/. /paddock/cache-new/{i}/ 2>/dev/null || true"
+            )
         } else {
             "true".to_string()
         };
