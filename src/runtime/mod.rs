@@ -280,8 +280,7 @@ pub trait Runtime: Send + Sync {
         None
     }
 
-    /// On a remote engine: this install's cache volumes there. Other runtimes keep caches
-    /// on the host (`cache`).
+    /// On a remote engine: this install's cache volumes there (others' caches are the host's).
     async fn cache_volumes(&self) -> Result<Vec<crate::engines::CacheVolume>, RuntimeError> {
         Ok(Vec::new())
     }
