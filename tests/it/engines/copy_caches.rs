@@ -295,6 +295,8 @@ fn remote_caches_are_volumes_shared_by_key_seeded_kept_by_rm_and_private_to_the_
             .any(|e| e["jobs"] == serde_json::json!([x.clone()])),
         "{listed:?}"
     );
+    let table = home.ok(&["cache", "ls"]);
+    assert!(table.contains("node_modules (eng1)"), "{table}");
     let pruned = home.json(&["cache", "prune", "--unused-for", "0s", "--json"]);
     assert_eq!(
         pruned["removed"].as_array().map(Vec::len),
@@ -316,7 +318,8 @@ fn remote_caches_are_volumes_shared_by_key_seeded_kept_by_rm_and_private_to_the_
 }
 
 /// Median of three create times: a job whose cache volume is new and empty, one whose new
-/// volume is seeded (inside the engine) from a cache of 2,000 files, and one that shares a
+/// volume is seeded (inside the engine) from a cache of 2,000 files (or
+/// `PADDOCK_TEST_CACHE_FILES`, in hundreds), and one that shares a
 /// volume that exists.
 #[test]
 fn remote_cache_seed_timing() {
@@ -325,6 +328,10 @@ fn remote_cache_seed_timing() {
     }
     let engine = engine();
     let home = home_with(engine);
+    let files: usize = std::env::var("PADDOCK_TEST_CACHE_FILES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2_000);
     let (mut first, mut seeded, mut shared) = (Vec::new(), Vec::new(), Vec::new());
     let timed = |repo: &FixtureRepo, task: &str| {
         let started = Instant::now();
@@ -337,7 +344,7 @@ fn remote_cache_seed_timing() {
         first.push(ms);
         home.sh(
             &a,
-            "for d in $(seq 1 20); do mkdir -p node_modules/p$d; for f in $(seq 1 100); do echo $d-$f > node_modules/p$d/f$f.js; done; done",
+            &format!("for d in $(seq 1 {}); do mkdir -p node_modules/p$d; for f in $(seq 1 100); do echo $d-$f > node_modules/p$d/f$f.js; done; done", files / 100),
         );
         repo.write("package-lock.json", &format!("{{\"v\": {}}}\n", round + 10));
         repo.commit_all("new lockfile");
@@ -345,7 +352,7 @@ fn remote_cache_seed_timing() {
         seeded.push(ms);
         assert_eq!(
             home.sh(&b, "find node_modules -type f | wc -l").trim(),
-            "2000"
+            (files / 100 * 100).to_string()
         );
         let (c, ms) = timed(&repo, "shared");
         shared.push(ms);
@@ -358,7 +365,7 @@ fn remote_cache_seed_timing() {
         v[1]
     };
     eprintln!(
-        "remote create, median of 3: first (new empty cache) {} ms, seeded from 2000 files {} ms, shared {} ms",
+        "remote create, median of 3: first (new empty cache) {} ms, seeded from {files} files {} ms, shared {} ms",
         median(&mut first),
         median(&mut seeded),
         median(&mut shared)
