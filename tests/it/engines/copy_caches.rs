@@ -147,14 +147,23 @@ fn a_remote_job_gets_its_copies_and_setup_and_bad_copies_leave_nothing() {
     // nothing is left (no record, branch, container or volume on the engine).
     let outside = tempfile::tempdir().expect("tempdir");
     std::fs::write(outside.path().join("secret"), "host secret\n").expect("write");
+    // And a cache whose path goes through a link the commit tracks.
     let bad = [
         ("copy: [leak]\n", "leads out of the repository"),
         ("copy: [package-lock.json]\n", "tracked in the repository"),
+        (
+            "caches:\n  - path: vendor/lib\n",
+            "is a symlink (to `/tmp`)",
+        ),
     ];
     for (config, said) in bad {
         let repo = repo_with(config);
         std::os::unix::fs::symlink(outside.path().join("secret"), repo.path().join("leak"))
             .expect("symlink");
+        if config.starts_with("caches") {
+            std::os::unix::fs::symlink("/tmp", repo.path().join("vendor")).expect("symlink");
+            repo.commit_all("a tracked link");
+        }
         let home = home_with(engine);
         let args = create_args(&repo, engine, "bad");
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -253,7 +262,8 @@ fn remote_caches_are_volumes_shared_by_key_seeded_kept_by_rm_and_private_to_the_
     );
     let found = home.sh(
         &x,
-        "ls node_modules; grep -rl from-a / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr --exclude-dir=dev 2>/dev/null; true",
+        "ls node_modules; grep -rl from-a / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr --exclude-dir=dev 2>/dev/null; \
+         touch /paddock-objects/paddock-caches/forged 2>/dev/null && echo forged a seed mark; true",
     );
     assert_eq!(found, "setup.txt\n", "{found}");
 
