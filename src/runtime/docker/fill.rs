@@ -4,7 +4,9 @@
 //! of the job's commit (`git::remote`: that commit's tree, no history) and uploads the pack
 //! and the job's git dir (written on the host by `JobGitDir`, alternates re-pointed) through
 //! the archive API; the helper indexes the pack into the cache, checks the tree out into the
-//! workspace volume as the job's git dir says, and gives the files to the agent's uid.
+//! workspace volume as the job's git dir says, and gives the files to the agent's uid. A
+//! job's `copy` files (a tar the engine checked and staged) go into the workspace before the
+//! checkout; its cache volumes are mounted in the helper to be seeded (`cache_volumes`).
 
 use std::path::Path;
 use std::time::Duration;
