@@ -53,12 +53,15 @@ pub trait Place: Send + Sync {
 #[async_trait::async_trait]
 pub(crate) trait JobFiles: Place {
     /// Makes the job's files from the repository at `tip`, before any agent runs. Returns
-    /// the job's git dir when it is on this host (the create's copies and caches go next).
+    /// the job's git dir when it is on this host (the create's copies and caches go next,
+    /// there); a place that returns none put `setup`'s copies and `caches` in itself.
     async fn fill(
         &self,
         repo: &GitRepo,
         record: &mut JobRecord,
         tip: &str,
+        caches: &[crate::cache::CacheSpec],
+        setup: &crate::config::JobSetup,
     ) -> Result<Option<JobGitDir>>;
 
     /// Brings the files a piggybacked sync left in the job's outbox to its outbox on this

@@ -262,7 +262,7 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::EgressProxy(args) => egress_proxy::run(args).await,
         Command::GuardRanges => guard_ranges::run(),
         Command::GuestAgent | Command::VmShell(_) | Command::VmVirtiofsd(_) => Ok(exit::INTERNAL),
-        Command::Cache { command } => cache::run(paddock, command),
+        Command::Cache { command } => cache::run(paddock, command).await,
         Command::Config { command } => config::run(paddock, command).await,
     }
 }

@@ -185,9 +185,7 @@ impl Paddock {
         if !setup.copy.is_empty() {
             crate::copy_files::check_sources(&repo.root, &setup.copy)?;
         }
-        let (engine, placed) = self
-            .engine_of(&config, &request, &id, &profile, &setup)
-            .await?;
+        let (engine, placed) = self.engine_of(&config, &request, &id, &profile).await?;
         let runtime = match &engine {
             Some(engine) => self.resolve_remote(engine, &profile).await?,
             None => {
@@ -382,7 +380,10 @@ impl Paddock {
         crash_point("registered");
         // Where the job's files live makes them: a checkout on this host, or volumes of
         // its engine filled by a stream (`engine/places.rs`).
-        let filled = self.place_of(record).fill(repo, record, &tip).await?;
+        let filled = self
+            .place_of(record)
+            .fill(repo, record, &tip, cache_specs, setup)
+            .await?;
         crash_point("checked-out");
         let Some(job_git) = filled else {
             return self.start_built(record, setup, pool).await;

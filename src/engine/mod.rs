@@ -52,6 +52,7 @@ mod files_remote;
 mod ports;
 mod push;
 mod remote;
+mod remote_prep;
 mod remove;
 mod setup;
 mod sync;

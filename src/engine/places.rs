@@ -71,6 +71,8 @@ impl JobFiles for OnHost<'_> {
         repo: &GitRepo,
         record: &mut JobRecord,
         tip: &str,
+        _caches: &[crate::cache::CacheSpec],
+        _setup: &crate::config::JobSetup,
     ) -> Result<Option<JobGitDir>> {
         self.paddock.fill_local(repo, record, tip).await.map(Some)
     }
@@ -117,8 +119,12 @@ impl JobFiles for OnEngine<'_> {
         repo: &GitRepo,
         record: &mut JobRecord,
         tip: &str,
+        caches: &[crate::cache::CacheSpec],
+        setup: &crate::config::JobSetup,
     ) -> Result<Option<JobGitDir>> {
-        self.paddock.fill_remote(repo, record, tip).await?;
+        self.paddock
+            .fill_remote(repo, record, tip, caches, setup)
+            .await?;
         Ok(None)
     }
 

@@ -38,6 +38,7 @@ use bollard::query_parameters::{
 
 pub mod archive;
 mod body;
+mod cache_volumes;
 mod calls;
 mod egress;
 mod engine_egress;

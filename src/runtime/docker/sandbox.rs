@@ -280,6 +280,22 @@ impl Runtime for DockerRuntime {
         .await
     }
 
+    async fn cache_volumes(&self) -> Result<Vec<crate::engines::CacheVolume>, RuntimeError> {
+        if self.engine.is_none() {
+            return Ok(Vec::new());
+        }
+        self.on(async { super::cache_volumes::list(&self.home).await })
+            .await
+    }
+
+    async fn remove_cache_volume(&self, name: &str) -> Result<bool, RuntimeError> {
+        if self.engine.is_none() {
+            return Ok(false);
+        }
+        self.on(async { super::cache_volumes::remove(&self.home, name).await })
+            .await
+    }
+
     async fn engine_facts(&self) -> Option<Result<EngineFacts, RuntimeError>> {
         self.on(async { Some(super::facts::engine_facts().await) })
             .await

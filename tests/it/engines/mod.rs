@@ -15,6 +15,7 @@ use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image, text}
 
 mod auto;
 mod context;
+mod copy_caches;
 mod egress;
 mod files;
 mod hostile;
