@@ -57,6 +57,8 @@ pub struct Sandbox {
     pub running: bool,
     pub role: SandboxRole,
     pub created: Option<chrono::DateTime<chrono::Utc>>,
+    /// The named volumes it mounts (a remote job's files, its repository's object cache).
+    pub volumes: Vec<String>,
 }
 
 /// What a listed sandbox is for.
@@ -323,6 +325,15 @@ pub trait Runtime: Send + Sync {
             runtime: "local",
             what: "fill a remote engine's volumes",
         })
+    }
+
+    /// A remote engine's half of `place::JobFiles`: the outbox volume's sync files brought to
+    /// the host's outbox (capped); the job's volumes removed (labels checked). Else nothing.
+    async fn collect_outbox(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+    async fn remove_files(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
+        Ok(())
     }
 
     /// The env of the image `tag` (`NAME=value` entries) when it is present, `None` when it
