@@ -72,6 +72,11 @@ pub(crate) trait JobFiles: Place {
     /// sweep then removes the job.
     fn files_gone(&self, record: &JobRecord) -> bool;
 
+    /// Whether the job has a checkout whose uncommitted work `rm` must save first: a host
+    /// checkout that exists, or a remote job's volumes (asked through the sync itself, which
+    /// fails, and so stops the removal, when the engine does not answer).
+    fn holds_work(&self, record: &JobRecord) -> bool;
+
     /// Removes the job's files, once its sandbox is gone; each thing is checked to be ours
     /// right before it goes.
     async fn remove(&self, repo: &GitRepo, record: &JobRecord) -> Result<()>;

@@ -86,6 +86,10 @@ impl JobFiles for OnHost<'_> {
         record.git_dir.is_some() && !record.worktree.exists()
     }
 
+    fn holds_work(&self, record: &JobRecord) -> bool {
+        record.worktree.exists()
+    }
+
     async fn remove(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
         self.paddock.remove_checkout(repo, record).await
     }
@@ -135,6 +139,10 @@ impl JobFiles for OnEngine<'_> {
     fn files_gone(&self, _record: &JobRecord) -> bool {
         // Its files are on the engine; whether that answers is the sweep's other question.
         false
+    }
+
+    fn holds_work(&self, _record: &JobRecord) -> bool {
+        true
     }
 
     async fn remove(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {

@@ -53,7 +53,7 @@ impl Paddock {
         // A job still `creating` never ran an agent: there is no work to save, and a partial
         // checkout would only snapshot noise.
         let has_work = record.state != JobState::Creating;
-        if has_work && record.worktree.exists() {
+        if has_work && self.place_of(&record).holds_work(&record) {
             match self.save_work(&repo, &record, &wip_ref).await {
                 Ok(commit) => {
                     wip_commit = commit;

@@ -93,6 +93,13 @@ pub fn engine() -> &'static Engine {
     ENGINE.get_or_init(|| Engine::start("eng1", 71))
 }
 
+/// The engine `eng4`, for the one test that removes the proxy images of an engine: on the
+/// shared `eng1` that would pull them from under the other tests' sidecars and relays.
+pub fn image_engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| Engine::start("eng4", 74))
+}
+
 impl Engine {
     /// Starts engine `name` (network `10.231.INDEX.0/30`; a no-op when it runs) and gives it
     /// the agent image.
