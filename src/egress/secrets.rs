@@ -190,6 +190,53 @@ pub async fn serve_control(
     }
 }
 
+/// Hands `text` (one [`Load`]) to the proxy listening on `socket`, waiting for the socket
+/// to appear (the proxy makes it as it starts), all within `within`: the proxy's answer
+/// (`ok`, or `error: ...`). Used by paddock on the host (a local job's control directory)
+/// and by `paddock egress-load` inside a remote engine's sidecar.
+pub async fn deliver(
+    socket: &std::path::Path,
+    text: &[u8],
+    within: Duration,
+) -> Result<String, String> {
+    let sent = tokio::time::timeout(within, async {
+        let mut stream = loop {
+            match tokio::net::UnixStream::connect(socket).await {
+                Ok(stream) => break stream,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        stream.write_all(text).await?;
+        stream.shutdown().await?;
+        let mut answer = String::new();
+        (&mut stream).take(4096).read_to_string(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    })
+    .await;
+    match sent {
+        Ok(Ok(answer)) => Ok(answer.trim().to_string()),
+        Ok(Err(e)) => Err(format!("sending them to the proxy: {e}")),
+        Err(_) => Err(format!(
+            "the proxy's control socket did not answer in {within:?}"
+        )),
+    }
+}
+
+/// Reads one [`Load`] line (as `paddock egress-load` gets it on its stdin): at most
+/// [`MAX_LOAD`] bytes, up to a newline or the end, within [`LOAD_DEADLINE`].
+pub async fn read_load_line(input: impl tokio::io::AsyncRead + Unpin) -> Result<Vec<u8>, String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut reader = tokio::io::BufReader::new(input.take(MAX_LOAD + 1));
+    let mut line = Vec::new();
+    match tokio::time::timeout(LOAD_DEADLINE, reader.read_until(b'\n', &mut line)).await {
+        Ok(Ok(_)) if line.len() as u64 > MAX_LOAD => Err(format!("a load over {MAX_LOAD} bytes")),
+        Ok(Ok(0)) => Err("no load on stdin".into()),
+        Ok(Ok(_)) => Ok(line),
+        Ok(Err(e)) => Err(format!("reading the load: {e}")),
+        Err(_) => Err("the load did not arrive in time".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,7 @@ mod body;
 mod calls;
 mod egress;
 mod engine_egress;
+mod engine_secrets;
 mod exec;
 pub mod export;
 mod facts;
