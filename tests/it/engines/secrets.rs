@@ -275,3 +275,136 @@ fn a_secret_of_a_remote_job_reaches_only_its_host_and_rests_nowhere() {
     ]);
     assert!(left.trim().is_empty(), "{left}");
 }
+
+/// The way people run it: an unprivileged user (uid 4243) with no `PADDOCK_HOME`, the
+/// engine's certificates and the secret in files only that user can read, host binds
+/// forbidden. The listener in the engine's network namespace gets the value; the job, the
+/// state root, the engine's state and `docker inspect` there hold only the placeholder.
+#[test]
+fn an_unprivileged_user_s_secret_reaches_its_host_on_a_remote_engine() {
+    use crate::default_paths::{Machine, USER_UID, Who};
+    use std::os::unix::fs::PermissionsExt as _;
+    if !available("an_unprivileged_user_s_secret_reaches_its_host_on_a_remote_engine") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let engine = engine();
+    let netns = format!("pdk-{}", engine.name);
+    let address = engine_address(engine);
+    let (ca_pem, config) = test_tls(&address);
+    let (port, seen) = {
+        let address = address.clone();
+        in_netns(&netns, move || https_server(&address, config))
+    };
+    let host = format!("{address}:{port}");
+    let token = format!("tok-user-{}-Kp9Wd4Ns", std::process::id());
+    ensure_image(engine, "paddock-base:bookworm");
+
+    let machine = Machine::new(Who::User);
+    let config_dir = machine.home.join(".config/paddock");
+    let certs = config_dir.join("engine");
+    std::fs::create_dir_all(&certs).expect("mkdir");
+    for file in ["ca.pem", "cert.pem", "key.pem"] {
+        std::fs::copy(engine.dir.join("certs").join(file), certs.join(file)).expect("copy");
+    }
+    let entry = engine.config_entry().replace(
+        &engine.dir.join("certs").display().to_string(),
+        &certs.display().to_string(),
+    );
+    let token_file = config_dir.join("api-token");
+    std::fs::write(&token_file, format!("{token}\n")).expect("write the token");
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let ca_file = config_dir.join("upstream-ca.pem");
+    std::fs::write(&ca_file, &ca_pem).expect("write the upstream CA");
+    std::fs::write(
+        config_dir.join("config.yaml"),
+        format!(
+            "admission:\n  memory: 1024g\n  cpus: 1000\nengines:\n{entry}\
+             secrets:\n  api:\n    file: {}\n    hosts: ['{host}']\n    header: 'Authorization: Bearer {{}}'\n\
+             egress:\n  upstream_ca: {}\n",
+            token_file.display(),
+            ca_file.display()
+        ),
+    )
+    .expect("write the user config");
+    crate::fixtures::chown_trees(&[&config_dir], USER_UID);
+    let forbid = [("PADDOCK_TEST_FORBID_HOST_BINDS", "1")];
+    machine.json_with(
+        &[
+            "image",
+            "build",
+            "--engine",
+            engine.name,
+            "--base-image",
+            "paddock-base:bookworm",
+            "--tag",
+            "paddock-agent-engine-test:secrets",
+            "--json",
+        ],
+        &forbid,
+    );
+    let job = machine.json_with(
+        &[
+            "create",
+            "--engine",
+            engine.name,
+            "--image",
+            &test_image(),
+            "--secret",
+            "api",
+            "--json",
+        ],
+        &forbid,
+    );
+    let id = text(&job, "id");
+    let out = machine.json_with(
+        &[
+            "exec",
+            &id,
+            "--json",
+            "--",
+            "bash",
+            "-c",
+            &format!(
+                "h=${{HTTPS_PROXY#http://}}; echo \"$API\"; printf 'GET /u HTTP/1.1\\r\\nHost: {host}\\r\\nConnection: close\\r\\n\\r\\n' | timeout 20 openssl s_client -quiet -proxy $h -connect {host} -CAfile \"$SSL_CERT_FILE\" 2>&1"
+            ),
+        ],
+        &forbid,
+    );
+    let stdout = out["stdout"].as_str().unwrap_or_default().to_string();
+    assert!(stdout.starts_with("paddock-secret-"), "{out}");
+    assert!(stdout.contains("200 OK"), "{out}");
+    assert!(!stdout.contains(&token), "{out}");
+    let heads = seen.lock().expect("seen").clone();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(
+        heads[0].to_ascii_lowercase().contains(&format!(
+            "authorization: bearer {}",
+            token.to_ascii_lowercase()
+        )),
+        "{heads:?}"
+    );
+    let state = machine.state_root();
+    assert!(state.starts_with(&machine.home), "{}", state.display());
+    let grep = std::process::Command::new("grep")
+        .args(["-rlF", &token])
+        .arg(&state)
+        .output()
+        .expect("grep runs");
+    assert!(
+        grep.stdout.is_empty(),
+        "the value is in {}",
+        String::from_utf8_lossy(&grep.stdout)
+    );
+    let found = engine_files_with(engine, &token);
+    assert!(found.is_empty(), "the value is on the engine in {found}");
+    let container = text(&job, "container_name");
+    for name in [container.clone(), format!("{container}-egress")] {
+        let inspect = engine.docker_ok(&["inspect", &name]);
+        assert!(!inspect.contains(&token), "{name}: {inspect}");
+    }
+    let removed = machine.run_with(&["rm", &id, "--force"], &forbid);
+    assert!(removed.status.success(), "{removed:?}");
+}
