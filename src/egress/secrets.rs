@@ -4,7 +4,9 @@
 //! paddock sends a [`Load`] (the values, the job's leaf certificate and key for the secret
 //! hosts, the roots to verify upstream servers with) over a Unix socket in a directory only
 //! the sidecar and paddock's user can reach (`/paddock/ctl/ctl.sock` inside; never mounted
-//! into the job), each time it starts the sidecar. Nothing of it is written to disk: a
+//! into the job; on a remote engine a tmpfs of the sidecar, reached by an exec of
+//! `paddock egress-load` whose stdin carries the load, see `runtime/docker/engine_secrets`),
+//! each time it starts the sidecar. Nothing of it is written to disk: a
 //! restarted proxy holds no values until paddock sends them again (the job's next start), and
 //! until then refuses requests to secret hosts rather than send them without the secret.
 //!
