@@ -262,4 +262,28 @@ mod tests {
         assert_eq!(covering(&rules, "api.example.org", 443).len(), 1);
         assert!(covering(&rules, "api.example.org", 8443).is_empty());
     }
+
+    #[tokio::test]
+    async fn a_load_line_ends_at_its_newline_and_has_a_cap() {
+        let line = read_load_line(&b"{\"values\":{}}\nrest"[..]).await.unwrap();
+        assert_eq!(line, b"{\"values\":{}}\n");
+        assert!(read_load_line(&b""[..]).await.is_err());
+        let big = vec![b'x'; usize::try_from(MAX_LOAD).unwrap() + 10];
+        assert!(read_load_line(&big[..]).await.unwrap_err().contains("over"));
+    }
+
+    #[tokio::test]
+    async fn a_load_delivered_to_a_control_socket_is_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("ctl.sock");
+        let store = Arc::new(Store::default());
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        tokio::spawn(serve_control(listener, store.clone()));
+        let answer = deliver(&socket, b"not json\n", Duration::from_secs(5)).await;
+        assert!(answer.unwrap().starts_with("error: not a load"));
+        assert!(store.get().is_none());
+        let missing = dir.path().join("none.sock");
+        let late = deliver(&missing, b"{}", Duration::from_millis(200)).await;
+        assert!(late.unwrap_err().contains("did not answer"));
+    }
 }
