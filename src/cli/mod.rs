@@ -25,6 +25,7 @@ mod create;
 mod dashboard;
 mod diff;
 mod doctor;
+mod egress_load;
 mod egress_proxy;
 mod events;
 mod exec;
@@ -142,6 +143,9 @@ pub(crate) enum Command {
     /// The egress proxy of an allowlist job (run by its sidecar container).
     #[command(hide = true)]
     EgressProxy(egress_proxy::EgressProxyArgs),
+    /// Hand a job's secrets from stdin to its proxy (run in a remote engine's sidecar).
+    #[command(hide = true)]
+    EgressLoad(egress_load::EgressLoadArgs),
     /// Add the job range's unreachable route (run by a short-lived container).
     #[command(hide = true)]
     GuardRanges,
@@ -184,6 +188,12 @@ pub async fn run(cli: Cli) -> i32 {
     // The sidecar's proxy has no paddock install to open.
     if let Command::EgressProxy(args) = cli.command {
         return match egress_proxy::run(args).await {
+            Ok(code) => code,
+            Err(error) => report(&error, false),
+        };
+    }
+    if let Command::EgressLoad(args) = cli.command {
+        return match egress_load::run(args).await {
             Ok(code) => code,
             Err(error) => report(&error, false),
         };
@@ -260,6 +270,7 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Serve(args) => serve::run(paddock, args).await,
         Command::Dashboard(args) => dashboard::run(paddock, args).await,
         Command::EgressProxy(args) => egress_proxy::run(args).await,
+        Command::EgressLoad(args) => egress_load::run(args).await,
         Command::GuardRanges => guard_ranges::run(),
         Command::GuestAgent | Command::VmShell(_) | Command::VmVirtiofsd(_) => Ok(exit::INTERNAL),
         Command::Cache { command } => cache::run(paddock, command).await,

@@ -4,7 +4,9 @@
 //! paddock sends a [`Load`] (the values, the job's leaf certificate and key for the secret
 //! hosts, the roots to verify upstream servers with) over a Unix socket in a directory only
 //! the sidecar and paddock's user can reach (`/paddock/ctl/ctl.sock` inside; never mounted
-//! into the job), each time it starts the sidecar. Nothing of it is written to disk: a
+//! into the job; on a remote engine a tmpfs of the sidecar, reached by an exec of
+//! `paddock egress-load` whose stdin carries the load, see `runtime/docker/engine_secrets`),
+//! each time it starts the sidecar. Nothing of it is written to disk: a
 //! restarted proxy holds no values until paddock sends them again (the job's next start), and
 //! until then refuses requests to secret hosts rather than send them without the secret.
 //!
@@ -190,6 +192,53 @@ pub async fn serve_control(
     }
 }
 
+/// Hands `text` (one [`Load`]) to the proxy listening on `socket`, waiting for the socket
+/// to appear (the proxy makes it as it starts), all within `within`: the proxy's answer
+/// (`ok`, or `error: ...`). Used by paddock on the host (a local job's control directory)
+/// and by `paddock egress-load` inside a remote engine's sidecar.
+pub async fn deliver(
+    socket: &std::path::Path,
+    text: &[u8],
+    within: Duration,
+) -> Result<String, String> {
+    let sent = tokio::time::timeout(within, async {
+        let mut stream = loop {
+            match tokio::net::UnixStream::connect(socket).await {
+                Ok(stream) => break stream,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        stream.write_all(text).await?;
+        stream.shutdown().await?;
+        let mut answer = String::new();
+        (&mut stream).take(4096).read_to_string(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    })
+    .await;
+    match sent {
+        Ok(Ok(answer)) => Ok(answer.trim().to_string()),
+        Ok(Err(e)) => Err(format!("sending them to the proxy: {e}")),
+        Err(_) => Err(format!(
+            "the proxy's control socket did not answer in {within:?}"
+        )),
+    }
+}
+
+/// Reads one [`Load`] line (as `paddock egress-load` gets it on its stdin): at most
+/// [`MAX_LOAD`] bytes, up to a newline or the end, within [`LOAD_DEADLINE`].
+pub async fn read_load_line(input: impl tokio::io::AsyncRead + Unpin) -> Result<Vec<u8>, String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut reader = tokio::io::BufReader::new(input.take(MAX_LOAD + 1));
+    let mut line = Vec::new();
+    match tokio::time::timeout(LOAD_DEADLINE, reader.read_until(b'\n', &mut line)).await {
+        Ok(Ok(_)) if line.len() as u64 > MAX_LOAD => Err(format!("a load over {MAX_LOAD} bytes")),
+        Ok(Ok(0)) => Err("no load on stdin".into()),
+        Ok(Ok(_)) => Ok(line),
+        Ok(Err(e)) => Err(format!("reading the load: {e}")),
+        Err(_) => Err("the load did not arrive in time".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,5 +261,29 @@ mod tests {
         assert!(leaked(&rules, b"GET / HTTP/1.1\r\n\r\n", "other.example", 80).is_none());
         assert_eq!(covering(&rules, "api.example.org", 443).len(), 1);
         assert!(covering(&rules, "api.example.org", 8443).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_load_line_ends_at_its_newline_and_has_a_cap() {
+        let line = read_load_line(&b"{\"values\":{}}\nrest"[..]).await.unwrap();
+        assert_eq!(line, b"{\"values\":{}}\n");
+        assert!(read_load_line(&b""[..]).await.is_err());
+        let big = vec![b'x'; usize::try_from(MAX_LOAD).unwrap() + 10];
+        assert!(read_load_line(&big[..]).await.unwrap_err().contains("over"));
+    }
+
+    #[tokio::test]
+    async fn a_load_delivered_to_a_control_socket_is_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("ctl.sock");
+        let store = Arc::new(Store::default());
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        tokio::spawn(serve_control(listener, store.clone()));
+        let answer = deliver(&socket, b"not json\n", Duration::from_secs(5)).await;
+        assert!(answer.unwrap().starts_with("error: not a load"));
+        assert!(store.get().is_none());
+        let missing = dir.path().join("none.sock");
+        let late = deliver(&missing, b"{}", Duration::from_millis(200)).await;
+        assert!(late.unwrap_err().contains("did not answer"));
     }
 }

@@ -51,10 +51,8 @@ impl Paddock {
             _ => {}
         }
         // An allowlist job's proxy runs on the engine from its proxy image (see
-        // `runtime/docker/engine_egress.rs`); secrets need a control socket on the host.
-        if !request.secrets.is_empty() || !profile.secrets.value.is_empty() {
-            return Err(unsupported(name, "`secrets`"));
-        }
+        // `runtime/docker/engine_egress.rs`), and its secrets go to it there by an exec's
+        // stdin (`runtime/docker/engine_secrets.rs`).
         if profile.disk.is_some() {
             return Err(unsupported(name, "a disk limit"));
         }

@@ -16,7 +16,7 @@ use crate::fixtures::tls::{Seen, https_server, test_tls};
 use crate::fixtures::{FixtureRepo, TestHome, bridge_gateway, docker_available, text};
 
 /// A plain TCP server on `address` that records every byte it receives.
-fn capture_server(address: &str) -> (u16, Seen) {
+pub(crate) fn capture_server(address: &str) -> (u16, Seen) {
     let listener = TcpListener::bind((address, 0)).unwrap();
     let port = listener.local_addr().unwrap().port();
     let seen: Seen = Arc::default();
@@ -43,7 +43,7 @@ fn capture_server(address: &str) -> (u16, Seen) {
 
 /// Runs `openssl s_client` through the job's proxy to `target` (IP:PORT), sending `request`;
 /// prints what came back.
-fn https_in_job(home: &TestHome, id: &str, target: &str, request: &str) -> String {
+pub(crate) fn https_in_job(home: &TestHome, id: &str, target: &str, request: &str) -> String {
     let ip = target.rsplit_once(':').unwrap().0;
     bash(
         home,

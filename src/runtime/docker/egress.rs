@@ -57,7 +57,7 @@ use crate::store::PaddockHome;
 pub const PROXY_PORT: u16 = 3128;
 /// The bridge driver's option that leaves the host without an address on the network.
 const INHIBIT_HOST_ADDRESS: &str = "com.docker.network.bridge.inhibit_ipv4";
-const SIDECAR_BINARY: &str = "/paddock/bin/paddock";
+pub(super) const SIDECAR_BINARY: &str = "/paddock/bin/paddock";
 pub(super) const SIDECAR_POLICY_DIR: &str = "/paddock/egress";
 pub(super) const SIDECAR_LOG: &str = "/paddock/log/egress.jsonl";
 
@@ -477,6 +477,7 @@ fn sidecar_body(
     remote: Option<(String, Vec<bollard::models::Mount>)>,
 ) -> Result<ContainerCreateBody, RuntimeError> {
     let (uid, gid) = agent_user(record.limits.uid);
+    let remote_parts = remote.is_some();
     let (image, mounts) = match remote {
         Some(parts) => parts,
         None => (
@@ -486,6 +487,9 @@ fn sidecar_body(
     };
     let relays = super::ports::sidecar_relays(&record.ports, subnet.map(JobSubnet::job));
     let (control_mounts, control_args) = super::secrets::sidecar_parts(home, record, uid, gid)?;
+    // On a remote engine the control socket's directory is the sidecar's own tmpfs.
+    let tmpfs = (remote_parts && !control_args.is_empty())
+        .then(|| super::engine_secrets::control_tmpfs(uid, gid));
     let host_config = HostConfig {
         mounts: Some(mounts.into_iter().chain(control_mounts).collect()),
         cap_drop: Some(vec!["ALL".into()]),
@@ -497,6 +501,7 @@ fn sidecar_body(
         nano_cpus: Some(1_000_000_000),
         network_mode: Some("bridge".into()),
         port_bindings: relays.port_bindings,
+        tmpfs,
         init: Some(true),
         ..Default::default()
     };

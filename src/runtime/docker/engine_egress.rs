@@ -34,6 +34,7 @@ use bollard::query_parameters::{BuildImageOptionsBuilder, DownloadFromContainerO
 use futures_util::StreamExt;
 
 use super::egress::{SIDECAR_LOG, SIDECAR_POLICY_DIR, log_path, policy_dir, sidecar_name};
+use super::engine_secrets::CA_DIR;
 use super::image::LABEL_IMAGE;
 use super::remote::{ensure_volume, upload};
 use super::{API_TIMEOUT, LABEL_HOME, agent_user, call, io_error, is_not_found, job_container};
@@ -231,18 +232,29 @@ pub async fn require_proxy_image(docker: &Docker) -> Result<String, RuntimeError
     })
 }
 
-/// The job's egress volumes on its engine, with where the sidecar mounts them.
-fn volumes(record: &JobRecord) -> [(String, &'static str); 2] {
+/// The job's egress volumes on its engine, with where the sidecar mounts them: policy, log
+/// and, for a job with secrets, the CA bundle it trusts (`engine_secrets`).
+fn volumes(record: &JobRecord) -> Vec<(String, &'static str)> {
     let container = job_container(record);
-    [
+    let mut volumes = vec![
         (job_volume(&container, "egress-policy"), SIDECAR_POLICY_DIR),
         (job_volume(&container, "egress-log"), "/paddock/log"),
-    ]
+    ];
+    if super::secrets::has_secrets(record) {
+        volumes.push((super::engine_secrets::ca_volume(record), CA_DIR));
+    }
+    volumes
 }
 
 /// The names of the job's egress volumes (removed with the job's other volumes).
 pub fn volume_names(record: &JobRecord) -> impl Iterator<Item = String> {
-    volumes(record).into_iter().map(|(name, _)| name)
+    // The CA volume whether or not the record names secrets now: removal checks labels.
+    let mut names: Vec<String> = volumes(record).into_iter().map(|(name, _)| name).collect();
+    let ca = super::engine_secrets::ca_volume(record);
+    if !names.contains(&ca) {
+        names.push(ca);
+    }
+    names.into_iter()
 }
 
 /// The sidecar's image and mounts on a remote engine: the proxy image and the job's egress
@@ -267,7 +279,12 @@ pub async fn sidecar_parts(
 }
 
 /// A tar of one file `name` holding `bytes`, owned by `uid:gid` with `mode`.
-fn tar_of(name: &str, bytes: &[u8], owner: (u32, u32), mode: u32) -> std::io::Result<Vec<u8>> {
+pub(super) fn tar_of(
+    name: &str,
+    bytes: &[u8],
+    owner: (u32, u32),
+    mode: u32,
+) -> std::io::Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     let mut header = tar::Header::new_gnu();
     header.set_size(bytes.len() as u64);
@@ -280,8 +297,8 @@ fn tar_of(name: &str, bytes: &[u8], owner: (u32, u32), mode: u32) -> std::io::Re
 }
 
 /// Before the sidecar `name` (created, not running) starts: the policy as the host copy
-/// has it (no proxy reads it yet), and the proxy's log file, made for the agent's uid when
-/// the volume has none.
+/// has it (no proxy reads it yet), the CA bundle of a job with secrets, and the proxy's log
+/// file, made for the agent's uid when the volume has none.
 pub async fn prepare(
     docker: &Docker,
     home: &PaddockHome,
@@ -291,6 +308,7 @@ pub async fn prepare(
     let (path, policy) = read_policy(home, record)?;
     let tar = tar_of("policy.json", &policy, (0, 0), 0o644).map_err(io_error(&path))?;
     upload(docker, &name, SIDECAR_POLICY_DIR, tar).await?;
+    super::secrets::upload_bundle(docker, home, record, &name).await?;
     if super::archive::stat_with(docker, &name, SIDECAR_LOG)
         .await?
         .is_some()

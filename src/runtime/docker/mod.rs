@@ -42,6 +42,7 @@ mod cache_volumes;
 mod calls;
 mod egress;
 mod engine_egress;
+mod engine_secrets;
 mod exec;
 pub mod export;
 mod facts;

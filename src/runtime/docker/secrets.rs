@@ -8,6 +8,9 @@
 //! over the socket to the proxy's (see `egress::secrets`), at each start of the sidecar. A
 //! sidecar that restarts by itself (Docker's daemon restarting) holds no values until the
 //! job is started again by paddock; it refuses secret hosts meanwhile.
+//!
+//! On a remote engine nothing of this is a host path: the bundle is a volume there and the
+//! values go through an exec's stdin (see `engine_secrets`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -47,7 +50,7 @@ pub fn rules(record: &JobRecord) -> Vec<SecretRule> {
         .collect()
 }
 
-fn has_secrets(record: &JobRecord) -> bool {
+pub(super) fn has_secrets(record: &JobRecord) -> bool {
     record
         .limits
         .secrets
@@ -84,6 +87,11 @@ pub fn sidecar_parts(
     if !has_secrets(record) {
         return Ok((Vec::new(), Vec::new()));
     }
+    let args = vec!["--control".into(), SIDECAR_CONTROL.into()];
+    if record.engine.is_some() {
+        // A tmpfs of the sidecar there (`engine_secrets::control_tmpfs`).
+        return Ok((Vec::new(), args));
+    }
     use std::os::unix::fs::PermissionsExt;
     let dir = control_dir(home, record);
     std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
@@ -94,7 +102,7 @@ pub fn sidecar_parts(
     }
     Ok((
         vec![bind(&dir, Path::new(SIDECAR_CONTROL_DIR), false)],
-        vec!["--control".into(), SIDECAR_CONTROL.into()],
+        args,
     ))
 }
 
@@ -109,20 +117,19 @@ pub fn job_parts(home: &PaddockHome, record: &JobRecord) -> (Vec<Mount>, Vec<Str
     else {
         return (Vec::new(), Vec::new());
     };
-    (
-        vec![bind(
-            &bundle_path(home, record),
-            Path::new(JOB_BUNDLE),
-            true,
-        )],
-        crate::secrets::job_env(secrets, JOB_BUNDLE),
-    )
+    let mount = if record.engine.is_some() {
+        super::engine_secrets::job_mount(record)
+    } else {
+        bind(&bundle_path(home, record), Path::new(JOB_BUNDLE), true)
+    };
+    (vec![mount], crate::secrets::job_env(secrets, JOB_BUNDLE))
 }
 
 /// Writes the job's CA bundle (the host's roots and the install's CA, made the first time)
 /// before its container is made; on a blocking thread (a read of the host's roots).
 pub async fn write_bundle(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
-    if !has_secrets(record) {
+    // A remote job's bundle is uploaded into its volume there (`upload_bundle`).
+    if !has_secrets(record) || record.engine.is_some() {
         return Ok(());
     }
     let (root, path, job) = (
@@ -131,15 +138,40 @@ pub async fn write_bundle(home: &PaddockHome, record: &JobRecord) -> Result<(), 
         record.clone(),
     );
     tokio::task::spawn_blocking(move || {
-        let ca = InstallCa::load_or_create(&root).map_err(|e| failed(&job, "*", e))?;
+        let bundle = bundle_pem(&root).map_err(|e| failed(&job, "*", e))?;
         let dir = path.parent().expect("the bundle is in a directory");
         std::fs::create_dir_all(dir).map_err(io_error(dir))?;
-        let mut bundle = host_roots_pem();
-        bundle.push_str(&ca.cert_pem);
         crate::atomic::write_atomic(&path, bundle.as_bytes(), false).map_err(io_error(&path))
     })
     .await
     .expect("writing the bundle does not panic")
+}
+
+/// The CA bundle a job trusts: the host's roots and the install's CA (made the first time).
+fn bundle_pem(root: &Path) -> Result<String, String> {
+    let ca = InstallCa::load_or_create(root)?;
+    let mut bundle = host_roots_pem();
+    bundle.push_str(&ca.cert_pem);
+    Ok(bundle)
+}
+
+/// A remote job's CA bundle, uploaded into its CA volume through its sidecar `name`
+/// (created, before it starts); nothing for a job without secrets.
+pub async fn upload_bundle(
+    docker: &bollard::Docker,
+    home: &PaddockHome,
+    record: &JobRecord,
+    name: &str,
+) -> Result<(), RuntimeError> {
+    if !has_secrets(record) {
+        return Ok(());
+    }
+    let (root, job) = (home.root().to_path_buf(), record.clone());
+    let bundle = tokio::task::spawn_blocking(move || bundle_pem(&root))
+        .await
+        .expect("reading the roots does not panic")
+        .map_err(|e| failed(&job, "*", e))?;
+    super::engine_secrets::upload_bundle(docker, name, bundle.as_bytes()).await
 }
 
 /// Reads the job's values and sends them, with its certificate and the upstream roots, to
@@ -189,39 +221,23 @@ pub async fn send(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeE
     .expect("reading secrets does not panic")?;
     let text = serde_json::to_vec(&load).expect("a load serializes");
     drop(load);
-    let socket = control_dir(home, record).join("ctl.sock");
-    let answer = tokio::time::timeout(SEND_DEADLINE, async {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        // The proxy makes its socket as it starts: wait for it.
-        let mut stream = loop {
-            match tokio::net::UnixStream::connect(&socket).await {
-                Ok(stream) => break stream,
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        };
-        stream.write_all(&text).await?;
-        stream.shutdown().await?;
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).await?;
-        Ok::<_, std::io::Error>(answer)
-    })
-    .await;
+    let answer = if record.engine.is_some() {
+        // No path of this machine is in the sidecar there: an exec's stdin (see
+        // `engine_secrets`).
+        let docker = super::connect()?;
+        super::engine_secrets::deliver(&docker, record, &text).await
+    } else {
+        let socket = control_dir(home, record).join("ctl.sock");
+        crate::egress::secrets::deliver(&socket, &text, SEND_DEADLINE).await
+    };
+    drop(text);
     match answer {
-        Ok(Ok(answer)) if answer.trim() == "ok" => Ok(()),
-        Ok(Ok(answer)) => Err(failed(
+        Ok(answer) if answer == "ok" => Ok(()),
+        Ok(answer) => Err(failed(
             record,
             "*",
-            format!("the proxy refused them: {}", answer.trim()),
+            format!("the proxy refused them: {answer}"),
         )),
-        Ok(Err(e)) => Err(failed(
-            record,
-            "*",
-            format!("sending them to the proxy: {e}"),
-        )),
-        Err(_) => Err(failed(
-            record,
-            "*",
-            format!("the proxy's control socket did not answer in {SEND_DEADLINE:?}"),
-        )),
+        Err(message) => Err(failed(record, "*", message)),
     }
 }

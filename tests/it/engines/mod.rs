@@ -21,6 +21,7 @@ mod files;
 mod hostile;
 mod images;
 mod remote;
+mod secrets;
 mod ssh;
 mod unprivileged;
 mod unreachable;
