@@ -382,6 +382,8 @@ impl Paddock {
         };
         crash_point("registered");
         if record.engine.is_some() {
+            // A warm slot's container and volumes become the job's before the fill writes them.
+            self.claim_remote(record, pool).await?;
             self.fill_remote(repo, record, &tip).await?;
             crash_point("checked-out");
             return self.start_built(record, setup, pool).await;

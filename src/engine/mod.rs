@@ -44,6 +44,7 @@ mod output_log;
 mod piggyback;
 mod placement;
 mod pool;
+mod pool_remote;
 pub use pool::PoolKey;
 mod failpoints;
 mod files_remote;

@@ -217,6 +217,15 @@ pub trait Runtime: Send + Sync {
         })
     }
 
+    /// Checks that a remote pool slot's sandbox still waits, before a claim fills it; its id.
+    async fn check_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
+        let _ = slot;
+        Err(RuntimeError::Unsupported {
+            runtime: "process",
+            what: "keep a warm pool on a remote engine",
+        })
+    }
+
     /// The host binds that make `record`'s files appear in a pool slot's sandbox, or why
     /// the job cannot start in one.
     fn pool_binds(&self, record: &JobRecord) -> Result<Vec<crate::pool::HostBind>, String> {

@@ -168,7 +168,18 @@ impl Runtime for DockerRuntime {
     }
 
     async fn start_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
-        self.on(async { super::pool::start_slot(&self.home, slot).await })
+        self.on(async {
+            if slot.engine.is_some() {
+                super::remote_pool::start_slot(&self.home, slot).await
+            } else {
+                super::pool::start_slot(&self.home, slot).await
+            }
+        })
+        .await
+    }
+
+    async fn check_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
+        self.on(async { super::remote_pool::check_slot(&self.home, slot).await })
             .await
     }
 
@@ -181,8 +192,14 @@ impl Runtime for DockerRuntime {
         record: &JobRecord,
         slot: &crate::pool::PoolSlot,
     ) -> Result<String, RuntimeError> {
-        self.on(async { super::pool::adopt_slot(record, slot).await })
-            .await
+        self.on(async {
+            if slot.engine.is_some() {
+                super::remote_pool::adopt_slot(record, slot).await
+            } else {
+                super::pool::adopt_slot(record, slot).await
+            }
+        })
+        .await
     }
 
     async fn remove_pool_slot(
@@ -190,8 +207,14 @@ impl Runtime for DockerRuntime {
         slot: &crate::pool::PoolSlot,
         job_name: Option<&str>,
     ) -> Result<(), RuntimeError> {
-        self.on(async { super::pool::remove_slot_container(&self.home, slot, job_name).await })
-            .await
+        self.on(async {
+            if slot.engine.is_some() {
+                super::remote_pool::remove_slot(&self.home, slot).await
+            } else {
+                super::pool::remove_slot_container(&self.home, slot, job_name).await
+            }
+        })
+        .await
     }
 
     async fn shell_command(

@@ -1,0 +1,319 @@
+//! The warm pool on a remote engine: `pool fill --engine` starts the slots there (hardened
+//! containers with volumes of their own, no host path), a create on that engine claims one
+//! (its fill writes the slot's volumes) and is ready sooner than a cold remote create, the
+//! claimed job commits and syncs, `rm` keeps its work and takes the slot's container and
+//! volumes, `pool drain` leaves no slot container or volume there, a stranger's look-alike
+//! is untouched, and slots on an engine that does not answer are left and reported.
+
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::{available, engine, home_with};
+use crate::fixtures::{FixtureRepo, TestHome, test_image, text};
+
+/// A repository whose default profile keeps a pool of `size` containers of the test image.
+fn pooled_repo(size: u32) -> FixtureRepo {
+    let repo = FixtureRepo::new();
+    repo.write(
+        ".paddock.yaml",
+        &format!(
+            "profiles:\n  default:\n    image: {}\n    memory: 512m\n    pool: {{size: {size}}}\n",
+            test_image()
+        ),
+    );
+    repo.commit_all("a pooled profile");
+    repo
+}
+
+fn slots(home: &TestHome) -> Vec<Value> {
+    home.json(&["pool", "ls", "--json"])
+        .as_array()
+        .expect("a list")
+        .clone()
+}
+
+/// Creates a job on eng1; its create object and how long the create took (ms).
+fn timed_create(home: &TestHome, repo: &FixtureRepo, task: &str) -> (Value, u128) {
+    let started = Instant::now();
+    let job = home.create(repo, &["--engine", "eng1", "--task", task]);
+    (job, started.elapsed().as_millis())
+}
+
+fn median(mut values: Vec<u128>) -> u128 {
+    values.sort_unstable();
+    values[values.len() / 2]
+}
+
+/// The names of eng1's containers (all, running or not) and volumes carrying `label`.
+fn labelled_on_engine(label: &str) -> (Vec<String>, Vec<String>) {
+    let engine = engine();
+    let filter = format!("label={label}");
+    let lines = |out: String| out.lines().map(str::to_string).collect::<Vec<_>>();
+    (
+        lines(engine.docker_ok(&["ps", "-a", "--filter", &filter, "--format", "{{.Names}}"])),
+        lines(engine.docker_ok(&["volume", "ls", "-q", "--filter", &filter])),
+    )
+}
+
+#[test]
+fn a_pool_on_a_remote_engine_is_claimed_faster_keeps_work_and_drains_clean() {
+    if !available("a_pool_on_a_remote_engine_is_claimed_faster_keeps_work_and_drains_clean") {
+        return;
+    }
+    let engine = engine();
+    let repo = pooled_repo(2);
+    let home = home_with(engine).env("PADDOCK_POOL_REFILL", "off");
+    let path = repo.path().display().to_string();
+
+    // Cold: the pool is empty, so each create starts cold and says why. The first one fills
+    // the engine's object cache (not measured: a warm claim finds it filled).
+    let (first, _) = timed_create(&home, &repo, "prime");
+    assert_eq!(first["pool"]["start"], "cold", "{first}");
+    assert!(
+        text(&first["pool"], "reason").contains("no ready container"),
+        "{first}"
+    );
+    home.ok(&["rm", &text(&first, "id"), "--force"]);
+    let mut cold = Vec::new();
+    for n in 0..3 {
+        let (job, ms) = timed_create(&home, &repo, &format!("cold{n}"));
+        assert_eq!(job["pool"]["start"], "cold", "{job}");
+        cold.push(ms);
+        home.ok(&["rm", &text(&job, "id"), "--force"]);
+    }
+
+    // A stranger's look-alike on the engine: another install's pool container and volume.
+    let stranger = format!("stranger-pool-{}", std::process::id());
+    let _ = engine.docker(&["rm", "-f", &stranger]);
+    let _ = engine.docker(&["volume", "rm", &format!("{stranger}-workspace")]);
+    engine.docker_ok(&[
+        "volume",
+        "create",
+        "--label",
+        "dev.paddock.home=another-install",
+        "--label",
+        "dev.paddock.job=pool-0123abcd",
+        &format!("{stranger}-workspace"),
+    ]);
+    engine.docker_ok(&[
+        "run",
+        "-d",
+        "--name",
+        &stranger,
+        "--label",
+        "dev.paddock.home=another-install",
+        "--label",
+        "dev.paddock.job=pool-0123abcd",
+        "--label",
+        "dev.paddock.role=pool",
+        &test_image(),
+        "sleep",
+        "600",
+    ]);
+
+    // Fill on eng1: the slots run there (seen with the engine's API), not on the host.
+    let filled = home.json(&[
+        "pool", "fill", "--repo", &path, "--engine", "eng1", "--json",
+    ]);
+    assert_eq!(
+        filled["started"].as_array().map(Vec::len),
+        Some(2),
+        "{filled}"
+    );
+    let listed = slots(&home);
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    for slot in &listed {
+        assert_eq!(slot["engine"], "eng1", "{slot}");
+        assert_eq!(slot["state"], "ready", "{slot}");
+        let name = text(slot, "container");
+        let state = engine.docker_ok(&[
+            "inspect",
+            "-f",
+            "{{.State.Running}} {{.Config.User}} {{.HostConfig.ReadonlyRootfs}} {{json .HostConfig.CapDrop}} {{index .Config.Labels \"dev.paddock.role\"}}",
+            &name,
+        ]);
+        assert_eq!(state.trim(), "true 1000:1000 true [\"ALL\"] pool", "{name}");
+        let mounts = engine.docker_ok(&["inspect", "-f", "{{json .Mounts}}", &name]);
+        let mounts: Value = serde_json::from_str(&mounts).expect("mounts json");
+        assert!(
+            mounts
+                .as_array()
+                .is_some_and(|m| m.len() == 4 && m.iter().all(|m| m["Type"] == "volume")),
+            "volumes only: {mounts}"
+        );
+        assert!(
+            !std::process::Command::new("docker")
+                .args(["inspect", &name])
+                .output()
+                .expect("docker")
+                .status
+                .success(),
+            "no slot container on the local engine"
+        );
+    }
+    let table = home.ok(&["pool", "ls"]);
+    assert!(table.contains("eng1"), "{table}");
+
+    // Warm: each create claims a waiting container (refilled between them).
+    let mut warm = Vec::new();
+    let mut kept = None;
+    for n in 0..3 {
+        if n > 0 {
+            home.json(&[
+                "pool", "fill", "--repo", &path, "--engine", "eng1", "--json",
+            ]);
+        }
+        let waiting: Vec<String> = slots(&home)
+            .iter()
+            .filter(|s| s["state"] == "ready")
+            .map(|s| text(s, "container"))
+            .collect();
+        let (job, ms) = timed_create(&home, &repo, &format!("warm{n}"));
+        assert_eq!(job["pool"]["start"], "warm", "{job}");
+        let name = text(&job, "container_name");
+        assert!(waiting.contains(&name), "took a waiting container: {name}");
+        warm.push(ms);
+        if n == 0 {
+            kept = Some(job);
+        } else {
+            home.ok(&["rm", &text(&job, "id"), "--force"]);
+        }
+    }
+    let (cold_ms, warm_ms) = (median(cold), median(warm));
+    eprintln!(
+        "remote create, median of 3: cold {cold_ms} ms, warm {warm_ms} ms (warm/cold {:.2})",
+        warm_ms as f64 / cold_ms as f64
+    );
+    assert!(warm_ms < cold_ms, "warm {warm_ms} ms, cold {cold_ms} ms");
+
+    // The claimed job works as a cold one: its checkout is there, a commit syncs.
+    let job = kept.expect("the first warm job");
+    let id = text(&job, "id");
+    let container = text(&job, "container_name");
+    let branch = text(&job, "branch");
+    let listing = home.sh(&id, "cat src/lib.rs && git status --porcelain");
+    assert!(listing.contains("pub fn answer"), "{listing}");
+    home.sh(
+        &id,
+        "echo warm > warm.txt && git add warm.txt && git commit -q -m 'from a warm slot'",
+    );
+    assert_eq!(
+        repo.git(&["log", "-1", "--format=%s", &branch]).trim(),
+        "from a warm slot"
+    );
+    let tip = repo.git(&["rev-parse", &branch]);
+    // rm keeps the work; the slot's container and volumes go with the job.
+    home.ok(&["rm", &id]);
+    assert_eq!(repo.git(&["rev-parse", &branch]), tip);
+    assert!(!engine.docker(&["inspect", &container]).status.success());
+    let volumes = engine.docker_ok(&["volume", "ls", "-q"]);
+    assert!(
+        !volumes.lines().any(|v| v.starts_with(&container)),
+        "{volumes}"
+    );
+
+    // Drain: no slot container or volume of this install is left on the engine. (The
+    // engine's budget, its CPUs here, holds jobs and waiting slots alike, so the refills
+    // above stopped short: fill again first.)
+    let refilled = home.json(&[
+        "pool", "fill", "--repo", &path, "--engine", "eng1", "--json",
+    ]);
+    assert!(
+        refilled["started"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty()),
+        "{refilled}"
+    );
+    let home_id = std::fs::read_to_string(home.root().join("home-id")).expect("home-id");
+    let ours = format!("dev.paddock.home={}", home_id.trim());
+    let drained = home.json(&["pool", "drain", "--json"]);
+    assert!(
+        drained["removed"].as_array().is_some_and(|r| !r.is_empty()),
+        "{drained}"
+    );
+    assert!(slots(&home).is_empty());
+    let (containers, volumes) = labelled_on_engine(&ours);
+    assert!(containers.is_empty(), "{containers:?}");
+    assert!(
+        volumes.iter().all(|v| v.contains("-objects-")),
+        "only the object cache stays: {volumes:?}"
+    );
+    home.json(&["sweep", "--json"]);
+    // The stranger's container and volume are untouched.
+    assert_eq!(
+        engine
+            .docker_ok(&["inspect", "-f", "{{.State.Running}}", &stranger])
+            .trim(),
+        "true"
+    );
+    engine.docker_ok(&["volume", "inspect", &format!("{stranger}-workspace")]);
+    let _ = engine.docker(&["rm", "-f", &stranger]);
+    let _ = engine.docker(&["volume", "rm", &format!("{stranger}-workspace")]);
+}
+
+/// Slots on an engine that stops answering are left and reported by `pool drain` and the
+/// sweep, still listed, and removed once it answers again. The engine is made unreachable
+/// by pointing the user config at a listener of this test that drops every connection.
+#[test]
+fn slots_on_an_engine_that_does_not_answer_are_left_and_reported() {
+    if !available("slots_on_an_engine_that_does_not_answer_are_left_and_reported") {
+        return;
+    }
+    let engine = engine();
+    let repo = pooled_repo(1);
+    let home = home_with(engine).env("PADDOCK_POOL_REFILL", "off");
+    let path = repo.path().display().to_string();
+    let filled = home.json(&[
+        "pool", "fill", "--repo", &path, "--engine", "eng1", "--json",
+    ]);
+    assert_eq!(
+        filled["started"].as_array().map(Vec::len),
+        Some(1),
+        "{filled}"
+    );
+    let container = text(&slots(&home)[0], "container");
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            drop(stream);
+        }
+    });
+    let config = home.dir.path().join("config/paddock/config.yaml");
+    let original = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        original.replace(&engine.host, &format!("tcp://127.0.0.1:{port}")),
+    )
+    .expect("write config");
+
+    let drained = home.json(&["pool", "drain", "--json"]);
+    let left = drained["left"].as_array().cloned().unwrap_or_default();
+    assert_eq!(left.len(), 1, "{drained}");
+    assert!(
+        left[0].as_str().is_some_and(|l| l.contains("eng1")),
+        "{drained}"
+    );
+    assert_eq!(slots(&home).len(), 1, "not forgotten");
+    let swept: Value = home.json(&["sweep", "--json"]);
+    let kept = swept["kept"].as_array().cloned().unwrap_or_default();
+    assert!(
+        kept.iter()
+            .any(|k| k["kind"] == "pool" && text(k, "reason").contains("does not answer")),
+        "{swept}"
+    );
+    assert!(engine.docker(&["inspect", &container]).status.success());
+
+    // Back: the sweep finishes the removal the drain began.
+    std::fs::write(&config, &original).expect("write config");
+    home.json(&["sweep", "--json"]);
+    assert!(slots(&home).is_empty(), "{:?}", slots(&home));
+    assert!(!engine.docker(&["inspect", &container]).status.success());
+    let volumes = engine.docker_ok(&["volume", "ls", "-q"]);
+    assert!(
+        !volumes.lines().any(|v| v.starts_with(&container)),
+        "{volumes}"
+    );
+}
