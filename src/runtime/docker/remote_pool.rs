@@ -9,12 +9,16 @@
 //! label (labels cannot change), which the job's record names (`JobRecord::pool`).
 //!
 //! Nothing of a job runs in a slot before its claim, and the fill writes the volumes before
-//! the job's first exec, as in a cold create.
+//! the job's first exec, as in a cold create. Beside the slot's container waits the fill's
+//! helper (`fill::slot_helper`, root with only the capabilities to hand files to the agent,
+//! no network, sleeping), so a claim skips a container's create and start; the fill removes
+//! it, as it removes a cold create's, before the job is ready.
 
 use std::collections::HashMap;
 
 use bollard::models::{ContainerCreateBody, ContainerUpdateBody, HostConfig};
 
+use super::fill::{helper_body, slot_helper};
 use super::remote::{ensure_volume, volume_mounts};
 use super::{
     API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, base_env, call, connect,
@@ -83,6 +87,20 @@ pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, R
     };
     let id = create_named(&docker, &slot.container_name, body).await?;
     start_named(&docker, &slot.container_name).await?;
+    // The claim's fill runs in this helper, waiting beside the slot (a pool container of the
+    // slot's, so the sweep keeps it with its slot and reaps it with it).
+    let helper = slot_helper(&slot.container_name);
+    let mut labels = super::remote::helper_labels(home, &slot.id);
+    labels.insert(LABEL_ROLE.to_string(), "pool".to_string());
+    let body = helper_body(
+        home,
+        (limits, &slot.repo_key),
+        &slot.container_name,
+        labels,
+        "infinity",
+    );
+    create_named(&docker, &helper, body).await?;
+    start_named(&docker, &helper).await?;
     Ok(id)
 }
 
@@ -133,6 +151,7 @@ pub async fn adopt_slot(record: &JobRecord, slot: &PoolSlot) -> Result<String, R
 /// they are kept, as an orphaned remote job's are), its volumes: each only when it carries
 /// this install's labels with the slot's id, checked right before.
 pub async fn remove_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<(), RuntimeError> {
+    remove_labelled_container(home, &slot_helper(&slot.container_name), &slot.id).await?;
     remove_labelled_container(home, &slot.container_name, &slot.id).await?;
     if matches!(slot.state, crate::pool::SlotState::Claimed { .. }) {
         return Ok(());

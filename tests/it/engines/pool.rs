@@ -134,6 +134,14 @@ fn a_pool_on_a_remote_engine_is_claimed_faster_keeps_work_and_drains_clean() {
             &name,
         ]);
         assert_eq!(state.trim(), "true 1000:1000 true [\"ALL\"] pool", "{name}");
+        // Its fill helper waits beside it, with no network.
+        let helper = engine.docker_ok(&[
+            "inspect",
+            "-f",
+            "{{.State.Running}} {{.HostConfig.NetworkMode}}",
+            &format!("{name}-fill"),
+        ]);
+        assert_eq!(helper.trim(), "true none", "{name}-fill");
         let mounts = engine.docker_ok(&["inspect", "-f", "{{json .Mounts}}", &name]);
         let mounts: Value = serde_json::from_str(&mounts).expect("mounts json");
         assert!(
@@ -173,6 +181,13 @@ fn a_pool_on_a_remote_engine_is_claimed_faster_keeps_work_and_drains_clean() {
         assert_eq!(job["pool"]["start"], "warm", "{job}");
         let name = text(&job, "container_name");
         assert!(waiting.contains(&name), "took a waiting container: {name}");
+        // The slot's fill helper (root) did the fill and is gone before the job is ready.
+        assert!(
+            !engine
+                .docker(&["inspect", &format!("{name}-fill")])
+                .status
+                .success()
+        );
         warm.push(ms);
         if n == 0 {
             kept = Some(job);
