@@ -41,12 +41,14 @@ impl Paddock {
                     SlotState::Claimed { job } => ("claimed", Some(job.clone())),
                 };
                 PoolSlotView {
+                    // A claim renames a local slot's container; a remote job takes its name.
                     container: match &job {
-                        Some(job) => crate::job::JobId::parse(job).map_or_else(
-                            |_| slot.container_name.clone(),
-                            |id| crate::runtime::container_name(self.home(), &id),
-                        ),
-                        None => slot.container_name.clone(),
+                        Some(job) if slot.engine.is_none() => crate::job::JobId::parse(job)
+                            .map_or_else(
+                                |_| slot.container_name.clone(),
+                                |id| crate::runtime::container_name(self.home(), &id),
+                            ),
+                        _ => slot.container_name.clone(),
                     },
                     id: slot.id,
                     engine: slot.engine,
@@ -124,6 +126,18 @@ impl Paddock {
         if !limits.ports.is_empty() {
             change.note = Some(
                 "a profile with ports starts cold (ports are set when a container is made)".into(),
+            );
+            return Ok(change);
+        }
+        // What a remote job cannot have yet (`engine_of` refuses its create): no slot for it.
+        let caches = !config.caches.value.is_empty() || !profile.caches.value.is_empty();
+        if engine.is_some()
+            && (profile.disk.is_some()
+                || caches
+                || !config.job_setup(&profile_name).copy.is_empty())
+        {
+            change.note = Some(
+                "a disk limit, `copy` and caches are not supported on a remote engine yet: its creates are refused".into(),
             );
             return Ok(change);
         }

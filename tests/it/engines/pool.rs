@@ -189,6 +189,16 @@ fn a_pool_on_a_remote_engine_is_claimed_faster_keeps_work_and_drains_clean() {
                 .success()
         );
         warm.push(ms);
+        let claimed: Vec<Value> = slots(&home)
+            .into_iter()
+            .filter(|s| s["state"] == "claimed")
+            .collect();
+        assert!(
+            claimed.iter().any(|s| s["job"] == job["id"]
+                && s["container"] == name.as_str()
+                && s["engine"] == "eng1"),
+            "{claimed:?}"
+        );
         if n == 0 {
             kept = Some(job);
         } else {
