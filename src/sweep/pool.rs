@@ -141,8 +141,13 @@ impl Paddock {
             }
             SlotState::Ready => {
                 let running = containers.map(|all| {
-                    all.iter()
-                        .any(|c| c.job == slot.id && c.role == SandboxRole::Pool && c.running)
+                    // By name too: a remote slot's fill helper carries the same labels.
+                    all.iter().any(|c| {
+                        c.job == slot.id
+                            && c.role == SandboxRole::Pool
+                            && c.running
+                            && (slot.engine.is_none() || c.name == slot.container_name)
+                    })
                 });
                 if running == Some(false) {
                     return Some("a waiting pool container that is gone or stopped".into());

@@ -3,7 +3,8 @@
 //! (its fill writes the slot's volumes) and is ready sooner than a cold remote create, the
 //! claimed job commits and syncs, `rm` keeps its work and takes the slot's container and
 //! volumes, `pool drain` leaves no slot container or volume there, a stranger's look-alike
-//! is untouched, and slots on an engine that does not answer are left and reported.
+//! is untouched, slots on an engine that does not answer are left and reported, and the
+//! sweep reaps a slot whose container went away.
 
 use std::time::Instant;
 
@@ -336,6 +337,49 @@ fn slots_on_an_engine_that_does_not_answer_are_left_and_reported() {
     home.json(&["sweep", "--json"]);
     assert!(slots(&home).is_empty(), "{:?}", slots(&home));
     assert!(!engine.docker(&["inspect", &container]).status.success());
+    let volumes = engine.docker_ok(&["volume", "ls", "-q"]);
+    assert!(
+        !volumes.lines().any(|v| v.starts_with(&container)),
+        "{volumes}"
+    );
+}
+
+/// A waiting slot whose container went away on the engine is reaped by the sweep, its fill
+/// helper and volumes with it (its helper, still running, does not pass for the slot).
+#[test]
+fn the_sweep_reaps_a_remote_slot_whose_container_is_gone() {
+    if !available("the_sweep_reaps_a_remote_slot_whose_container_is_gone") {
+        return;
+    }
+    let engine = engine();
+    let repo = pooled_repo(1);
+    let home = home_with(engine).env("PADDOCK_POOL_REFILL", "off");
+    let path = repo.path().display().to_string();
+    let filled = home.json(&[
+        "pool", "fill", "--repo", &path, "--engine", "eng1", "--json",
+    ]);
+    assert_eq!(
+        filled["started"].as_array().map(Vec::len),
+        Some(1),
+        "{filled}"
+    );
+    let container = text(&slots(&home)[0], "container");
+    engine.docker_ok(&["rm", "-f", &container]);
+    let swept: Value = home.json(&["sweep", "--json"]);
+    let removed = swept["removed"].as_array().cloned().unwrap_or_default();
+    assert!(
+        removed
+            .iter()
+            .any(|r| r["kind"] == "pool" && text(r, "reason").contains("gone or stopped")),
+        "{swept}"
+    );
+    assert!(slots(&home).is_empty());
+    assert!(
+        !engine
+            .docker(&["inspect", &format!("{container}-fill")])
+            .status
+            .success()
+    );
     let volumes = engine.docker_ok(&["volume", "ls", "-q"]);
     assert!(
         !volumes.lines().any(|v| v.starts_with(&container)),
