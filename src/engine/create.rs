@@ -187,7 +187,7 @@ impl Paddock {
             crate::copy_files::check_sources(&repo.root, &setup.copy)?;
         }
         let (engine, placed) = self
-            .engine_of(&config, &request, &id, &profile, &setup)
+            .engine_of(&config, &request, (&id, &repo_key), &profile, &setup)
             .await?;
         let runtime = match &engine {
             Some(engine) => self.resolve_remote(engine, &profile).await?,

@@ -75,10 +75,12 @@ impl Paddock {
     /// Places job `id` by `engine: auto` (see the module docs); waits for room unless
     /// `no_wait`, up to the admission's `max_wait`. While it waits, the admission view shows
     /// it (`admission::placing`), found by the caller's `tag`.
+    /// A ready warm pool slot of the job's repository (`repo_key`) on an engine counts as
+    /// room there: the job claims it, taking the place the slot held.
     pub(super) async fn place_auto(
         &self,
         config: &Config,
-        id: &JobId,
+        (id, repo_key): (&JobId, &str),
         tag: Option<&str>,
         no_wait: bool,
     ) -> Result<Placed> {
@@ -108,7 +110,12 @@ impl Paddock {
                     continue;
                 };
                 let held = engine_held(&records, &live, name);
-                let free = budget.saturating_sub(held);
+                let claimable = live.iter().any(|s| {
+                    s.engine.as_deref() == Some(name.as_str())
+                        && s.repo_key == repo_key
+                        && s.state == crate::pool::SlotState::Ready
+                });
+                let free = budget.saturating_sub(held) + usize::from(claimable);
                 if free > 0 && best.as_ref().is_none_or(|(most, _)| free > *most) {
                     best = Some((free, name.clone()));
                 }

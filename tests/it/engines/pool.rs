@@ -4,7 +4,7 @@
 //! claimed job commits and syncs, `rm` keeps its work and takes the slot's container and
 //! volumes, `pool drain` leaves no slot container or volume there, a stranger's look-alike
 //! is untouched, slots on an engine that does not answer are left and reported, and the
-//! sweep reaps a slot whose container went away.
+//! sweep reaps a slot whose container went away; `engine: auto` counts waiting slots.
 
 use std::time::Instant;
 
@@ -385,4 +385,52 @@ fn the_sweep_reaps_a_remote_slot_whose_container_is_gone() {
         !volumes.lines().any(|v| v.starts_with(&container)),
         "{volumes}"
     );
+}
+
+/// `engine: auto` counts waiting slots in an engine's budget: a fill stops when the engine is
+/// full, and a create of the slots' repository still goes there (it claims one) rather than
+/// waiting for the place its own slot holds.
+#[test]
+fn auto_placement_counts_waiting_slots_and_a_create_claims_one() {
+    if !available("auto_placement_counts_waiting_slots_and_a_create_claims_one") {
+        return;
+    }
+    let engine = engine();
+    let repo = pooled_repo(2);
+    let home = home_with(engine).env("PADDOCK_POOL_REFILL", "off");
+    let config = home.dir.path().join("config/paddock/config.yaml");
+    let mut text_of = std::fs::read_to_string(&config).expect("config");
+    text_of.push_str("    jobs: 1\n");
+    std::fs::write(&config, text_of).expect("write config");
+    let path = repo.path().display().to_string();
+    let filled = home.json(&[
+        "pool", "fill", "--repo", &path, "--engine", "eng1", "--json",
+    ]);
+    assert_eq!(
+        filled["started"].as_array().map(Vec::len),
+        Some(1),
+        "{filled}"
+    );
+    assert!(
+        filled["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("holds 1 of 1")),
+        "{filled}"
+    );
+    let job = home.create(&repo, &["--engine", "auto", "--no-wait", "--task", "auto"]);
+    assert_eq!(job["engine"], "eng1", "{job}");
+    assert_eq!(job["pool"]["start"], "warm", "{job}");
+    // Full now (the job holds the place): the next create does not fit.
+    let other = home.run(&[
+        "create",
+        "--repo",
+        &path,
+        "--engine",
+        "auto",
+        "--no-wait",
+        "--task",
+        "full",
+    ]);
+    assert!(!other.status.success(), "a second job does not fit");
+    home.ok(&["rm", &text(&job, "id"), "--force"]);
 }
