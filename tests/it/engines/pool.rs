@@ -4,7 +4,8 @@
 //! claimed job commits and syncs, `rm` keeps its work and takes the slot's container and
 //! volumes, `pool drain` leaves no slot container or volume there, a stranger's look-alike
 //! is untouched, slots on an engine that does not answer are left and reported, and the
-//! sweep reaps a slot whose container went away; `engine: auto` counts waiting slots.
+//! sweep reaps a slot whose container went away; `engine: auto` counts waiting slots; a
+//! profile whose `engine:` names the engine fills and refills its pool there.
 
 use std::time::Instant;
 
@@ -433,4 +434,65 @@ fn auto_placement_counts_waiting_slots_and_a_create_claims_one() {
     ]);
     assert!(!other.status.success(), "a second job does not fit");
     home.ok(&["rm", &text(&job, "id"), "--force"]);
+}
+
+/// A profile whose `engine:` names a remote engine keeps its pool there: `pool fill` needs
+/// no `--engine`, and a claim's background refill starts the next slot on that engine.
+#[test]
+fn a_profile_on_an_engine_fills_and_refills_its_pool_there() {
+    if !available("a_profile_on_an_engine_fills_and_refills_its_pool_there") {
+        return;
+    }
+    let engine = engine();
+    let repo = FixtureRepo::new();
+    let home = home_with(engine);
+    let config = home.dir.path().join("config/paddock/config.yaml");
+    let mut text_of = std::fs::read_to_string(&config).expect("config");
+    text_of.push_str(&format!(
+        "profiles:\n  remote:\n    engine: eng1\n    image: {}\n    memory: 512m\n    pool: {{size: 1}}\n",
+        test_image()
+    ));
+    std::fs::write(&config, text_of).expect("write config");
+    let path = repo.path().display().to_string();
+    let filled = home.json(&[
+        "pool",
+        "fill",
+        "--repo",
+        &path,
+        "--profile",
+        "remote",
+        "--json",
+    ]);
+    assert_eq!(
+        filled["started"].as_array().map(Vec::len),
+        Some(1),
+        "{filled}"
+    );
+    assert_eq!(slots(&home)[0]["engine"], "eng1");
+    let job = home.create(&repo, &["--profile", "remote", "--task", "profiled"]);
+    assert_eq!(job["engine"], "eng1", "{job}");
+    assert_eq!(job["pool"]["start"], "warm", "{job}");
+    // The background refill (a detached `pool fill --engine eng1`) starts the next slot.
+    let deadline = Instant::now() + std::time::Duration::from_secs(120);
+    let refilled = loop {
+        let ready: Vec<Value> = slots(&home)
+            .into_iter()
+            .filter(|s| s["state"] == "ready")
+            .collect();
+        if !ready.is_empty() || Instant::now() > deadline {
+            break ready;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert_eq!(refilled.len(), 1, "{:?}", slots(&home));
+    assert_eq!(refilled[0]["engine"], "eng1");
+    assert!(
+        engine
+            .docker(&["inspect", &text(&refilled[0], "container")])
+            .status
+            .success()
+    );
+    home.ok(&["rm", &text(&job, "id"), "--force"]);
+    home.json(&["pool", "drain", "--json"]);
+    assert!(slots(&home).is_empty());
 }
