@@ -418,6 +418,12 @@ fn auto_placement_counts_waiting_slots_and_a_create_claims_one() {
             .is_some_and(|n| n.contains("holds 1 of 1")),
         "{filled}"
     );
+    // A local job of the same profile does not take the remote slot.
+    let local = home.create(&repo, &["--engine", "local", "--task", "local"]);
+    assert!(local["engine"].is_null(), "{local}");
+    assert_eq!(local["pool"]["start"], "cold", "{local}");
+    home.ok(&["rm", &text(&local, "id"), "--force"]);
+    assert_eq!(slots(&home)[0]["state"], "ready");
     let job = home.create(&repo, &["--engine", "auto", "--no-wait", "--task", "auto"]);
     assert_eq!(job["engine"], "eng1", "{job}");
     assert_eq!(job["pool"]["start"], "warm", "{job}");
