@@ -111,7 +111,28 @@ impl Paddock {
                 None => slots.remove(&id).map_err(Into::into),
             };
             match removed {
-                Ok(()) => report.removed("pool", id, reason),
+                Ok(()) => {
+                    report.removed("pool", id, reason);
+                    // A remote slot a job claimed holds that job's files in its volumes:
+                    // kept (with no record the sweep cannot save its work first) and named.
+                    if let Some(slot) = slot.as_ref().filter(|s| {
+                        s.engine.is_some() && matches!(s.state, SlotState::Claimed { .. })
+                    }) {
+                        let names: Vec<String> = crate::engines::JOB_VOLUMES
+                            .iter()
+                            .map(|(kind, _)| crate::engines::job_volume(&slot.container_name, kind))
+                            .collect();
+                        report.kept(
+                            "volume",
+                            format!(
+                                "{} on engine `{}`",
+                                names.join(", "),
+                                slot.engine.as_deref().unwrap_or_default()
+                            ),
+                            "the files of a job with no record (look with `docker volume ls --filter label=dev.paddock.job=SLOT`, remove with `docker volume rm`)",
+                        );
+                    }
+                }
                 Err(error) => report.error("pool", id, reason, error),
             }
         }
