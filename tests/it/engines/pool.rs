@@ -221,6 +221,17 @@ fn a_pool_on_a_remote_engine_is_claimed_faster_keeps_work_and_drains_clean() {
     let branch = text(&job, "branch");
     let listing = home.sh(&id, "cat src/lib.rs && git status --porcelain");
     assert!(listing.contains("pub fn answer"), "{listing}");
+    // As a cold job: the agent's uid, the object cache read-only (no object planted for
+    // the next job), no other slot's volume in sight.
+    let inside = home.sh(
+        &id,
+        "id -u; touch /paddock-objects/planted 2>/dev/null && echo cache-writable || echo cache-ro; grep -c ' /paddock' /proc/mounts",
+    );
+    assert_eq!(
+        inside.split_whitespace().collect::<Vec<_>>(),
+        ["1000", "cache-ro", "3"],
+        "{inside}"
+    );
     home.sh(
         &id,
         "echo warm > warm.txt && git add warm.txt && git commit -q -m 'from a warm slot'",
