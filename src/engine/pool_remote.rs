@@ -80,11 +80,12 @@ impl Paddock {
         };
         crash_point("claimed");
         let runtime = self.runtime_of(record);
-        if let Err(error) = runtime.check_pool_slot(&slot).await {
+        if let Err(error) = runtime.pool_claimed(record, &slot).await {
             // A slot whose container went away while it waited: it goes (its empty volumes
             // too, label-checked), and the job starts cold under its own name.
             tracing::warn!(job = %record.id, slot = %slot.id, %error, "a claimed pool container on a remote engine is gone");
             runtime.destroy(record).await?;
+            runtime.remove_files(record).await?;
             self.release_pool_slot(record).await?;
             record.container_name = own_name;
             record.pool = Some(PoolStart::Cold {

@@ -98,7 +98,7 @@ impl Paddock {
         // A copy of what the job wrote may be large: off the async workers.
         let promoting = record.clone();
         let _ = tokio::task::spawn_blocking(move || promote_copied_caches(&promoting)).await;
-        self.remove_checkout(&repo, &record).await?;
+        self.place_of(&record).remove(&repo, &record).await?;
 
         let tip = if repo_gone {
             None

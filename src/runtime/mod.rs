@@ -57,6 +57,8 @@ pub struct Sandbox {
     pub running: bool,
     pub role: SandboxRole,
     pub created: Option<chrono::DateTime<chrono::Utc>>,
+    /// The named volumes it mounts (a remote job's files, its repository's object cache).
+    pub volumes: Vec<String>,
 }
 
 /// What a listed sandbox is for.
@@ -217,15 +219,6 @@ pub trait Runtime: Send + Sync {
         })
     }
 
-    /// Checks that a remote pool slot's sandbox still waits, before a claim fills it; its id.
-    async fn check_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
-        let _ = slot;
-        Err(RuntimeError::Unsupported {
-            runtime: "process",
-            what: "keep a warm pool on a remote engine",
-        })
-    }
-
     /// The host binds that make `record`'s files appear in a pool slot's sandbox, or why
     /// the job cannot start in one.
     fn pool_binds(&self, record: &JobRecord) -> Result<Vec<crate::pool::HostBind>, String> {
@@ -247,9 +240,9 @@ pub trait Runtime: Send + Sync {
         })
     }
 
-    /// Makes the job's files, now mounted into the claimed slot's `mnt/`, appear in the
-    /// sandbox: a container sees them by propagation already (nothing to do); a VM's
-    /// guest mounts its share now.
+    /// Makes a claimed slot's sandbox ready for the job: a local container sees its files by
+    /// propagation (nothing to do), a VM's guest mounts its share; a remote slot's container
+    /// is checked to still run (before the claim's fill writes its volumes).
     async fn pool_claimed(
         &self,
         record: &JobRecord,
@@ -332,6 +325,15 @@ pub trait Runtime: Send + Sync {
             runtime: "local",
             what: "fill a remote engine's volumes",
         })
+    }
+
+    /// A remote engine's half of `place::JobFiles`: the outbox volume's sync files brought to
+    /// the host's outbox (capped); the job's volumes removed (labels checked). Else nothing.
+    async fn collect_outbox(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+    async fn remove_files(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
+        Ok(())
     }
 
     /// The env of the image `tag` (`NAME=value` entries) when it is present, `None` when it

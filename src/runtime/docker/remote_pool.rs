@@ -105,11 +105,11 @@ pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, R
 }
 
 /// Checks, before a claim fills it, that the slot's container still runs with the slot's
-/// labels on its engine; returns its id.
-pub async fn check_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, RuntimeError> {
+/// labels on its engine.
+pub async fn check_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<(), RuntimeError> {
     let docker = connect()?;
     match inspect_named(&docker, home, &slot.container_name, &slot.id).await? {
-        Some(status) if status.running => Ok(status.id),
+        Some(status) if status.running => Ok(()),
         _ => Err(RuntimeError::Docker {
             action: "claim pool container",
             target: slot.container_name.clone(),

@@ -114,11 +114,6 @@ impl Runtime for DockerRuntime {
         self.on(async {
             let (result, container_id, oom_kills) =
                 super::exec::exec(&self.home, record, request, sink).await?;
-            if self.engine.is_some() && request.after.is_some() {
-                // The snippet's files are in the engine's volume: bring them to the host's
-                // outbox, where the engine reads them as it does a local job's.
-                super::remote::collect_outbox(record).await?;
-            }
             if self.engine.is_some() && super::egress::has_sealed_network(record) {
                 // The proxy's decisions of this command, where the host's readers look.
                 if let Err(error) = super::engine_egress::pull_log(&self.home, record).await {
@@ -178,7 +173,15 @@ impl Runtime for DockerRuntime {
         .await
     }
 
-    async fn check_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
+    async fn pool_claimed(
+        &self,
+        record: &JobRecord,
+        slot: &crate::pool::PoolSlot,
+    ) -> Result<(), RuntimeError> {
+        let _ = record;
+        if slot.engine.is_none() {
+            return Ok(());
+        }
         self.on(async { super::remote_pool::check_slot(&self.home, slot).await })
             .await
     }
@@ -355,6 +358,22 @@ impl Runtime for DockerRuntime {
         tip: &str,
     ) -> Result<crate::engines::FillReport, RuntimeError> {
         self.on(async { super::fill::fill(&self.home, record, staged_git, tip).await })
+            .await
+    }
+
+    async fn collect_outbox(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        if self.engine.is_none() {
+            return Ok(());
+        }
+        self.on(async { super::remote::collect_outbox(record).await })
+            .await
+    }
+
+    async fn remove_files(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        if self.engine.is_none() {
+            return Ok(());
+        }
+        self.on(async { super::remote::remove_job_volumes(&self.home, record).await })
             .await
     }
 
