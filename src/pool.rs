@@ -102,20 +102,28 @@ pub struct PoolSlot {
     /// claimed: its job would read objects that landed after its create.
     #[serde(default)]
     pub objects_point: bool,
+    /// The remote engine of `engines:` the slot's container and volumes are on (`None`: the
+    /// local engine). A remote slot has no mounts on the host: its container mounts volumes
+    /// of its own there (named after its container, `engines::job_volume`), which a claim
+    /// fills by the same stream as a cold create, and the job takes both as its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 impl PoolSlot {
     /// Whether this slot's container can become a job with `limits` of `profile` in the
-    /// repository `repo_key` on `runtime` (what a claim cannot change afterwards: image,
-    /// user, workspace, network, environment; for a VM also its CPU, memory and pids).
+    /// repository `repo_key` on `runtime` on `engine` (what a claim cannot change
+    /// afterwards: the engine, image, user, workspace, network, environment; for a VM also
+    /// its CPU, memory and pids).
     pub fn fits(
         &self,
         profile: &str,
         repo_key: &str,
-        runtime: RuntimeKind,
+        (runtime, engine): (RuntimeKind, Option<&str>),
         limits: &Limits,
     ) -> bool {
         self.state == SlotState::Ready
+            && self.engine.as_deref() == engine
             && self.objects_point
             && self.profile == profile
             && self.repo_key == repo_key

@@ -295,8 +295,11 @@ async fn refill_pools(
                 wanted.push(more);
             }
         }
-        for (profile, repo) in wanted {
-            if let Err(error) = paddock.pool_fill(&repo, Some(&profile)).await {
+        for (profile, repo, engine) in wanted {
+            if let Err(error) = paddock
+                .pool_fill(&repo, Some(&profile), engine.as_deref())
+                .await
+            {
                 tracing::warn!(%error, profile, repo = %repo.display(), "pool refill failed");
             }
         }

@@ -1,6 +1,6 @@
 //! `paddock pool status|fill|drain`: the warm pools of this install (see `engine::pool`).
-//! Host-local like `sweep`: pool slots are mounts and containers of this machine, so these
-//! call the engine directly, daemon or not.
+//! Host-local like `sweep`: pool slots are mounts and containers of this machine (or, for a
+//! remote engine's, records of this install), so these call the engine directly, daemon or not.
 
 use std::path::PathBuf;
 
@@ -14,7 +14,8 @@ use crate::wire::PoolChange;
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum PoolCommand {
-    /// List the pool slots: waiting, starting, and claimed by a job.
+    /// List the pool slots: waiting, starting, and claimed by a job, and their engine.
+    #[command(alias = "ls")]
     Status {
         #[arg(long)]
         json: bool,
@@ -28,6 +29,9 @@ pub enum PoolCommand {
         /// The repository (default: the current directory's).
         #[arg(long, default_value = ".")]
         repo: PathBuf,
+        /// The engine of `engines:` to keep the slots on (default: the profile's `engine:`).
+        #[arg(long)]
+        engine: Option<String>,
         /// Print nothing (a background refill).
         #[arg(long)]
         quiet: bool,
@@ -60,6 +64,7 @@ pub async fn run(paddock: &Paddock, command: PoolCommand) -> Result<i32> {
                         s.profile.clone(),
                         s.state.clone(),
                         s.job.clone().unwrap_or_else(|| "-".into()),
+                        s.engine.clone().unwrap_or_else(|| "local".into()),
                         crate::units::HumanDuration(
                             (now - s.created_at).to_std().unwrap_or_default(),
                         )
@@ -69,19 +74,30 @@ pub async fn run(paddock: &Paddock, command: PoolCommand) -> Result<i32> {
                 })
                 .collect();
             print_table(
-                &["SLOT", "PROFILE", "STATE", "JOB", "AGE", "CONTAINER"],
+                &[
+                    "SLOT",
+                    "PROFILE",
+                    "STATE",
+                    "JOB",
+                    "ENGINE",
+                    "AGE",
+                    "CONTAINER",
+                ],
                 &rows,
             );
         }
         PoolCommand::Fill {
             profile,
             repo,
+            engine,
             quiet,
             json,
         } => {
             let progress = Progress::spinner(json || quiet);
             progress.message("starting pool slots (containers, or microVMs: each boots in 10-60 s under the emulator)");
-            let change = paddock.pool_fill(&repo, profile.as_deref()).await;
+            let change = paddock
+                .pool_fill(&repo, profile.as_deref(), engine.as_deref())
+                .await;
             progress.finish();
             let change = change?;
             if !quiet {
@@ -107,10 +123,17 @@ fn print_change(change: &PoolChange, json: bool) {
     for id in &change.removed {
         say!("removed {id}");
     }
+    for left in &change.left {
+        say!("left {left}");
+    }
     if let Some(note) = &change.note {
         say!("note: {note}");
     }
-    if change.started.is_empty() && change.removed.is_empty() && change.note.is_none() {
+    if change.started.is_empty()
+        && change.removed.is_empty()
+        && change.left.is_empty()
+        && change.note.is_none()
+    {
         say!("nothing to do");
     }
 }

@@ -185,7 +185,9 @@ impl Paddock {
         if !setup.copy.is_empty() {
             crate::copy_files::check_sources(&repo.root, &setup.copy)?;
         }
-        let (engine, placed) = self.engine_of(&config, &request, &id, &profile).await?;
+        let (engine, placed) = self
+            .engine_of(&config, &request, (&id, &repo_key), &profile)
+            .await?;
         let runtime = match &engine {
             Some(engine) => self.resolve_remote(engine, &profile).await?,
             None => {
@@ -378,6 +380,11 @@ impl Paddock {
                 .await?
         };
         crash_point("registered");
+        if record.engine.is_some() {
+            // A warm slot's container and volumes become the job's before the fill writes them.
+            self.claim_remote(record, pool, !cache_specs.is_empty())
+                .await?;
+        }
         // Where the job's files live makes them: a checkout on this host, or volumes of
         // its engine filled by a stream (`engine/places.rs`).
         let filled = self

@@ -46,6 +46,7 @@ mod piggyback;
 mod placement;
 mod places;
 mod pool;
+mod pool_remote;
 pub use pool::PoolKey;
 mod failpoints;
 mod files_remote;

@@ -1,7 +1,7 @@
 //! `create --engine auto`: the job goes to the engine of `engines:` with the most free
 //! budget, and waits when none has room. An engine's budget is its `jobs:` setting, else its
 //! CPUs (its own, as its daemon reports them); what it holds is the jobs whose records name
-//! it. The choice and the record that makes it count are made under
+//! it and the warm pool slots waiting there (`engine_held`). The choice and the record that makes it count are made under
 //! `locks/engines.lock`, so two creates never both take an engine's last place; an engine
 //! that does not answer is not chosen. A create that waits is shown in the admission view
 //! (`admission::placing`), so its terminal says what it waits for.
@@ -28,7 +28,38 @@ pub(crate) struct Placed {
     _lock: FileLock,
 }
 
+/// What engine `name`'s budget holds: the jobs whose records name it and the warm pool
+/// slots waiting (or being started) there.
+pub(super) fn engine_held(
+    records: &[crate::job::JobRecord],
+    live_slots: &[crate::pool::PoolSlot],
+    name: &str,
+) -> usize {
+    let jobs = records
+        .iter()
+        .filter(|r| r.engine.as_deref() == Some(name))
+        .count();
+    let slots = live_slots
+        .iter()
+        .filter(|s| s.engine.as_deref() == Some(name))
+        .count();
+    jobs + slots
+}
+
 impl Paddock {
+    /// Engine `name`'s budget (see [`engine_budget`](Self::engine_budget)), or why it has
+    /// none now (it does not answer).
+    pub(super) async fn engine_room(&self, config: &Config, name: &str) -> Result<usize> {
+        let jobs = config.engines.get(name).and_then(|spec| spec.jobs);
+        self.engine_budget(name, jobs).await.ok_or_else(|| {
+            EngineError::Invalid {
+                name: name.to_string(),
+                message: "the engine does not answer".into(),
+            }
+            .into()
+        })
+    }
+
     /// An engine's budget: its `jobs:`, else its CPUs; `None` when it does not answer.
     async fn engine_budget(&self, name: &str, jobs: Option<u32>) -> Option<usize> {
         if let Some(jobs) = jobs {
@@ -44,10 +75,12 @@ impl Paddock {
     /// Places job `id` by `engine: auto` (see the module docs); waits for room unless
     /// `no_wait`, up to the admission's `max_wait`. While it waits, the admission view shows
     /// it (`admission::placing`), found by the caller's `tag`.
+    /// A ready warm pool slot of the job's repository (`repo_key`) on an engine counts as
+    /// room there: the job claims it, taking the place the slot held.
     pub(super) async fn place_auto(
         &self,
         config: &Config,
-        id: &JobId,
+        (id, repo_key): (&JobId, &str),
         tag: Option<&str>,
         no_wait: bool,
     ) -> Result<Placed> {
@@ -68,6 +101,7 @@ impl Paddock {
             .await
             .expect("taking a lock does not panic")?;
             let (records, _) = self.store.list()?;
+            let live = super::pool::live_slots(&self.slots());
             let mut best: Option<(usize, String)> = None;
             let mut full = Vec::new();
             for (name, spec) in &config.engines {
@@ -75,11 +109,13 @@ impl Paddock {
                     full.push(format!("{name} does not answer"));
                     continue;
                 };
-                let held = records
-                    .iter()
-                    .filter(|r| r.engine.as_deref() == Some(name.as_str()))
-                    .count();
-                let free = budget.saturating_sub(held);
+                let held = engine_held(&records, &live, name);
+                let claimable = live.iter().any(|s| {
+                    s.engine.as_deref() == Some(name.as_str())
+                        && s.repo_key == repo_key
+                        && s.state == crate::pool::SlotState::Ready
+                });
+                let free = budget.saturating_sub(held) + usize::from(claimable);
                 if free > 0 && best.as_ref().is_none_or(|(most, _)| free > *most) {
                     best = Some((free, name.clone()));
                 }

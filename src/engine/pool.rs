@@ -19,11 +19,11 @@ use crate::job::{JobRecord, Limits, PoolStart, ProcessId};
 use crate::pool::{PoolSlot, PoolSlots, SLOT_SCHEMA, SlotState};
 use crate::wire::{PoolChange, PoolSlotView};
 
-/// A pool to refill: (profile, repository root).
-pub type PoolKey = (String, PathBuf);
+/// A pool to refill: (profile, repository root, remote engine or `None` for the local one).
+pub type PoolKey = (String, PathBuf, Option<String>);
 
 impl Paddock {
-    fn slots(&self) -> PoolSlots {
+    pub(super) fn slots(&self) -> PoolSlots {
         PoolSlots::of(self.home())
     }
 
@@ -41,14 +41,17 @@ impl Paddock {
                     SlotState::Claimed { job } => ("claimed", Some(job.clone())),
                 };
                 PoolSlotView {
+                    // A claim renames a local slot's container; a remote job takes its name.
                     container: match &job {
-                        Some(job) => crate::job::JobId::parse(job).map_or_else(
-                            |_| slot.container_name.clone(),
-                            |id| crate::runtime::container_name(self.home(), &id),
-                        ),
-                        None => slot.container_name.clone(),
+                        Some(job) if slot.engine.is_none() => crate::job::JobId::parse(job)
+                            .map_or_else(
+                                |_| slot.container_name.clone(),
+                                |id| crate::runtime::container_name(self.home(), &id),
+                            ),
+                        _ => slot.container_name.clone(),
                     },
                     id: slot.id,
+                    engine: slot.engine,
                     profile: slot.profile,
                     repo_key: slot.repo_key,
                     state: state.to_string(),
@@ -61,8 +64,15 @@ impl Paddock {
     }
 
     /// Starts slots of `profile` (the default profile when `None`) for the repository at
-    /// `repo` until the pool has its size or the budget has no room for another.
-    pub async fn pool_fill(&self, repo: &Path, profile: Option<&str>) -> Result<PoolChange> {
+    /// `repo` on `engine` (`--engine`, else the profile's `engine:`; local when neither)
+    /// until the pool has its size or the budget (the host's, or the remote engine's) has
+    /// no room for another.
+    pub async fn pool_fill(
+        &self,
+        repo: &Path,
+        profile: Option<&str>,
+        engine: Option<&str>,
+    ) -> Result<PoolChange> {
         let repo = GitRepo::open(repo, &self.home().locks_dir()).await?;
         let config = self.config(Some(&repo.root))?;
         let (profile_name, profile) = config.select_profile(profile, "agent", None)?;
@@ -74,14 +84,31 @@ impl Paddock {
             ));
             return Ok(change);
         }
-        let runtime = self
-            .runtimes()
-            .resolve(
-                profile.runtime.value,
-                &profile.image.value,
-                profile.network.value,
-            )
-            .await?;
+        let engine = engine
+            .or(profile.engine.as_ref().map(|e| e.value.as_str()))
+            .filter(|name| *name != "local")
+            .map(str::to_string);
+        if engine.as_deref() == Some("auto") {
+            change.note = Some(
+                "a pool is kept on one engine: name it with `pool fill --engine NAME` (`engine: auto` jobs claim the slots of the engine they are placed on)".into(),
+            );
+            return Ok(change);
+        }
+        let runtime = match &engine {
+            Some(name) => {
+                crate::engines::find(&config.engines, name)?;
+                self.resolve_remote(name, &profile).await?
+            }
+            None => {
+                self.runtimes()
+                    .resolve(
+                        profile.runtime.value,
+                        &profile.image.value,
+                        profile.network.value,
+                    )
+                    .await?
+            }
+        };
         let limits = Limits::from(&profile);
         if let Some(reason) = crate::runtime::pool_unsupported(runtime.kind) {
             change.note = Some(reason.to_string());
@@ -102,23 +129,51 @@ impl Paddock {
             );
             return Ok(change);
         }
-        if !crate::sys::is_root() {
+        // What a remote job cannot have yet (`engine_of` refuses its create): no slot for it.
+        let caches = !config.caches.value.is_empty() || !profile.caches.value.is_empty();
+        if engine.is_some()
+            && (profile.disk.is_some()
+                || caches
+                || !config.job_setup(&profile_name).copy.is_empty())
+        {
+            change.note = Some(
+                "a disk limit, `copy` and caches are not supported on a remote engine yet: its creates are refused".into(),
+            );
+            return Ok(change);
+        }
+        // A remote slot mounts nothing of the host: only the local pool needs root.
+        if engine.is_none() && !crate::sys::is_root() {
             return Err(crate::pool::PoolError::NotRoot.into());
         }
         self.home()
             .register_repo(&repo.key(), &repo.root, &repo.common_dir)?;
         let slots = self.slots();
         let budget = Budget::new(&config.admission, HostCapacity::read());
+        let engine_budget = match &engine {
+            Some(name) => Some(self.engine_room(&config, name).await?),
+            None => None,
+        };
         loop {
             let next = blocking(|| -> Result<std::result::Result<PoolSlot, String>> {
                 let _lock = slots.lock()?;
                 let live = live_slots(&slots);
                 let mine = live
                     .iter()
-                    .filter(|s| s.profile == profile_name && s.repo_key == repo.key())
+                    .filter(|s| {
+                        s.profile == profile_name && s.repo_key == repo.key() && s.engine == engine
+                    })
                     .count();
                 if mine >= settings.size as usize {
                     return Ok(Err(String::new()));
+                }
+                if let (Some(name), Some(jobs)) = (&engine, engine_budget) {
+                    // The engine's budget (`engine: auto`'s) holds its jobs and its slots.
+                    let held = super::placement::engine_held(&self.store().list()?.0, &live, name);
+                    if held >= jobs {
+                        return Ok(Err(format!(
+                            "engine `{name}` holds {held} of {jobs} jobs and waiting containers: no room for another"
+                        )));
+                    }
                 }
                 // A waiting container holds what an idle job holds: the default reserve.
                 let idle = |limits: &crate::job::Limits| {
@@ -127,11 +182,12 @@ impl Paddock {
                     )
                 };
                 let mut held = Held::of(&self.store().list()?.0, 0);
-                for slot in &live {
+                // The host's budget holds what runs here: a remote slot runs on its engine.
+                for slot in live.iter().filter(|s| s.engine.is_none()) {
                     held.hold(&idle(&slot.limits));
                 }
                 let demand = idle(&limits);
-                if !held.fits(&demand, &budget) {
+                if engine.is_none() && !held.fits(&demand, &budget) {
                     return Ok(Err(format!(
                         "the admission budget ({}) has no room for another waiting container",
                         budget.describe(&demand)
@@ -154,6 +210,7 @@ impl Paddock {
                     },
                     created_at: Utc::now(),
                     objects_point: true,
+                    engine: engine.clone(),
                 };
                 slots.save(&slot)?;
                 Ok(Ok(slot))
@@ -166,10 +223,12 @@ impl Paddock {
                 }
             };
             let started = async {
-                blocking(|| slots.prepare(&slot.id))?;
+                if slot.engine.is_none() {
+                    blocking(|| slots.prepare(&slot.id))?;
+                }
                 let id = self
                     .runtimes()
-                    .of(slot.runtime)
+                    .on_engine(slot.runtime, slot.engine.as_deref())
                     .start_pool_slot(&slot)
                     .await?;
                 Result::Ok(id)
@@ -194,7 +253,9 @@ impl Paddock {
         Ok(change)
     }
 
-    /// Removes the waiting slots (of `profile` when given); claimed ones are their jobs'.
+    /// Removes the waiting slots (of `profile` when given); claimed ones are their jobs'. A
+    /// remote slot whose engine does not answer is left (marked for removal, which the
+    /// sweep finishes once it does) and named in `left`.
     pub async fn pool_drain(&self, profile: Option<&str>) -> Result<PoolChange> {
         let slots = self.slots();
         let mut change = PoolChange::default();
@@ -214,8 +275,15 @@ impl Paddock {
             Ok(taken)
         })?;
         for slot in taken {
-            self.remove_slot(&slot, None).await?;
-            change.removed.push(slot.id);
+            match self.remove_slot(&slot, None).await {
+                Ok(()) => change.removed.push(slot.id),
+                Err(error) if slot.engine.is_some() => change.left.push(format!(
+                    "{} on engine `{}`: {error}",
+                    slot.id,
+                    slot.engine.as_deref().unwrap_or_default()
+                )),
+                Err(error) => return Err(error),
+            }
         }
         Ok(change)
     }
@@ -224,7 +292,7 @@ impl Paddock {
     /// its directory.
     pub(crate) async fn remove_slot(&self, slot: &PoolSlot, job_name: Option<&str>) -> Result<()> {
         self.runtimes()
-            .of(slot.runtime)
+            .on_engine(slot.runtime, slot.engine.as_deref())
             .remove_pool_slot(slot, job_name)
             .await?;
         let slots = self.slots();
@@ -240,6 +308,10 @@ impl Paddock {
         record: &mut JobRecord,
         settings: PoolSettings,
     ) -> Result<Option<String>> {
+        if record.engine.is_some() {
+            // Claimed before its fill (`claim_remote`): the slot's container takes its limits.
+            return self.adopt_remote(record).await;
+        }
         if settings.size == 0 {
             return Ok(None);
         }
@@ -259,7 +331,7 @@ impl Paddock {
                 if slot.fits(
                     &record.profile,
                     &record.repo_key,
-                    record.runtime,
+                    (record.runtime, None),
                     &record.limits,
                 ) {
                     // The record names the slot before the slot says it is claimed, both
@@ -278,7 +350,7 @@ impl Paddock {
             Ok(None)
         })?;
         slots.touch_used(&record.profile, &record.repo_key);
-        self.request_refill(&record.profile, &record.repo);
+        self.request_refill(&record.profile, &record.repo, None);
         let Some(slot) = claimed else {
             // A waiting VM of this pool that does not fit: the job asked for other limits.
             let other_limits = record.runtime == crate::job::RuntimeKind::Microvm
@@ -379,9 +451,13 @@ impl Paddock {
     /// Asks for the pool of (`profile`, `repo`) to be refilled in the background: by the
     /// daemon's refill task, or (in a CLI process, which is about to exit) by a detached
     /// `paddock pool fill`.
-    fn request_refill(&self, profile: &str, repo: &Path) {
+    pub(super) fn request_refill(&self, profile: &str, repo: &Path, engine: Option<&str>) {
         if let Some(refills) = &self.pool_refills {
-            let _ = refills.send((profile.to_string(), repo.to_path_buf()));
+            let _ = refills.send((
+                profile.to_string(),
+                repo.to_path_buf(),
+                engine.map(str::to_string),
+            ));
             return;
         }
         if self.env.var("PADDOCK_POOL_REFILL").as_deref() == Some("off") {
@@ -402,6 +478,12 @@ impl Paddock {
         command
             .args(["pool", "fill", "--quiet", "--profile", profile, "--repo"])
             .arg(repo)
+            .args(
+                engine
+                    .map(|engine| ["--engine", engine])
+                    .into_iter()
+                    .flatten(),
+            )
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(stderr);
@@ -414,7 +496,7 @@ impl Paddock {
 
 /// The slots that are, or are becoming, waiting containers: ready ones and those a live
 /// process is making.
-fn live_slots(slots: &PoolSlots) -> Vec<PoolSlot> {
+pub(super) fn live_slots(slots: &PoolSlots) -> Vec<PoolSlot> {
     slots
         .list()
         .into_iter()

@@ -31,7 +31,7 @@ impl Paddock {
         &self,
         config: &Config,
         request: &CreateRequest,
-        id: &JobId,
+        (id, repo_key): (&JobId, &str),
         profile: &Profile,
     ) -> Result<(Option<String>, Option<super::placement::Placed>)> {
         // `create --engine` wins over the profile's `engine:`.
@@ -61,7 +61,12 @@ impl Paddock {
         }
         if name == "auto" {
             let placed = self
-                .place_auto(config, id, request.waiter.as_deref(), request.no_wait)
+                .place_auto(
+                    config,
+                    (id, repo_key),
+                    request.waiter.as_deref(),
+                    request.no_wait,
+                )
                 .await?;
             return Ok((Some(placed.engine.clone()), Some(placed)));
         }

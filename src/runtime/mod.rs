@@ -241,9 +241,9 @@ pub trait Runtime: Send + Sync {
         })
     }
 
-    /// Makes the job's files, now mounted into the claimed slot's `mnt/`, appear in the
-    /// sandbox: a container sees them by propagation already (nothing to do); a VM's
-    /// guest mounts its share now.
+    /// Makes a claimed slot's sandbox ready for the job: a local container sees its files by
+    /// propagation (nothing to do), a VM's guest mounts its share; a remote slot's container
+    /// is checked to still run (before the claim's fill writes its volumes).
     async fn pool_claimed(
         &self,
         record: &JobRecord,

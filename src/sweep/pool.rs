@@ -3,7 +3,8 @@
 //! no claim for its `idle` time (a microVM slot whose QEMU died counts as gone), slots claimed by a job that has no record (a create killed
 //! mid-claim), and pool containers whose slot directory is gone. Each decision is taken
 //! under the pool lock, after looking at the records again; a slot claimed by a recorded
-//! job is that job's and goes with it.
+//! job is that job's and goes with it. A remote engine's slots are looked at on that engine;
+//! when it does not answer they are left, named in the report, for a later sweep.
 
 use super::{SweepOptions, SweepReport};
 use crate::engine::Paddock;
@@ -23,6 +24,19 @@ impl Paddock {
             .list_sandboxes()
             .await
             .ok();
+        // Each remote engine with slots, listed once (`None`: it did not answer).
+        let mut engines = std::collections::BTreeMap::new();
+        for (_, slot) in slots.list() {
+            if let Some(engine) = slot.ok().and_then(|s| s.engine)
+                && !engines.contains_key(&engine)
+            {
+                let runtime = self
+                    .runtimes()
+                    .on_engine(crate::job::RuntimeKind::Docker, Some(&engine));
+                let listed = runtime.list_sandboxes().await.ok();
+                engines.insert(engine, listed);
+            }
+        }
         for (id, _) in slots.list() {
             let verdict = {
                 let Ok(_lock) = slots.lock() else { return };
@@ -41,13 +55,27 @@ impl Paddock {
                     Err(_) => Some((None, "a pool slot a killed fill left".to_string())),
                     Ok(slot) => {
                         // Containers were listed before this slot may have been filled.
-                        let listed = if slot.runtime == crate::job::RuntimeKind::Microvm {
+                        let listed = if let Some(engine) = &slot.engine {
+                            engines.get(engine).and_then(Option::as_deref)
+                        } else if slot.runtime == crate::job::RuntimeKind::Microvm {
                             vms.as_deref()
                         } else {
                             containers.as_deref()
                         }
                         .filter(|_| slot.created_at < listed_at);
-                        let reason = self.slot_verdict(&slot, options, listed);
+                        let mut reason = self.slot_verdict(&slot, options, listed);
+                        if let (Some(why), Some(engine)) = (&reason, &slot.engine)
+                            && engines.get(engine).is_none_or(Option::is_none)
+                        {
+                            // Its container and volumes are on a machine that does not
+                            // answer: left, not forgotten (the record stays).
+                            report.kept(
+                                "pool",
+                                id.clone(),
+                                format!("{why}; its engine `{engine}` does not answer: left for a later sweep"),
+                            );
+                            reason = None;
+                        }
                         if let Some(reason) = &reason
                             && !options.dry_run
                         {
@@ -83,7 +111,28 @@ impl Paddock {
                 None => slots.remove(&id).map_err(Into::into),
             };
             match removed {
-                Ok(()) => report.removed("pool", id, reason),
+                Ok(()) => {
+                    report.removed("pool", id, reason);
+                    // A remote slot a job claimed holds that job's files in its volumes:
+                    // kept (with no record the sweep cannot save its work first) and named.
+                    if let Some(slot) = slot.as_ref().filter(|s| {
+                        s.engine.is_some() && matches!(s.state, SlotState::Claimed { .. })
+                    }) {
+                        let names: Vec<String> = crate::engines::JOB_VOLUMES
+                            .iter()
+                            .map(|(kind, _)| crate::engines::job_volume(&slot.container_name, kind))
+                            .collect();
+                        report.kept(
+                            "volume",
+                            format!(
+                                "{} on engine `{}`",
+                                names.join(", "),
+                                slot.engine.as_deref().unwrap_or_default()
+                            ),
+                            "the files of a job with no record (look with `docker volume ls --filter label=dev.paddock.job=SLOT`, remove with `docker volume rm`)",
+                        );
+                    }
+                }
                 Err(error) => report.error("pool", id, reason, error),
             }
         }
@@ -113,8 +162,13 @@ impl Paddock {
             }
             SlotState::Ready => {
                 let running = containers.map(|all| {
-                    all.iter()
-                        .any(|c| c.job == slot.id && c.role == SandboxRole::Pool && c.running)
+                    // By name too: a remote slot's fill helper carries the same labels.
+                    all.iter().any(|c| {
+                        c.job == slot.id
+                            && c.role == SandboxRole::Pool
+                            && c.running
+                            && (slot.engine.is_none() || c.name == slot.container_name)
+                    })
                 });
                 if running == Some(false) {
                     return Some("a waiting pool container that is gone or stopped".into());
@@ -144,6 +198,7 @@ impl Paddock {
     /// others).
     pub(super) async fn reap_orphan_pool_container(
         &self,
+        runtime: &dyn crate::runtime::Runtime,
         options: &SweepOptions,
         container: Sandbox,
         report: &mut SweepReport,
@@ -160,13 +215,24 @@ impl Paddock {
             return;
         }
         let reason = "pool container with no pool slot";
-        self.remove_listed_sandbox(
-            self.runtimes().with_sandboxes(),
-            options,
-            container,
-            reason,
-            report,
-        )
-        .await;
+        // A remote slot's volumes may hold a claimed job's files: kept and named, as an
+        // orphaned remote job's are.
+        let volumes = runtime.engine().map(|engine| {
+            crate::engines::JOB_VOLUMES
+                .iter()
+                .map(|(kind, _)| crate::engines::job_volume(&container.name, kind))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + &format!(" on engine `{engine}`")
+        });
+        self.remove_listed_sandbox(runtime, options, container, reason, report)
+            .await;
+        if let Some(volumes) = volumes {
+            report.kept(
+                "volume",
+                volumes,
+                "the volumes of a pool container with no slot (look with `docker volume ls --filter label=dev.paddock.job=SLOT`, remove with `docker volume rm`)",
+            );
+        }
     }
 }

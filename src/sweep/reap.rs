@@ -39,7 +39,7 @@ impl Paddock {
         };
         for container in containers {
             if container.role == SandboxRole::Pool {
-                self.reap_orphan_pool_container(options, container, report)
+                self.reap_orphan_pool_container(runtime, options, container, report)
                     .await;
                 continue;
             }

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 pub struct PoolSlotView {
     /// `pool-<hex>`: the slot's id (its container's job label).
     pub id: String,
+    /// The remote engine of `engines:` the slot is on; absent: the local engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
     pub profile: String,
     /// The repository's key in `$PADDOCK_HOME` (a pool is of one repository).
     pub repo_key: String,
@@ -28,6 +31,10 @@ pub struct PoolChange {
     pub started: Vec<String>,
     /// Slots removed (drain).
     pub removed: Vec<String>,
+    /// Slots a drain could not remove (a remote engine that does not answer), each with
+    /// why: marked for removal, which the sweep finishes once the engine answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left: Vec<String>,
     /// Why a fill stopped short of the pool's size (the budget, a runtime that cannot
     /// keep a pool), when it did.
     pub note: Option<String>,

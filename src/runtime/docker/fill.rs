@@ -14,13 +14,13 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::models::ContainerCreateBody;
 
-use super::remote::{ensure_volumes, helper_labels, job_mounts, upload};
+use super::remote::{ensure_volumes, helper_labels, upload, volume_mounts};
 use super::{
     API_TIMEOUT, CONTAINER_GIT_DIR, CONTAINER_OBJECTS, agent_user, call, connect, create_named,
-    hardened_host_config, job_container, remove_labelled_container, start_named,
+    hardened_host_config, inspect_named, job_container, remove_labelled_container, start_named,
 };
 use crate::engines::FillReport;
-use crate::job::{JobRecord, RuntimeKind, random_hex};
+use crate::job::{JobRecord, Limits, RuntimeKind, random_hex};
 use crate::runtime::RuntimeError;
 use crate::store::PaddockHome;
 
@@ -70,8 +70,42 @@ fn tar_of_dir(dir: &Path) -> Result<Vec<u8>, std::io::Error> {
     builder.into_inner()
 }
 
+/// The name of the fill helper a remote pool slot keeps waiting beside its container.
+pub(super) fn slot_helper(container: &str) -> String {
+    format!("{container}-fill")
+}
+
+/// A fill helper for the volumes of the container `container` (root, with only the
+/// capabilities to hand files to the agent, every volume writable, no network), sleeping for
+/// `sleep` (seconds, or `infinity` for a pool slot's, which waits for its claim).
+pub(super) fn helper_body(
+    home: &PaddockHome,
+    (limits, repo_key): (&Limits, &str),
+    container: &str,
+    labels: std::collections::HashMap<String, String>,
+    sleep: &str,
+) -> ContainerCreateBody {
+    let mut mounts = volume_mounts(home, container, &limits.workspace_dir, repo_key);
+    for mount in &mut mounts {
+        mount.read_only = Some(false);
+    }
+    let mut host_config = hardened_host_config(limits, RuntimeKind::Docker, mounts);
+    host_config.cap_add = Some(vec!["CHOWN".into(), "DAC_OVERRIDE".into(), "FOWNER".into()]);
+    ContainerCreateBody {
+        image: Some(limits.image.clone()),
+        user: Some("0:0".into()),
+        entrypoint: Some(vec!["sleep".into()]),
+        cmd: Some(vec![sleep.into()]),
+        labels: Some(labels),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}
+
 /// Fills a remote job's volumes (see the module docs) with `tip` checked out and the git dir
-/// staged at `staged_git`; returns what the pack held.
+/// staged at `staged_git`; returns what the pack held. A warm job's slot has its helper
+/// waiting already (made with the slot, so the claim skips a container's create and start);
+/// without one (a cold job, or a slot whose helper went away) a helper is made now.
 pub(super) async fn fill(
     home: &PaddockHome,
     record: &JobRecord,
@@ -79,35 +113,55 @@ pub(super) async fn fill(
     tip: &str,
 ) -> Result<FillReport, RuntimeError> {
     let docker = connect()?;
-    ensure_volumes(&docker, home, record).await?;
+    let mut waiting = None;
+    if let Some(slot) = record.pool_slot() {
+        let name = slot_helper(&job_container(record));
+        if let Ok(Some(status)) = inspect_named(&docker, home, &name, slot).await
+            && status.running
+        {
+            waiting = Some((name, slot.to_string()));
+        }
+    }
+    if waiting.is_none() {
+        ensure_volumes(&docker, home, record).await?;
+    }
+    // A job with caches never claims a slot (`claim_remote`), so a waiting helper has every
+    // volume its fill needs.
     let caches = super::cache_volumes::plan(&docker, home, record).await?;
-    let name = format!("{}-fill-{}", job_container(record), random_hex(6));
-    let mut mounts = job_mounts(home, record);
-    for mount in &mut mounts {
-        mount.read_only = Some(false);
-    }
-    mounts.extend(super::cache_volumes::helper_mounts(&caches));
-    let mut host_config = hardened_host_config(&record.limits, RuntimeKind::Docker, mounts);
-    host_config.cap_add = Some(vec!["CHOWN".into(), "DAC_OVERRIDE".into(), "FOWNER".into()]);
-    let body = ContainerCreateBody {
-        image: Some(record.limits.image.clone()),
-        user: Some("0:0".into()),
-        entrypoint: Some(vec!["sleep".into()]),
-        cmd: Some(vec!["3600".into()]),
-        labels: Some(helper_labels(home, record.id.as_str())),
-        host_config: Some(host_config),
-        ..Default::default()
+    let (name, label, result) = match waiting {
+        Some((name, label)) if caches.is_empty() => {
+            let result = fill_in(&docker, &name, home, record, staged_git, tip, &caches).await;
+            (name, label, result)
+        }
+        _ => {
+            let name = format!("{}-fill-{}", job_container(record), random_hex(6));
+            let mut body = helper_body(
+                home,
+                (&record.limits, &record.repo_key),
+                &job_container(record),
+                helper_labels(home, record.id.as_str()),
+                "3600",
+            );
+            if let Some(host_config) = body.host_config.as_mut() {
+                host_config
+                    .mounts
+                    .get_or_insert_with(Vec::new)
+                    .extend(super::cache_volumes::helper_mounts(&caches));
+            }
+            create_named(&docker, &name, body).await?;
+            let result = async {
+                start_named(&docker, &name).await?;
+                fill_in(&docker, &name, home, record, staged_git, tip, &caches).await
+            }
+            .await;
+            (name, record.id.to_string(), result)
+        }
     };
-    create_named(&docker, &name, body).await?;
-    let result = async {
-        start_named(&docker, &name).await?;
-        fill_in(&docker, &name, home, record, staged_git, tip, &caches).await
-    }
-    .await;
     if result.is_ok() {
         super::cache_volumes::mark_used(home, &caches);
     }
-    if let Err(error) = remove_labelled_container(home, &name, record.id.as_str()).await {
+    // Gone before the job is ready: nothing of the job's runs beside a root helper.
+    if let Err(error) = remove_labelled_container(home, &name, &label).await {
         tracing::warn!(container = %name, %error, "failed to remove a fill helper");
     }
     result

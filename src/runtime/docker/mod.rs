@@ -54,6 +54,7 @@ mod pool;
 mod ports;
 mod ranges;
 mod remote;
+mod remote_pool;
 mod sandbox;
 mod secrets;
 pub mod ssh;
@@ -372,9 +373,10 @@ pub async fn ensure_running(
     match status {
         Some(status) if status.running => Ok(status.id),
         Some(_)
-            if record
-                .pool_slot()
-                .is_some_and(|slot| !slot_still_mounted(home, slot)) =>
+            if record.engine.is_none()
+                && record
+                    .pool_slot()
+                    .is_some_and(|slot| !slot_still_mounted(home, slot)) =>
         {
             // A stopped warm container gets the job's files through its slot's host mounts,
             // which a reboot does not keep: it is replaced by one that mounts them itself.

@@ -143,20 +143,36 @@ fn volume(name: String, target: &str, read_only: bool) -> Mount {
 /// repository's object cache read-only at [`CONTAINER_OBJECTS`] (the git dir's alternates
 /// name its `objects`). No host path.
 pub(super) fn job_mounts(home: &PaddockHome, record: &JobRecord) -> Vec<Mount> {
-    let container = super::job_container(record);
+    volume_mounts(
+        home,
+        &super::job_container(record),
+        &record.limits.workspace_dir,
+        &record.repo_key,
+    )
+}
+
+/// The mounts of the container `container` (a job's, or a warm pool slot's, whose job takes
+/// its name and so its volumes): the volumes named after it and the object cache of the
+/// repository `repo_key`.
+pub(super) fn volume_mounts(
+    home: &PaddockHome,
+    container: &str,
+    workspace_dir: &str,
+    repo_key: &str,
+) -> Vec<Mount> {
     let mut mounts: Vec<Mount> = JOB_VOLUMES
         .iter()
         .map(|(kind, target)| {
             let target = if target.is_empty() {
-                record.limits.workspace_dir.as_str()
+                workspace_dir
             } else {
                 target
             };
-            volume(job_volume(&container, kind), target, false)
+            volume(job_volume(container, kind), target, false)
         })
         .collect();
     mounts.push(volume(
-        object_cache(home.tag(), &record.repo_key),
+        object_cache(home.tag(), repo_key),
         CONTAINER_OBJECTS,
         true,
     ));
@@ -215,7 +231,7 @@ pub(super) async fn ensure_volume(
 }
 
 /// Removes the job's volumes on its engine, each only when it carries this install's labels
-/// with the job's id (checked right before). The object cache stays.
+/// with the job's id, or its pool slot's (checked right before). The object cache stays.
 pub(super) async fn remove_job_volumes(
     home: &PaddockHome,
     record: &JobRecord,
@@ -228,10 +244,12 @@ pub(super) async fn remove_job_volumes(
         .map(|(kind, _)| job_volume(&container, kind))
         .chain(super::engine_egress::volume_names(record));
     for name in names {
+        // A warm job's volumes were its pool slot's, and carry the slot's id.
         let ours = match docker.inspect_volume(&name).await {
             Ok(info) => {
+                let job = info.labels.get(LABEL_JOB).map(String::as_str);
                 info.labels.get(LABEL_HOME).map(String::as_str) == Some(home.id())
-                    && info.labels.get(LABEL_JOB).map(String::as_str) == Some(record.id.as_str())
+                    && (job == Some(record.id.as_str()) || job == Some(record.container_label()))
             }
             Err(_) => false,
         };
@@ -443,7 +461,8 @@ pub(super) async fn ensure_volumes(
             docker,
             home,
             &job_volume(&container, kind),
-            record.id.as_str(),
+            // A warm job's volumes are its pool slot's (made with the slot's id).
+            record.container_label(),
         )
         .await?;
     }

@@ -163,7 +163,26 @@ impl Runtime for DockerRuntime {
     }
 
     async fn start_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
-        self.on(async { super::pool::start_slot(&self.home, slot).await })
+        self.on(async {
+            if slot.engine.is_some() {
+                super::remote_pool::start_slot(&self.home, slot).await
+            } else {
+                super::pool::start_slot(&self.home, slot).await
+            }
+        })
+        .await
+    }
+
+    async fn pool_claimed(
+        &self,
+        record: &JobRecord,
+        slot: &crate::pool::PoolSlot,
+    ) -> Result<(), RuntimeError> {
+        let _ = record;
+        if slot.engine.is_none() {
+            return Ok(());
+        }
+        self.on(async { super::remote_pool::check_slot(&self.home, slot).await })
             .await
     }
 
@@ -176,8 +195,14 @@ impl Runtime for DockerRuntime {
         record: &JobRecord,
         slot: &crate::pool::PoolSlot,
     ) -> Result<String, RuntimeError> {
-        self.on(async { super::pool::adopt_slot(record, slot).await })
-            .await
+        self.on(async {
+            if slot.engine.is_some() {
+                super::remote_pool::adopt_slot(record, slot).await
+            } else {
+                super::pool::adopt_slot(record, slot).await
+            }
+        })
+        .await
     }
 
     async fn remove_pool_slot(
@@ -185,8 +210,14 @@ impl Runtime for DockerRuntime {
         slot: &crate::pool::PoolSlot,
         job_name: Option<&str>,
     ) -> Result<(), RuntimeError> {
-        self.on(async { super::pool::remove_slot_container(&self.home, slot, job_name).await })
-            .await
+        self.on(async {
+            if slot.engine.is_some() {
+                super::remote_pool::remove_slot(&self.home, slot).await
+            } else {
+                super::pool::remove_slot_container(&self.home, slot, job_name).await
+            }
+        })
+        .await
     }
 
     async fn shell_command(

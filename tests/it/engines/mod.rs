@@ -20,6 +20,7 @@ mod egress;
 mod files;
 mod hostile;
 mod images;
+mod pool;
 mod remote;
 mod secrets;
 mod ssh;
