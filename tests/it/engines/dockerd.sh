@@ -4,7 +4,8 @@
 # config file, reachable only by TCP with TLS (certificates made here by openssl). Its default
 # bridge (10.232.N.1/24, no iptables rules, no masquerade) is where allowlist jobs' egress
 # sidecars sit, as on any engine; it reaches the engine's own addresses and nothing beyond.
-# A daemon started with other flags (an older version of this script) is restarted.
+# A daemon started with other flags (an older version of this script) is restarted. It runs
+# in a session of its own, so a test run killed with its process group leaves it running.
 # Usage: dockerd.sh start|stop|status NAME N DIR
 set -eu
 cmd=$1 name=$2 n=$3 dir=$4
@@ -77,7 +78,7 @@ start)
         >"$dir/daemon.json"
     # A running engine reads its configuration again on SIGHUP (runtimes included).
     running && { kill -HUP "$(cat "$pidfile")"; echo "tcp://$addr:2376"; exit 0; }
-    nohup nsenter --net="/var/run/netns/$ns" dockerd \
+    setsid nohup nsenter --net="/var/run/netns/$ns" dockerd \
         --config-file "$dir/daemon.json" --data-root "$dir/data" --exec-root "$dir/exec" \
         --pidfile "$pidfile" --cgroup-parent "paddock-$name" --bip "10.232.$n.1/24" --iptables=false \
         --ip-masq=false --storage-driver fuse-overlayfs \
