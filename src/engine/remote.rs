@@ -59,8 +59,10 @@ impl Paddock {
         if profile.disk.is_some() {
             return Err(unsupported(name, "a disk limit"));
         }
-        if !profile.ports.value.is_empty() {
-            return Err(unsupported(name, "`ports`"));
+        // Ports are relayed through the engine's API into the job's network namespace,
+        // which a gVisor job's own network stack keeps to itself.
+        if !profile.ports.value.is_empty() && profile.runtime.value == RuntimeChoice::Runsc {
+            return Err(unsupported(name, "`ports` of a gVisor (runsc) job"));
         }
         let caches = !config.caches.value.is_empty() || !profile.caches.value.is_empty();
         if !setup.copy.is_empty() || caches {
@@ -163,6 +165,10 @@ impl Paddock {
             for view in views.iter_mut() {
                 if view.engine.as_deref() == Some(engine.as_str()) {
                     view.engine_status = Some(status.to_string());
+                }
+                if view.engine.as_deref() == Some(engine.as_str()) && !view.ports.is_empty() {
+                    let running = self.port_relay_process(&view.id).is_some();
+                    view.port_relay = Some(if running { "running" } else { "not running" }.into());
                 }
             }
         }
