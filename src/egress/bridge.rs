@@ -1,9 +1,12 @@
 //! The stdio bridge of a remote job's ports (`paddock port-bridge PORT`, hidden): run by an
 //! exec in the job's relay container on its engine (which shares the job's network
 //! namespace), it connects to `127.0.0.1:PORT` there and moves bytes between its stdin and
-//! stdout and that connection, each way on its own, so a half-close passes through: the end
-//! of stdin shuts the connection's write side (the server still answers), the server's end
-//! of stream closes stdout (the host's relay then ends its client's write side).
+//! stdout and that connection, each way on its own, so the client's half-close passes
+//! through: the end of stdin shuts the connection's write side and the server still answers.
+//! The server's end of stream ends the bridge (the process exits): the engine ends an
+//! attached exec's stream only once its stdin ended too or its process exited, so a client
+//! waiting for the server's end of stream would otherwise wait forever. A server that
+//! half-closes and then still reads is the one case this does not carry.
 //!
 //! Invariant: the target is the argument the host gave the exec; nothing that comes through
 //! the bridge chooses where it connects. It runs with std threads (blocking I/O, no
@@ -16,42 +19,31 @@ use std::time::Duration;
 /// How long the bridge waits for the job to accept its connection.
 const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Connects to `127.0.0.1:port` and bridges stdin/stdout with it until both ways ended.
+/// Connects to `127.0.0.1:port` and bridges stdin/stdout with it until the server's end of
+/// stream (the caller then exits, which ends the exec).
 pub fn run(port: u16) -> std::io::Result<()> {
     let target = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let socket = TcpStream::connect_timeout(&target, CONNECT_DEADLINE)?;
     socket.set_nodelay(true)?;
-    bridge(std::io::stdin(), std::io::stdout(), socket, close_output)
+    bridge(std::io::stdin(), std::io::stdout(), socket)
 }
 
-/// Moves `input` to `socket` (then shuts the socket's write side) and `socket` to `output`
-/// (then drops `output` and calls `output_ended`, which closes it for good), each way on its
-/// own thread; returns once both ended.
+/// Moves `input` to `socket` (then shuts the socket's write side) on a thread of its own,
+/// and `socket` to `output` until the server's end of stream, when it returns.
 pub fn bridge(
     input: impl Read + Send + 'static,
-    output: impl Write + Send + 'static,
+    mut output: impl Write,
     socket: TcpStream,
-    output_ended: impl FnOnce(),
 ) -> std::io::Result<()> {
     let mut to_socket = socket.try_clone()?;
-    let upstream = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         let mut input = input;
-        let copied = std::io::copy(&mut input, &mut to_socket);
+        let _ = std::io::copy(&mut input, &mut to_socket);
         // The client's end of stream, passed on: the server may still answer.
         let _ = to_socket.shutdown(Shutdown::Write);
-        copied.map(drop)
     });
     let mut from_socket = socket;
-    let mut output = output;
-    let copied = copy_flushing(&mut from_socket, &mut output);
-    // The server's end of stream: closing our output ends the host's read of it.
-    drop(output);
-    output_ended();
-    let _ = from_socket.shutdown(Shutdown::Read);
-    let up = upstream
-        .join()
-        .unwrap_or_else(|_| Err(std::io::Error::other("the upstream thread panicked")));
-    copied.and(up)
+    copy_flushing(&mut from_socket, &mut output)
 }
 
 /// Copies `from` to `to`, flushing after each read (a bridge must not sit on bytes).
@@ -66,16 +58,6 @@ fn copy_flushing(from: &mut impl Read, to: &mut impl Write) -> std::io::Result<(
         };
         to.write_all(&buffer[..n])?;
         to.flush()?;
-    }
-}
-
-/// Points the process's stdout and stderr at `/dev/null`, closing the exec's output pipes,
-/// so the engine sees the end of its output while its stdin may still be read (std's
-/// `Stdout` never closes fd 1).
-fn close_output() {
-    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-        let _ = rustix::stdio::dup2_stdout(&null);
-        let _ = rustix::stdio::dup2_stderr(&null);
     }
 }
 
@@ -119,12 +101,7 @@ mod tests {
             }
         }
         let input = std::io::Cursor::new(vec![7u8; 100_000]);
-        let ended = std::sync::atomic::AtomicBool::new(false);
-        bridge(input, Sink(sink), socket, || {
-            ended.store(true, std::sync::atomic::Ordering::SeqCst);
-        })
-        .unwrap();
-        assert!(ended.into_inner());
+        bridge(input, Sink(sink), socket).unwrap();
         server.join().unwrap();
         let answer: Vec<u8> = answer.into_iter().flatten().collect();
         assert_eq!(answer, b"got 100000 bytes");

@@ -19,6 +19,7 @@ mod egress;
 mod files;
 mod hostile;
 mod images;
+mod ports;
 mod remote;
 mod ssh;
 mod unprivileged;
