@@ -129,7 +129,7 @@ fn ports_of_a_remote_job_are_relayed_through_its_engine() {
     assert!(
         host["PortBindings"]
             .as_object()
-            .is_none_or(|p| p.is_empty()),
+            .is_none_or(serde_json::Map::is_empty),
         "{host}"
     );
     assert_eq!(relay["Mounts"], serde_json::json!([]), "{relay}");
