@@ -181,6 +181,28 @@ fn ports_of_a_remote_job_are_relayed_through_its_engine() {
     assert!(fetch(&address_b, &b).contains(&format!("hello from {b}")));
     assert!(fetch(&address_a, &a).contains(&format!("hello from {a}")));
 
+    // An allowlist job (sealed network, egress sidecar) is relayed the same way, and its
+    // sidecar publishes nothing either.
+    let c = create_on(
+        &home,
+        engine,
+        &repo,
+        &["--network", "allowlist", "--port", "3000"],
+    );
+    let job_c = home.json(&["show", &c, "--json"])["job"].clone();
+    let address_c = home.ok(&["port", &c, "3000"]).trim().to_string();
+    serve_hello(&home, &c);
+    assert!(fetch(&address_c, &c).contains(&format!("hello from {c}")));
+    let sidecar = format!("{}-egress", text(&job_c, "container_name"));
+    let published = engine.docker_ok(&[
+        "inspect",
+        "-f",
+        "{{json .HostConfig.PortBindings}}",
+        &sidecar,
+    ]);
+    assert!(matches!(published.trim(), "{}" | "null"), "{published}");
+    home.ok(&["rm", &c]);
+
     // `stop` stops the relay; the next exec starts the job and its relay again, on the same
     // host port.
     home.ok(&["stop", &a]);
