@@ -47,7 +47,7 @@ mod pool;
 pub use pool::PoolKey;
 mod failpoints;
 mod files_remote;
-mod port_relay;
+pub(crate) mod port_relay;
 mod ports;
 mod push;
 mod remote;

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::{Error, Paddock, Result};
 use crate::job::{JobId, JobRecord, ProcessId};
-use crate::store::FileLock;
+use crate::store::{FileLock, PaddockHome};
 
 /// How often a relay looks whether its job still exists.
 const CHECK_EVERY: Duration = Duration::from_secs(2);
@@ -26,8 +26,20 @@ const CHECK_EVERY: Duration = Duration::from_secs(2);
 const READY_WAIT: Duration = Duration::from_secs(15);
 
 /// Whether the job's ports are served by a relay process here (a remote job's).
-pub(super) fn relayed(record: &JobRecord) -> bool {
+pub(crate) fn relayed(record: &JobRecord) -> bool {
     record.engine.is_some() && !record.ports.is_empty()
+}
+
+/// Job `id`'s relay process, when one runs now: the pid its file names, alive with the
+/// recorded start time and running `port-relay` for this job (`doctor` asks too).
+pub(crate) fn relay_process(home: &PaddockHome, id: &JobId) -> Option<ProcessId> {
+    let text = std::fs::read(home.job_dir(id).join("port-relay.pid")).ok()?;
+    let process: ProcessId = serde_json::from_slice(&text).ok()?;
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", process.pid)).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let ours = args.iter().any(|a| *a == b"port-relay")
+        && args.iter().any(|a| *a == id.as_str().as_bytes());
+    (ours && process.is_alive()).then_some(process)
 }
 
 impl Paddock {
@@ -37,14 +49,7 @@ impl Paddock {
 
     /// The job's relay process, when one runs now.
     pub(super) fn port_relay_process(&self, id: &JobId) -> Option<ProcessId> {
-        let pid = self.home.job_dir(id).join("port-relay.pid");
-        let text = std::fs::read(pid).ok()?;
-        let process: ProcessId = serde_json::from_slice(&text).ok()?;
-        let cmdline = std::fs::read(format!("/proc/{}/cmdline", process.pid)).ok()?;
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let ours = args.iter().any(|a| *a == b"port-relay")
-            && args.iter().any(|a| *a == id.as_str().as_bytes());
-        (ours && process.is_alive()).then_some(process)
+        relay_process(&self.home, id)
     }
 
     /// Starts the job's relay process unless it runs, and waits until it listens. Nothing

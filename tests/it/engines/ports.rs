@@ -209,6 +209,15 @@ fn ports_of_a_remote_job_are_relayed_through_its_engine() {
     assert!(relay_processes(&a).is_empty(), "the relay outlived stop");
     let stopped = home.json(&["show", &a, "--json"]);
     assert_eq!(stopped["job"]["port_relay"], "not running", "{stopped}");
+    let doctor = home.run(&["doctor", "--json"]);
+    let doctor = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        doctor.contains("port relays")
+            && doctor.contains(&format!(
+                "not running, so their ports do not answer here: {a}"
+            )),
+        "{doctor}"
+    );
     serve_hello(&home, &a);
     assert_eq!(home.ok(&["port", &a, "3000"]).trim(), address_a);
     assert!(fetch(&address_a, &a).contains(&format!("hello from {a}")));
