@@ -200,9 +200,10 @@ fn io(name: &str, path: &Path) -> impl FnOnce(std::io::Error) -> CacheError {
     move |source| CacheError::Io { name, path, source }
 }
 
-/// The key hash: the content of each key file read from the checkout (without following a
-/// symlink out of it), "none" for a missing one.
-fn key_hash(worktree: &Path, keys: &[String]) -> String {
+/// The key hash of a job's caches: `read` gives each key file's content (`None`: missing or
+/// not a regular file, hashed as "none"); from the checkout here, from the commit for a job
+/// on a remote engine, so both name the same entry.
+pub fn key_hash_with(keys: &[String], read: impl Fn(&str) -> Option<Vec<u8>>) -> String {
     if keys.is_empty() {
         return "shared".into();
     }
@@ -210,15 +211,19 @@ fn key_hash(worktree: &Path, keys: &[String]) -> String {
     for key in keys {
         hasher.update(key.as_bytes());
         hasher.update([0]);
-        let path = worktree.join(key);
-        let is_file = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
-        match is_file.then(|| std::fs::read(&path)).and_then(Result::ok) {
-            Some(content) => hasher.update(&content),
-            None => hasher.update(b"none"),
-        }
+        hasher.update(read(key).as_deref().unwrap_or(b"none"));
         hasher.update([0]);
     }
     crate::ids::hex(&hasher.finalize()[..8])
+}
+
+/// [`key_hash_with`] the key files of the checkout (a link is not followed out of it).
+fn key_hash(worktree: &Path, keys: &[String]) -> String {
+    key_hash_with(keys, |key| {
+        let path = worktree.join(key);
+        let is_file = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
+        is_file.then(|| std::fs::read(&path)).and_then(Result::ok)
+    })
 }
 
 /// Refuses a cache path whose any component exists as a symlink in the checkout, or whose
@@ -447,12 +452,6 @@ pub struct EntryInfo {
     pub jobs: Vec<String>,
 }
 
-/// Size of a tree without following symlinks and without recursion (jobs write entries:
-/// see `tree`).
-pub fn tree_size(root: &Path) -> u64 {
-    crate::tree::size(root)
-}
-
 /// Every entry under the caches root; `users` maps an entry path to the jobs using it.
 pub fn list_entries(caches_root: &Path, users: &BTreeMap<PathBuf, Vec<String>>) -> Vec<EntryInfo> {
     let mut out = Vec::new();
@@ -477,7 +476,7 @@ pub fn list_entries(caches_root: &Path, users: &BTreeMap<PathBuf, Vec<String>>) 
                     repo_key: repo.file_name().to_string_lossy().into_owned(),
                     cache: cache.file_name().to_string_lossy().into_owned(),
                     path: entry.path(),
-                    size_bytes: tree_size(&entry.path()),
+                    size_bytes: crate::tree::size(&entry.path()),
                     created_at: meta.as_ref().map(|m| m.created_at),
                     last_used_at: meta.as_ref().map(|m| m.last_used_at),
                     jobs: users.get(&entry.path()).cloned().unwrap_or_default(),

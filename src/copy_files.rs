@@ -158,6 +158,96 @@ pub fn copy_into(
     Ok(copied)
 }
 
+/// The entries as a tar, for a job on a remote engine, whose checkout is not on this host:
+/// the checks of [`copy_into`] on the sources (nothing read outside the repository, no link
+/// leaving it, special files refused), files and directories with their permission bits and
+/// no set-id bit, owned by `owner`, links as links. Returns the tar and the entries in it.
+/// Where they land (nothing tracked, no link on the way) the caller checks in the commit.
+pub fn tar_of(
+    repo: &Path,
+    entries: &[String],
+    owner: (u32, u32),
+) -> Result<(Vec<u8>, Vec<String>), CopyError> {
+    let root = canonical_root(repo, entries)?;
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut copied = Vec::new();
+    for entry in distinct(entries) {
+        let source = source_of(&root, entry)?;
+        // The whole source is checked before the first byte is taken.
+        walk(&root, entry, &source, None)?;
+        append(&mut builder, &root, entry, &source, Path::new(entry), owner)?;
+        copied.push(entry.clone());
+    }
+    let tar = builder
+        .into_inner()
+        .map_err(io(entries[0].as_str(), repo))?;
+    Ok((tar, copied))
+}
+
+/// Adds `source` (named `name` in the tar) and everything under it; never follows a link.
+fn append(
+    builder: &mut tar::Builder<Vec<u8>>,
+    root: &Path,
+    entry: &str,
+    source: &Path,
+    name: &Path,
+    owner: (u32, u32),
+) -> Result<(), CopyError> {
+    let meta = std::fs::symlink_metadata(source).map_err(io(entry, source))?;
+    let kind = meta.file_type();
+    let mut header = tar::Header::new_gnu();
+    header.set_uid(u64::from(owner.0));
+    header.set_gid(u64::from(owner.1));
+    header.set_mtime(u64::try_from(meta.mtime()).unwrap_or(0));
+    // Set-id and sticky bits are dropped, as in a local copy.
+    header.set_mode(meta.mode() & 0o777);
+    header.set_size(0);
+    let added = if kind.is_symlink() {
+        let link = std::fs::read_link(source).map_err(io(entry, source))?;
+        check_link(root, entry, source, &link)?;
+        header.set_entry_type(tar::EntryType::Symlink);
+        builder.append_link(&mut header, name, &link)
+    } else if kind.is_file() {
+        let mut from = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(source)
+            .map_err(io(entry, source))?;
+        let mut bytes = Vec::new();
+        if !from.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(io(entry, source)(std::io::Error::other(
+                "changed while it was copied",
+            )));
+        }
+        std::io::Read::read_to_end(&mut from, &mut bytes).map_err(io(entry, source))?;
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_size(bytes.len() as u64);
+        builder.append_data(&mut header, name, bytes.as_slice())
+    } else if kind.is_dir() {
+        header.set_entry_type(tar::EntryType::Directory);
+        builder
+            .append_data(&mut header, name, std::io::empty())
+            .map_err(io(entry, source))?;
+        let mut children: Vec<_> = std::fs::read_dir(source)
+            .map_err(io(entry, source))?
+            .map(|child| child.map(|c| c.file_name()))
+            .collect::<Result<_, _>>()
+            .map_err(io(entry, source))?;
+        children.sort();
+        for child in children {
+            let (source, name) = (source.join(&child), name.join(&child));
+            append(builder, root, entry, &source, &name, owner)?;
+        }
+        Ok(())
+    } else {
+        return Err(CopyError::Special {
+            entry: entry.to_string(),
+            path: source.strip_prefix(root).unwrap_or(source).to_path_buf(),
+        });
+    };
+    added.map_err(io(entry, source))
+}
+
 fn io(entry: &str, path: &Path) -> impl FnOnce(std::io::Error) -> CopyError {
     let entry = entry.to_string();
     let path = path.to_path_buf();
@@ -454,6 +544,32 @@ mod tests {
         assert!(matches!(
             check_sources(r, &["nope".into()]),
             Err(CopyError::Missing { .. })
+        ));
+    }
+
+    #[test]
+    fn a_tar_of_the_copies_drops_set_id_bits_and_refuses_outside_links() {
+        let repo = tempfile::tempdir().unwrap();
+        let r = repo.path();
+        std::fs::write(r.join("tool"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(r.join("tool"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+        std::fs::create_dir(r.join("conf")).unwrap();
+        std::os::unix::fs::symlink("../tool", r.join("conf/link")).unwrap();
+        let (tar, copied) = tar_of(r, &["tool".into(), "conf".into()], (1000, 1001)).unwrap();
+        assert_eq!(copied, vec!["tool", "conf"]);
+        let mut seen = Vec::new();
+        for entry in tar::Archive::new(tar.as_slice()).entries().unwrap() {
+            let h = entry.unwrap().header().clone();
+            let path = h.path().unwrap().display().to_string();
+            seen.push((path, h.mode().unwrap(), h.uid().unwrap(), h.gid().unwrap()));
+        }
+        assert_eq!(seen[0], ("tool".into(), 0o755, 1000, 1001));
+        assert_eq!(seen[1].0, "conf");
+        assert_eq!(seen[2].0, "conf/link");
+        std::os::unix::fs::symlink("/etc/passwd", r.join("conf/out")).unwrap();
+        assert!(matches!(
+            tar_of(r, &["conf".into()], (0, 0)),
+            Err(CopyError::OutsideLink { .. })
         ));
     }
 

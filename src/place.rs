@@ -1,7 +1,10 @@
-//! Where a job's files live, as the file API sees them: a directory on this host (a local
-//! job's worktree, opened beneath a descriptor that follows no link; `engine::files`) or
-//! volumes of a remote engine, reached through that engine's archive API
-//! (`runtime::docker::archive`). A pod's filesystem is the next kind.
+//! Where a job's files live: a directory on this host (a local job's worktree, opened
+//! beneath a descriptor that follows no link; `engine::files`) or volumes of a remote
+//! engine, reached through that engine's API (`runtime::docker::archive`, `fill`,
+//! `remote`). A pod's filesystem is the next kind. `Place` is how the file API sees them;
+//! `JobFiles` their life around it: made at create, the sync's outbox brought back, removed
+//! with the job. The engine picks one per job (`engine/places.rs`); `Runtime` says how the
+//! job runs, a `Place` where its files are.
 //!
 //! The checks that do not depend on where the files are (a path beneath the workspace, no
 //! writes into `.git` or a cache) are made once, by the engine, before a `Place` is asked;
@@ -11,7 +14,10 @@
 use std::ffi::OsString;
 
 use crate::error::Result;
+use crate::git::GitRepo;
+use crate::git::jobdir::JobGitDir;
 use crate::job::JobRecord;
+use crate::runtime::RuntimeError;
 use crate::wire::{FileList, FileWritten};
 
 /// A caller's path, checked: its components beneath the workspace.
@@ -40,4 +46,38 @@ pub trait Place: Send + Sync {
 
     /// The entries of a directory of the workspace, sorted by name.
     async fn list_dir(&self, record: &JobRecord, path: &WorkspacePath) -> Result<FileList>;
+}
+
+/// The life of a job's files around the file API (crate-private: it names paddock's git
+/// types). Every method is safe to run again after a crash part way.
+#[async_trait::async_trait]
+pub(crate) trait JobFiles: Place {
+    /// Makes the job's files from the repository at `tip`, before any agent runs. Returns
+    /// the job's git dir when it is on this host (the create's copies and caches go next,
+    /// there); a place that returns none put `setup`'s copies and `caches` in itself.
+    async fn fill(
+        &self,
+        repo: &GitRepo,
+        record: &mut JobRecord,
+        tip: &str,
+        caches: &[crate::cache::CacheSpec],
+        setup: &crate::config::JobSetup,
+    ) -> Result<Option<JobGitDir>>;
+
+    /// Brings the files a piggybacked sync left in the job's outbox to its outbox on this
+    /// host (`JobRecord::outbox`), where they are read under their caps like a local job's.
+    async fn collect_outbox(&self, record: &JobRecord) -> std::result::Result<(), RuntimeError>;
+
+    /// Whether the job's files are gone from under it (a checkout deleted by hand): the
+    /// sweep then removes the job.
+    fn files_gone(&self, record: &JobRecord) -> bool;
+
+    /// Whether the job has a checkout whose uncommitted work `rm` must save first: a host
+    /// checkout that exists, or a remote job's volumes (asked through the sync itself, which
+    /// fails, and so stops the removal, when the engine does not answer).
+    fn holds_work(&self, record: &JobRecord) -> bool;
+
+    /// Removes the job's files, once its sandbox is gone; each thing is checked to be ours
+    /// right before it goes.
+    async fn remove(&self, repo: &GitRepo, record: &JobRecord) -> Result<()>;
 }

@@ -27,10 +27,12 @@ pub enum CacheCommand {
     },
 }
 
-pub fn run(paddock: &Paddock, command: CacheCommand) -> Result<i32> {
+pub async fn run(paddock: &Paddock, command: CacheCommand) -> Result<i32> {
     match command {
         CacheCommand::Ls { json } => {
-            let entries = paddock.cache_entries()?;
+            let mut entries = paddock.cache_entries()?;
+            // A remote engine's cache volumes (`ENGINE:VOLUME`) after the host's entries.
+            entries.extend(paddock.engine_cache_entries().await?);
             if json {
                 print_json(&entries);
             } else {
@@ -42,7 +44,11 @@ pub fn run(paddock: &Paddock, command: CacheCommand) -> Result<i32> {
             dry_run,
             json,
         } => {
-            let (pruned, kept) = paddock.cache_prune(unused_for.0, dry_run)?;
+            let (mut pruned, mut kept) = paddock.cache_prune(unused_for.0, dry_run)?;
+            let (engine_pruned, engine_kept) =
+                paddock.engine_cache_prune(unused_for.0, dry_run).await?;
+            pruned.extend(engine_pruned);
+            kept.extend(engine_kept);
             if json {
                 print_json(
                     &serde_json::json!({ "dry_run": dry_run, "removed": pruned, "kept": kept }),

@@ -276,7 +276,7 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::PortBridge(args) => port_bridge::run(&args),
         Command::PortRelay(args) => port_relay::run(paddock, args).await,
         Command::GuestAgent | Command::VmShell(_) | Command::VmVirtiofsd(_) => Ok(exit::INTERNAL),
-        Command::Cache { command } => cache::run(paddock, command),
+        Command::Cache { command } => cache::run(paddock, command).await,
         Command::Config { command } => config::run(paddock, command).await,
     }
 }

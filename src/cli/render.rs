@@ -383,11 +383,21 @@ pub fn print_cache_table(entries: &[crate::cache::EntryInfo]) {
     let rows: Vec<Vec<String>> = entries
         .iter()
         .map(|e| {
+            // An engine's cache volume (`ENGINE:VOLUME`): its engine named, its size unknown.
+            let engine = (!e.path.is_absolute())
+                .then(|| e.path.to_str()?.split_once(':').map(|(engine, _)| engine))
+                .flatten();
             vec![
                 e.repo_key.clone(),
-                e.cache.clone(),
+                match engine {
+                    Some(engine) => format!("{} ({engine})", e.cache),
+                    None => e.cache.clone(),
+                },
                 e.key.clone(),
-                crate::units::format_size(e.size_bytes),
+                match engine {
+                    Some(_) => "-".to_string(),
+                    None => crate::units::format_size(e.size_bytes),
+                },
                 e.last_used_at
                     .map_or_else(|| "-".into(), |t| format!("{} ago", format_age(now - t))),
                 e.jobs.join(","),

@@ -15,8 +15,43 @@ use crate::job::JobRecord;
 use crate::overlay::Pristines;
 
 impl Paddock {
+    /// Makes a local job's files (its `Place` on this host): the job's disk when it has one,
+    /// its private git dir, its outbox, and `tip` checked out. Returns the git dir, where
+    /// the create's copies and caches go next.
+    pub(super) async fn fill_local(
+        &self,
+        repo: &GitRepo,
+        record: &mut JobRecord,
+        tip: &str,
+    ) -> Result<JobGitDir> {
+        // The job's disk before anything is written to it: its git dir and outbox (and an
+        // overlay's layers) live there when the record names the git dir on it.
+        if let Some(size) = record.disk.or(record.git_disk) {
+            let started = std::time::Instant::now();
+            crate::disk::make(&self.home.job_dir(&record.id), size).await?;
+            tracing::debug!(job = %record.id, %size, elapsed = ?started.elapsed(), "job disk made");
+            crash_point("disk");
+        }
+        let git_dir = record
+            .git_dir
+            .clone()
+            .expect("create sets the job's git dir before building");
+        let job_git = JobGitDir::create(&git_dir, repo, &record.branch, tip).await?;
+        if record.runtime.sandboxed()
+            && let Some(outbox) = record.outbox()
+        {
+            std::fs::create_dir_all(&outbox).map_err(|source| crate::store::StoreError::Io {
+                path: outbox.clone(),
+                source,
+            })?;
+        }
+        crash_point("recorded");
+        self.check_out(repo, record, &job_git, tip).await?;
+        Ok(job_git)
+    }
+
     /// Checks `tip` out at the job's worktree with its `.git` link, before any agent runs.
-    pub(super) async fn check_out(
+    async fn check_out(
         &self,
         repo: &GitRepo,
         record: &mut JobRecord,

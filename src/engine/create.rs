@@ -11,7 +11,6 @@ use chrono::Utc;
 use super::failpoints::{crash_point, fail_point};
 use super::{CreateRequest, Created, Error, Paddock, Result};
 use crate::config::{CheckoutMode, NetworkMode, Profile, Source};
-use crate::git::jobdir::JobGitDir;
 use crate::git::{self, GitRepo};
 use crate::job::{JobId, JobRecord, JobState, Limits, RECORD_SCHEMA, RuntimeKind};
 use crate::runtime::RuntimeError;
@@ -186,9 +185,7 @@ impl Paddock {
         if !setup.copy.is_empty() {
             crate::copy_files::check_sources(&repo.root, &setup.copy)?;
         }
-        let (engine, placed) = self
-            .engine_of(&config, &request, &id, &profile, &setup)
-            .await?;
+        let (engine, placed) = self.engine_of(&config, &request, &id, &profile).await?;
         let runtime = match &engine {
             Some(engine) => self.resolve_remote(engine, &profile).await?,
             None => {
@@ -381,35 +378,16 @@ impl Paddock {
                 .await?
         };
         crash_point("registered");
-        if record.engine.is_some() {
-            self.fill_remote(repo, record, &tip).await?;
-            crash_point("checked-out");
-            return self.start_built(record, setup, pool).await;
-        }
-        // The job's disk before anything is written to it: its git dir and outbox (and an
-        // overlay's layers) live there when the record names the git dir on it.
-        if let Some(size) = record.disk.or(record.git_disk) {
-            let started = std::time::Instant::now();
-            crate::disk::make(&self.home.job_dir(&record.id), size).await?;
-            tracing::debug!(job = %record.id, %size, elapsed = ?started.elapsed(), "job disk made");
-            crash_point("disk");
-        }
-        let git_dir = record
-            .git_dir
-            .clone()
-            .expect("create sets the job's git dir before building");
-        let job_git = JobGitDir::create(&git_dir, repo, &record.branch, &tip).await?;
-        if record.runtime.sandboxed()
-            && let Some(outbox) = record.outbox()
-        {
-            std::fs::create_dir_all(&outbox).map_err(|source| crate::store::StoreError::Io {
-                path: outbox.clone(),
-                source,
-            })?;
-        }
-        crash_point("recorded");
-        self.check_out(repo, record, &job_git, &tip).await?;
+        // Where the job's files live makes them: a checkout on this host, or volumes of
+        // its engine filled by a stream (`engine/places.rs`).
+        let filled = self
+            .place_of(record)
+            .fill(repo, record, &tip, cache_specs, setup)
+            .await?;
         crash_point("checked-out");
+        let Some(job_git) = filled else {
+            return self.start_built(record, setup, pool).await;
+        };
         fail_point("checkout")?;
         // Copied files go in before the caches (a cache may not land on one) and before the
         // container exists; they are the agent's from the start (see `copy_files`).
@@ -476,7 +454,7 @@ impl Paddock {
             Ok(()) | Err(RuntimeError::NotOurContainer { .. }) => {}
             Err(error) => failed = Some(error.into()),
         }
-        if let Err(error) = self.remove_checkout(repo, record).await {
+        if let Err(error) = self.place_of(record).remove(repo, record).await {
             failed.get_or_insert(error);
         }
         if record.branch_created

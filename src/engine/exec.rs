@@ -295,6 +295,14 @@ impl Paddock {
             .runtime_of(&record)
             .exec(&record, &request, &mut tee)
             .await;
+        // The files a piggybacked sync left in the job's outbox, brought where they are read
+        // (a remote job's are in a volume of its engine); a failure fails the exec.
+        if request.after.is_some()
+            && outcome.is_ok()
+            && let Err(error) = self.place_of(&record).collect_outbox(&record).await
+        {
+            outcome = Err(error);
+        }
         clock.mark("runtime");
         // The command's commits reach the user's repository before exec returns.
         // The sync ends by the exec's own deadline, with a little room after a command that

@@ -448,14 +448,6 @@ impl Paddock {
         Ok((record, path))
     }
 
-    /// Where `record`'s files live: this host, or volumes of its engine.
-    fn place_of(&self, record: &JobRecord) -> Box<dyn Place> {
-        match &record.engine {
-            Some(engine) => Box::new(super::files_remote::EngineFiles::new(engine)),
-            None => Box::new(HostDir),
-        }
-    }
-
     /// The bytes of a file of the job's workspace (see the module docs for what is refused).
     pub async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
         let (record, path) = self.job_path(id, path)?;
@@ -484,7 +476,7 @@ impl Paddock {
 }
 
 /// A local job's files: its worktree on this host (see the module docs).
-struct HostDir;
+pub(super) struct HostDir;
 
 #[async_trait::async_trait]
 impl Place for HostDir {

@@ -10,7 +10,8 @@
 //! exec's kept status and output), `events` (reading the event history), `remove`, `inspect`
 //! (`list`, `show`, `diff`, `log`), `sync` (with `piggyback`, the sync in an exec's own
 //! session), `caches`, `setup` (a new job's `copy` and `setup`, the last steps of `create`),
-//! `files` (the file API), `conflicts` (conflicts and the merged mark), `merge` (with
+//! `files` (the file API), `places` (a job's `Place`: where its files live, made, read back
+//! and removed), `conflicts` (conflicts and the merged mark), `merge` (with
 //! `apply`); this file holds the engine itself, `emit` (every event goes to the install's
 //! event log), and the shapes its operations take and return.
 
@@ -43,6 +44,7 @@ mod outbox;
 mod output_log;
 mod piggyback;
 mod placement;
+mod places;
 mod pool;
 pub use pool::PoolKey;
 mod failpoints;
@@ -51,6 +53,7 @@ pub(crate) mod port_relay;
 mod ports;
 mod push;
 mod remote;
+mod remote_prep;
 mod remove;
 mod setup;
 mod sync;

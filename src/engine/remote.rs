@@ -33,7 +33,6 @@ impl Paddock {
         request: &CreateRequest,
         id: &JobId,
         profile: &Profile,
-        setup: &crate::config::JobSetup,
     ) -> Result<(Option<String>, Option<super::placement::Placed>)> {
         // `create --engine` wins over the profile's `engine:`.
         let chosen = request
@@ -63,10 +62,6 @@ impl Paddock {
         // which a gVisor job's own network stack keeps to itself.
         if !profile.ports.value.is_empty() && profile.runtime.value == RuntimeChoice::Runsc {
             return Err(unsupported(name, "`ports` of a gVisor (runsc) job"));
-        }
-        let caches = !config.caches.value.is_empty() || !profile.caches.value.is_empty();
-        if !setup.copy.is_empty() || caches {
-            return Err(unsupported(name, "`copy` and caches"));
         }
         if name == "auto" {
             let placed = self
@@ -105,12 +100,16 @@ impl Paddock {
     }
 
     /// Fills a remote job's volumes: its git dir written on the host (the branch at `tip`,
-    /// alternates naming the engine's object cache), then sent with what the cache lacks.
+    /// alternates naming the engine's object cache, excludes of its copies and caches), then
+    /// sent with what the cache lacks, its `copy` files (staged by `prepare_remote`) and its
+    /// cache volumes made and seeded.
     pub(super) async fn fill_remote(
         &self,
         repo: &GitRepo,
         record: &mut JobRecord,
         tip: &str,
+        cache_specs: &[crate::cache::CacheSpec],
+        setup: &crate::config::JobSetup,
     ) -> Result<()> {
         let job_dir = self.home.job_dir(&record.id);
         let staged = job_dir.join("stage-git");
@@ -118,7 +117,16 @@ impl Paddock {
             let path = path.to_path_buf();
             move |source| crate::store::StoreError::Io { path, source }
         };
-        JobGitDir::create(&staged, repo, &record.branch, tip).await?;
+        let job_git = JobGitDir::create(&staged, repo, &record.branch, tip).await?;
+        let prepared = self
+            .prepare_remote(repo, record, tip, cache_specs, setup, &job_git)
+            .await;
+        if let Err(error) = prepared {
+            let _ = super::checkout::remove_tree(&staged).await;
+            let _ = std::fs::remove_file(crate::engines::staged_copies(&job_dir));
+            return Err(error);
+        }
+        self.store.save(record)?;
         let alternates = staged.join("objects/info/alternates");
         std::fs::write(&alternates, REMOTE_ALTERNATES).map_err(io(&alternates))?;
         // The engine's cache holds the boundary of what it received; the fill puts it there.
@@ -132,6 +140,7 @@ impl Paddock {
             .fill_files(record, &staged, tip)
             .await;
         let _ = super::checkout::remove_tree(&staged).await;
+        let _ = std::fs::remove_file(crate::engines::staged_copies(&job_dir));
         let report = filled?;
         tracing::info!(
             job = %record.id,

@@ -54,7 +54,7 @@ impl Paddock {
         // A job still `creating` never ran an agent: there is no work to save, and a partial
         // checkout would only snapshot noise.
         let has_work = record.state != JobState::Creating;
-        if has_work && record.worktree.exists() {
+        if has_work && self.place_of(&record).holds_work(&record) {
             match self.save_work(&repo, &record, &wip_ref).await {
                 Ok(commit) => {
                     wip_commit = commit;
@@ -99,7 +99,7 @@ impl Paddock {
         // A copy of what the job wrote may be large: off the async workers.
         let promoting = record.clone();
         let _ = tokio::task::spawn_blocking(move || promote_copied_caches(&promoting)).await;
-        self.remove_checkout(&repo, &record).await?;
+        self.place_of(&record).remove(&repo, &record).await?;
 
         let tip = if repo_gone {
             None

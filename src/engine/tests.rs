@@ -230,6 +230,7 @@ async fn sweep_removes_sandboxes_no_record_names_and_keeps_the_others() {
             running: true,
             role: crate::runtime::SandboxRole::Job,
             created: None,
+            volumes: Vec::new(),
         });
     }
 

@@ -182,6 +182,46 @@ pub fn object_cache(tag: &str, repo_key: &str) -> String {
     format!("paddock-{tag}-objects-{repo_key}")
 }
 
+/// Where a remote job's containers mount its cache volumes that have no place in the
+/// workspace (`env` caches); a remote job's `JobCache::entry` is `<this>/<volume>`, so the
+/// record names each cache's volume.
+pub const CACHE_MOUNTS: &str = "/paddock/caches";
+
+/// The cache volume of (install `tag`, repository, cache `name`, key `hash`) on an engine:
+/// jobs of the same repository with the same key files share it.
+pub fn cache_volume(tag: &str, repo_key: &str, name: &str, hash: &str) -> String {
+    format!("paddock-{tag}-cache-{repo_key}-{name}-{hash}")
+}
+
+/// The volume of a remote job's cache (see [`CACHE_MOUNTS`]); `None` for a local cache.
+pub fn volume_of(cache: &crate::cache::JobCache) -> Option<&str> {
+    let volume = cache.entry.strip_prefix(CACHE_MOUNTS).ok()?;
+    volume
+        .to_str()
+        .filter(|v| !v.is_empty() && !v.contains('/'))
+}
+
+/// One of this install's cache volumes on an engine, as the engine lists it (`cache ls`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheVolume {
+    pub name: String,
+    pub repo_key: String,
+    pub cache: String,
+    /// As the engine says it (RFC 3339).
+    pub created_at: Option<String>,
+}
+
+/// Where this host keeps the last use of cache volume `volume` of engine `engine` (the
+/// file's mtime, set when a job's fill used it): jobs cannot forge it.
+pub fn last_use_mark(root: &std::path::Path, engine: &str, volume: &str) -> std::path::PathBuf {
+    root.join("engine-caches").join(engine).join(volume)
+}
+
+/// Where `create` stages a remote job's `copy` files as a tar for the fill (in its job dir).
+pub fn staged_copies(job_dir: &std::path::Path) -> std::path::PathBuf {
+    job_dir.join("stage-copy.tar")
+}
+
 /// What filling a remote job's files sent to its engine (`runtime/docker/fill.rs`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
 pub struct FillReport {

@@ -27,6 +27,32 @@ impl GitRepo {
         .await
     }
 
+    /// The file mode of each of `paths` in `commit` (`0o040000` a tree, `0o100644` or
+    /// `0o100755` a file, `0o120000` a link, `0o160000` a submodule), `None` where the path
+    /// is missing: for checks of where a remote job's copies and caches land, made on the
+    /// host before the tree is checked out on the engine.
+    pub async fn modes_at(
+        &self,
+        commit: &str,
+        paths: Vec<String>,
+    ) -> Result<Vec<Option<i32>>, GitError> {
+        let this = self.clone();
+        let commit = commit.to_string();
+        blocking(move || {
+            let repo = this.open_git2()?;
+            let tree = tree_of(&repo, &commit, &this)?;
+            Ok(paths
+                .iter()
+                .map(|path| {
+                    tree.get_path(std::path::Path::new(path))
+                        .ok()
+                        .map(|entry| entry.filemode())
+                })
+                .collect())
+        })
+        .await
+    }
+
     /// The directory `dir` ("" for the root) of `commit` as a tar archive (files with their
     /// executable bit, links as links; submodules left out), with the tree's id, which names
     /// its content.

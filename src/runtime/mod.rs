@@ -15,9 +15,9 @@ pub mod exec;
 pub mod microvm;
 mod on_engine;
 pub(crate) mod process;
+mod runtimes;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{NetworkMode, RuntimeChoice};
@@ -28,6 +28,7 @@ pub use docker::{DockerRuntime, container_name};
 pub use error::RuntimeError;
 pub use exec::{ExecRequest, ExecResult, OutputSink};
 pub use process::ProcessRuntime;
+pub use runtimes::Runtimes;
 
 /// The runtime a new job gets, and a warning when `auto` fell back to processes.
 #[derive(Debug, Clone)]
@@ -57,6 +58,8 @@ pub struct Sandbox {
     pub running: bool,
     pub role: SandboxRole,
     pub created: Option<chrono::DateTime<chrono::Utc>>,
+    /// The named volumes it mounts (a remote job's files, its repository's object cache).
+    pub volumes: Vec<String>,
 }
 
 /// What a listed sandbox is for.
@@ -291,6 +294,17 @@ pub trait Runtime: Send + Sync {
         None
     }
 
+    /// On a remote engine: this install's cache volumes there (others' caches are the host's).
+    async fn cache_volumes(&self) -> Result<Vec<crate::engines::CacheVolume>, RuntimeError> {
+        Ok(Vec::new())
+    }
+
+    /// On a remote engine: removes the cache volume `name` when it still carries this
+    /// install's labels as a cache (checked right before); false when it does not.
+    async fn remove_cache_volume(&self, _name: &str) -> Result<bool, RuntimeError> {
+        Ok(false)
+    }
+
     /// The engine's version and capabilities, for `doctor`; `None` for runtimes without one.
     async fn engine_facts(&self) -> Option<Result<EngineFacts, RuntimeError>> {
         None
@@ -334,6 +348,15 @@ pub trait Runtime: Send + Sync {
             runtime: "local",
             what: "fill a remote engine's volumes",
         })
+    }
+
+    /// A remote engine's half of `place::JobFiles`: the outbox volume's sync files brought to
+    /// the host's outbox (capped); the job's volumes removed (labels checked). Else nothing.
+    async fn collect_outbox(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+    async fn remove_files(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
+        Ok(())
     }
 
     /// The env of the image `tag` (`NAME=value` entries) when it is present, `None` when it
@@ -408,109 +431,6 @@ pub struct SandboxStatus {
     pub cpu_percent: Option<f64>,
     /// Memory in use, in bytes.
     pub memory_bytes: Option<u64>,
-}
-
-/// One runtime of each kind, for an install. The engine holds one; tests may build their own
-/// with [`Runtimes::with`].
-#[derive(Clone)]
-pub struct Runtimes {
-    docker: Arc<dyn Runtime>,
-    runsc: Arc<dyn Runtime>,
-    process: Arc<dyn Runtime>,
-    /// Runtimes of remote engines, made when first asked for (`on_engine`).
-    remote: Option<on_engine::Remote>,
-    /// `None` for a test's own set ([`Runtimes::with`]): microVM jobs are then refused.
-    microvm: Option<Arc<dyn Runtime>>,
-}
-
-impl Runtimes {
-    /// The real runtimes for the install at `home`.
-    pub fn new(home: &PaddockHome) -> Runtimes {
-        Runtimes {
-            docker: Arc::new(docker::DockerRuntime::new(home, RuntimeKind::Docker)),
-            runsc: Arc::new(docker::DockerRuntime::new(home, RuntimeKind::Runsc)),
-            process: Arc::new(process::ProcessRuntime),
-            remote: Some(on_engine::Remote::new(home)),
-            microvm: Some(Arc::new(microvm::MicrovmRuntime::new(home))),
-        }
-    }
-
-    /// Runtimes of the caller's choosing (a test double, say) for each kind.
-    pub fn with(
-        docker: Arc<dyn Runtime>,
-        runsc: Arc<dyn Runtime>,
-        process: Arc<dyn Runtime>,
-    ) -> Runtimes {
-        Runtimes {
-            docker,
-            runsc,
-            process,
-            remote: None,
-            microvm: None,
-        }
-    }
-
-    /// The runtime of a job of `kind`.
-    pub fn of(&self, kind: RuntimeKind) -> &dyn Runtime {
-        match kind {
-            RuntimeKind::Docker => self.docker.as_ref(),
-            RuntimeKind::Runsc => self.runsc.as_ref(),
-            RuntimeKind::Process => self.process.as_ref(),
-            RuntimeKind::Microvm => self.microvm.as_deref().unwrap_or(self.process.as_ref()),
-        }
-    }
-
-    /// The runtime that keeps sandboxes on the machine (containers), for listing and reaping
-    /// them: runc and runsc jobs share one daemon and one set of labels.
-    pub fn with_sandboxes(&self) -> &dyn Runtime {
-        self.docker.as_ref()
-    }
-
-    /// Resolves a profile's runtime choice for a job with `network`. `auto` takes Docker when
-    /// the daemon answers and the image is present, else the process runtime with a warning
-    /// naming what is missing; an explicit `docker`/`runsc` never falls back. A runtime that
-    /// cannot give the job its limits or its network is an error.
-    pub async fn resolve(
-        &self,
-        choice: RuntimeChoice,
-        image: &str,
-        network: NetworkMode,
-    ) -> Result<Resolved, RuntimeError> {
-        let kind = match choice {
-            RuntimeChoice::Process => RuntimeKind::Process,
-            RuntimeChoice::Docker => RuntimeKind::Docker,
-            RuntimeChoice::Runsc => RuntimeKind::Runsc,
-            RuntimeChoice::Microvm if self.microvm.is_none() => {
-                return Err(RuntimeError::Unsupported {
-                    runtime: "test",
-                    what: "run microVM jobs",
-                });
-            }
-            RuntimeChoice::Microvm => RuntimeKind::Microvm,
-            RuntimeChoice::Auto => {
-                return match self.docker.check_ready(image, network).await {
-                    Ok(()) => Ok(Resolved {
-                        kind: RuntimeKind::Docker,
-                        warning: None,
-                    }),
-                    Err(missing) => {
-                        self.process.check_ready(image, network).await?;
-                        Ok(Resolved {
-                            kind: RuntimeKind::Process,
-                            warning: Some(format!(
-                                "using the process runtime (no file or network isolation): {missing}"
-                            )),
-                        })
-                    }
-                };
-            }
-        };
-        self.of(kind).check_ready(image, network).await?;
-        Ok(Resolved {
-            kind,
-            warning: None,
-        })
-    }
 }
 
 /// Why a job of `runtime` cannot start in a warm pool slot, if it cannot.

@@ -359,8 +359,8 @@ impl Paddock {
                 }
             },
         };
-        // A remote job's files are volumes of its engine: it has no worktree on this host.
-        if record.engine.is_none() && record.git_dir.is_some() && !record.worktree.exists() {
+        // A remote job's files are volumes of its engine: its place says they are not gone.
+        if self.place_of(record).files_gone(record) {
             return Some("its worktree is gone".into());
         }
         if let Some(reason) = staleness(record, options) {

@@ -64,25 +64,18 @@ impl Paddock {
             if self.store().exists(&id) {
                 continue;
             }
-            // By its listed name, so an orphan named before names carried the install goes too.
-            let volumes = runtime.engine().map(|engine| {
-                crate::engines::JOB_VOLUMES
-                    .iter()
-                    .map(|(kind, _)| crate::engines::job_volume(&container.name, kind))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-                    + &format!(" on engine `{engine}`")
-            });
+            // A remote orphan's work is in its volumes: saved first (its container may run
+            // the sync), its volumes removed once its container is gone.
+            let saved = match runtime.engine() {
+                Some(engine) => Some(self.save_engine_orphan(engine, &container, &id).await),
+                None => None,
+            };
             match runtime.remove_sandbox(&container).await {
                 Ok(()) => {
-                    report.removed("container", container.name, reason);
-                    // Its files: with no record the sweep cannot save its work first.
-                    if let Some(volumes) = volumes {
-                        report.kept(
-                            "volume",
-                            volumes,
-                            "the files of a job with no record (look with `docker volume ls --filter label=dev.paddock.job=JOB`, remove with `docker volume rm`)",
-                        );
+                    report.removed("container", container.name.clone(), reason);
+                    if let (Some(saved), Some(engine)) = (saved, runtime.engine()) {
+                        self.reap_engine_orphan_files(engine, &container, saved, report)
+                            .await;
                     }
                 }
                 Err(error) => report.error("container", container.name, reason, error),
@@ -234,7 +227,7 @@ impl Paddock {
         if let Some(repo) = repo
             && git_dir.is_dir()
         {
-            let record = self.orphan_record(repo, job_id.clone(), path).await?;
+            let record = self.orphan_record(repo, job_id.clone(), path, None).await?;
             let synced = self.sync_job(&record, SyncScope::BranchAndWork).await?;
             if self.publish_wip(&record, &synced).await?.is_some() {
                 saved = Some(format!(
@@ -296,11 +289,12 @@ impl Paddock {
         repo: &GitRepo,
         id: crate::job::JobId,
         path: &Path,
+        engine: Option<&str>,
     ) -> Result<JobRecord> {
         let config = self.config(Some(&repo.root))?;
         let (profile_name, profile) = config.select_profile(None, "agent", None)?;
         self.runtimes()
-            .of(RuntimeKind::Docker)
+            .on_engine(RuntimeKind::Docker, engine)
             .check_ready(&profile.image.value, profile.network.value)
             .await?;
         let now = Utc::now();
@@ -353,7 +347,7 @@ impl Paddock {
             push: crate::config::PushPolicy::Manual,
             push_error: None,
             devcontainer: None,
-            engine: None,
+            engine: engine.map(str::to_string),
             engine_fill: None,
         })
     }

@@ -51,7 +51,9 @@ pub(super) fn container_body(
     let (secret_mounts, secret_env) = super::secrets::job_parts(home, record);
     env.extend(secret_env);
     let mut mounts = if record.engine.is_some() {
-        super::remote::job_mounts(home, record)
+        let mut mounts = super::remote::job_mounts(home, record);
+        mounts.extend(super::cache_volumes::job_mounts(record));
+        mounts
     } else {
         job_mounts(record)?
     };

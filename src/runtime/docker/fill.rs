@@ -4,7 +4,9 @@
 //! of the job's commit (`git::remote`: that commit's tree, no history) and uploads the pack
 //! and the job's git dir (written on the host by `JobGitDir`, alternates re-pointed) through
 //! the archive API; the helper indexes the pack into the cache, checks the tree out into the
-//! workspace volume as the job's git dir says, and gives the files to the agent's uid.
+//! workspace volume as the job's git dir says, and gives the files to the agent's uid. A
+//! job's `copy` files (a tar the engine checked and staged) go into the workspace before the
+//! checkout; its cache volumes are mounted in the helper to be seeded (`cache_volumes`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -78,11 +80,13 @@ pub(super) async fn fill(
 ) -> Result<FillReport, RuntimeError> {
     let docker = connect()?;
     ensure_volumes(&docker, home, record).await?;
+    let caches = super::cache_volumes::plan(&docker, home, record).await?;
     let name = format!("{}-fill-{}", job_container(record), random_hex(6));
     let mut mounts = job_mounts(home, record);
     for mount in &mut mounts {
         mount.read_only = Some(false);
     }
+    mounts.extend(super::cache_volumes::helper_mounts(&caches));
     let mut host_config = hardened_host_config(&record.limits, RuntimeKind::Docker, mounts);
     host_config.cap_add = Some(vec!["CHOWN".into(), "DAC_OVERRIDE".into(), "FOWNER".into()]);
     let body = ContainerCreateBody {
@@ -97,9 +101,12 @@ pub(super) async fn fill(
     create_named(&docker, &name, body).await?;
     let result = async {
         start_named(&docker, &name).await?;
-        fill_in(&docker, &name, home, record, staged_git, tip).await
+        fill_in(&docker, &name, home, record, staged_git, tip, &caches).await
     }
     .await;
+    if result.is_ok() {
+        super::cache_volumes::mark_used(home, &caches);
+    }
     if let Err(error) = remove_labelled_container(home, &name, record.id.as_str()).await {
         tracing::warn!(container = %name, %error, "failed to remove a fill helper");
     }
@@ -113,6 +120,7 @@ async fn fill_in(
     record: &JobRecord,
     staged_git: &Path,
     tip: &str,
+    caches: &[super::cache_volumes::Planned],
 ) -> Result<FillReport, RuntimeError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -142,8 +150,17 @@ async fn fill_in(
     upload(docker, name, CONTAINER_OBJECTS, pack_tar).await?;
     let git_tar = tar_of_dir(staged_git).map_err(io(staged_git))?;
     upload(docker, name, CONTAINER_GIT_DIR, git_tar).await?;
-    let (uid, gid) = agent_user(record.limits.uid);
     let workspace = &record.limits.workspace_dir;
+    // The `copy` files (checked and staged by the engine): unpacked before the checkout,
+    // at paths the commit does not track, and given to the agent with the rest below.
+    let copies = crate::engines::staged_copies(&home.job_dir(&record.id));
+    match std::fs::read(&copies) {
+        Ok(tar) => upload(docker, name, workspace, tar).await?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&copies)(e)),
+    }
+    let (uid, gid) = agent_user(record.limits.uid);
+    let caches = super::cache_volumes::script(caches, uid, gid);
     let script = format!(
         r#"set -eu
 C={CONTAINER_OBJECTS}; P="$C/{incoming}"; B={tip}; W='{workspace}'; G={CONTAINER_GIT_DIR}
@@ -160,7 +177,7 @@ cd "$W"
 GIT_DIR="$G" GIT_WORK_TREE="$W" git -c safe.directory='*' -c core.hooksPath=/dev/null \
   -c checkout.workers=0 read-tree --reset -u HEAD
 printf 'gitdir: %s\n' "$G" >"$W/.git"
-chown -R {uid}:{gid} "$W" "$G" /paddock/outbox
+{caches}chown -R {uid}:{gid} "$W" "$G" /paddock/outbox
 "#
     );
     let (code, output) = run(docker, name, &script).await?;

@@ -38,6 +38,7 @@ use bollard::query_parameters::{
 
 pub mod archive;
 mod body;
+mod cache_volumes;
 mod calls;
 mod egress;
 mod engine_egress;
@@ -498,18 +499,11 @@ pub async fn remove_job_container(
             tracing::warn!(job = %record.id, %error, "cannot copy the egress log from the engine");
         }
     }
-    let volumes = async {
-        if record.engine.is_some() {
-            remote::remove_job_volumes(home, record).await
-        } else {
-            Ok(())
-        }
-    };
+    // A remote job's volumes are its files: its `Place` removes them (`remove_files`).
     first_error([
         remove_labelled_container(home, &name, record.container_label()).await,
         remove_egress(home, &name, record.id.as_str()).await,
         port_relay::remove(home, record).await,
-        volumes.await,
     ])
 }
 
@@ -592,6 +586,9 @@ pub async fn list_job_containers(home: &PaddockHome) -> Result<Vec<Sandbox>, Run
                 created: c
                     .created
                     .and_then(|t| chrono::DateTime::from_timestamp(t, 0)),
+                volumes: (c.mounts.unwrap_or_default().into_iter())
+                    .filter_map(|mount| mount.name)
+                    .collect(),
             })
         })
         .collect())

@@ -114,11 +114,6 @@ impl Runtime for DockerRuntime {
         self.on(async {
             let (result, container_id, oom_kills) =
                 super::exec::exec(&self.home, record, request, sink).await?;
-            if self.engine.is_some() && request.after.is_some() {
-                // The snippet's files are in the engine's volume: bring them to the host's
-                // outbox, where the engine reads them as it does a local job's.
-                super::remote::collect_outbox(record).await?;
-            }
             if self.engine.is_some() && super::egress::has_sealed_network(record) {
                 // The proxy's decisions of this command, where the host's readers look.
                 if let Err(error) = super::engine_egress::pull_log(&self.home, record).await {
@@ -301,6 +296,22 @@ impl Runtime for DockerRuntime {
         .await
     }
 
+    async fn cache_volumes(&self) -> Result<Vec<crate::engines::CacheVolume>, RuntimeError> {
+        if self.engine.is_none() {
+            return Ok(Vec::new());
+        }
+        self.on(async { super::cache_volumes::list(&self.home).await })
+            .await
+    }
+
+    async fn remove_cache_volume(&self, name: &str) -> Result<bool, RuntimeError> {
+        if self.engine.is_none() {
+            return Ok(false);
+        }
+        self.on(async { super::cache_volumes::remove(&self.home, name).await })
+            .await
+    }
+
     async fn engine_facts(&self) -> Option<Result<EngineFacts, RuntimeError>> {
         self.on(async { Some(super::facts::engine_facts().await) })
             .await
@@ -348,6 +359,22 @@ impl Runtime for DockerRuntime {
         tip: &str,
     ) -> Result<crate::engines::FillReport, RuntimeError> {
         self.on(async { super::fill::fill(&self.home, record, staged_git, tip).await })
+            .await
+    }
+
+    async fn collect_outbox(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        if self.engine.is_none() {
+            return Ok(());
+        }
+        self.on(async { super::remote::collect_outbox(record).await })
+            .await
+    }
+
+    async fn remove_files(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        if self.engine.is_none() {
+            return Ok(());
+        }
+        self.on(async { super::remote::remove_job_volumes(&self.home, record).await })
             .await
     }
 

@@ -508,6 +508,7 @@ impl Runtime for MicrovmRuntime {
                 running: false,
                 role,
                 created: None,
+                volumes: Vec::new(),
             });
         }
         Ok(found)

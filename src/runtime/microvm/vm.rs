@@ -240,6 +240,7 @@ pub fn running_vms(roots: &[PathBuf], pool_root: &Path) -> Vec<crate::runtime::S
                         crate::runtime::SandboxRole::Job
                     },
                     created: None,
+                    volumes: Vec::new(),
                 });
             }
         }

@@ -98,7 +98,7 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let engine = engine();
+    let engine = super::image_engine();
     let netns = format!("pdk-{}", engine.name);
     let address = engine_address(engine);
     let (allowed, other) = (Listener::start_in(&netns), Listener::start_in(&netns));
@@ -133,7 +133,8 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
-        stderr.contains("paddock-proxy:") && stderr.contains("paddock image build --engine eng1"),
+        stderr.contains("paddock-proxy:")
+            && stderr.contains(&format!("paddock image build --engine {}", engine.name)),
         "{stderr}"
     );
 
@@ -323,7 +324,7 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
     let stderr = String::from_utf8_lossy(&failed.stderr);
     assert!(!failed.status.success());
     assert!(
-        stderr.contains("paddock image build --engine eng1"),
+        stderr.contains(&format!("paddock image build --engine {}", engine.name)),
         "{stderr}"
     );
 

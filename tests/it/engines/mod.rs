@@ -15,6 +15,7 @@ use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image, text}
 
 mod auto;
 mod context;
+mod copy_caches;
 mod egress;
 mod files;
 mod hostile;
@@ -91,6 +92,13 @@ impl Engine {
 pub fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| Engine::start("eng1", 71))
+}
+
+/// The engine `eng4`, for the one test that removes the proxy images of an engine: on the
+/// shared `eng1` that would pull them from under the other tests' sidecars and relays.
+pub fn image_engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| Engine::start("eng4", 74))
 }
 
 impl Engine {

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::{available, create_on, engine, home_with};
-use crate::fixtures::{FixtureRepo, TestHome};
+use crate::fixtures::{FixtureRepo, TestHome, text};
 
 /// The job's record as the store keeps it.
 fn record(home: &TestHome, id: &str) -> Value {
@@ -88,10 +88,19 @@ fn a_job_on_a_remote_engine_commits_syncs_and_rm_keeps_its_work() {
     assert!(shown["job"]["sync_error"].is_null(), "{shown}");
     assert_eq!(shown["changes"]["commits_ahead"], 1, "{shown}");
 
-    // rm keeps the commit; the job's container and volumes on the engine are gone, the
+    // rm keeps the commit and saves the uncommitted `wip.txt` (without `--force`, a failed
+    // save fails the rm); the job's container and volumes on the engine are gone, the
     // repository's object cache stays.
-    home.ok(&["rm", &id, "--force"]);
+    let removed: Value = home.json(&["rm", &id, "--json"]);
     assert_eq!(repo.git(&["rev-parse", &branch]), tip);
+    let store = text(&removed, "wip_store");
+    let wip_commit = text(&removed, "wip_commit");
+    let saved = std::process::Command::new("git")
+        .args(["show", &format!("{wip_commit}:wip.txt")])
+        .current_dir(&store)
+        .output()
+        .expect("git runs");
+    assert_eq!(String::from_utf8_lossy(&saved.stdout), "wip\n", "{removed}");
     assert!(!engine.docker(&["inspect", &container]).status.success());
     let volumes = engine.docker_ok(&["volume", "ls", "-q"]);
     assert!(

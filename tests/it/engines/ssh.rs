@@ -18,22 +18,7 @@ fn a_job_on_an_engine_reached_over_ssh_commits_and_shells() {
     }
     let engine = engine();
     let scratch = closed_dir("paddock-ssh-engine-");
-    let forced = scratch.path().join("dial.sh");
-    std::fs::write(
-        &forced,
-        format!(
-            "#!/bin/sh\n[ \"$SSH_ORIGINAL_COMMAND\" = 'docker system dial-stdio' ] || {{ echo \"refused: $SSH_ORIGINAL_COMMAND\" >&2; exit 1; }}\n\
-             DOCKER_HOST={} DOCKER_TLS_VERIFY=1 DOCKER_CERT_PATH={} exec docker system dial-stdio\n",
-            engine.host,
-            engine.dir.join("certs").display()
-        ),
-    )
-    .expect("write");
-    std::fs::set_permissions(&forced, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let remote = SshRemote::start_with(
-        &format!("command=\"{}\",no-pty,no-port-forwarding", forced.display()),
-        true,
-    );
+    let remote = dial_only_sshd(engine, scratch.path());
     let known = scratch.path().join("known_hosts");
     std::fs::write(&known, format!("{}\n", remote.known_host())).expect("write");
 
@@ -101,4 +86,25 @@ fn a_job_on_an_engine_reached_over_ssh_commits_and_shells() {
         "over ssh"
     );
     assert!(!engine.docker(&["inspect", &container]).status.success());
+}
+
+/// The test's own `sshd` on loopback, accepting one key whose forced command allows only
+/// `docker system dial-stdio`, pointed at the test engine `engine` (its script in `scratch`).
+pub(super) fn dial_only_sshd(engine: &super::Engine, scratch: &std::path::Path) -> SshRemote {
+    let forced = scratch.join("dial.sh");
+    std::fs::write(
+        &forced,
+        format!(
+            "#!/bin/sh\n[ \"$SSH_ORIGINAL_COMMAND\" = 'docker system dial-stdio' ] || {{ echo \"refused: $SSH_ORIGINAL_COMMAND\" >&2; exit 1; }}\n\
+             DOCKER_HOST={} DOCKER_TLS_VERIFY=1 DOCKER_CERT_PATH={} exec docker system dial-stdio\n",
+            engine.host,
+            engine.dir.join("certs").display()
+        ),
+    )
+    .expect("write");
+    std::fs::set_permissions(&forced, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    SshRemote::start_with(
+        &format!("command=\"{}\",no-pty,no-port-forwarding", forced.display()),
+        true,
+    )
 }

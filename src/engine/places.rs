@@ -1,0 +1,156 @@
+//! Which `Place` a job's files have, and what each does across the job's life: `place_of`
+//! is the one choice (a checkout on this host, or volumes of the job's engine); create's
+//! fill, the outbox pull of an exec's sync, the sweep's look for a vanished checkout and
+//! the removal of a job's files ask it instead of branching on `JobRecord::engine`.
+//!
+//! Invariants: a job's files are made before any agent runs and removed only after its
+//! sandbox is gone, each thing removed checked to be ours right before (a checkout under
+//! our root with our marker; a volume with this install's and the job's labels).
+
+use super::files::HostDir;
+use super::files_remote::EngineFiles;
+use super::{Paddock, Result};
+use crate::git::GitRepo;
+use crate::git::jobdir::JobGitDir;
+use crate::job::JobRecord;
+use crate::place::{JobFiles, Place, WorkspacePath};
+use crate::runtime::RuntimeError;
+use crate::wire::{FileList, FileWritten};
+
+impl Paddock {
+    /// Where `record`'s files live: this host, or volumes of its engine.
+    pub(crate) fn place_of<'a>(&'a self, record: &JobRecord) -> Box<dyn JobFiles + 'a> {
+        match &record.engine {
+            Some(engine) => Box::new(OnEngine {
+                paddock: self,
+                files: EngineFiles::new(engine),
+            }),
+            None => Box::new(OnHost { paddock: self }),
+        }
+    }
+}
+
+/// A local job's files: its checkout (worktree or overlay, on its disk when it has one)
+/// and its git dir and outbox under `work/<id>/`.
+struct OnHost<'a> {
+    paddock: &'a Paddock,
+}
+
+/// A remote job's files: volumes of its engine, filled and read back by streams through
+/// the engine's API; only its scratch repository and outbox copies are on this host.
+struct OnEngine<'a> {
+    paddock: &'a Paddock,
+    files: EngineFiles,
+}
+
+#[async_trait::async_trait]
+impl Place for OnHost<'_> {
+    async fn read_file(&self, record: &JobRecord, path: &WorkspacePath) -> Result<Vec<u8>> {
+        HostDir.read_file(record, path).await
+    }
+
+    async fn write_file(
+        &self,
+        record: &JobRecord,
+        path: &WorkspacePath,
+        bytes: Vec<u8>,
+        owner: Option<(u32, u32)>,
+    ) -> Result<FileWritten> {
+        HostDir.write_file(record, path, bytes, owner).await
+    }
+
+    async fn list_dir(&self, record: &JobRecord, path: &WorkspacePath) -> Result<FileList> {
+        HostDir.list_dir(record, path).await
+    }
+}
+
+#[async_trait::async_trait]
+impl JobFiles for OnHost<'_> {
+    async fn fill(
+        &self,
+        repo: &GitRepo,
+        record: &mut JobRecord,
+        tip: &str,
+        _caches: &[crate::cache::CacheSpec],
+        _setup: &crate::config::JobSetup,
+    ) -> Result<Option<JobGitDir>> {
+        self.paddock.fill_local(repo, record, tip).await.map(Some)
+    }
+
+    async fn collect_outbox(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
+        // The sandbox wrote the host's outbox itself.
+        Ok(())
+    }
+
+    fn files_gone(&self, record: &JobRecord) -> bool {
+        record.git_dir.is_some() && !record.worktree.exists()
+    }
+
+    fn holds_work(&self, record: &JobRecord) -> bool {
+        record.worktree.exists()
+    }
+
+    async fn remove(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
+        self.paddock.remove_checkout(repo, record).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Place for OnEngine<'_> {
+    async fn read_file(&self, record: &JobRecord, path: &WorkspacePath) -> Result<Vec<u8>> {
+        self.files.read_file(record, path).await
+    }
+
+    async fn write_file(
+        &self,
+        record: &JobRecord,
+        path: &WorkspacePath,
+        bytes: Vec<u8>,
+        owner: Option<(u32, u32)>,
+    ) -> Result<FileWritten> {
+        self.files.write_file(record, path, bytes, owner).await
+    }
+
+    async fn list_dir(&self, record: &JobRecord, path: &WorkspacePath) -> Result<FileList> {
+        self.files.list_dir(record, path).await
+    }
+}
+
+#[async_trait::async_trait]
+impl JobFiles for OnEngine<'_> {
+    async fn fill(
+        &self,
+        repo: &GitRepo,
+        record: &mut JobRecord,
+        tip: &str,
+        caches: &[crate::cache::CacheSpec],
+        setup: &crate::config::JobSetup,
+    ) -> Result<Option<JobGitDir>> {
+        self.paddock
+            .fill_remote(repo, record, tip, caches, setup)
+            .await?;
+        Ok(None)
+    }
+
+    async fn collect_outbox(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        self.paddock.runtime_of(record).collect_outbox(record).await
+    }
+
+    fn files_gone(&self, _record: &JobRecord) -> bool {
+        // Its files are on the engine; whether that answers is the sweep's other question.
+        false
+    }
+
+    fn holds_work(&self, _record: &JobRecord) -> bool {
+        true
+    }
+
+    async fn remove(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
+        // Both are tried: the volumes on the engine, then what the job has on this host
+        // (its scratch repository and outbox copies under `work/<id>/`).
+        let volumes = self.paddock.runtime_of(record).remove_files(record).await;
+        let here = self.paddock.remove_checkout(repo, record).await;
+        volumes?;
+        here
+    }
+}
