@@ -390,6 +390,10 @@ pub struct JobView {
     /// With an engine: `reachable`, or `unreachable` when it did not answer now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_status: Option<String>,
+    /// With an engine and ports: `running` when this host's relay of the job's ports runs,
+    /// else `not running` (the next exec starts it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port_relay: Option<String>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -431,6 +435,7 @@ impl From<&JobRecord> for JobView {
             git_disk: record.git_disk.map(DiskUsage::unmounted),
             engine: record.engine.clone(),
             engine_status: None,
+            port_relay: None,
         }
     }
 }

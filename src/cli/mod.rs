@@ -41,6 +41,8 @@ mod merge;
 mod net;
 mod pool;
 mod port;
+mod port_bridge;
+mod port_relay;
 mod push;
 mod render;
 mod rm;
@@ -149,6 +151,12 @@ pub(crate) enum Command {
     /// Add the job range's unreachable route (run by a short-lived container).
     #[command(hide = true)]
     GuardRanges,
+    /// Bridge stdio with a job's port (run in a remote job's relay container).
+    #[command(hide = true)]
+    PortBridge(port_bridge::PortBridgeArgs),
+    /// Serve a remote job's ports on this host's loopback (started by paddock, detached).
+    #[command(hide = true)]
+    PortRelay(port_relay::PortRelayArgs),
     /// The guest agent of a microVM job (run by the VM's init, inside the VM).
     #[command(hide = true)]
     GuestAgent,
@@ -200,6 +208,10 @@ pub async fn run(cli: Cli) -> i32 {
     }
     if let Command::GuardRanges = cli.command {
         return guard_ranges::run().unwrap_or_else(|error| report(&error, false));
+    }
+    // The relay container on an engine has no install either.
+    if let Command::PortBridge(args) = &cli.command {
+        return port_bridge::run(args).unwrap_or_else(|error| report(&error, false));
     }
     // Inside a microVM there is no install either: the agent serves the host's channel.
     if let Command::GuestAgent = cli.command {
@@ -272,6 +284,8 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::EgressProxy(args) => egress_proxy::run(args).await,
         Command::EgressLoad(args) => egress_load::run(args).await,
         Command::GuardRanges => guard_ranges::run(),
+        Command::PortBridge(args) => port_bridge::run(&args),
+        Command::PortRelay(args) => port_relay::run(paddock, args).await,
         Command::GuestAgent | Command::VmShell(_) | Command::VmVirtiofsd(_) => Ok(exit::INTERNAL),
         Command::Cache { command } => cache::run(paddock, command).await,
         Command::Config { command } => config::run(paddock, command).await,

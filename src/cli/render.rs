@@ -204,7 +204,12 @@ pub fn print_details(details: &JobDetails) {
         say!("network   {}", limits.network);
     }
     for port in &v.ports {
-        say!("port      {} -> {}", port.port, port.address());
+        let relay = match v.port_relay.as_deref() {
+            Some("running") => " (relayed through the engine)",
+            Some(_) => " (relay not running: the next exec starts it)",
+            None => "",
+        };
+        say!("port      {} -> {}{relay}", port.port, port.address());
     }
     // The file is the repository's (an agent's commits can change it): its text goes
     // through `line` like any agent-controlled text.

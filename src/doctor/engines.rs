@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use super::{Check, Status, check};
 use crate::config::Config;
+use crate::engine::port_relay::{relay_process, relayed};
 use crate::job::RuntimeKind;
 use crate::runtime::Runtimes;
+use crate::store::PaddockHome;
 
 /// How long doctor waits for one engine's answer.
 const ENGINE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -71,4 +73,48 @@ pub(super) async fn engine_checks(runtimes: &Runtimes, config: &Config, image: &
         });
     }
     checks
+}
+
+/// Whether every remote job with ports has its relay running here (`engine::port_relay`);
+/// nothing to say without such jobs.
+pub(super) fn port_relay_check(home: &PaddockHome) -> Option<Check> {
+    let records = home
+        .store()
+        .list()
+        .map(|(records, _)| records)
+        .unwrap_or_default();
+    let relayed: Vec<_> = records.iter().filter(|r| relayed(r)).collect();
+    if relayed.is_empty() {
+        return None;
+    }
+    let stopped: Vec<String> = relayed
+        .iter()
+        .filter(|r| relay_process(home, &r.id).is_none())
+        .map(|r| r.id.to_string())
+        .collect();
+    Some(if stopped.is_empty() {
+        check(
+            "port relays",
+            Status::Ok,
+            format!(
+                "{} remote job(s) with ports: each relay runs",
+                relayed.len()
+            ),
+            None,
+        )
+    } else {
+        check(
+            "port relays",
+            Status::Warn,
+            format!(
+                "the relay of {} remote job(s) is not running, so their ports do not answer here: {}",
+                stopped.len(),
+                stopped.join(", ")
+            ),
+            Some(&format!(
+                "paddock exec {} -- true   (starts the job and its relay)",
+                stopped[0]
+            )),
+        )
+    })
 }

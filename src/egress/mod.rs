@@ -4,6 +4,7 @@
 //! `runtime/docker/egress.rs`; the unreachable route that keeps the job range on the host is
 //! [`ranges`].
 
+pub mod bridge;
 pub mod ca;
 pub mod intercept;
 pub mod policy;

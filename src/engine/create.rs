@@ -436,6 +436,8 @@ impl Paddock {
             Some(id) => Some(id),
             None => self.runtime_of(record).start(record).await?,
         };
+        // A remote job's ports: this host's relay of them (see `port_relay`).
+        self.ensure_port_relay(record).await?;
         crash_point("started");
         // The job is `ready` only once its setup ran (a failure here is rolled back whole).
         self.run_setup(record, setup).await?;

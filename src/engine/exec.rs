@@ -247,6 +247,8 @@ impl Paddock {
         clock.mark("admit");
         // A container started since the last exec runs its devcontainer's postStartCommand.
         self.post_start(&mut record.clone(), false).await?;
+        // A remote job's ports are served by a relay here, started again when it is gone.
+        self.ensure_port_relay(&record).await?;
         // The branch sync rides along in the exec's own sandbox session when it can.
         let piggyback = self.piggyback_sync(&record).await;
         clock.mark("plan");
@@ -503,6 +505,7 @@ impl Paddock {
         let record = self.load(id)?;
         let grace = grace.unwrap_or(record.limits.grace.0);
         let stopped = self.runtime_of(&record).stop(&record, grace).await?;
+        self.stop_port_relay(&record).await;
         if record.state == JobState::Running {
             self.store
                 .update(&record.id, |r| r.transition(JobState::Failed, Utc::now()))?
@@ -522,6 +525,7 @@ impl Paddock {
         let record = self.load(id)?;
         // As before an exec: a container started since runs its postStartCommand first.
         self.post_start(&mut record.clone(), false).await?;
+        self.ensure_port_relay(&record).await?;
         let mut command = self.runtime_of(&record).shell_command(&record).await?;
         let status = command
             .status()

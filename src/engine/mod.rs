@@ -50,6 +50,7 @@ mod pool_remote;
 pub use pool::PoolKey;
 mod failpoints;
 mod files_remote;
+pub(crate) mod port_relay;
 mod ports;
 mod push;
 mod remote;

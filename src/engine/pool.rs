@@ -129,15 +129,13 @@ impl Paddock {
             );
             return Ok(change);
         }
-        // What a remote job cannot have yet (`engine_of` refuses its create): no slot for it.
+        // A remote job with a disk limit is refused at create; one with caches starts cold
+        // (its cache volumes are mounted when its container is made): no slot for either.
+        // `copy` files go in with the fill, as a cold job's.
         let caches = !config.caches.value.is_empty() || !profile.caches.value.is_empty();
-        if engine.is_some()
-            && (profile.disk.is_some()
-                || caches
-                || !config.job_setup(&profile_name).copy.is_empty())
-        {
+        if engine.is_some() && (profile.disk.is_some() || caches) {
             change.note = Some(
-                "a disk limit, `copy` and caches are not supported on a remote engine yet: its creates are refused".into(),
+                "a remote job with a disk limit is refused, and one with caches starts cold (its cache volumes are mounted when its container is made)".into(),
             );
             return Ok(change);
         }

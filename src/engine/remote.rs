@@ -54,10 +54,15 @@ impl Paddock {
         // `runtime/docker/engine_egress.rs`), and its secrets go to it there by an exec's
         // stdin (`runtime/docker/engine_secrets.rs`).
         if profile.disk.is_some() {
-            return Err(unsupported(name, "a disk limit"));
+            return Err(unsupported(
+                name,
+                "a disk limit (an engine's volumes have a size only on an xfs data root with project quotas)",
+            ));
         }
-        if !profile.ports.value.is_empty() {
-            return Err(unsupported(name, "`ports`"));
+        // Ports are relayed through the engine's API into the job's network namespace,
+        // which a gVisor job's own network stack keeps to itself.
+        if !profile.ports.value.is_empty() && profile.runtime.value == RuntimeChoice::Runsc {
+            return Err(unsupported(name, "`ports` of a gVisor (runsc) job"));
         }
         if name == "auto" {
             let placed = self
@@ -175,6 +180,10 @@ impl Paddock {
             for view in views.iter_mut() {
                 if view.engine.as_deref() == Some(engine.as_str()) {
                     view.engine_status = Some(status.to_string());
+                }
+                if view.engine.as_deref() == Some(engine.as_str()) && !view.ports.is_empty() {
+                    let running = self.port_relay_process(&view.id).is_some();
+                    view.port_relay = Some(if running { "running" } else { "not running" }.into());
                 }
             }
         }

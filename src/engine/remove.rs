@@ -40,6 +40,7 @@ impl Paddock {
             .of(record.runtime)
             .stop_for_removal(&self.store, record)
             .await?;
+        self.stop_port_relay(&record).await;
 
         let mut wip_commit = None;
         // Where the snapshot is kept: paddock's wip store of the repository (a legacy job's

@@ -191,24 +191,35 @@ pub trait Runtime: Send + Sync {
 
     /// Makes the job's sandbox follow its record's network policy from the next connection
     /// on (the allow-list of an `allowlist` job). Nothing for runtimes without one.
-    async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        let _ = record;
+    async fn apply_network(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
         Ok(())
     }
 
     /// Brings the job's egress log (`logs/<job>/egress.jsonl`) up to date where it is kept
     /// elsewhere (a remote engine's proxy writes it there). Nothing for the others.
-    async fn refresh_egress_log(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        let _ = record;
+    async fn refresh_egress_log(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
         Ok(())
     }
 
     /// Ends every connection the job's network policy let through so far (its proxy's open
     /// tunnels), so a narrower policy holds for everything from now on, not only for new
     /// connections. Nothing for runtimes without one.
-    async fn cut_connections(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        let _ = record;
+    async fn cut_connections(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
         Ok(())
+    }
+
+    /// Carries one connection the host accepted to `port` of a job whose ports go through
+    /// its engine's API (a remote job's: `docker/port_relay.rs`), until both ways ended.
+    async fn relay_port(
+        &self,
+        _record: &JobRecord,
+        _port: u16,
+        _client: tokio::net::TcpStream,
+    ) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Unsupported {
+            runtime: "local",
+            what: "relay a port through an engine",
+        })
     }
 
     /// Starts a warm pool slot's sandbox (see `crate::pool`); returns its container id.

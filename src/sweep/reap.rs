@@ -113,7 +113,7 @@ impl Paddock {
         let reason = if container.role == SandboxRole::Sync {
             "sync container of a job that is gone, or older than any sync"
         } else {
-            "egress proxy of a job that is gone"
+            "egress proxy or port relay of a job that is gone"
         };
         self.remove_listed_sandbox(runtime, options, container, reason, report)
             .await;

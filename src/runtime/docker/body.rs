@@ -64,7 +64,12 @@ pub(super) fn container_body(
             .into_iter()
             .map(|(k, v)| format!("{k}={v}")),
     );
-    let published = if sealed.is_none() && limits.network == NetworkMode::Open {
+    // A remote job's ports are relayed through its engine's API (`port_relay`): nothing is
+    // published on the engine's host.
+    let published = if sealed.is_none()
+        && limits.network == NetworkMode::Open
+        && !super::port_relay::relayed(record)
+    {
         ports::job_container(&record.ports)
     } else {
         ports::Published::default()

@@ -210,7 +210,8 @@ pub fn write_policy(home: &PaddockHome, record: &JobRecord) -> Result<(), Runtim
 pub fn has_sealed_network(record: &JobRecord) -> bool {
     match record.limits.network {
         NetworkMode::Allowlist => true,
-        NetworkMode::None => !record.ports.is_empty(),
+        // A remote job's ports go through its relay container instead (`port_relay`).
+        NetworkMode::None => !record.ports.is_empty() && record.engine.is_none(),
         NetworkMode::Open => false,
     }
 }
@@ -485,7 +486,11 @@ fn sidecar_body(
             host_mounts(home, record, (uid, gid))?,
         ),
     };
-    let relays = super::ports::sidecar_relays(&record.ports, subnet.map(JobSubnet::job));
+    let relays = if super::port_relay::relayed(record) {
+        super::ports::Published::default()
+    } else {
+        super::ports::sidecar_relays(&record.ports, subnet.map(JobSubnet::job))
+    };
     let (control_mounts, control_args) = super::secrets::sidecar_parts(home, record, uid, gid)?;
     // On a remote engine the control socket's directory is the sidecar's own tmpfs.
     let tmpfs = (remote_parts && !control_args.is_empty())

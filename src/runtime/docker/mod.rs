@@ -51,6 +51,7 @@ pub use facts::misconfiguration;
 mod image;
 mod mounts;
 mod pool;
+mod port_relay;
 mod ports;
 mod ranges;
 mod remote;
@@ -267,6 +268,7 @@ async fn create_job_container(
     super::failpoint("container-create")?;
     start_named(&docker, &name).await?;
     super::failpoint("container-start")?;
+    port_relay::restart(&docker, home, record).await?;
     Ok(id)
 }
 
@@ -387,7 +389,11 @@ pub async fn ensure_running(
             // A stopped job (a stop, a daemon restart) has a stopped proxy too.
             egress::ensure(&docker, home, record).await?;
             match start_named(&docker, &name).await {
-                Ok(()) => Ok(status.id),
+                Ok(()) => {
+                    // A new network namespace: the ports' relay container joins it.
+                    port_relay::restart(&docker, home, record).await?;
+                    Ok(status.id)
+                }
                 Err(error) => {
                     // A container that cannot start (say a mount source moved) is replaced.
                     tracing::warn!(job = %record.id, %error, "recreating a container that would not start");
@@ -475,6 +481,8 @@ pub async fn stop_job(
     match inspect_ours(&docker, home, record).await? {
         Some(status) if status.running => {
             stop_container(&docker, &job_container(record), grace).await?;
+            // Its relay container sits in a namespace that is gone; the next start makes one.
+            port_relay::remove(home, record).await?;
             Ok(true)
         }
         _ => Ok(false),
@@ -498,6 +506,7 @@ pub async fn remove_job_container(
     first_error([
         remove_labelled_container(home, &name, record.container_label()).await,
         remove_egress(home, &name, record.id.as_str()).await,
+        port_relay::remove(home, record).await,
     ])
 }
 
@@ -572,7 +581,8 @@ pub async fn list_job_containers(home: &PaddockHome) -> Result<Vec<Sandbox>, Run
                 running: c.state.is_some_and(|s| s.to_string() == "running"),
                 role: match labels.get(LABEL_ROLE).map(String::as_str) {
                     Some("sync" | "setup") => SandboxRole::Sync,
-                    Some("egress") => SandboxRole::Egress,
+                    // A remote job's port relay goes, as a sidecar does, with its job.
+                    Some("egress" | port_relay::ROLE) => SandboxRole::Egress,
                     Some("pool") => SandboxRole::Pool,
                     _ => SandboxRole::Job,
                 },

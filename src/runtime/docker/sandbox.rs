@@ -274,6 +274,22 @@ impl Runtime for DockerRuntime {
             .await
     }
 
+    async fn relay_port(
+        &self,
+        record: &JobRecord,
+        port: u16,
+        client: tokio::net::TcpStream,
+    ) -> Result<(), RuntimeError> {
+        if self.engine.is_none() {
+            return Err(RuntimeError::Unsupported {
+                runtime: "local Docker",
+                what: "relay a port through an engine (Docker publishes it)",
+            });
+        }
+        self.on(async { super::port_relay::relay(&self.home, record, port, client).await })
+            .await
+    }
+
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {
         self.on(async { list_job_containers(&self.home).await })
             .await

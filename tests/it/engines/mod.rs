@@ -21,6 +21,7 @@ mod files;
 mod hostile;
 mod images;
 mod pool;
+mod ports;
 mod remote;
 mod secrets;
 mod ssh;

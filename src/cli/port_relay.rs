@@ -1,0 +1,20 @@
+//! `paddock port-relay JOB` (hidden): the detached process that serves a remote job's ports
+//! on this host's loopback (`engine::port_relay`), started by the engine when the job's
+//! container starts.
+
+use clap::Args;
+
+use super::exit;
+use crate::engine::Paddock;
+use crate::error::Result;
+
+#[derive(Debug, Args)]
+pub struct PortRelayArgs {
+    #[arg(value_parser = super::job_id)]
+    job: String,
+}
+
+pub async fn run(paddock: &Paddock, args: PortRelayArgs) -> Result<i32> {
+    paddock.serve_port_relay(&args.job).await?;
+    Ok(exit::OK)
+}
