@@ -15,7 +15,6 @@ use std::ffi::OsString;
 
 use crate::error::Result;
 use crate::git::GitRepo;
-use crate::git::jobdir::JobGitDir;
 use crate::job::JobRecord;
 use crate::runtime::RuntimeError;
 use crate::wire::{FileList, FileWritten};
@@ -52,9 +51,8 @@ pub trait Place: Send + Sync {
 /// types). Every method is safe to run again after a crash part way.
 #[async_trait::async_trait]
 pub(crate) trait JobFiles: Place {
-    /// Makes the job's files from the repository at `tip`, before any agent runs. Returns
-    /// the job's git dir when it is on this host (the create's copies and caches go next,
-    /// there); a place that returns none put `setup`'s copies and `caches` in itself.
+    /// Makes the job's files from the repository at `tip`, with `setup`'s `copy` files and
+    /// the job's `caches`, before any agent runs.
     async fn fill(
         &self,
         repo: &GitRepo,
@@ -62,7 +60,7 @@ pub(crate) trait JobFiles: Place {
         tip: &str,
         caches: &[crate::cache::CacheSpec],
         setup: &crate::config::JobSetup,
-    ) -> Result<Option<JobGitDir>>;
+    ) -> Result<()>;
 
     /// Brings the files a piggybacked sync left in the job's outbox to its outbox on this
     /// host (`JobRecord::outbox`), where they are read under their caps like a local job's.

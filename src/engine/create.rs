@@ -387,18 +387,25 @@ impl Paddock {
         }
         // Where the job's files live makes them: a checkout on this host, or volumes of
         // its engine filled by a stream (`engine/places.rs`).
-        let filled = self
-            .place_of(record)
+        self.place_of(record)
             .fill(repo, record, &tip, cache_specs, setup)
             .await?;
-        crash_point("checked-out");
-        let Some(job_git) = filled else {
-            return self.start_built(record, setup, pool).await;
-        };
+        self.start_built(record, setup, pool).await
+    }
+
+    /// A local job's `copy` files and caches, in its checkout on this host (a remote job's
+    /// go in with its fill: `fill_remote`).
+    pub(super) async fn place_local_extras(
+        &self,
+        record: &mut JobRecord,
+        cache_specs: &[crate::cache::CacheSpec],
+        setup: &crate::config::JobSetup,
+        job_git: &crate::git::jobdir::JobGitDir,
+    ) -> Result<()> {
         fail_point("checkout")?;
         // Copied files go in before the caches (a cache may not land on one) and before the
         // container exists; they are the agent's from the start (see `copy_files`).
-        self.place_copies(record, setup, &job_git)?;
+        self.place_copies(record, setup, job_git)?;
         fail_point("copy")?;
         if !cache_specs.is_empty() {
             // On a blocking thread: a `copy` cache copies an entry earlier jobs wrote.
@@ -420,7 +427,7 @@ impl Paddock {
             self.store.save(record)?;
         }
         fail_point("caches")?;
-        self.start_built(record, setup, pool).await
+        Ok(())
     }
 
     /// The last steps of `create`, once the job's files are in place: its ports, its

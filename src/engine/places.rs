@@ -7,11 +7,11 @@
 //! sandbox is gone, each thing removed checked to be ours right before (a checkout under
 //! our root with our marker; a volume with this install's and the job's labels).
 
+use super::failpoints::crash_point;
 use super::files::HostDir;
 use super::files_remote::EngineFiles;
 use super::{Paddock, Result};
 use crate::git::GitRepo;
-use crate::git::jobdir::JobGitDir;
 use crate::job::JobRecord;
 use crate::place::{JobFiles, Place, WorkspacePath};
 use crate::runtime::RuntimeError;
@@ -71,10 +71,14 @@ impl JobFiles for OnHost<'_> {
         repo: &GitRepo,
         record: &mut JobRecord,
         tip: &str,
-        _caches: &[crate::cache::CacheSpec],
-        _setup: &crate::config::JobSetup,
-    ) -> Result<Option<JobGitDir>> {
-        self.paddock.fill_local(repo, record, tip).await.map(Some)
+        caches: &[crate::cache::CacheSpec],
+        setup: &crate::config::JobSetup,
+    ) -> Result<()> {
+        let job_git = self.paddock.fill_local(repo, record, tip).await?;
+        crash_point("checked-out");
+        self.paddock
+            .place_local_extras(record, caches, setup, &job_git)
+            .await
     }
 
     async fn collect_outbox(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
@@ -125,11 +129,12 @@ impl JobFiles for OnEngine<'_> {
         tip: &str,
         caches: &[crate::cache::CacheSpec],
         setup: &crate::config::JobSetup,
-    ) -> Result<Option<JobGitDir>> {
+    ) -> Result<()> {
         self.paddock
             .fill_remote(repo, record, tip, caches, setup)
             .await?;
-        Ok(None)
+        crash_point("checked-out");
+        Ok(())
     }
 
     async fn collect_outbox(&self, record: &JobRecord) -> Result<(), RuntimeError> {

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use bollard::Docker;
 use bollard::models::{Mount, MountTypeEnum, VolumeCreateRequest};
-use bollard::query_parameters::{ListVolumesOptionsBuilder, RemoveVolumeOptions};
+use bollard::query_parameters::ListVolumesOptionsBuilder;
 
 use super::{API_TIMEOUT, LABEL_HOME, LABEL_ROLE, call, optional};
 use crate::job::JobRecord;
@@ -313,12 +313,6 @@ pub(super) async fn remove(home: &PaddockHome, name: &str) -> Result<bool, Runti
     if !ours {
         return Ok(false);
     }
-    call(
-        "remove volume",
-        name,
-        API_TIMEOUT,
-        docker.remove_volume(name, None::<RemoveVolumeOptions>),
-    )
-    .await?;
+    super::remote::remove_volume(&docker, name).await?;
     Ok(true)
 }

@@ -497,18 +497,10 @@ fn sidecar_body(
         .then(|| super::engine_secrets::control_tmpfs(uid, gid));
     let host_config = HostConfig {
         mounts: Some(mounts.into_iter().chain(control_mounts).collect()),
-        cap_drop: Some(vec!["ALL".into()]),
-        security_opt: Some(vec!["no-new-privileges".into()]),
-        readonly_rootfs: Some(true),
-        pids_limit: Some(256),
-        memory: Some(256 << 20),
-        memory_swap: Some(256 << 20),
-        nano_cpus: Some(1_000_000_000),
         network_mode: Some("bridge".into()),
         port_bindings: relays.port_bindings,
         tmpfs,
-        init: Some(true),
-        ..Default::default()
+        ..helper_host_config()
     };
     let mut cmd = vec!["egress-proxy".to_string()];
     if record.limits.network == NetworkMode::Allowlist {
@@ -564,6 +556,23 @@ pub async fn remove(
     }
     .await;
     first_error([sidecar, network])
+}
+
+/// The hardening and limits of paddock's own helpers beside a job (its egress sidecar, a
+/// remote job's port relay): every capability dropped, `no-new-privileges`, a read-only
+/// root, 256 pids, 256 MiB without swap, one CPU, and an init that reaps.
+pub(super) fn helper_host_config() -> HostConfig {
+    HostConfig {
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        readonly_rootfs: Some(true),
+        pids_limit: Some(256),
+        memory: Some(256 << 20),
+        memory_swap: Some(256 << 20),
+        nano_cpus: Some(1_000_000_000),
+        init: Some(true),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]

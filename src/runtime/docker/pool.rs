@@ -47,6 +47,44 @@ fn propagated(workspace_dir: &str) -> [(PathBuf, &'static str); 3] {
     ]
 }
 
+/// A slot's container, local or on an engine: the job's hardening, the agent's uid, the
+/// profile's image, limits and environment, `mounts`, and the network of its kind (`open`:
+/// the bridge; otherwise none until a claim).
+pub(super) fn slot_body(
+    home: &PaddockHome,
+    slot: &PoolSlot,
+    mounts: Vec<bollard::models::Mount>,
+) -> ContainerCreateBody {
+    let limits = &slot.limits;
+    let (uid, gid) = agent_user(limits.uid);
+    let mut env = base_env(limits);
+    env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
+    ContainerCreateBody {
+        image: Some(limits.image.clone()),
+        user: Some(format!("{uid}:{gid}")),
+        working_dir: Some(limits.workspace_dir.clone()),
+        env: Some(env),
+        labels: Some(HashMap::from([
+            (LABEL_JOB.to_string(), slot.id.clone()),
+            (LABEL_HOME.to_string(), home.id().to_string()),
+            (LABEL_ROLE.to_string(), "pool".to_string()),
+        ])),
+        stop_signal: Some("SIGTERM".into()),
+        host_config: Some(HostConfig {
+            network_mode: Some(
+                if limits.network == NetworkMode::Open {
+                    "bridge"
+                } else {
+                    "none"
+                }
+                .into(),
+            ),
+            ..hardened_host_config(limits, slot.runtime, mounts)
+        }),
+        ..Default::default()
+    }
+}
+
 /// Creates and starts a slot's container; returns its id.
 pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, RuntimeError> {
     if let Some(reason) = crate::runtime::pool_unsupported(slot.runtime) {
@@ -70,33 +108,7 @@ pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, R
         })
         .collect();
     mounts.extend(nested_object_mounts(&slot.git_common_dir));
-    let (uid, gid) = agent_user(limits.uid);
-    let mut env = base_env(limits);
-    env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
-    let body = ContainerCreateBody {
-        image: Some(limits.image.clone()),
-        user: Some(format!("{uid}:{gid}")),
-        working_dir: Some(limits.workspace_dir.clone()),
-        env: Some(env),
-        labels: Some(HashMap::from([
-            (LABEL_JOB.to_string(), slot.id.clone()),
-            (LABEL_HOME.to_string(), home.id().to_string()),
-            (LABEL_ROLE.to_string(), "pool".to_string()),
-        ])),
-        stop_signal: Some("SIGTERM".into()),
-        host_config: Some(HostConfig {
-            network_mode: Some(
-                if limits.network == NetworkMode::Open {
-                    "bridge"
-                } else {
-                    "none"
-                }
-                .into(),
-            ),
-            ..hardened_host_config(limits, slot.runtime, mounts)
-        }),
-        ..Default::default()
-    };
+    let body = slot_body(home, slot, mounts);
     let docker = connect()?;
     let id = create_named(&docker, &slot.container_name, body).await?;
     start_named(&docker, &slot.container_name).await?;

@@ -76,15 +76,7 @@ pub async fn restart(
         stop_signal: Some("SIGTERM".into()),
         host_config: Some(HostConfig {
             network_mode: Some(format!("container:{base}")),
-            cap_drop: Some(vec!["ALL".into()]),
-            security_opt: Some(vec!["no-new-privileges".into()]),
-            readonly_rootfs: Some(true),
-            pids_limit: Some(256),
-            memory: Some(256 << 20),
-            memory_swap: Some(256 << 20),
-            nano_cpus: Some(1_000_000_000),
-            init: Some(true),
-            ..Default::default()
+            ..super::egress::helper_host_config()
         }),
         ..Default::default()
     };

@@ -230,6 +230,19 @@ pub(super) async fn ensure_volume(
     .map(drop)
 }
 
+/// Removes the volume `name` of the current call's engine (its owner checked by the caller,
+/// right before).
+pub(super) async fn remove_volume(docker: &Docker, name: &str) -> Result<(), RuntimeError> {
+    call(
+        "remove volume",
+        name,
+        API_TIMEOUT,
+        docker.remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>),
+    )
+    .await
+    .map(drop)
+}
+
 /// Removes the job's volumes on its engine, each only when it carries this install's labels
 /// with the job's id, or its pool slot's (checked right before). The object cache stays.
 pub(super) async fn remove_job_volumes(
@@ -256,16 +269,7 @@ pub(super) async fn remove_job_volumes(
         if !ours {
             continue;
         }
-        let removed = call(
-            "remove volume",
-            &name,
-            API_TIMEOUT,
-            docker.remove_volume(
-                &name,
-                None::<bollard::query_parameters::RemoveVolumeOptions>,
-            ),
-        )
-        .await;
+        let removed = remove_volume(&docker, &name).await;
         if first.is_ok() {
             first = removed;
         }

@@ -14,17 +14,14 @@
 //! no network, sleeping), so a claim skips a container's create and start; the fill removes
 //! it, as it removes a cold create's, before the job is ready.
 
-use std::collections::HashMap;
-
-use bollard::models::{ContainerCreateBody, ContainerUpdateBody, HostConfig};
+use bollard::models::ContainerUpdateBody;
 
 use super::fill::{helper_body, slot_helper};
 use super::remote::{ensure_volume, volume_mounts};
 use super::{
-    API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, base_env, call, connect,
-    create_named, hardened_host_config, inspect_named, remove_labelled_container, start_named,
+    API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, call, connect, create_named,
+    hardened_host_config, inspect_named, remove_labelled_container, start_named,
 };
-use crate::config::NetworkMode;
 use crate::engines::{JOB_VOLUMES, job_volume, object_cache};
 use crate::job::JobRecord;
 use crate::pool::PoolSlot;
@@ -58,33 +55,7 @@ pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, R
         &limits.workspace_dir,
         &slot.repo_key,
     );
-    let (uid, gid) = agent_user(limits.uid);
-    let mut env = base_env(limits);
-    env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
-    let body = ContainerCreateBody {
-        image: Some(limits.image.clone()),
-        user: Some(format!("{uid}:{gid}")),
-        working_dir: Some(limits.workspace_dir.clone()),
-        env: Some(env),
-        labels: Some(HashMap::from([
-            (LABEL_JOB.to_string(), slot.id.clone()),
-            (LABEL_HOME.to_string(), home.id().to_string()),
-            (LABEL_ROLE.to_string(), "pool".to_string()),
-        ])),
-        stop_signal: Some("SIGTERM".into()),
-        host_config: Some(HostConfig {
-            network_mode: Some(
-                if limits.network == NetworkMode::Open {
-                    "bridge"
-                } else {
-                    "none"
-                }
-                .into(),
-            ),
-            ..hardened_host_config(limits, slot.runtime, mounts)
-        }),
-        ..Default::default()
-    };
+    let body = super::pool::slot_body(home, slot, mounts);
     let id = create_named(&docker, &slot.container_name, body).await?;
     start_named(&docker, &slot.container_name).await?;
     // The claim's fill runs in this helper, waiting beside the slot (a pool container of the
@@ -174,16 +145,7 @@ pub async fn remove_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<(), Runt
             }
         };
         if ours {
-            call(
-                "remove volume",
-                &name,
-                API_TIMEOUT,
-                docker.remove_volume(
-                    &name,
-                    None::<bollard::query_parameters::RemoveVolumeOptions>,
-                ),
-            )
-            .await?;
+            super::remote::remove_volume(&docker, &name).await?;
         }
     }
     Ok(())
