@@ -85,6 +85,37 @@ pub(super) fn slot_body(
     }
 }
 
+/// Gives the claimed slot container `name` the job's CPU, memory and pids limits, when they
+/// differ from the slot's (local or remote slots alike).
+pub(super) async fn limit_to_job(
+    docker: &bollard::Docker,
+    name: &str,
+    record: &JobRecord,
+    slot: &PoolSlot,
+) -> Result<(), RuntimeError> {
+    let wanted = &record.limits;
+    if (wanted.memory, wanted.cpus, wanted.pids)
+        != (slot.limits.memory, slot.limits.cpus, slot.limits.pids)
+    {
+        let full = hardened_host_config(wanted, record.runtime, Vec::new());
+        let update = ContainerUpdateBody {
+            memory: full.memory,
+            memory_swap: full.memory_swap,
+            nano_cpus: full.nano_cpus,
+            pids_limit: full.pids_limit,
+            ..Default::default()
+        };
+        call(
+            "update container",
+            name,
+            API_TIMEOUT,
+            docker.update_container(name, update),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// Creates and starts a slot's container; returns its id.
 pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, RuntimeError> {
     if let Some(reason) = crate::runtime::pool_unsupported(slot.runtime) {
@@ -176,26 +207,7 @@ pub async fn adopt_slot(record: &JobRecord, slot: &PoolSlot) -> Result<String, R
     .expect("granting access does not panic")?;
     let docker = connect()?;
     let name = slot.container_name.clone();
-    let wanted = &record.limits;
-    if (wanted.memory, wanted.cpus, wanted.pids)
-        != (slot.limits.memory, slot.limits.cpus, slot.limits.pids)
-    {
-        let full = hardened_host_config(wanted, record.runtime, Vec::new());
-        let update = ContainerUpdateBody {
-            memory: full.memory,
-            memory_swap: full.memory_swap,
-            nano_cpus: full.nano_cpus,
-            pids_limit: full.pids_limit,
-            ..Default::default()
-        };
-        call(
-            "update container",
-            &name,
-            API_TIMEOUT,
-            docker.update_container(&name, update),
-        )
-        .await?;
-    }
+    limit_to_job(&docker, &name, record, slot).await?;
     let job_name = job_container(record);
     let options = RenameContainerOptionsBuilder::new().name(&job_name).build();
     call(

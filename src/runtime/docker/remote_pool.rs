@@ -14,13 +14,11 @@
 //! no network, sleeping), so a claim skips a container's create and start; the fill removes
 //! it, as it removes a cold create's, before the job is ready.
 
-use bollard::models::ContainerUpdateBody;
-
 use super::fill::{helper_body, slot_helper};
 use super::remote::{ensure_volume, volume_mounts};
 use super::{
-    API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, call, connect, create_named,
-    hardened_host_config, inspect_named, remove_labelled_container, start_named,
+    LABEL_HOME, LABEL_JOB, LABEL_ROLE, connect, create_named, inspect_named,
+    remove_labelled_container, start_named,
 };
 use crate::engines::{JOB_VOLUMES, job_volume, object_cache};
 use crate::job::JobRecord;
@@ -94,26 +92,7 @@ pub async fn check_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<(), Runti
 pub async fn adopt_slot(record: &JobRecord, slot: &PoolSlot) -> Result<String, RuntimeError> {
     let docker = connect()?;
     let name = slot.container_name.clone();
-    let wanted = &record.limits;
-    if (wanted.memory, wanted.cpus, wanted.pids)
-        != (slot.limits.memory, slot.limits.cpus, slot.limits.pids)
-    {
-        let full = hardened_host_config(wanted, record.runtime, Vec::new());
-        let update = ContainerUpdateBody {
-            memory: full.memory,
-            memory_swap: full.memory_swap,
-            nano_cpus: full.nano_cpus,
-            pids_limit: full.pids_limit,
-            ..Default::default()
-        };
-        call(
-            "update container",
-            &name,
-            API_TIMEOUT,
-            docker.update_container(&name, update),
-        )
-        .await?;
-    }
+    super::pool::limit_to_job(&docker, &name, record, slot).await?;
     Ok(slot.container_id.clone().unwrap_or(name))
 }
 
