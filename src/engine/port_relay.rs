@@ -22,6 +22,8 @@ use crate::store::{FileLock, PaddockHome};
 
 /// How often a relay looks whether its job still exists.
 const CHECK_EVERY: Duration = Duration::from_secs(2);
+/// How many failed connections a relay logs in full before it logs one in a thousand.
+const LOGGED_FAILURES: u64 = 20;
 /// How long a start waits for a new relay to listen, and a stop for one to end.
 const READY_WAIT: Duration = Duration::from_secs(15);
 
@@ -183,13 +185,19 @@ impl Paddock {
         })?;
         let mut check = tokio::time::interval(CHECK_EVERY);
         let runtime = self.runtime_of(&record);
+        // The log of a relay that lives as long as its job stays small however many
+        // connections fail: the first few failures, then one line in a thousand.
+        let failures = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         loop {
             tokio::select! {
                 Some((port, client)) = accepted.recv() => {
-                    let (runtime, job) = (runtime.clone(), record.clone());
+                    let (runtime, job, failures) = (runtime.clone(), record.clone(), failures.clone());
                     tokio::spawn(async move {
                         if let Err(error) = runtime.relay_port(&job, port, client).await {
-                            tracing::warn!(job = %job.id, port, %error, "cannot relay a connection");
+                            let count = failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                            if count <= LOGGED_FAILURES || count % 1000 == 0 {
+                                tracing::warn!(job = %job.id, port, %error, failures = count, "cannot relay a connection");
+                            }
                         }
                     });
                 }
