@@ -210,3 +210,117 @@ fn an_unprivileged_user_s_jobs_over_ssh_and_through_a_docker_context_commit() {
         .collect();
     assert!(strangers.is_empty(), "not the user's: {strangers:?}");
 }
+
+/// The same user with what a remote job can have besides its checkout: a `copy` file, a
+/// cache volume, a port relayed to this machine's loopback, and a warm slot of its profile's
+/// pool on the engine. Nothing of it needs root here or leaves a file of another owner.
+#[test]
+fn an_unprivileged_user_s_remote_jobs_get_copies_caches_ports_and_a_warm_slot() {
+    if !available("an_unprivileged_user_s_remote_jobs_get_copies_caches_ports_and_a_warm_slot") {
+        return;
+    }
+    let engine = engine();
+    let machine = Machine::new(Who::User);
+    let certs = machine.home.join(".config/paddock/eng1");
+    std::fs::create_dir_all(&certs).expect("mkdir");
+    for name in ["ca.pem", "cert.pem", "key.pem"] {
+        std::fs::copy(engine.dir.join("certs").join(name), certs.join(name)).expect("copy");
+    }
+    let entry = engine.config_entry().replace(
+        &engine.dir.join("certs").display().to_string(),
+        &certs.display().to_string(),
+    );
+    let image = test_image();
+    std::fs::write(
+        machine.home.join(".config/paddock/config.yaml"),
+        format!(
+            "admission:\n  memory: 1024g\n  cpus: 1000\nprofiles:\n  default:\n    engine: eng1\n    image: {image}\n    pool: {{size: 1}}\n  full:\n    engine: eng1\n    image: {image}\n    caches:\n      - path: node_modules\n        key: [package-lock.json]\nengines:\n{entry}"
+        ),
+    )
+    .expect("write the user config");
+    std::fs::write(machine.repo.join(".paddock.yaml"), "copy: [\".env\"]\n").expect("write");
+    std::fs::write(machine.repo.join("package-lock.json"), "{}\n").expect("write");
+    machine.repo_git(&["add", ".paddock.yaml", "package-lock.json"]);
+    machine.repo_git(&["commit", "-q", "-m", "copy and a lockfile"]);
+    std::fs::write(machine.repo.join(".env"), "TOKEN=local\n").expect("write");
+    crate::fixtures::chown_trees(&[&machine.home], USER_UID);
+    let forbid = [("PADDOCK_TEST_FORBID_HOST_BINDS", "1")];
+    let run = |args: &[&str]| {
+        let output = machine.run_with(args, &forbid);
+        assert!(
+            output.status.success(),
+            "paddock {args:?} as uid {USER_UID}: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let json =
+        |args: &[&str]| -> serde_json::Value { serde_json::from_str(&run(args)).expect("json") };
+
+    // A cache, a copy and a port, on the `full` profile.
+    let job = json(&[
+        "create",
+        "--profile",
+        "full",
+        "--port",
+        "3000",
+        "--task",
+        "full",
+        "--json",
+    ]);
+    let id = text(&job, "id");
+    assert_eq!(job["engine"], "eng1", "{job}");
+    let inside = run(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "cat .env && id -u && stat -c %u .env && touch node_modules/mine && stat -c %u node_modules/mine",
+    ]);
+    // The agent's uid (the user's own, for a user's jobs) owns the copy and can write the cache.
+    let agent = USER_UID.to_string();
+    assert_eq!(inside, format!("TOKEN=local\n{agent}\n{agent}\n{agent}\n"));
+    let script = format!(
+        r#"setsid -f perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => "0.0.0.0", LocalPort => 3000, Listen => 5, ReuseAddr => 1) or die "listen: $!"; while ($c = $s->accept) {{ print $c "HTTP/1.0 200 OK\r\n\r\nhello from {id}\n"; close $c }}' >/dev/null 2>&1 </dev/null"#
+    );
+    run(&["exec", &id, "--", "sh", "-c", &script]);
+    let address = run(&["port", &id, "3000"]);
+    let address = address.trim();
+    assert!(address.starts_with("127.0.0.1:"), "{address}");
+    let answer = crate::ports::fetch(address, &id);
+    assert!(answer.contains(&format!("hello from {id}")), "{answer}");
+
+    // A warm slot of the default profile on the engine, claimed by the next create.
+    run(&["pool", "fill", "--engine", "eng1"]);
+    let warm = json(&["create", "--task", "warm", "--json"]);
+    assert_eq!(warm["pool"]["start"], "warm", "{warm}");
+    let warm_id = text(&warm, "id");
+    let branch = text(&warm, "branch");
+    run(&[
+        "exec",
+        &warm_id,
+        "--",
+        "sh",
+        "-c",
+        "cat .env > /dev/null && echo warm > warm.txt && git add warm.txt && git commit -q -m 'from a warm slot'",
+    ]);
+    assert_eq!(
+        machine.repo_git(&["log", "-1", "--format=%s", &branch]),
+        "from a warm slot"
+    );
+
+    run(&["rm", &id]);
+    run(&["rm", &warm_id]);
+    run(&["pool", "drain"]);
+    assert!(
+        std::net::TcpStream::connect(address).is_err(),
+        "the relay of a removed job still listens"
+    );
+    let strangers: Vec<String> = foreign(&machine.repo, USER_UID)
+        .into_iter()
+        .chain(foreign(&machine.state_root(), USER_UID))
+        .collect();
+    assert!(strangers.is_empty(), "not the user's: {strangers:?}");
+}
