@@ -27,6 +27,46 @@ impl Paddock {
         PoolSlots::of(self.home())
     }
 
+    /// Claims a ready slot that fits `record` on `engine` (`None`: this host), under the
+    /// pool lock. The record names the slot before the slot says it is claimed, so a sweep
+    /// never sees a claim without its job; a remote job also takes the slot's container
+    /// name, which its volumes follow (a local slot's container is renamed at adoption).
+    pub(super) fn claim_slot(
+        &self,
+        record: &mut JobRecord,
+        engine: Option<&str>,
+    ) -> Result<Option<PoolSlot>> {
+        let slots = self.slots();
+        let claimed = blocking(|| -> Result<Option<PoolSlot>> {
+            let _lock = slots.lock()?;
+            for (_, slot) in slots.list() {
+                let Ok(mut slot) = slot else { continue };
+                if slot.fits(
+                    &record.profile,
+                    &record.repo_key,
+                    (record.runtime, engine),
+                    &record.limits,
+                ) {
+                    record.pool = Some(PoolStart::Warm {
+                        slot: slot.id.clone(),
+                    });
+                    if engine.is_some() {
+                        record.container_name = Some(slot.container_name.clone());
+                    }
+                    self.store().save(record)?;
+                    slot.state = SlotState::Claimed {
+                        job: record.id.to_string(),
+                    };
+                    slots.save(&slot)?;
+                    return Ok(Some(slot));
+                }
+            }
+            Ok(None)
+        })?;
+        slots.touch_used(&record.profile, &record.repo_key);
+        Ok(claimed)
+    }
+
     /// Every pool slot of the install.
     pub fn pool_status(&self) -> Vec<PoolSlotView> {
         self.slots()
@@ -322,32 +362,7 @@ impl Paddock {
             }
         };
         let slots = self.slots();
-        let claimed = blocking(|| -> Result<Option<PoolSlot>> {
-            let _lock = slots.lock()?;
-            for (_, slot) in slots.list() {
-                let Ok(mut slot) = slot else { continue };
-                if slot.fits(
-                    &record.profile,
-                    &record.repo_key,
-                    (record.runtime, None),
-                    &record.limits,
-                ) {
-                    // The record names the slot before the slot says it is claimed, both
-                    // under the pool lock: a sweep never sees a claim without its job.
-                    record.pool = Some(PoolStart::Warm {
-                        slot: slot.id.clone(),
-                    });
-                    self.store().save(record)?;
-                    slot.state = SlotState::Claimed {
-                        job: record.id.to_string(),
-                    };
-                    slots.save(&slot)?;
-                    return Ok(Some(slot));
-                }
-            }
-            Ok(None)
-        })?;
-        slots.touch_used(&record.profile, &record.repo_key);
+        let claimed = self.claim_slot(record, None)?;
         self.request_refill(&record.profile, &record.repo, None);
         let Some(slot) = claimed else {
             // A waiting VM of this pool that does not fit: the job asked for other limits.

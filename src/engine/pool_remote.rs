@@ -12,7 +12,6 @@ use super::failpoints::crash_point;
 use super::{Paddock, Result};
 use crate::config::PoolSettings;
 use crate::job::{JobRecord, PoolStart};
-use crate::pool::{PoolSlot, SlotState};
 
 impl Paddock {
     /// Claims a ready slot of the remote job's engine for `record` when its profile has a
@@ -51,36 +50,8 @@ impl Paddock {
             });
             return Ok(());
         }
-        let slots = self.slots();
         let own_name = record.container_name.clone();
-        let claimed = blocking(|| -> Result<Option<PoolSlot>> {
-            let _lock = slots.lock()?;
-            for (_, slot) in slots.list() {
-                let Ok(mut slot) = slot else { continue };
-                if slot.fits(
-                    &record.profile,
-                    &record.repo_key,
-                    (record.runtime, engine.as_deref()),
-                    &record.limits,
-                ) {
-                    // The record names the slot (and takes its container's name, which its
-                    // volumes follow) before the slot says it is claimed, both under the
-                    // pool lock: a sweep never sees a claim without its job.
-                    record.pool = Some(PoolStart::Warm {
-                        slot: slot.id.clone(),
-                    });
-                    record.container_name = Some(slot.container_name.clone());
-                    self.store().save(record)?;
-                    slot.state = SlotState::Claimed {
-                        job: record.id.to_string(),
-                    };
-                    slots.save(&slot)?;
-                    return Ok(Some(slot));
-                }
-            }
-            Ok(None)
-        })?;
-        slots.touch_used(&record.profile, &record.repo_key);
+        let claimed = self.claim_slot(record, engine.as_deref())?;
         self.request_refill(&record.profile, &record.repo, engine.as_deref());
         let Some(slot) = claimed else {
             record.pool = Some(PoolStart::Cold {

@@ -133,6 +133,25 @@ pub fn ensure_image(engine: &Engine, image: &str) {
     assert!(status.success(), "loading {image} into the remote engine");
 }
 
+/// Puts this binary's proxy image on `engine` (it holds the egress proxy, the port bridge
+/// and the secrets loader), with an agent image tagged `paddock-agent-engine-test:<tag>`
+/// beside it; built by `paddock image build --engine` as `run` runs paddock.
+pub fn proxy_image(engine: &Engine, tag: &str, run: impl Fn(&[&str])) {
+    let base = "paddock-base:bookworm";
+    ensure_image(engine, base);
+    let tag = format!("paddock-agent-engine-test:{tag}");
+    run(&[
+        "image",
+        "build",
+        "--engine",
+        engine.name,
+        "--base-image",
+        base,
+        "--tag",
+        &tag,
+    ]);
+}
+
 /// A test home whose user config names `engine`, with the no-host-bind switch on.
 pub fn home_with(engine: &Engine) -> TestHome {
     let home = TestHome::new().env("PADDOCK_TEST_FORBID_HOST_BINDS", "1");

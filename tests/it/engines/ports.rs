@@ -10,24 +10,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{Engine, available, create_on, engine, ensure_image, home_with};
+use super::{Engine, available, create_on, engine, home_with};
 use crate::fixtures::{FixtureRepo, TestHome, text};
 use crate::ports::{fetch, serve_hello};
 
 /// Puts the proxy image of this binary (which holds the bridge) on the engine.
 fn proxy_image(home: &TestHome, engine: &Engine) {
-    let base = "paddock-base:bookworm";
-    ensure_image(engine, base);
-    home.ok(&[
-        "image",
-        "build",
-        "--engine",
-        engine.name,
-        "--base-image",
-        base,
-        "--tag",
-        "paddock-agent-engine-test:ports",
-    ]);
+    super::proxy_image(engine, "ports", |args| drop(home.ok(args)));
 }
 
 /// The relay processes of `job` running on this host (pids).

@@ -45,22 +45,7 @@ fn in_netns<T: Send + 'static>(netns: &str, start: impl FnOnce() -> T + Send + '
 
 /// Builds this binary's proxy image on `engine` (a no-op when it is there).
 fn build_proxy(home: &TestHome, engine: &Engine) {
-    ensure_image(engine, "paddock-base:bookworm");
-    let built = home.run(&[
-        "image",
-        "build",
-        "--engine",
-        engine.name,
-        "--base-image",
-        "paddock-base:bookworm",
-        "--tag",
-        "paddock-agent-engine-test:secrets",
-    ]);
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    super::proxy_image(engine, "secrets", |args| drop(home.ok(args)));
 }
 
 /// Files under the engine's own state (volumes, containers' layers, settings and logs,

@@ -258,6 +258,9 @@ fn an_unprivileged_user_s_remote_jobs_get_copies_caches_ports_and_a_warm_slot() 
     let json =
         |args: &[&str]| -> serde_json::Value { serde_json::from_str(&run(args)).expect("json") };
 
+    // The user builds this paddock's proxy image there (the port relay runs from it).
+    super::proxy_image(engine, "user", |args| drop(run(args)));
+
     // A cache, a copy and a port, on the `full` profile.
     let job = json(&[
         "create",
