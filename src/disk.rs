@@ -175,18 +175,24 @@ pub async fn make(job_dir: &Path, limit: ByteSize) -> Result<PathBuf, DiskError>
 
 /// Attaches `image` (open as `file`) to a free loop device and mounts it at `layers`.
 fn attach(file: &std::fs::File, image: &Path, layers: &Path) -> Result<(), DiskError> {
-    let failed = |message: String| DiskError::Make {
+    let device = crate::sys::loop_attach(file, image).map_err(|e| DiskError::Make {
         path: image.to_path_buf(),
-        message,
-    };
-    let device =
-        crate::sys::loop_attach(file, image).map_err(|e| failed(format!("loop device: {e}")))?;
+        message: format!("loop device: {e}"),
+    })?;
+    mount(device, image, layers)
+}
+
+/// Mounts the ext4 of `image` from its loop device `device` at `layers`.
+fn mount(device: crate::sys::LoopDevice, image: &Path, layers: &Path) -> Result<(), DiskError> {
     crate::sys::mount_device(&device.path, layers, "ext4", MOUNT_OPTIONS).map_err(|e| {
-        failed(format!(
-            "mounting {} at {}: {e}",
-            device.path.display(),
-            layers.display()
-        ))
+        DiskError::Make {
+            path: image.to_path_buf(),
+            message: format!(
+                "mounting {} at {}: {e}",
+                device.path.display(),
+                layers.display()
+            ),
+        }
     })?;
     // The mount holds the device now; dropping ours arms its autoclear.
     drop(device);
@@ -211,7 +217,16 @@ pub fn remount(job_dir: &Path) -> Result<bool, DiskError> {
             path: image.clone(),
             message: e.to_string(),
         })?;
-    attach(&file, &image, &layers_dir(job_dir))?;
+    // A filesystem that another mount namespace still holds is mounted again from its own
+    // device (see `loop_backed_by`); only a disk no device holds gets a new one.
+    let held = crate::sys::loop_backed_by(&file, &image).map_err(|e| DiskError::Make {
+        path: image.clone(),
+        message: format!("looking for its loop device: {e}"),
+    })?;
+    match held {
+        Some(device) => mount(device, &image, &layers_dir(job_dir))?,
+        None => attach(&file, &image, &layers_dir(job_dir))?,
+    }
     Ok(true)
 }
 

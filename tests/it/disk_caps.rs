@@ -257,3 +257,64 @@ fn a_git_disk_a_reboot_unmounted_is_mounted_again_before_the_container_starts() 
     assert_eq!(mount_type(&mount).as_deref(), Some("ext4"));
     remove_clean(&home, &id);
 }
+
+/// An unmount only takes the disk out of this mount namespace: a process that copied the
+/// mount table a moment before (any container being made does) keeps its filesystem alive.
+/// The next exec must mount that same filesystem again, not a second ext4 of the same image
+/// that would miss what the first has not written back (the commit, the git dir itself).
+#[test]
+fn a_git_disk_another_namespace_still_holds_is_mounted_again_from_its_own_device() {
+    let test = "a_git_disk_another_namespace_still_holds_is_mounted_again_from_its_own_device";
+    if !docker_available(test) || !disk_available(test) {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &["--task", "held", "--checkout", "worktree"]);
+    let id = text(&job, "id");
+    let result = sh(
+        &home,
+        &id,
+        "echo one > one.txt && git add one.txt && git commit -q -m 'before the unmount'",
+    );
+    assert_eq!(result["exit_code"], 0, "{result}");
+    home.ok(&["stop", &id]);
+    let mount = disk_mount(&home, &id);
+    // The holder: a private copy of this namespace's mounts, the disk among them.
+    let mut holder = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sleep", "300"])
+        .spawn()
+        .expect("unshare runs");
+    let holder_mounts = format!("/proc/{}/mountinfo", holder.id());
+    eventually("the holder has its own mount table", || {
+        std::fs::read_to_string(&holder_mounts)
+            .is_ok_and(|table| table.contains(&mount.display().to_string()))
+            && std::fs::read_link(format!("/proc/{}/ns/mnt", holder.id())).ok()
+                != std::fs::read_link("/proc/self/ns/mnt").ok()
+    });
+    let status = std::process::Command::new("umount")
+        .arg(&mount)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(mount_type(&mount), None);
+    assert_eq!(home.loop_devices().len(), 1, "the holder keeps the device");
+
+    let result = sh(
+        &home,
+        &id,
+        "git log -1 --format=%s && echo two > two.txt && git add two.txt && git commit -q -m after",
+    );
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert_eq!(text(&result, "stdout").trim(), "before the unmount");
+    assert_eq!(mount_type(&mount).as_deref(), Some("ext4"));
+    let devices = home.loop_devices();
+    assert_eq!(devices.len(), 1, "one image, one device: {devices:?}");
+    // The holder goes; the filesystem stays whole under the job's own mount.
+    holder.kill().expect("the holder is ours");
+    holder.wait().expect("the holder ends");
+    let result = sh(&home, &id, "git log --format=%s | head -2 | tr '\\n' ' '");
+    assert_eq!(text(&result, "stdout").trim(), "after before the unmount");
+    assert_eq!(branch_subject(&repo, &text(&job, "branch")), "after");
+    remove_clean(&home, &id);
+}
