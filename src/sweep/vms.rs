@@ -56,6 +56,24 @@ impl Paddock {
                 report.removed("vm", vm.name, reason);
                 continue;
             }
+            // Right before acting: the listing may be seconds old (each removal above waited
+            // for its processes to end), and a job may have made its record or booted its VM
+            // since; a VM that runs now, or a job that now works, is left.
+            if record.is_none()
+                && vm.role == crate::runtime::SandboxRole::Job
+                && self.store().exists_str(&vm.job)
+            {
+                continue;
+            }
+            if let Some(job) = &record {
+                let fresh = runtime.list_sandboxes().await.unwrap_or_default();
+                let runs_now = fresh
+                    .iter()
+                    .any(|s| s.job == vm.job && s.role == vm.role && s.running);
+                if runs_now || busy(job) {
+                    continue;
+                }
+            }
             match runtime.remove_sandbox(&vm).await {
                 Ok(()) => report.removed("vm", vm.name, reason),
                 Err(error) => report.error("vm", vm.name, reason, error),

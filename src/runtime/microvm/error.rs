@@ -21,8 +21,10 @@ pub enum MicrovmError {
     Build { what: &'static str, message: String },
     #[error("the VM did not start: {message}")]
     Start { message: String },
-    #[error("the VM is not running; its console ended with:\n{console}")]
-    NotRunning { console: String },
+    #[error(
+        "the VM is not running; QEMU's log ended with:\n{qemu_log}\nits console with:\n{console}"
+    )]
+    NotRunning { console: String, qemu_log: String },
     #[error(
         "the VM's guest agent did not answer within {after:?} ({message}); console:\n{console}"
     )]
@@ -53,6 +55,16 @@ pub enum MicrovmError {
     Runtime(#[from] Box<RuntimeError>),
 }
 
+impl MicrovmError {
+    /// The VM of `vm` does not run: what QEMU and the guest's console said last.
+    pub fn not_running(vm: &super::vm::VmDir) -> MicrovmError {
+        MicrovmError::NotRunning {
+            console: super::exec::tail(&vm.console()),
+            qemu_log: super::exec::tail(&vm.qemu_log()),
+        }
+    }
+}
+
 impl From<RuntimeError> for MicrovmError {
     fn from(error: RuntimeError) -> Self {
         MicrovmError::Runtime(Box::new(error))
@@ -81,5 +93,32 @@ pub(super) async fn end_cgroup(
         Err(RuntimeError::Microvm(Box::new(MicrovmError::Start {
             message: format!("the host cgroup of VM `{name}` still holds processes"),
         })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A VM found dead says why when QEMU said it (a signal and its sender), beside what
+    /// the guest printed last: an empty console alone does not tell a kill from a crash.
+    #[test]
+    fn a_vm_not_running_reports_qemus_last_words_and_the_console() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let vm = super::super::vm::VmDir {
+            dir: dir.path().to_path_buf(),
+        };
+        std::fs::write(
+            vm.qemu_log(),
+            "qemu-system-x86_64: terminating on signal 15 from pid 4242 (paddock)\n",
+        )
+        .expect("write");
+        std::fs::write(vm.console(), "[    0.1] Linux version 6.1\n").expect("write");
+        let said = MicrovmError::not_running(&vm).to_string();
+        assert!(
+            said.contains("terminating on signal 15 from pid 4242"),
+            "{said}"
+        );
+        assert!(said.contains("Linux version 6.1"), "{said}");
     }
 }

@@ -38,9 +38,7 @@ pub async fn connect(vm: &VmDir, within: Duration) -> Result<Channel, MicrovmErr
     let mut last = String::from("no answer");
     while tokio::time::Instant::now() < deadline {
         if vm.qemu_pid().is_none() {
-            return Err(MicrovmError::NotRunning {
-                console: tail(&vm.console()),
-            });
+            return Err(MicrovmError::not_running(vm));
         }
         match UnixStream::connect(&socket).await {
             Ok(stream) => match handshake(stream, deadline).await {

@@ -69,7 +69,14 @@ impl MicrovmRuntime {
     async fn ensure_running(&self, record: &JobRecord) -> Result<exec::Channel, MicrovmError> {
         let vm = vm::VmDir::of(&self.home, record);
         if vm.qemu_pid().is_some() {
-            return exec::connect(&vm, Duration::from_secs(30)).await;
+            match exec::connect(&vm, Duration::from_secs(30)).await {
+                // It ended between the look and the connect (a guest that powered off, a
+                // QEMU killed): booted again below, as a VM found dead would be.
+                Err(error @ MicrovmError::NotRunning { .. }) => {
+                    tracing::warn!(job = %record.id, %error, "the job's VM ended; booting it again");
+                }
+                answered => return answered,
+            }
         }
         // Leftovers of a VM that died (its virtiofsd, stale sockets) go first.
         vm::kill_all(&vm, Duration::from_secs(1)).await;

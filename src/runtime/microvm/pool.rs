@@ -138,9 +138,9 @@ pub async fn adopt(
         });
     }
     let vm = VmDir::of_slot(&runtime.home, &slot.id);
-    let pid = vm.qemu_pid().ok_or_else(|| MicrovmError::NotRunning {
-        console: exec::tail(&vm.console()),
-    })?;
+    let pid = vm
+        .qemu_pid()
+        .ok_or_else(|| MicrovmError::not_running(&vm))?;
     if let Some((uid, _)) = runtime.files_owner(record) {
         let granted = record.clone();
         tokio::task::spawn_blocking(move || {

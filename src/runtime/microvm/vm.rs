@@ -166,6 +166,10 @@ impl VmDir {
     fn qemu_pidfile(&self) -> PathBuf {
         self.dir.join("qemu.pid")
     }
+    /// What QEMU itself says (why it stopped, when it says so: "terminating on signal").
+    pub fn qemu_log(&self) -> PathBuf {
+        self.dir.join("qemu.log")
+    }
     pub fn console(&self) -> PathBuf {
         self.dir.join("console.log")
     }
@@ -418,7 +422,7 @@ pub async fn start(
         "-pidfile".into(),
         vm.qemu_pidfile().display().to_string(),
     ]);
-    let log = std::fs::File::create(vm.dir.join("qemu.log")).map_err(io(&vm.dir))?;
+    let log = std::fs::File::create(vm.qemu_log()).map_err(io(&vm.dir))?;
     let out = tokio::time::timeout(
         Duration::from_secs(30),
         boot.cgroup
@@ -437,7 +441,7 @@ pub async fn start(
     })?
     .map_err(io(Path::new(QEMU)))?;
     if !status_ok(out) {
-        let log = std::fs::read_to_string(vm.dir.join("qemu.log")).unwrap_or_default();
+        let log = std::fs::read_to_string(vm.qemu_log()).unwrap_or_default();
         return Err(MicrovmError::Start {
             message: format!("qemu exited {out}: {}", log.trim()),
         });
