@@ -41,6 +41,33 @@ fn disk_mount(home: &TestHome, id: &str) -> PathBuf {
     home.root().join("work").join(id).join("overlay/layers")
 }
 
+/// A worktree-checkout job on its git disk with one commit (`subject`), stopped: what a
+/// reboot keeps of a job but its disk's mount.
+fn committed_and_stopped(home: &TestHome, repo: &FixtureRepo, task: &str, subject: &str) -> Value {
+    let job = home.create_docker(repo, &["--task", task, "--checkout", "worktree"]);
+    let id = text(&job, "id");
+    let result = sh(
+        home,
+        &id,
+        &format!("echo one > one.txt && git add one.txt && git commit -q -m '{subject}'"),
+    );
+    assert_eq!(result["exit_code"], 0, "{result}");
+    home.ok(&["stop", &id]);
+    job
+}
+
+/// Unmounts the job's disk in this mount namespace, as a reboot would; returns the mount point.
+fn unmount_disk(home: &TestHome, id: &str) -> PathBuf {
+    let mount = disk_mount(home, id);
+    let status = std::process::Command::new("umount")
+        .arg(&mount)
+        .status()
+        .expect("umount runs");
+    assert!(status.success());
+    assert_eq!(mount_type(&mount), None);
+    mount
+}
+
 /// The last commit's subject on `branch` of the user's repository.
 fn branch_subject(repo: &FixtureRepo, branch: &str) -> String {
     repo.git(&["log", "-1", "--format=%s", branch])
@@ -229,24 +256,10 @@ fn a_git_disk_a_reboot_unmounted_is_mounted_again_before_the_container_starts() 
     }
     let repo = FixtureRepo::new();
     let home = TestHome::new();
-    // A worktree checkout: what a reboot keeps of a job but its disk's mount.
-    let job = home.create_docker(&repo, &["--task", "reboot", "--checkout", "worktree"]);
+    let job = committed_and_stopped(&home, &repo, "reboot", "before the reboot");
     let id = text(&job, "id");
-    let result = sh(
-        &home,
-        &id,
-        "echo one > one.txt && git add one.txt && git commit -q -m 'before the reboot'",
-    );
-    assert_eq!(result["exit_code"], 0, "{result}");
-    home.ok(&["stop", &id]);
     // The reboot: the mount goes (and with it, autoclear, the loop device); the image stays.
-    let mount = disk_mount(&home, &id);
-    let status = std::process::Command::new("umount")
-        .arg(&mount)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert_eq!(mount_type(&mount), None);
+    let mount = unmount_disk(&home, &id);
     let result = sh(
         &home,
         &id,
@@ -270,15 +283,8 @@ fn a_git_disk_another_namespace_still_holds_is_mounted_again_from_its_own_device
     }
     let repo = FixtureRepo::new();
     let home = TestHome::new();
-    let job = home.create_docker(&repo, &["--task", "held", "--checkout", "worktree"]);
+    let job = committed_and_stopped(&home, &repo, "held", "before the unmount");
     let id = text(&job, "id");
-    let result = sh(
-        &home,
-        &id,
-        "echo one > one.txt && git add one.txt && git commit -q -m 'before the unmount'",
-    );
-    assert_eq!(result["exit_code"], 0, "{result}");
-    home.ok(&["stop", &id]);
     let mount = disk_mount(&home, &id);
     // The holder: a private copy of this namespace's mounts, the disk among them.
     let mut holder = std::process::Command::new("unshare")
@@ -292,12 +298,7 @@ fn a_git_disk_another_namespace_still_holds_is_mounted_again_from_its_own_device
             && std::fs::read_link(format!("/proc/{}/ns/mnt", holder.id())).ok()
                 != std::fs::read_link("/proc/self/ns/mnt").ok()
     });
-    let status = std::process::Command::new("umount")
-        .arg(&mount)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert_eq!(mount_type(&mount), None);
+    unmount_disk(&home, &id);
     assert_eq!(home.loop_devices().len(), 1, "the holder keeps the device");
 
     let result = sh(
