@@ -35,6 +35,14 @@ fn slots(home: &TestHome) -> Vec<Value> {
         .clone()
 }
 
+/// `pool fill --engine eng1` of `repo`'s pool: its report.
+fn fill_eng1(home: &TestHome, repo: &FixtureRepo) -> Value {
+    let path = repo.path().display().to_string();
+    home.json(&[
+        "pool", "fill", "--repo", &path, "--engine", "eng1", "--json",
+    ])
+}
+
 /// Creates a job on eng1; its create object and how long the create took (ms).
 fn timed_create(home: &TestHome, repo: &FixtureRepo, task: &str) -> (Value, u128) {
     let started = Instant::now();
@@ -66,7 +74,6 @@ fn a_pool_on_a_remote_engine_is_claimed_faster_keeps_work_and_drains_clean() {
     let engine = engine();
     let repo = pooled_repo(2);
     let home = home_with(engine).env("PADDOCK_POOL_REFILL", "off");
-    let path = repo.path().display().to_string();
 
     // Cold: the pool is empty, so each create starts cold and says why. The first one fills
     // the engine's object cache (not measured: a warm claim finds it filled).
@@ -115,9 +122,7 @@ fn a_pool_on_a_remote_engine_is_claimed_faster_keeps_work_and_drains_clean() {
     ]);
 
     // Fill on eng1: the slots run there (seen with the engine's API), not on the host.
-    let filled = home.json(&[
-        "pool", "fill", "--repo", &path, "--engine", "eng1", "--json",
-    ]);
+    let filled = fill_eng1(&home, &repo);
     assert_eq!(
         filled["started"].as_array().map(Vec::len),
         Some(2),
@@ -170,9 +175,7 @@ fn a_pool_on_a_remote_engine_is_claimed_faster_keeps_work_and_drains_clean() {
     let mut kept = None;
     for n in 0..3 {
         if n > 0 {
-            home.json(&[
-                "pool", "fill", "--repo", &path, "--engine", "eng1", "--json",
-            ]);
+            fill_eng1(&home, &repo);
         }
         let waiting: Vec<String> = slots(&home)
             .iter()
@@ -254,9 +257,7 @@ fn a_pool_on_a_remote_engine_is_claimed_faster_keeps_work_and_drains_clean() {
     // Drain: no slot container or volume of this install is left on the engine. (The
     // engine's budget, its CPUs here, holds jobs and waiting slots alike, so the refills
     // above stopped short: fill again first.)
-    let refilled = home.json(&[
-        "pool", "fill", "--repo", &path, "--engine", "eng1", "--json",
-    ]);
+    let refilled = fill_eng1(&home, &repo);
     assert!(
         refilled["started"]
             .as_array()
@@ -301,10 +302,7 @@ fn slots_on_an_engine_that_does_not_answer_are_left_and_reported() {
     let engine = engine();
     let repo = pooled_repo(1);
     let home = home_with(engine).env("PADDOCK_POOL_REFILL", "off");
-    let path = repo.path().display().to_string();
-    let filled = home.json(&[
-        "pool", "fill", "--repo", &path, "--engine", "eng1", "--json",
-    ]);
+    let filled = fill_eng1(&home, &repo);
     assert_eq!(
         filled["started"].as_array().map(Vec::len),
         Some(1),
@@ -366,10 +364,7 @@ fn the_sweep_reaps_a_remote_slot_whose_container_is_gone() {
     let engine = engine();
     let repo = pooled_repo(1);
     let home = home_with(engine).env("PADDOCK_POOL_REFILL", "off");
-    let path = repo.path().display().to_string();
-    let filled = home.json(&[
-        "pool", "fill", "--repo", &path, "--engine", "eng1", "--json",
-    ]);
+    let filled = fill_eng1(&home, &repo);
     assert_eq!(
         filled["started"].as_array().map(Vec::len),
         Some(1),
@@ -415,9 +410,7 @@ fn auto_placement_counts_waiting_slots_and_a_create_claims_one() {
     text_of.push_str("    jobs: 1\n");
     std::fs::write(&config, text_of).expect("write config");
     let path = repo.path().display().to_string();
-    let filled = home.json(&[
-        "pool", "fill", "--repo", &path, "--engine", "eng1", "--json",
-    ]);
+    let filled = fill_eng1(&home, &repo);
     assert_eq!(
         filled["started"].as_array().map(Vec::len),
         Some(1),
