@@ -8,7 +8,7 @@
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
-use super::{available, engine};
+use super::{Engine, available, engine};
 use crate::default_paths::{Machine, USER_UID, Who};
 use crate::fixtures::{test_image, text};
 
@@ -32,6 +32,20 @@ fn foreign(root: &Path, uid: u32) -> Vec<String> {
     found
 }
 
+/// eng1's entry of the user config with its TLS files copied into the user's own config dir
+/// (the test engine's sit where the user cannot read them).
+fn user_engine_entry(engine: &Engine, machine: &Machine) -> String {
+    let certs = machine.home.join(".config/paddock/eng1");
+    std::fs::create_dir_all(&certs).expect("mkdir");
+    for name in ["ca.pem", "cert.pem", "key.pem"] {
+        std::fs::copy(engine.dir.join("certs").join(name), certs.join(name)).expect("copy");
+    }
+    engine.config_entry().replace(
+        &engine.dir.join("certs").display().to_string(),
+        &certs.display().to_string(),
+    )
+}
+
 #[test]
 fn an_unprivileged_user_s_job_on_a_remote_engine_commits_and_rm_keeps_it() {
     if !available("an_unprivileged_user_s_job_on_a_remote_engine_commits_and_rm_keeps_it") {
@@ -39,15 +53,7 @@ fn an_unprivileged_user_s_job_on_a_remote_engine_commits_and_rm_keeps_it() {
     }
     let engine = engine();
     let machine = Machine::new(Who::User);
-    let certs = machine.home.join(".config/paddock/eng1");
-    std::fs::create_dir_all(&certs).expect("mkdir");
-    for name in ["ca.pem", "cert.pem", "key.pem"] {
-        std::fs::copy(engine.dir.join("certs").join(name), certs.join(name)).expect("copy");
-    }
-    let entry = engine.config_entry().replace(
-        &engine.dir.join("certs").display().to_string(),
-        &certs.display().to_string(),
-    );
+    let entry = user_engine_entry(engine, &machine);
     std::fs::write(
         machine.home.join(".config/paddock/config.yaml"),
         // The profile picks the engine: no `--engine` on the command line.
@@ -221,15 +227,7 @@ fn an_unprivileged_user_s_remote_jobs_get_copies_caches_ports_and_a_warm_slot() 
     }
     let engine = engine();
     let machine = Machine::new(Who::User);
-    let certs = machine.home.join(".config/paddock/eng1");
-    std::fs::create_dir_all(&certs).expect("mkdir");
-    for name in ["ca.pem", "cert.pem", "key.pem"] {
-        std::fs::copy(engine.dir.join("certs").join(name), certs.join(name)).expect("copy");
-    }
-    let entry = engine.config_entry().replace(
-        &engine.dir.join("certs").display().to_string(),
-        &certs.display().to_string(),
-    );
+    let entry = user_engine_entry(engine, &machine);
     let image = test_image();
     std::fs::write(
         machine.home.join(".config/paddock/config.yaml"),
