@@ -15,6 +15,44 @@ use crate::egress::{bash, collect_denials, decisions};
 use crate::fixtures::tls::{Seen, https_server, test_tls};
 use crate::fixtures::{FixtureRepo, TestHome, bridge_gateway, docker_available, text};
 
+/// A request to `host` with `Authorization: Bearer $API_TOKEN` (the job's shell expands it).
+pub(crate) fn bearer_request(host: &str) -> String {
+    format!(
+        "GET /api HTTP/1.1\\r\\nHost: {host}\\r\\nAuthorization: Bearer $API_TOKEN\\r\\nConnection: close\\r\\n\\r\\n"
+    )
+}
+
+/// The job sends `Authorization: Bearer $API_TOKEN` to `host`: it gets 200 and the echo back
+/// with the placeholder, never the value; the listener (`seen`) got the value, once. Returns
+/// the head it got, lower-cased.
+pub(crate) fn bearer_reaches(
+    home: &TestHome,
+    id: &str,
+    host: &str,
+    token: &str,
+    placeholder: &str,
+    seen: &Seen,
+) -> String {
+    let out = https_in_job(home, id, host, &bearer_request(host));
+    assert!(out.contains("200 OK"), "{out}");
+    assert!(
+        out.contains(&format!("echo: Bearer {placeholder}")),
+        "{out}"
+    );
+    assert!(!out.contains(token), "{out}");
+    let heads = seen.lock().expect("seen").clone();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    let head = heads[0].to_ascii_lowercase();
+    assert!(
+        head.contains(&format!(
+            "authorization: bearer {}",
+            token.to_ascii_lowercase()
+        )),
+        "{head}"
+    );
+    head
+}
+
 /// A plain TCP server on `address` that records every byte it receives.
 pub(crate) fn capture_server(address: &str) -> (u16, Seen) {
     let listener = TcpListener::bind((address, 0)).unwrap();
@@ -136,26 +174,8 @@ fn secrets_hold(runtime: &str) {
 
     // The secret's host gets the value (placeholder swapped, template header added); what
     // it echoes comes back as the placeholder.
-    let request = format!(
-        "GET /api HTTP/1.1\\r\\nHost: {secret_host}\\r\\nAuthorization: Bearer $API_TOKEN\\r\\nConnection: close\\r\\n\\r\\n"
-    );
-    let out = https_in_job(&home, &id, &secret_host, &request);
-    assert!(out.contains("200 OK"), "{out}");
-    assert!(
-        out.contains(&format!("echo: Bearer {placeholder}")),
-        "{out}"
-    );
-    assert!(!out.contains(&token), "{out}");
-    let heads = secret_seen.lock().unwrap().clone();
-    assert_eq!(heads.len(), 1, "{heads:?}");
-    let head = heads[0].to_ascii_lowercase();
-    assert!(
-        head.contains(&format!(
-            "authorization: bearer {}",
-            token.to_ascii_lowercase()
-        )),
-        "{head}"
-    );
+    let head = bearer_reaches(&home, &id, &secret_host, &token, &placeholder, &secret_seen);
+    let request = bearer_request(&secret_host);
     assert!(
         head.contains(&format!("x-api-key: {}", key.to_ascii_lowercase())),
         "{head}"

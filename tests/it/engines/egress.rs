@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-use super::{Engine, available, engine, ensure_image, home_with};
+use super::{available, engine, ensure_image, home_with};
 use crate::default_paths::{Machine, USER_UID, Who};
 use crate::egress::{PRELUDE, bash, decisions};
 use crate::fixtures::{FixtureRepo, test_image, text};
@@ -84,12 +84,6 @@ impl Drop for Listener {
     }
 }
 
-/// The engine's address on the link to this machine (`tcp://ADDR:2376`).
-fn engine_address(engine: &Engine) -> String {
-    let rest = engine.host.trim_start_matches("tcp://");
-    rest.split(':').next().expect("an address").to_string()
-}
-
 #[test]
 fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
     if !available("an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener") {
@@ -99,8 +93,8 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let engine = super::image_engine();
-    let netns = format!("pdk-{}", engine.name);
-    let address = engine_address(engine);
+    let netns = engine.netns();
+    let address = engine.address();
     let (allowed, other) = (Listener::start_in(&netns), Listener::start_in(&netns));
     let repo = FixtureRepo::new();
     let home = home_with(engine);
@@ -354,8 +348,8 @@ fn an_allowlist_job_on_a_remote_engine_holds_on_the_default_state_root_as_root_a
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let engine = engine();
-    let netns = format!("pdk-{}", engine.name);
-    let address = engine_address(engine);
+    let netns = engine.netns();
+    let address = engine.address();
     let (allowed, other) = (Listener::start_in(&netns), Listener::start_in(&netns));
     ensure_image(engine, "paddock-base:bookworm");
     for who in [Who::Root, Who::User] {

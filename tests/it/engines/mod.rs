@@ -36,6 +36,17 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// The engine's address on the link to this machine (`tcp://ADDR:2376`).
+    pub fn address(&self) -> String {
+        let rest = self.host.trim_start_matches("tcp://");
+        rest.split(':').next().expect("an address").to_string()
+    }
+
+    /// The network namespace the engine runs in (`pdk-<name>`, made by `dockerd.sh`).
+    pub fn netns(&self) -> String {
+        format!("pdk-{}", self.name)
+    }
+
     /// `docker` against this engine.
     pub fn docker(&self, args: &[&str]) -> std::process::Output {
         Command::new("docker")

@@ -15,16 +15,10 @@ use super::{Engine, available, engine, ensure_image, home_with};
 use crate::egress::{bash, decisions};
 use crate::fixtures::tls::{Seen, https_server, test_tls};
 use crate::fixtures::{FixtureRepo, TestHome, test_image, text};
-use crate::secrets::{capture_server, https_in_job};
+use crate::secrets::{bearer_reaches, bearer_request, capture_server, https_in_job};
 
 /// One test of this file at a time on the shared engine.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// The engine's address on the link to this machine (`tcp://ADDR:2376`).
-fn engine_address(engine: &Engine) -> String {
-    let rest = engine.host.trim_start_matches("tcp://");
-    rest.split(':').next().expect("an address").to_string()
-}
 
 /// Runs `start` (which binds a listener and serves it from threads of its own) on a thread
 /// moved into the network namespace `netns` first: the listener is the engine host's.
@@ -68,8 +62,8 @@ fn a_secret_of_a_remote_job_reaches_only_its_host_and_rests_nowhere() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let engine = engine();
-    let netns = format!("pdk-{}", engine.name);
-    let address = engine_address(engine);
+    let netns = engine.netns();
+    let address = engine.address();
     let (ca_pem, config) = test_tls(&address);
     let (secret_port, secret_seen): (u16, Seen) = {
         let address = address.clone();
@@ -134,25 +128,8 @@ fn a_secret_of_a_remote_job_reaches_only_its_host_and_rests_nowhere() {
     let placeholder = lines[0].to_string();
 
     // The secret's host gets the value; what it echoes comes back as the placeholder.
-    let request = format!(
-        "GET /api HTTP/1.1\\r\\nHost: {secret_host}\\r\\nAuthorization: Bearer $API_TOKEN\\r\\nConnection: close\\r\\n\\r\\n"
-    );
-    let out = https_in_job(&home, &id, &secret_host, &request);
-    assert!(out.contains("200 OK"), "{out}");
-    assert!(
-        out.contains(&format!("echo: Bearer {placeholder}")),
-        "{out}"
-    );
-    assert!(!out.contains(&token), "{out}");
-    let heads = secret_seen.lock().expect("seen").clone();
-    assert_eq!(heads.len(), 1, "{heads:?}");
-    assert!(
-        heads[0].to_ascii_lowercase().contains(&format!(
-            "authorization: bearer {}",
-            token.to_ascii_lowercase()
-        )),
-        "{heads:?}"
-    );
+    bearer_reaches(&home, &id, &secret_host, &token, &placeholder, &secret_seen);
+    let request = bearer_request(&secret_host);
 
     // The placeholder to the other listed host: refused, logged, never sent.
     let out = bash(
@@ -276,8 +253,8 @@ fn an_unprivileged_user_s_secret_reaches_its_host_on_a_remote_engine() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let engine = engine();
-    let netns = format!("pdk-{}", engine.name);
-    let address = engine_address(engine);
+    let netns = engine.netns();
+    let address = engine.address();
     let (ca_pem, config) = test_tls(&address);
     let (port, seen) = {
         let address = address.clone();
