@@ -319,3 +319,95 @@ fn a_git_disk_another_namespace_still_holds_is_mounted_again_from_its_own_device
     assert_eq!(branch_subject(&repo, &text(&job, "branch")), "after");
     remove_clean(&home, &id);
 }
+
+/// The same as root the way people run it: no `PADDOCK_HOME` (`/var/lib/paddock`), the
+/// repository under a closed directory.
+#[test]
+fn on_the_default_state_root_a_held_git_disk_is_mounted_again_from_its_own_device() {
+    use crate::default_paths::{Machine, Who};
+    let test = "on_the_default_state_root_a_held_git_disk_is_mounted_again_from_its_own_device";
+    if !docker_available(test) || !disk_available(test) {
+        return;
+    }
+    let machine = Machine::new(Who::Root);
+    let image = crate::fixtures::test_image();
+    let exec = |id: &str, script: &str| {
+        let result = machine.json(&["exec", id, "--json", "--", "sh", "-c", script]);
+        assert_eq!(result["exit_code"], 0, "{result}");
+        text(&result, "stdout")
+    };
+    let job = machine.json(&[
+        "create",
+        "--json",
+        "--task",
+        "held",
+        "--runtime",
+        "docker",
+        "--image",
+        &image,
+        "--checkout",
+        "worktree",
+    ]);
+    let id = text(&job, "id");
+    let job_dir = machine.state_root().join("work").join(&id);
+    let devices = || {
+        std::fs::read_dir("/sys/block")
+            .expect("sysfs")
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("loop/backing_file")).ok())
+            .filter(|backing| Path::new(backing.trim()).starts_with(&job_dir))
+            .count()
+    };
+    exec(
+        &id,
+        "echo one > one.txt && git add one.txt && git commit -q -m one",
+    );
+    assert!(machine.run(&["stop", &id]).status.success());
+    let mount = job_dir.join("overlay/layers");
+    let holder = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sleep", "300"])
+        .spawn()
+        .expect("unshare runs");
+    // On a failure half-way: no holder and no job of this test left in the shared state root.
+    struct Cleanup<'a>(&'a Machine, String, std::process::Child);
+    impl Drop for Cleanup<'_> {
+        fn drop(&mut self) {
+            let _ = self.2.kill();
+            let _ = self.2.wait();
+            if std::thread::panicking() {
+                let _ = self.0.run(&["rm", &self.1, "--force"]);
+            }
+        }
+    }
+    let mut cleanup = Cleanup(&machine, id.clone(), holder);
+    let holder_pid = cleanup.2.id();
+    eventually("the holder has its own mount table", || {
+        std::fs::read_link(format!("/proc/{holder_pid}/ns/mnt")).ok()
+            != std::fs::read_link("/proc/self/ns/mnt").ok()
+    });
+    assert!(
+        std::process::Command::new("umount")
+            .arg(&mount)
+            .status()
+            .expect("umount runs")
+            .success()
+    );
+    assert_eq!(devices(), 1, "the holder keeps the device");
+    let said = exec(
+        &id,
+        "git log -1 --format=%s && echo two > two.txt && git add two.txt && git commit -q -m two",
+    );
+    assert_eq!(said.trim(), "one");
+    assert_eq!(devices(), 1, "one image, one device");
+    cleanup.2.kill().expect("the holder is ours");
+    cleanup.2.wait().expect("the holder ends");
+    assert_eq!(
+        machine
+            .repo_git(&["log", "-1", "--format=%s", &text(&job, "branch")])
+            .trim(),
+        "two"
+    );
+    assert!(machine.run(&["rm", &id, "--keep-branch"]).status.success());
+    eventually("rm frees the loop device", || devices() == 0);
+    assert!(!job_dir.exists());
+}
