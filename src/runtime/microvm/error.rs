@@ -120,5 +120,11 @@ mod tests {
             "{said}"
         );
         assert!(said.contains("Linux version 6.1"), "{said}");
+        // However much the guest wrote, the error holds its last lines, each cut short.
+        let flood = format!("{}\n", "x".repeat(1 << 20)).repeat(4);
+        std::fs::write(vm.console(), flood + "the last line\n").expect("write");
+        let said = MicrovmError::not_running(&vm).to_string();
+        assert!(said.contains("the last line"), "{said}");
+        assert!(said.len() < 8 << 10, "{} bytes", said.len());
     }
 }

@@ -201,9 +201,26 @@ pub async fn tell(vm: &VmDir, order: &ToGuest) -> bool {
     }
 }
 
-/// The last lines of the VM's console, for errors.
-pub fn tail(console: &std::path::Path) -> String {
-    let text = std::fs::read_to_string(console).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().rev().take(15).collect();
+/// The last 15 lines of a VM's log (its console, QEMU's log), for errors: only the file's
+/// last 16 KiB are read and each line is cut at 300 characters, however much the guest wrote.
+pub fn tail(log: &std::path::Path) -> String {
+    use std::io::{Read as _, Seek as _};
+    const WINDOW: u64 = 16 << 10;
+    let mut bytes = Vec::new();
+    if let Ok(mut file) = std::fs::File::open(log) {
+        let start = file
+            .metadata()
+            .map_or(0, |m| m.len().saturating_sub(WINDOW));
+        if file.seek(std::io::SeekFrom::Start(start)).is_ok() {
+            let _ = file.take(WINDOW).read_to_end(&mut bytes);
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<String> = text
+        .lines()
+        .rev()
+        .take(15)
+        .map(|line| line.chars().take(300).collect())
+        .collect();
     lines.into_iter().rev().collect::<Vec<_>>().join("\n")
 }
