@@ -72,7 +72,9 @@ impl Paddock {
                 .await?;
         }
         if let Some(objects) = runtime.sandbox_objects() {
-            record.object_view = Some(self.make_object_view(record).await?);
+            let view = self.make_object_view(record).await?;
+            record.object_view = Some(view.clone());
+            crate::git::objview::verify(&job_git.path, &view, tip).await?;
             job_git.point_alternates(&objects)?;
         }
         Ok(())

@@ -4,7 +4,8 @@
 //! file git cannot reach (its path is past PATH_MAX) instead of refusing, and removes
 //! everything while the daemon answers `GET /v1/jobs` within a second. The heavy case (a
 //! million files in the checkout and a 100,000-level chain) is `#[ignore]`d for its time:
-//! `cargo test --test it -- --ignored deep_trees::` (.ci/run runs it alone, after the suite). Docker tests fail when Docker is absent
+//! `cargo nextest run --run-ignored only -E 'test(deep_trees::)'` (.ci/run runs it alone, after
+//! the suite). Docker tests fail when Docker is absent
 //! unless PADDOCK_SKIP_DOCKER_TESTS=1.
 
 use std::sync::Arc;

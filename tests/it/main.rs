@@ -48,6 +48,7 @@ mod microvm_pool;
 mod microvm_shell;
 mod microvm_user;
 mod net_ranges;
+mod objview_race;
 mod pool;
 mod ports;
 mod process;

@@ -18,9 +18,11 @@ use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image, text}
 
 const RANGE: &str = "198.18.0.0/15";
 
-/// The tests here delete the route: one at a time, so none deletes it between another's
-/// safety gate and its connection.
-static ROUTE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The tests here delete the route: one at a time (a machine-wide lock, as each may run in a
+/// process of its own), so none deletes it between another's safety gate and its connection.
+fn one_at_a_time() -> crate::fixtures::serial::MachineLock {
+    crate::fixtures::serial::machine_lock("net-ranges-route")
+}
 
 /// Removes the range's route, so that the test sees paddock put it back.
 fn delete_route() {
@@ -86,9 +88,7 @@ fn a_removed_job_s_address_is_unreachable_from_the_host_and_from_an_open_job() {
         return;
     }
     assert!(is_root(), "this test deletes a host route: it needs root");
-    let _one = ROUTE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _one = one_at_a_time();
     delete_route();
     let repo = FixtureRepo::new();
     let home = TestHome::new();
@@ -174,9 +174,7 @@ fn doctor_puts_the_route_back_as_root_and_as_a_user() {
         return;
     }
     assert!(is_root(), "this test deletes a host route: it needs root");
-    let _one = ROUTE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _one = one_at_a_time();
     let row = |checks: &serde_json::Value| {
         checks
             .as_array()

@@ -6,7 +6,6 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 
 use serde_json::Value;
 
@@ -15,8 +14,10 @@ use crate::default_paths::{Machine, USER_UID, Who};
 use crate::egress::{PRELUDE, bash, decisions};
 use crate::fixtures::{FixtureRepo, test_image, text};
 
-/// The tests of this file, one at a time: the first removes the engine's proxy images.
-static SERIAL: Mutex<()> = Mutex::new(());
+/// The tests of this file, one at a time (a machine-wide lock: each may run in a process of its own): the first removes the engine's proxy images.
+fn serial() -> crate::fixtures::serial::MachineLock {
+    crate::fixtures::serial::machine_lock("engines-egress")
+}
 
 /// An echo server the test runs in a network namespace (python3, on all addresses there);
 /// stopped on drop.
@@ -89,9 +90,7 @@ fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
     if !available("an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener") {
         return;
     }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = serial();
     let engine = super::image_engine();
     let netns = engine.netns();
     let address = engine.address();
@@ -344,9 +343,7 @@ fn an_allowlist_job_on_a_remote_engine_holds_on_the_default_state_root_as_root_a
     if !available("an_allowlist_job_on_a_remote_engine_holds_on_the_default_state_root") {
         return;
     }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = serial();
     let engine = engine();
     let netns = engine.netns();
     let address = engine.address();

@@ -4,7 +4,7 @@
 //! test switch `PADDOCK_TEST_FORBID_HOST_BINDS=1`, which fails any container of a remote
 //! engine that would bind-mount a host path.
 //!
-//! The engine is started once per test process (starting it and loading the agent image
+//! The engine is started once per test process, under a machine-wide lock (starting it and loading the agent image
 //! takes seconds) and left running for the next run; `dockerd.sh stop` ends it.
 
 use std::path::{Path, PathBuf};
@@ -118,6 +118,9 @@ impl Engine {
     /// Starts engine `name` (network `10.231.INDEX.0/30`; a no-op when it runs) and gives it
     /// the agent image.
     pub fn start(name: &'static str, index: u8) -> Engine {
+        // Tests in processes of their own start the same engine at once: one makes its
+        // certificates, network and daemon and loads the image, the others then find it.
+        let _one = crate::fixtures::serial::machine_lock(&format!("engine-{name}"));
         let dir = PathBuf::from(format!("/tmp/paddock-test-engine-{name}"));
         std::fs::create_dir_all(&dir).expect("mkdir");
         let host = Engine::script(name, index, &dir, "start");

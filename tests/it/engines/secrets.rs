@@ -6,7 +6,6 @@
 //! that is listed but must never see the value.
 
 use std::os::fd::AsFd;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -17,8 +16,10 @@ use crate::fixtures::tls::{Seen, https_server, test_tls};
 use crate::fixtures::{FixtureRepo, TestHome, test_image, text};
 use crate::secrets::{bearer_reaches, bearer_request, capture_server, https_in_job};
 
-/// One test of this file at a time on the shared engine.
-static SERIAL: Mutex<()> = Mutex::new(());
+/// One test of this file at a time (a machine-wide lock: each may run in a process of its own) on the shared engine.
+fn serial() -> crate::fixtures::serial::MachineLock {
+    crate::fixtures::serial::machine_lock("engines-secrets")
+}
 
 /// Runs `start` (which binds a listener and serves it from threads of its own) on a thread
 /// moved into the network namespace `netns` first: the listener is the engine host's.
@@ -58,9 +59,7 @@ fn a_secret_of_a_remote_job_reaches_only_its_host_and_rests_nowhere() {
     if !available("a_secret_of_a_remote_job_reaches_only_its_host_and_rests_nowhere") {
         return;
     }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = serial();
     let engine = engine();
     let netns = engine.netns();
     let address = engine.address();
@@ -249,9 +248,7 @@ fn an_unprivileged_user_s_secret_reaches_its_host_on_a_remote_engine() {
     if !available("an_unprivileged_user_s_secret_reaches_its_host_on_a_remote_engine") {
         return;
     }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = serial();
     let engine = engine();
     let netns = engine.netns();
     let address = engine.address();
