@@ -62,7 +62,17 @@ async fn handshake(
 ) -> Result<Channel, MicrovmError> {
     let id = 1u64 << 62 | u64::from(rand_u32());
     loop {
-        stream.write_all(&encode(&ToGuest::Ping { id })).await?;
+        // The write has the deadline too: a guest that never opens its port (a kernel hung
+        // in boot) leaves QEMU unread, and the socket full.
+        let ping = encode(&ToGuest::Ping { id });
+        let Ok(written) = tokio::time::timeout_at(deadline, stream.write_all(&ping)).await else {
+            return Err(MicrovmError::NoAnswer {
+                after: Duration::ZERO,
+                message: "the guest agent took no ping (its port is not open)".into(),
+                console: String::new(),
+            });
+        };
+        written?;
         let next_ping = (tokio::time::Instant::now() + Duration::from_millis(300)).min(deadline);
         loop {
             tokio::select! {
@@ -223,4 +233,36 @@ pub fn tail(log: &std::path::Path) -> String {
         .map(|line| line.chars().take(300).collect())
         .collect();
     lines.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A guest that never opens its port (a kernel hung in boot, as seen under the emulator
+    /// on a loaded host): QEMU stops reading its socket, which fills. The handshake still
+    /// ends at its deadline instead of waiting on its write for ever.
+    #[tokio::test]
+    async fn a_handshake_on_a_full_unread_socket_ends_at_its_deadline() {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+        ours.set_nonblocking(true).expect("nonblocking");
+        let chunk = vec![0u8; 65536];
+        loop {
+            match std::io::Write::write(&mut &ours, &chunk) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("filling the socket: {e}"),
+            }
+        }
+        let stream = UnixStream::from_std(ours).expect("a tokio stream");
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+        let ended = tokio::time::timeout(Duration::from_secs(10), handshake(stream, deadline))
+            .await
+            .expect("the handshake ends by its deadline");
+        let Err(error) = ended else {
+            panic!("a channel from a socket nobody reads")
+        };
+        assert!(matches!(error, MicrovmError::NoAnswer { .. }), "{error}");
+        drop(theirs);
+    }
 }
