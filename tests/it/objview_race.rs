@@ -16,12 +16,13 @@ use crate::fixtures::{
     FixtureRepo, TestHome, docker_available, overlay_available, test_image, text,
 };
 
-/// Files in the big commit: loose objects well past `gc --auto`'s threshold (6,700, which
+/// Files in the big commit: loose objects three times `gc --auto`'s threshold (6,700, which
 /// git estimates from one of the 256 fan-out directories).
-const FILES: usize = 12_000;
+const FILES: usize = 20_000;
 
-/// Rounds of "loose objects, auto-gc starts, jobs are created at once".
-const GC_ROUNDS: usize = 3;
+/// Rounds of "loose objects, auto-gc starts, jobs are created at once" (a third round, with
+/// `repack -ad` in a loop, follows).
+const GC_ROUNDS: usize = 2;
 
 /// A repository whose last commit wrote [`FILES`] new files, with a copy (hard links) of
 /// the loose objects it left, to put back before each round.
