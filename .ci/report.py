@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
 """The time report `.ci/run` prints at its end, passed or failed: each step's seconds and
-share of the run, the builds that ran in the background, each test pass's count and time,
+share of the run, the dev build that ran beside the setup, each test pass's count and time,
 and the ten slowest tests of every nextest pass (from their JUnit reports).
 
 Usage: report.py DIR, where DIR holds `started`, `ended` (epoch seconds), `steps` (a line
-`EPOCH<TAB>NAME` as each step began), optionally `background-times` (a line
-`NAME<TAB>START<TAB>END` for each build that ran in the background) and `junit-<pass>.xml`
-files.
+`EPOCH<TAB>NAME` as each step began), optionally `dev-build-times` (`START<TAB>END`) and
+`junit-<pass>.xml` files.
 """
 import sys
 import xml.etree.ElementTree as ET
@@ -27,14 +26,10 @@ def steps_table(folder, started, ended):
         until = marks[i + 1][0] if i + 1 < len(marks) else ended
         took = until - at
         print(f"{took:>6}  {100 * took / total:>4.0f}%  {name[:110]}")
-    times = folder / "background-times"
+    times = folder / "dev-build-times"
     if times.exists():
-        for line in times.read_text().splitlines():
-            name, begin, end = line.split("\t")
-            print(
-                f"(in the background: {name} took {int(end) - int(begin)} s, "
-                f"from {int(begin) - started} s into the run; its step above is the wait)"
-            )
+        begin, end = (int(x) for x in times.read_text().split())
+        print(f"(the dev build took {end - begin} s beside the setup; its step above is the wait)")
 
 
 def testcases(path):
