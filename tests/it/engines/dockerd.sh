@@ -67,6 +67,19 @@ network() {
 
 case "$cmd" in
 start)
+    # overlay2, Docker's default, where the kernel's overlayfs mounts in the data root's
+    # filesystem; fuse-overlayfs (every container file access a FUSE round trip) elsewhere.
+    mkdir -p "$dir"
+    storage=fuse-overlayfs
+    probe="$dir/overlay-probe"
+    mkdir -p "$probe/l" "$probe/u" "$probe/w" "$probe/m"
+    if mount -t overlay overlay -o "lowerdir=$probe/l,upperdir=$probe/u,workdir=$probe/w" \
+        "$probe/m" 2>/dev/null; then
+        umount "$probe/m"
+        storage=overlay2
+    fi
+    rm -rf "$probe"
+    flags="$flags;$storage"
     if running && [ "$(cat "$dir/flags" 2>/dev/null)" != "$flags" ]; then stop; fi
 
     mkdir -p "$dir/data" "$dir/exec"
@@ -81,7 +94,7 @@ start)
     setsid nohup nsenter --net="/var/run/netns/$ns" dockerd \
         --config-file "$dir/daemon.json" --data-root "$dir/data" --exec-root "$dir/exec" \
         --pidfile "$pidfile" --cgroup-parent "paddock-$name" --bip "10.232.$n.1/24" --iptables=false \
-        --ip-masq=false --storage-driver fuse-overlayfs \
+        --ip-masq=false --storage-driver "$storage" \
         -H "tcp://$addr:2376" --tlsverify --tlscacert "$dir/certs/ca.pem" \
         --tlscert "$dir/certs/server-cert.pem" --tlskey "$dir/certs/server-key.pem" \
         >"$dir/dockerd.log" 2>&1 &
