@@ -24,10 +24,26 @@ impl Paddock {
     /// The views of `records` with the merged and conflicts marks of each (`ls`,
     /// `GET /v1/jobs`).
     pub async fn list_views(&self, repo: Option<&Path>) -> Result<Vec<JobView>> {
+        let started = std::time::Instant::now();
         let records = self.list(repo).await?;
+        let listed = started.elapsed();
         let marks = self.merge_marks(&records).await;
+        let marked = started.elapsed();
         let mut views = self.views(&records);
+        let viewed = started.elapsed();
         self.engine_statuses(&mut views).await;
+        let total = started.elapsed();
+        // An answer that should take milliseconds and did not says where its time went.
+        if total > std::time::Duration::from_millis(300) {
+            tracing::warn!(
+                ?listed,
+                ?marked,
+                ?viewed,
+                ?total,
+                jobs = records.len(),
+                "a slow job list"
+            );
+        }
         for view in &mut views {
             if let Some(&(merged, clean)) = marks.get(&view.id) {
                 view.merged = Some(merged);

@@ -14,6 +14,8 @@ use serde_json::{Value, json};
 pub(crate) struct Daemon {
     child: Child,
     pub(crate) socket: PathBuf,
+    /// The daemon's stderr (its warnings), for a test's failure message.
+    pub(crate) log: PathBuf,
 }
 
 impl Daemon {
@@ -29,11 +31,13 @@ impl Daemon {
             args.extend(["--sweep-interval", "1h"]);
         }
         args.extend_from_slice(extra);
+        // Beside the state root, not in it: tests look at what the root holds.
+        let log = home.dir.path().join("serve.log");
         let child = home
             .cmd(&args)
             .env("PADDOCK_RUNTIME", runtime)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
         let socket = home.root().join("paddock.sock");
@@ -42,7 +46,7 @@ impl Daemon {
             assert!(Instant::now() < deadline, "serve did not open its socket");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Daemon { child, socket }
+        Daemon { child, socket, log }
     }
 
     pub(crate) fn stop(mut self) {

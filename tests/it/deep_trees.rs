@@ -81,7 +81,8 @@ fn remove_while_polled(
     assert_eq!(failed, 0, "every GET /v1/jobs answered 200");
     assert!(
         slowest < Duration::from_secs(1),
-        "slowest answer {slowest:?}"
+        "slowest answer {slowest:?}; the daemon said:\n{}",
+        std::fs::read_to_string(&daemon.log).unwrap_or_default()
     );
     assert!(!worktree.exists(), "the checkout is gone");
     assert!(
