@@ -45,67 +45,69 @@ fn container_exists(name: &str) -> bool {
 
 #[test]
 fn git_in_the_container_commits_to_the_branch_and_cannot_touch_config_or_hooks() {
-    if !docker_available("git_in_the_container") {
-        return;
-    }
-    let repo = FixtureRepo::new();
-    let home = TestHome::new();
-    let job = home.create_docker(&repo, &["--task", "commit"]);
-    let id = text(&job, "id");
-    let config_before = std::fs::read(repo.path().join(".git/config")).unwrap();
-    let hooks_before = std::fs::read_dir(repo.path().join(".git/hooks"))
-        .unwrap()
-        .count();
+    crate::fixtures::each_checkout(|| {
+        if !docker_available("git_in_the_container") {
+            return;
+        }
+        let repo = FixtureRepo::new();
+        let home = TestHome::new();
+        let job = home.create_docker(&repo, &["--task", "commit"]);
+        let id = text(&job, "id");
+        let config_before = std::fs::read(repo.path().join(".git/config")).unwrap();
+        let hooks_before = std::fs::read_dir(repo.path().join(".git/hooks"))
+            .unwrap()
+            .count();
 
-    let result = sh(
-        &home,
-        &id,
-        "git status --short && echo feature > feature.txt && git add feature.txt && git commit -q -m 'commit from the container' && git log -1 --format=%s",
-    );
-    assert_eq!(result["exit_code"], 0, "{result}");
-    assert_eq!(
-        repo.git(&["log", "-1", "--format=%s", "agent/agent/commit"]),
-        "commit from the container"
-    );
-    assert_eq!(
-        repo.git(&["show", "agent/agent/commit:feature.txt"]),
-        "feature"
-    );
-
-    let common = repo.path().join(".git").canonicalize().unwrap();
-    for target in ["config", "hooks/pre-commit", "worktrees/escape"] {
-        let path = common.join(target);
-        let result = sh(&home, &id, &format!("echo evil > '{}'", path.display()));
-        assert_ne!(
-            result["exit_code"], 0,
-            "writing {target} from inside must fail: {result}"
-        );
-    }
-    // Nor can the agent redirect host-side git through its own admin dir.
-    let admin = common.join("worktrees").join(&id);
-    for target in ["commondir", "gitdir", "config.worktree"] {
         let result = sh(
             &home,
             &id,
-            &format!("echo /evil > '{}'", admin.join(target).display()),
+            "git status --short && echo feature > feature.txt && git add feature.txt && git commit -q -m 'commit from the container' && git log -1 --format=%s",
         );
-        assert_ne!(
-            result["exit_code"], 0,
-            "writing {target} must fail: {result}"
+        assert_eq!(result["exit_code"], 0, "{result}");
+        assert_eq!(
+            repo.git(&["log", "-1", "--format=%s", "agent/agent/commit"]),
+            "commit from the container"
         );
-    }
-    assert_eq!(
-        std::fs::read(repo.path().join(".git/config")).unwrap(),
-        config_before
-    );
-    assert_eq!(
-        std::fs::read_dir(repo.path().join(".git/hooks"))
-            .unwrap()
-            .count(),
-        hooks_before
-    );
-    home.ok(&["rm", &id]);
-    assert!(!container_exists(&container_of(&job)));
+        assert_eq!(
+            repo.git(&["show", "agent/agent/commit:feature.txt"]),
+            "feature"
+        );
+
+        let common = repo.path().join(".git").canonicalize().unwrap();
+        for target in ["config", "hooks/pre-commit", "worktrees/escape"] {
+            let path = common.join(target);
+            let result = sh(&home, &id, &format!("echo evil > '{}'", path.display()));
+            assert_ne!(
+                result["exit_code"], 0,
+                "writing {target} from inside must fail: {result}"
+            );
+        }
+        // Nor can the agent redirect host-side git through its own admin dir.
+        let admin = common.join("worktrees").join(&id);
+        for target in ["commondir", "gitdir", "config.worktree"] {
+            let result = sh(
+                &home,
+                &id,
+                &format!("echo /evil > '{}'", admin.join(target).display()),
+            );
+            assert_ne!(
+                result["exit_code"], 0,
+                "writing {target} must fail: {result}"
+            );
+        }
+        assert_eq!(
+            std::fs::read(repo.path().join(".git/config")).unwrap(),
+            config_before
+        );
+        assert_eq!(
+            std::fs::read_dir(repo.path().join(".git/hooks"))
+                .unwrap()
+                .count(),
+            hooks_before
+        );
+        home.ok(&["rm", &id]);
+        assert!(!container_exists(&container_of(&job)));
+    });
 }
 
 #[test]
@@ -176,72 +178,76 @@ fn exec_brings_back_a_restarted_or_killed_container() {
 
 #[test]
 fn run_commits_exits_with_the_command_code_and_leaves_nothing_but_the_branch() {
-    if !docker_available("run_commits_exits_with_the_command_code") {
-        return;
-    }
-    let repo = FixtureRepo::new();
-    let home = TestHome::new();
-    let path = repo.path().display().to_string();
-    let image = test_image();
-    let output = home.run(&[
-        "run", "--repo", &path, "--task", "oneshot", "--runtime", "docker", "--image", &image,
-        "--json", "--",
-        "sh", "-c", "echo done > result.txt && git add result.txt && git commit -q -m 'one-shot result' && exit 3",
-    ]);
-    assert_eq!(
-        output.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(report["result"]["exit_code"], 3);
-    assert_eq!(report["branch_kept"], true);
-    assert_eq!(
-        repo.git(&["log", "-1", "--format=%s", "agent/agent/oneshot"]),
-        "one-shot result"
-    );
-    assert!(
-        !container_exists(&container_of(&report["job"])),
-        "no container left"
-    );
-    assert_eq!(home.worktree_dirs(), 0, "no worktree left");
-    assert_eq!(repo.worktree_count(), 1, "no git worktree entry left");
-    assert_eq!(home.job_records(), 0, "no record left");
+    crate::fixtures::each_checkout(|| {
+        if !docker_available("run_commits_exits_with_the_command_code") {
+            return;
+        }
+        let repo = FixtureRepo::new();
+        let home = TestHome::new();
+        let path = repo.path().display().to_string();
+        let image = test_image();
+        let output = home.run(&[
+            "run", "--repo", &path, "--task", "oneshot", "--runtime", "docker", "--image", &image,
+            "--json", "--",
+            "sh", "-c", "echo done > result.txt && git add result.txt && git commit -q -m 'one-shot result' && exit 3",
+        ]);
+        assert_eq!(
+            output.status.code(),
+            Some(3),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(report["result"]["exit_code"], 3);
+        assert_eq!(report["branch_kept"], true);
+        assert_eq!(
+            repo.git(&["log", "-1", "--format=%s", "agent/agent/oneshot"]),
+            "one-shot result"
+        );
+        assert!(
+            !container_exists(&container_of(&report["job"])),
+            "no container left"
+        );
+        assert_eq!(home.worktree_dirs(), 0, "no worktree left");
+        assert_eq!(repo.worktree_count(), 1, "no git worktree entry left");
+        assert_eq!(home.job_records(), 0, "no record left");
+    });
 }
 
 #[test]
 fn gvisor_profile_commits_and_reports_a_gvisor_kernel() {
-    if !docker_available("gvisor_profile_commits_and_reports_a_gvisor_kernel") {
-        return;
-    }
-    let repo = FixtureRepo::new();
-    repo.write(
-        ".paddock.yaml",
-        &format!(
-            "profiles:\n  sandboxed:\n    runtime: runsc\n    image: {}\n",
-            test_image()
-        ),
-    );
-    repo.commit_all("a gVisor profile");
-    let home = TestHome::new();
-    let job = home.create(&repo, &["--task", "gvisor", "--profile", "sandboxed"]);
-    assert_eq!(text(&job, "runtime"), "runsc");
-    assert_eq!(text(&job, "profile"), "sandboxed");
-    let id = text(&job, "id");
-    let result = sh(
-        &home,
-        &id,
-        "dmesg 2>/dev/null | head -3; echo g > g.txt && git add g.txt && git commit -q -m 'from gvisor' && echo committed",
-    );
-    let stdout = result["stdout"].as_str().unwrap();
-    assert!(stdout.contains("gVisor"), "no gVisor kernel in: {result}");
-    assert!(stdout.contains("committed"), "{result}");
-    assert_eq!(
-        repo.git(&["log", "-1", "--format=%s", "agent/agent/gvisor"]),
-        "from gvisor"
-    );
-    home.ok(&["rm", &id]);
+    crate::fixtures::each_checkout(|| {
+        if !docker_available("gvisor_profile_commits_and_reports_a_gvisor_kernel") {
+            return;
+        }
+        let repo = FixtureRepo::new();
+        repo.write(
+            ".paddock.yaml",
+            &format!(
+                "profiles:\n  sandboxed:\n    runtime: runsc\n    image: {}\n",
+                test_image()
+            ),
+        );
+        repo.commit_all("a gVisor profile");
+        let home = TestHome::new();
+        let job = home.create(&repo, &["--task", "gvisor", "--profile", "sandboxed"]);
+        assert_eq!(text(&job, "runtime"), "runsc");
+        assert_eq!(text(&job, "profile"), "sandboxed");
+        let id = text(&job, "id");
+        let result = sh(
+            &home,
+            &id,
+            "dmesg 2>/dev/null | head -3; echo g > g.txt && git add g.txt && git commit -q -m 'from gvisor' && echo committed",
+        );
+        let stdout = result["stdout"].as_str().unwrap();
+        assert!(stdout.contains("gVisor"), "no gVisor kernel in: {result}");
+        assert!(stdout.contains("committed"), "{result}");
+        assert_eq!(
+            repo.git(&["log", "-1", "--format=%s", "agent/agent/gvisor"]),
+            "from gvisor"
+        );
+        home.ok(&["rm", &id]);
+    });
 }
 
 #[test]

@@ -88,12 +88,16 @@ fn git_workflow_inside(runtime: &str, test: &str) {
 
 #[test]
 fn git_inside_runc_commits_rewrites_and_syncs() {
-    git_workflow_inside("docker", "git_inside_runc");
+    crate::fixtures::each_checkout(|| {
+        git_workflow_inside("docker", "git_inside_runc");
+    });
 }
 
 #[test]
 fn git_inside_gvisor_commits_rewrites_and_syncs() {
-    git_workflow_inside("runsc", "git_inside_gvisor");
+    crate::fixtures::each_checkout(|| {
+        git_workflow_inside("runsc", "git_inside_gvisor");
+    });
 }
 
 /// A branch the sandbox cannot resolve is not published: the user's branch stays.
@@ -178,63 +182,65 @@ git update-ref "refs/heads/$(git symbolic-ref --short HEAD)" "$bad""#;
 /// fetch); that run changes nothing, the next succeeds, and the last one must.
 #[test]
 fn docker_jobs_are_created_while_git_gc_packs_the_repository() {
-    if !docker_available("docker_jobs_are_created_while_git_gc_packs_the_repository") {
-        return;
-    }
-    let repo = FixtureRepo::with_files(3000, 300);
-    let home = TestHome::new();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let gc = {
-        let stop = stop.clone();
-        let path = repo.path().to_path_buf();
-        std::thread::spawn(move || {
-            let mut runs = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let out = Command::new("git")
-                    .args(["gc", "-q"])
-                    .current_dir(&path)
-                    .output()
-                    .unwrap();
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                if out.status.success() {
-                    runs += 1;
-                } else {
-                    assert!(
-                        stderr.contains("does not point to a valid object")
-                            || stderr.contains("cannot lock ref"),
-                        "git gc failed for another reason than a concurrent ref update: {stderr}"
-                    );
+    crate::fixtures::each_checkout(|| {
+        if !docker_available("docker_jobs_are_created_while_git_gc_packs_the_repository") {
+            return;
+        }
+        let repo = FixtureRepo::with_files(3000, 300);
+        let home = TestHome::new();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let gc = {
+            let stop = stop.clone();
+            let path = repo.path().to_path_buf();
+            std::thread::spawn(move || {
+                let mut runs = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let out = Command::new("git")
+                        .args(["gc", "-q"])
+                        .current_dir(&path)
+                        .output()
+                        .unwrap();
+                    let stderr = String::from_utf8_lossy(&out.stderr);
+                    if out.status.success() {
+                        runs += 1;
+                    } else {
+                        assert!(
+                            stderr.contains("does not point to a valid object")
+                                || stderr.contains("cannot lock ref"),
+                            "git gc failed for another reason than a concurrent ref update: {stderr}"
+                        );
+                    }
                 }
-            }
-            runs
-        })
-    };
-    for n in 0..4 {
-        let job = home.create_docker(&repo, &["--task", &format!("gc-{n}")]);
-        let id = text(&job, "id");
-        home.sh(
-            &id,
-            &format!("echo {n} > gc.txt && git add gc.txt && git commit -q -m 'during gc {n}'"),
-        );
-        let shown = home.json(&["show", &id, "--json"]);
-        assert_eq!(shown["changes"]["commits_ahead"], 1, "{shown}");
-        home.ok(&["rm", &id]);
-    }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let runs = gc.join().unwrap();
-    assert!(runs >= 1, "gc ran during the creates");
-    let last_gc = Command::new("git")
-        .args(["gc", "-q"])
-        .current_dir(repo.path())
-        .status()
-        .unwrap();
-    assert!(last_gc.success(), "gc succeeds once the jobs are gone");
-    let fsck = Command::new("git")
-        .args(["fsck", "--full", "--strict"])
-        .current_dir(repo.path())
-        .status()
-        .unwrap();
-    assert!(fsck.success());
+                runs
+            })
+        };
+        for n in 0..4 {
+            let job = home.create_docker(&repo, &["--task", &format!("gc-{n}")]);
+            let id = text(&job, "id");
+            home.sh(
+                &id,
+                &format!("echo {n} > gc.txt && git add gc.txt && git commit -q -m 'during gc {n}'"),
+            );
+            let shown = home.json(&["show", &id, "--json"]);
+            assert_eq!(shown["changes"]["commits_ahead"], 1, "{shown}");
+            home.ok(&["rm", &id]);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let runs = gc.join().unwrap();
+        assert!(runs >= 1, "gc ran during the creates");
+        let last_gc = Command::new("git")
+            .args(["gc", "-q"])
+            .current_dir(repo.path())
+            .status()
+            .unwrap();
+        assert!(last_gc.success(), "gc succeeds once the jobs are gone");
+        let fsck = Command::new("git")
+            .args(["fsck", "--full", "--strict"])
+            .current_dir(repo.path())
+            .status()
+            .unwrap();
+        assert!(fsck.success());
+    });
 }
 
 /// paddock run by an unprivileged user (with access to the Docker socket): the container
@@ -245,107 +251,109 @@ fn fusermount_is_setuid() -> bool {
 
 #[test]
 fn git_inside_works_when_paddock_is_not_root() {
-    if !docker_available("git_inside_works_when_paddock_is_not_root") {
-        return;
-    }
-    if our_ids().0 != 0 {
-        // Already unprivileged: the other tests in this file cover this case.
-        return;
-    }
-    let socket_group = std::fs::metadata("/var/run/docker.sock")
-        .expect("the Docker socket")
-        .gid();
-    let uid = 4242;
-    let repo = FixtureRepo::new();
-    let home = TestHome::new();
-    let user_home = home.dir.path().join("user");
-    std::fs::create_dir_all(&user_home).unwrap();
-    crate::fixtures::chown_trees(&[repo.dir.path(), home.dir.path()], uid);
-    let as_user = |args: &[&str]| -> Value {
-        let output = Command::new("setpriv")
-            .args([
-                &format!("--reuid={uid}"),
-                &format!("--regid={uid}"),
-                &format!("--groups={socket_group}"),
-                "--",
-                env!("CARGO_BIN_EXE_paddock"),
-            ])
-            .arg(args[0])
-            .arg("--json")
-            .args(&args[1..])
-            .envs(home.envs.iter().map(|(k, v)| (k, v)))
-            .env("HOME", &user_home)
-            .env_remove("PADDOCK_RUNTIME")
-            // Without root, overlays need a setuid fusermount3; where there is none (this
-            // test's machine) the overlay pass runs this test with worktree checkouts.
-            .env(
-                "PADDOCK_CHECKOUT",
-                match std::env::var("PADDOCK_CHECKOUT") {
-                    Ok(mode) if fusermount_is_setuid() => mode,
-                    _ => "worktree".into(),
-                },
-            )
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "paddock {args:?} as uid {uid}: {}",
-            String::from_utf8_lossy(&output.stderr)
+    crate::fixtures::each_checkout(|| {
+        if !docker_available("git_inside_works_when_paddock_is_not_root") {
+            return;
+        }
+        if our_ids().0 != 0 {
+            // Already unprivileged: the other tests in this file cover this case.
+            return;
+        }
+        let socket_group = std::fs::metadata("/var/run/docker.sock")
+            .expect("the Docker socket")
+            .gid();
+        let uid = 4242;
+        let repo = FixtureRepo::new();
+        let home = TestHome::new();
+        let user_home = home.dir.path().join("user");
+        std::fs::create_dir_all(&user_home).unwrap();
+        crate::fixtures::chown_trees(&[repo.dir.path(), home.dir.path()], uid);
+        let as_user = |args: &[&str]| -> Value {
+            let output = Command::new("setpriv")
+                .args([
+                    &format!("--reuid={uid}"),
+                    &format!("--regid={uid}"),
+                    &format!("--groups={socket_group}"),
+                    "--",
+                    env!("CARGO_BIN_EXE_paddock"),
+                ])
+                .arg(args[0])
+                .arg("--json")
+                .args(&args[1..])
+                .envs(home.envs.iter().map(|(k, v)| (k, v)))
+                .env("HOME", &user_home)
+                .env_remove("PADDOCK_RUNTIME")
+                // Without root, overlays need a setuid fusermount3; where there is none (this
+                // test's machine) the overlay run of this test makes worktree checkouts.
+                .env(
+                    "PADDOCK_CHECKOUT",
+                    match crate::fixtures::current_checkout() {
+                        "overlay" if fusermount_is_setuid() => "overlay",
+                        _ => "worktree",
+                    },
+                )
+                .output()
+                .unwrap();
+            assert!(
+                output.status.success(),
+                "paddock {args:?} as uid {uid}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            serde_json::from_slice(&output.stdout).unwrap()
+        };
+        let image = crate::fixtures::test_image();
+        let repo_path = repo.path().to_str().unwrap();
+        let job = as_user(&[
+            "create",
+            "--repo",
+            repo_path,
+            "--runtime",
+            "docker",
+            "--image",
+            &image,
+            "--task",
+            "user",
+        ]);
+        let id = text(&job, "id");
+        let result = as_user(&[
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "test \"$(id -u)\" = 4242 && echo u > u.txt && git add u.txt && git commit -q -m 'as a user' && echo wip > wip.txt",
+        ]);
+        assert_eq!(result["exit_code"], 0, "{result}");
+        assert!(result["sync_error"].is_null(), "{result}");
+        let shown = as_user(&["show", &id]);
+        assert_eq!(shown["changes"]["commits_ahead"], 1, "{shown}");
+        assert_eq!(
+            shown["changes"]["uncommitted"][0]["path"], "wip.txt",
+            "{shown}"
         );
-        serde_json::from_slice(&output.stdout).unwrap()
-    };
-    let image = crate::fixtures::test_image();
-    let repo_path = repo.path().to_str().unwrap();
-    let job = as_user(&[
-        "create",
-        "--repo",
-        repo_path,
-        "--runtime",
-        "docker",
-        "--image",
-        &image,
-        "--task",
-        "user",
-    ]);
-    let id = text(&job, "id");
-    let result = as_user(&[
-        "exec",
-        &id,
-        "--",
-        "sh",
-        "-c",
-        "test \"$(id -u)\" = 4242 && echo u > u.txt && git add u.txt && git commit -q -m 'as a user' && echo wip > wip.txt",
-    ]);
-    assert_eq!(result["exit_code"], 0, "{result}");
-    assert!(result["sync_error"].is_null(), "{result}");
-    let shown = as_user(&["show", &id]);
-    assert_eq!(shown["changes"]["commits_ahead"], 1, "{shown}");
-    assert_eq!(
-        shown["changes"]["uncommitted"][0]["path"], "wip.txt",
-        "{shown}"
-    );
-    as_user(&["rm", &id]);
-    let git = |args: &[&str]| {
-        let output = Command::new("git")
-            .args(["-c", "safe.directory=*"])
-            .args(args)
-            .current_dir(repo.path())
+        as_user(&["rm", &id]);
+        let git = |args: &[&str]| {
+            let output = Command::new("git")
+                .args(["-c", "safe.directory=*"])
+                .args(args)
+                .current_dir(repo.path())
+                .output()
+                .unwrap();
+            assert!(output.status.success(), "git {args:?}");
+            String::from_utf8_lossy(&output.stdout).trim().to_string()
+        };
+        assert_eq!(
+            git(&["log", "-1", "--format=%s", "agent/agent/user"]),
+            "as a user"
+        );
+        let foreign = Command::new("find")
+            .args([repo_path, "!", "-uid", &uid.to_string()])
             .output()
             .unwrap();
-        assert!(output.status.success(), "git {args:?}");
-        String::from_utf8_lossy(&output.stdout).trim().to_string()
-    };
-    assert_eq!(
-        git(&["log", "-1", "--format=%s", "agent/agent/user"]),
-        "as a user"
-    );
-    let foreign = Command::new("find")
-        .args([repo_path, "!", "-uid", &uid.to_string()])
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&foreign.stdout).trim(),
-        "",
-        "files in the repository changed owner"
-    );
+        assert_eq!(
+            String::from_utf8_lossy(&foreign.stdout).trim(),
+            "",
+            "files in the repository changed owner"
+        );
+    });
 }

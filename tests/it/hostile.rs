@@ -342,32 +342,42 @@ fn walk_text(root: &Path) -> Vec<String> {
 
 #[test]
 fn a_hostile_agent_under_runc_cannot_touch_the_users_repository() {
-    attack_from_inside("docker", "a_hostile_agent_under_runc");
+    crate::fixtures::each_checkout(|| {
+        attack_from_inside("docker", "a_hostile_agent_under_runc");
+    });
 }
 
 #[test]
 fn a_hostile_agent_under_a_microvm_cannot_touch_the_users_repository() {
-    if !crate::fixtures::microvm_available("a_hostile_agent_under_a_microvm") {
-        return;
-    }
-    attack_from_inside("microvm", "a_hostile_agent_under_a_microvm");
+    crate::fixtures::each_checkout(|| {
+        if !crate::fixtures::microvm_available("a_hostile_agent_under_a_microvm") {
+            return;
+        }
+        attack_from_inside("microvm", "a_hostile_agent_under_a_microvm");
+    });
 }
 
 #[test]
 fn a_hostile_agent_under_gvisor_cannot_touch_the_users_repository() {
-    attack_from_inside("runsc", "a_hostile_agent_under_gvisor");
+    crate::fixtures::each_checkout(|| {
+        attack_from_inside("runsc", "a_hostile_agent_under_gvisor");
+    });
 }
 
 #[test]
 fn a_hostile_agent_in_a_devcontainer_job_cannot_touch_the_users_repository() {
-    attack_in("docker", "a_hostile_agent_in_a_devcontainer_job", true);
+    crate::fixtures::each_checkout(|| {
+        attack_in("docker", "a_hostile_agent_in_a_devcontainer_job", true);
+    });
 }
 
 #[test]
 fn a_hostile_agent_in_a_gvisor_devcontainer_job_cannot_touch_the_users_repository() {
-    attack_in(
-        "runsc",
-        "a_hostile_agent_in_a_gvisor_devcontainer_job",
-        true,
-    );
+    crate::fixtures::each_checkout(|| {
+        attack_in(
+            "runsc",
+            "a_hostile_agent_in_a_gvisor_devcontainer_job",
+            true,
+        );
+    });
 }

@@ -13,18 +13,22 @@ use serde_json::Value;
 
 #[test]
 fn the_container_is_isolated_and_limited() {
-    if docker_available("the_container_is_isolated_and_limited") {
-        isolated_and_limited("docker");
-    }
+    crate::fixtures::each_checkout(|| {
+        if docker_available("the_container_is_isolated_and_limited") {
+            isolated_and_limited("docker");
+        }
+    });
 }
 
 /// The same isolation and limits under gVisor: runsc is registered with cgroups, so memory,
 /// pids and CPU hold there too.
 #[test]
 fn the_gvisor_container_is_isolated_and_limited() {
-    if docker_available("the_gvisor_container_is_isolated_and_limited") {
-        isolated_and_limited("runsc");
-    }
+    crate::fixtures::each_checkout(|| {
+        if docker_available("the_gvisor_container_is_isolated_and_limited") {
+            isolated_and_limited("runsc");
+        }
+    });
 }
 
 /// The limits [`check_isolated_and_limited`] checks: flags of `create`.

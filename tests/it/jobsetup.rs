@@ -133,15 +133,19 @@ fn copied_files_stay_out_of_commits_and_snapshots(docker: bool) {
 
 #[test]
 fn copied_files_reach_the_job_but_never_a_commit_or_a_snapshot_process_runtime() {
-    copied_files_stay_out_of_commits_and_snapshots(false);
+    crate::fixtures::each_checkout(|| {
+        copied_files_stay_out_of_commits_and_snapshots(false);
+    });
 }
 
 #[test]
 fn copied_files_reach_the_job_but_never_a_commit_or_a_snapshot_docker() {
-    if !docker_available("copied_files_reach_the_job_but_never_a_commit_or_a_snapshot_docker") {
-        return;
-    }
-    copied_files_stay_out_of_commits_and_snapshots(true);
+    crate::fixtures::each_checkout(|| {
+        if !docker_available("copied_files_reach_the_job_but_never_a_commit_or_a_snapshot_docker") {
+            return;
+        }
+        copied_files_stay_out_of_commits_and_snapshots(true);
+    });
 }
 
 #[test]
@@ -260,17 +264,21 @@ fn failing_setup_rolls_back(docker: bool) {
 
 #[test]
 fn a_failing_setup_fails_the_create_with_its_output_and_leaves_nothing_process_runtime() {
-    failing_setup_rolls_back(false);
+    crate::fixtures::each_checkout(|| {
+        failing_setup_rolls_back(false);
+    });
 }
 
 #[test]
 fn a_failing_setup_fails_the_create_with_its_output_and_leaves_nothing_docker() {
-    if !docker_available(
-        "a_failing_setup_fails_the_create_with_its_output_and_leaves_nothing_docker",
-    ) {
-        return;
-    }
-    failing_setup_rolls_back(true);
+    crate::fixtures::each_checkout(|| {
+        if !docker_available(
+            "a_failing_setup_fails_the_create_with_its_output_and_leaves_nothing_docker",
+        ) {
+            return;
+        }
+        failing_setup_rolls_back(true);
+    });
 }
 
 fn optional_setup_is_reported(docker: bool) {

@@ -159,77 +159,81 @@ fn output_is_capped_in_the_middle_with_a_marker() {
 
 #[test]
 fn run_removes_the_job_and_keeps_a_branch_with_commits() {
-    let repo = FixtureRepo::new();
-    let home = TestHome::new();
-    let path = repo.path().display().to_string();
-    let output = home.run(&[
-        "run", "--repo", &path, "--task", "oneshot", "--runtime", "process", "--json", "--",
-        "sh", "-c",
-        "echo done > result.txt && git add result.txt && git -c user.name=a -c user.email=a@b commit -q -m result && exit 3",
-    ]);
-    assert_eq!(
-        output.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(report["branch_kept"], true);
-    assert_eq!(report["result"]["exit_code"], 3);
-    assert_eq!(
-        repo.git(&["log", "-1", "--format=%s", "agent/agent/oneshot"]),
-        "result"
-    );
-    assert_eq!(home.job_records(), 0);
-    assert_eq!(home.worktree_dirs(), 0);
-    assert_eq!(repo.worktree_count(), 1);
+    crate::fixtures::each_checkout(|| {
+        let repo = FixtureRepo::new();
+        let home = TestHome::new();
+        let path = repo.path().display().to_string();
+        let output = home.run(&[
+            "run", "--repo", &path, "--task", "oneshot", "--runtime", "process", "--json", "--",
+            "sh", "-c",
+            "echo done > result.txt && git add result.txt && git -c user.name=a -c user.email=a@b commit -q -m result && exit 3",
+        ]);
+        assert_eq!(
+            output.status.code(),
+            Some(3),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(report["branch_kept"], true);
+        assert_eq!(report["result"]["exit_code"], 3);
+        assert_eq!(
+            repo.git(&["log", "-1", "--format=%s", "agent/agent/oneshot"]),
+            "result"
+        );
+        assert_eq!(home.job_records(), 0);
+        assert_eq!(home.worktree_dirs(), 0);
+        assert_eq!(repo.worktree_count(), 1);
 
-    // A run that commits nothing leaves no branch.
-    let output = home.run(&[
-        "run",
-        "--repo",
-        &path,
-        "--task",
-        "noop",
-        "--runtime",
-        "process",
-        "--",
-        "true",
-    ]);
-    assert_eq!(output.status.code(), Some(0));
-    assert!(!repo.branches().contains(&"agent/agent/noop".to_string()));
+        // A run that commits nothing leaves no branch.
+        let output = home.run(&[
+            "run",
+            "--repo",
+            &path,
+            "--task",
+            "noop",
+            "--runtime",
+            "process",
+            "--",
+            "true",
+        ]);
+        assert_eq!(output.status.code(), Some(0));
+        assert!(!repo.branches().contains(&"agent/agent/noop".to_string()));
+    });
 }
 
 /// The README's first command, run as written against a fixture repo (`--repo .` is the
 /// current directory), with the built binary standing in for `cargo run --release --`.
 #[test]
 fn the_readme_first_command_runs_a_job_end_to_end() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let line = readme
-        .lines()
-        .find(|l| l.starts_with("cargo run --release -- run "))
-        .expect("the README starts with a `cargo run --release -- run` command");
-    let command = line.replacen("cargo run --release --", env!("CARGO_BIN_EXE_paddock"), 1);
-    let repo = FixtureRepo::new();
-    // Force the process runtime: this test must pass on a machine without Docker too.
-    let home = TestHome::new().env("PADDOCK_RUNTIME", "process");
-    let output = std::process::Command::new("sh")
-        .args(["-c", &command])
-        .current_dir(repo.path())
-        .envs(home.envs.iter().map(|(k, v)| (k, v)))
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(
-        repo.git(&["log", "-1", "--format=%s", "agent/agent/hello"]),
-        "hello from paddock"
-    );
-    assert_eq!(home.job_records(), 0);
+    crate::fixtures::each_checkout(|| {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let line = readme
+            .lines()
+            .find(|l| l.starts_with("cargo run --release -- run "))
+            .expect("the README starts with a `cargo run --release -- run` command");
+        let command = line.replacen("cargo run --release --", env!("CARGO_BIN_EXE_paddock"), 1);
+        let repo = FixtureRepo::new();
+        // Force the process runtime: this test must pass on a machine without Docker too.
+        let home = TestHome::new().env("PADDOCK_RUNTIME", "process");
+        let output = std::process::Command::new("sh")
+            .args(["-c", &command])
+            .current_dir(repo.path())
+            .envs(home.envs.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(
+            repo.git(&["log", "-1", "--format=%s", "agent/agent/hello"]),
+            "hello from paddock"
+        );
+        assert_eq!(home.job_records(), 0);
+    });
 }
 
 /// The first `git status` in an overlay job reads no tracked file: the job's index is the
@@ -292,19 +296,21 @@ fn the_first_git_status_in_an_overlay_job_opens_no_tracked_file() {
 /// `--force`, which removes everything of paddock's and no longer fails on the missing repo.
 #[test]
 fn rm_force_removes_a_job_whose_repository_was_deleted() {
-    let home = TestHome::new();
-    let repo = FixtureRepo::new();
-    let id = process_job(&home, &repo);
-    std::fs::remove_dir_all(repo.path()).unwrap();
-    let refused = home.run(&["rm", &id]);
-    assert!(!refused.status.success());
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("--force"),
-        "{}",
-        String::from_utf8_lossy(&refused.stderr)
-    );
-    let removed = home.json(&["rm", &id, "--force", "--json"]);
-    assert_eq!(removed["branch_kept"], false, "{removed}");
-    assert_eq!(home.job_records(), 0);
-    assert_eq!(home.job_dirs(), 0);
+    crate::fixtures::each_checkout(|| {
+        let home = TestHome::new();
+        let repo = FixtureRepo::new();
+        let id = process_job(&home, &repo);
+        std::fs::remove_dir_all(repo.path()).unwrap();
+        let refused = home.run(&["rm", &id]);
+        assert!(!refused.status.success());
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("--force"),
+            "{}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+        let removed = home.json(&["rm", &id, "--force", "--json"]);
+        assert_eq!(removed["branch_kept"], false, "{removed}");
+        assert_eq!(home.job_records(), 0);
+        assert_eq!(home.job_dirs(), 0);
+    });
 }
