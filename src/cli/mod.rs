@@ -52,6 +52,7 @@ mod shell;
 mod show;
 mod stop;
 mod sweep;
+mod trust;
 mod waiting;
 
 #[derive(Debug, Parser)]
@@ -172,6 +173,9 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: cache::CacheCommand,
     },
+    /// Let a repository's .paddock.yaml widen its jobs (by default it may only narrow them):
+    /// adds it to `trust:` in your config file.
+    Trust(trust::TrustArgs),
     /// Configuration commands.
     Config {
         #[command(subcommand)]
@@ -289,6 +293,7 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::GuestAgent | Command::VmShell(_) | Command::VmVirtiofsd(_) => Ok(exit::INTERNAL),
         Command::Cache { command } => cache::run(paddock, command).await,
         Command::Config { command } => config::run(paddock, command).await,
+        Command::Trust(args) => trust::run(paddock, args).await,
     }
 }
 

@@ -2,11 +2,11 @@
 //! the key, and the checks of names, templates and caches.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{BranchPolicy, ConfigError, ProfileLayer, Source};
+use super::{BranchPolicy, ConfigError, EnvLookup, ProfileLayer, Source};
 use crate::cache::CacheSpec;
 use crate::units::HumanDuration;
 
@@ -66,6 +66,8 @@ pub(super) struct ConfigFile {
     pub(super) egress: Option<super::EgressSettings>,
     /// Docker engines besides the local one (user file only: see `engines`).
     pub(super) engines: Option<BTreeMap<String, crate::engines::EngineSpec>>,
+    /// Repositories whose `.paddock.yaml` may widen a job (user file only: see `trust`).
+    pub(super) trust: Option<Vec<String>>,
 }
 
 /// Splits an env layer into one layer per variable so each value names its own variable.
@@ -130,22 +132,48 @@ pub(super) fn source_origin(source: &Source) -> String {
     }
 }
 
-pub(super) fn read_file(path: &Path, must_exist: bool) -> Result<Option<ConfigFile>, ConfigError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(None),
-        Err(source) => {
-            return Err(ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
+/// The most of a config file paddock reads: a repository's file is anyone's, and YAML
+/// parsing holds the whole document (and its aliases) in memory.
+pub const MAX_CONFIG_FILE: u64 = 1 << 20;
+
+/// Reads and parses a config file, with its text (for line numbers); `None` when it is
+/// absent and need not exist. A file over [`MAX_CONFIG_FILE`] is refused unread.
+pub(super) fn read_file(
+    path: &Path,
+    must_exist: bool,
+) -> Result<Option<(ConfigFile, String)>, ConfigError> {
+    use std::io::Read;
+    let read = |source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
     };
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(None),
+        Err(source) => return Err(read(source)),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read)?;
+    if bytes.len() as u64 > MAX_CONFIG_FILE {
+        return Err(ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: format!(
+                "larger than {} (the most paddock reads)",
+                crate::units::ByteSize(MAX_CONFIG_FILE)
+            ),
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|_| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: "not UTF-8 text".into(),
+    })?;
     if text.trim().is_empty() {
-        return Ok(Some(ConfigFile::default()));
+        return Ok(Some((ConfigFile::default(), text)));
     }
     serde_yaml::from_str(&text)
-        .map(Some)
+        .map(|file| Some((file, text.clone())))
         .map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             message: name_the_key(&text, &e),
@@ -206,4 +234,18 @@ pub fn check_branch_template(template: &str) -> Result<(), String> {
         rest = &rest[open + close + 1..];
     }
     Ok(())
+}
+
+/// The user config file: `$PADDOCK_CONFIG`, else `$XDG_CONFIG_HOME/paddock/config.yaml`, else
+/// `~/.config/paddock/config.yaml`. The flag says whether it was named explicitly (and so
+/// must exist).
+pub fn user_config_path(env: &dyn EnvLookup) -> Option<(PathBuf, bool)> {
+    if let Some(path) = env.var("PADDOCK_CONFIG") {
+        return Some((PathBuf::from(path), true));
+    }
+    let base = env
+        .var("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env.var("HOME").map(|h| Path::new(&h).join(".config")))?;
+    Some((base.join("paddock").join("config.yaml"), false))
 }

@@ -18,23 +18,26 @@ pub use crate::env::{EnvLookup, ProcessEnv};
 mod choices;
 mod engines;
 mod files;
+mod narrow;
 mod profile;
 mod rows;
 mod secrets;
 mod setup;
+mod trust;
 use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
 pub use choices::{
     BranchPolicy, CheckoutMode, EnvironmentChoice, KillPolicy, NetworkMode, PushPolicy,
     RuntimeChoice,
 };
-pub use files::check_branch_template;
 use files::{
     ConfigFile, cache_names, check_caches, check_profile_name, env_layers, read_file, source_origin,
 };
+pub use files::{check_branch_template, user_config_path};
 pub use profile::{DEFAULT_GIT_DISK, PoolSettings, Profile, ProfileLayer, Reserve, ReserveLayer};
 pub(crate) use secrets::value_error;
 pub use secrets::{EgressSettings, SecretSpec, check_spec};
 pub use setup::{JobSetup, SetupSettings};
+pub use trust::{Refusal, RepoTrust, add_trust, setup_from_untrusted_repo};
 
 /// The name of the repo-level config file, at the target repository's root.
 pub const REPO_CONFIG_FILE: &str = ".paddock.yaml";
@@ -214,20 +217,11 @@ pub struct Config {
     /// The user file's `egress:` and `engines:` (a repository's file may not name any).
     pub egress: EgressSettings,
     pub engines: BTreeMap<String, crate::engines::EngineSpec>,
-}
-
-/// The user config file: `$PADDOCK_CONFIG`, else `$XDG_CONFIG_HOME/paddock/config.yaml`, else
-/// `~/.config/paddock/config.yaml`. The flag says whether it was named explicitly (and so
-/// must exist).
-pub fn user_config_path(env: &dyn EnvLookup) -> Option<(PathBuf, bool)> {
-    if let Some(path) = env.var("PADDOCK_CONFIG") {
-        return Some((PathBuf::from(path), true));
-    }
-    let base = env
-        .var("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| env.var("HOME").map(|h| Path::new(&h).join(".config")))?;
-    Some((base.join("paddock").join("config.yaml"), false))
+    /// The user file's `trust:`: repositories whose file may widen a job.
+    pub trust: Vec<String>,
+    /// How the repository's file was read (trusted, or what of it was refused); `None`
+    /// without one.
+    pub repo_trust: Option<RepoTrust>,
 }
 
 impl Config {
@@ -249,17 +243,20 @@ impl Config {
             secrets: BTreeMap::new(),
             egress: EgressSettings::default(),
             engines: BTreeMap::new(),
+            trust: Vec::new(),
+            repo_trust: None,
         };
         if let Some((path, explicit)) = user_config_path(env)
-            && let Some(file) = read_file(&path, explicit)?
+            && let Some((mut file, _)) = read_file(&path, explicit)?
         {
+            config.trust = file.trust.take().unwrap_or_default();
             config.apply_file(file, &Source::UserFile(path.clone()))?;
             config.user_file = Some(path);
         }
         if let Some(root) = repo_root {
             let path = root.join(REPO_CONFIG_FILE);
-            if let Some(file) = read_file(&path, false)? {
-                config.apply_file(file, &Source::RepoFile(path.clone()))?;
+            if let Some((file, text)) = read_file(&path, false)? {
+                config.apply_repo_file(root, file, &text, &path, env)?;
                 config.repo_file = Some(path);
             }
         }
@@ -598,3 +595,5 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod trust_tests;

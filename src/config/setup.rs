@@ -184,13 +184,31 @@ impl Config {
     /// What a new job of `profile` copies and runs: the top-level lists, then the profile's;
     /// the profile's `setup_optional` and `setup_timeout` over the top-level ones.
     pub fn job_setup(&self, profile: &str) -> JobSetup {
+        self.job_setup_where(profile, true)
+    }
+
+    /// [`job_setup`](Self::job_setup) without the commands of a repository's file the user
+    /// does not trust (`repo_commands: false`): what a job outside any sandbox (the process
+    /// runtime) may run.
+    pub fn job_setup_where(&self, profile: &str, repo_commands: bool) -> JobSetup {
         let top = &self.setup;
         let own = self.profiles.get(profile);
+        let untrusted = self
+            .repo_trust
+            .as_ref()
+            .is_some_and(|trust| trust.trusted_by.is_none());
+        let keep =
+            |source: &Source| repo_commands || !untrusted || !matches!(source, Source::RepoFile(_));
         let mut copy = top.copy.value.clone();
-        let mut commands = top.commands.value.clone();
+        let mut commands = Vec::new();
+        if keep(&top.commands.source) {
+            commands.extend(top.commands.value.iter().cloned());
+        }
         if let Some(own) = own {
             copy.extend(own.copy.value.iter().cloned());
-            commands.extend(own.setup.value.iter().cloned());
+            if keep(&own.setup.source) {
+                commands.extend(own.setup.value.iter().cloned());
+            }
         }
         JobSetup {
             copy,

@@ -20,8 +20,13 @@ fn precedence_env_over_repo_over_user_over_default() {
     let user = write(
         dir.path(),
         "user.yaml",
-        "profiles:\n  default:\n    memory: 1g\n    cpus: 1\n    pids: 100\n",
+        &format!(
+            "profiles:\n  default:\n    memory: 1g\n    cpus: 1\n    pids: 100\ntrust: [{:?}]\n",
+            dir.path()
+        ),
     );
+    // A trusted repository's file ranks above the user's (`trust` below: an untrusted one
+    // may only narrow).
     write(
         dir.path(),
         REPO_CONFIG_FILE,
@@ -113,7 +118,10 @@ fn copy_and_setup_stack_top_level_then_profile() {
     let user = write(
         dir.path(),
         "user.yaml",
-        "copy: [.npmrc]\nsetup_timeout: 20m\n",
+        &format!(
+            "copy: [.npmrc]\nsetup_timeout: 20m\ntrust: [{:?}]\n",
+            dir.path()
+        ),
     );
     write(
         dir.path(),

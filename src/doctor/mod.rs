@@ -75,6 +75,7 @@ pub async fn run(
     checks.push(access::object_store_check(repo, uid));
     checks.push(disk_check(home));
     checks.push(admission_check(home, config));
+    checks.push(trust_check(config));
     checks.push(legacy_jobs_check(home));
     checks.push(overlay_check());
     checks.push(disk_limit_check());
@@ -217,6 +218,36 @@ fn admission_check(home: &PaddockHome, config: &Config) -> Check {
             "remove jobs you no longer need (paddock ls, paddock rm), or raise `admission:` in the user config (paddock config show lists it)",
         ),
     )
+}
+
+/// The repositories whose `.paddock.yaml` may widen a job (`trust:`), and whether the one
+/// doctor runs in is among them and what its file had refused.
+fn trust_check(config: &Config) -> Check {
+    let listed = if config.trust.is_empty() {
+        "no repository is trusted: a repository's .paddock.yaml may only narrow a job".to_string()
+    } else {
+        format!("trusted repositories: {}", config.trust.join(", "))
+    };
+    match &config.repo_trust {
+        Some(trust) if !trust.refusals.is_empty() => check(
+            "repository trust",
+            Status::Warn,
+            format!(
+                "{listed}; this repository's file is untrusted and {} of its values are refused: {}",
+                trust.refusals.len(),
+                trust
+                    .refusals
+                    .iter()
+                    .map(|r| format!("`{}`", r.key))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Some(
+                "paddock config show lists why; `paddock trust REPO` if you wrote the file yourself",
+            ),
+        ),
+        _ => check("repository trust", Status::Ok, listed, None),
+    }
 }
 
 /// Jobs made before private git dirs share the user's git metadata with their container.

@@ -14,7 +14,10 @@ fn config_show_reports_sources_and_bad_files_name_the_key() {
         ".paddock.yaml",
         "profiles:\n  default:\n    memory: 1g\n  big:\n    cpus: 4\nrouting:\n  agents:\n    'claude*': big\n",
     );
-    let home = TestHome::new().env("PADDOCK_PIDS", "99");
+    // Trusted: its `big` profile widens `cpus` (tests/it/hostile_repo.rs has the untrusted).
+    let home = TestHome::new()
+        .env("PADDOCK_PIDS", "99")
+        .trusting(repo.path());
     let path = repo.path().display().to_string();
     let shown = home.json(&["config", "show", "--repo", &path, "--json"]);
     let find = |key: &str| {

@@ -73,6 +73,25 @@ impl Machine {
         }
     }
 
+    /// Trusts the repository with `paddock trust` (its `.paddock.yaml` may then widen a job),
+    /// as this person would, and checks it landed in their config file.
+    pub(crate) fn trust_repo(&self) {
+        let output = self.run(&["trust", "--json"]);
+        assert!(
+            output.status.success(),
+            "paddock trust: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let answer: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+        assert_eq!(answer["added"], true, "{answer}");
+        let config = std::fs::read_to_string(self.home.join(".config/paddock/config.yaml"))
+            .expect("the user config");
+        assert!(
+            config.contains(&format!("{:?}", self.repo.display().to_string())),
+            "{config}"
+        );
+    }
+
     /// Where paddock keeps this person's state with no `PADDOCK_HOME`.
     pub(crate) fn state_root(&self) -> PathBuf {
         match self.who {

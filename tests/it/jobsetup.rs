@@ -64,8 +64,11 @@ fn runtime_args(docker: bool) -> Vec<String> {
     }
 }
 
-/// `paddock create` with the runtime's flags; the raw output, whatever the exit code.
+/// `paddock create` with the runtime's flags; the raw output, whatever the exit code. The
+/// user trusts the repository first: `copy`, and setup on the process runtime, are a
+/// trusted repository's (tests/it/hostile_repo.rs has the untrusted ones).
 fn create(home: &TestHome, repo: &FixtureRepo, docker: bool, task: &str) -> std::process::Output {
+    home.trust(repo.path());
     let path = repo.path().display().to_string();
     let mut args = vec!["create", "--repo", &path, "--task", task, "--json"];
     let runtime = runtime_args(docker);
@@ -343,7 +346,7 @@ fn an_optional_setup_that_fails_keeps_the_job_and_show_reports_it_docker() {
 fn through_the_daemon_a_failing_setup_is_a_422_and_exit_11() {
     use crate::api::{Daemon, http};
     let repo = repo_with("setup: [\"echo api-boom >&2; exit 5\"]\n");
-    let home = TestHome::new();
+    let home = TestHome::new().trusting(repo.path());
     let daemon = Daemon::start(&home, &[]);
     let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
     let body = serde_json::json!({"repo": repo.path(), "task": "api", "runtime": "process"});

@@ -34,6 +34,7 @@ mod git_inside;
 mod hostile;
 mod hostile_ids;
 mod hostile_pristine;
+mod hostile_repo;
 mod idempotency;
 mod installs;
 mod isolation;

@@ -123,6 +123,8 @@ fn a_warm_microvm_is_claimed_fast_commits_stays_isolated_and_leaves_nothing() {
         ),
     )
     .expect("write the profile");
+    // A pool is more than the user's profile gives: the repository's file must be trusted.
+    machine.trust_repo();
     crate::fixtures::git(&machine.repo, &["add", "-A"]);
     crate::fixtures::git(
         &machine.repo,

@@ -24,7 +24,9 @@ fn pooled(size: u32, runtime: &str) -> (FixtureRepo, TestHome) {
         ),
     );
     repo.commit_all("a pooled profile");
-    let home = TestHome::new().env("PADDOCK_POOL_REFILL", "off");
+    let home = TestHome::new()
+        .env("PADDOCK_POOL_REFILL", "off")
+        .trusting(repo.path());
     (repo, home)
 }
 

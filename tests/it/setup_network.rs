@@ -55,7 +55,7 @@ fn setup_with_an_open_network_fetches_and_the_agent_then_runs_offline() {
         "setup_network: open\nsetup: [\"bash fetch.sh > fetched.txt\"]\n",
         &reach(&target, false),
     );
-    let home = TestHome::new();
+    let home = TestHome::new().trusting(repo.path());
     let job = home.create_docker(&repo, &[]);
     let id = text(&job, "id");
     assert_eq!(job["limits"]["network"], "none", "{job}");
@@ -84,7 +84,7 @@ fn setup_allow_widens_an_allowlist_job_only_during_setup() {
         &format!("setup_allow: [\"{target}\"]\nsetup: [\"bash fetch.sh > fetched.txt\"]\n"),
         &reach(&target, true),
     );
-    let home = TestHome::new();
+    let home = TestHome::new().trusting(repo.path());
     let job = home.create_docker(&repo, &["--network", "allowlist"]);
     let id = text(&job, "id");
     assert_eq!(job["limits"]["allow"], serde_json::json!([]), "{job}");
@@ -102,7 +102,7 @@ fn an_allowlist_setup_needs_an_allowlist_job() {
         "setup_network: allowlist\nsetup_allow: [\"example.com\"]\nsetup: [\"true\"]\n",
         "",
     );
-    let home = TestHome::new();
+    let home = TestHome::new().trusting(repo.path());
     let out = home.run(&[
         "create",
         "--repo",

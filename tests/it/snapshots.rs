@@ -50,6 +50,7 @@ const COMMANDS: &[&str] = &[
     "cache prune",
     "config",
     "config show",
+    "trust",
 ];
 
 #[test]

@@ -99,7 +99,7 @@ fn a_remote_job_gets_its_copies_and_setup_and_bad_copies_leave_nothing() {
     let repo = repo_with(
         "copy: [\".env\", \"config/local.toml\"]\nsetup:\n  - id -u && cat .env && stat -c %u .env\n  - echo second-setup > setup.txt\n",
     );
-    let home = home_with(engine);
+    let home = home_with(engine).trusting(repo.path());
     let id = create_on(&home, engine, &repo, &["--task", "copy"]);
     let job = home.json(&["show", &id, "--json"])["job"].clone();
     assert_eq!(
@@ -164,7 +164,7 @@ fn a_remote_job_gets_its_copies_and_setup_and_bad_copies_leave_nothing() {
             std::os::unix::fs::symlink("/tmp", repo.path().join("vendor")).expect("symlink");
             repo.commit_all("a tracked link");
         }
-        let home = home_with(engine);
+        let home = home_with(engine).trusting(repo.path());
         let args = create_args(&repo, engine, "bad");
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let output = home.run(&args);
@@ -192,7 +192,7 @@ fn remote_caches_are_volumes_shared_by_key_seeded_kept_by_rm_and_private_to_the_
     }
     let engine = engine();
     let repo = repo_with(CACHES);
-    let home = home_with(engine);
+    let home = home_with(engine).trusting(repo.path());
     let a = create_on(&home, engine, &repo, &["--task", "a"]);
     let b = create_on(&home, engine, &repo, &["--task", "b"]);
     let caches = volumes(&home, engine, Some("cache"));

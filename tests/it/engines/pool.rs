@@ -73,7 +73,9 @@ fn a_pool_on_a_remote_engine_is_claimed_faster_keeps_work_and_drains_clean() {
     }
     let engine = engine();
     let repo = pooled_repo(2);
-    let home = home_with(engine).env("PADDOCK_POOL_REFILL", "off");
+    let home = home_with(engine)
+        .env("PADDOCK_POOL_REFILL", "off")
+        .trusting(repo.path());
 
     // Cold: the pool is empty, so each create starts cold and says why. The first one fills
     // the engine's object cache (not measured: a warm claim finds it filled).
@@ -301,7 +303,9 @@ fn slots_on_an_engine_that_does_not_answer_are_left_and_reported() {
     }
     let engine = engine();
     let repo = pooled_repo(1);
-    let home = home_with(engine).env("PADDOCK_POOL_REFILL", "off");
+    let home = home_with(engine)
+        .env("PADDOCK_POOL_REFILL", "off")
+        .trusting(repo.path());
     let filled = fill_eng1(&home, &repo);
     assert_eq!(
         filled["started"].as_array().map(Vec::len),
@@ -363,7 +367,9 @@ fn the_sweep_reaps_a_remote_slot_whose_container_is_gone() {
     }
     let engine = engine();
     let repo = pooled_repo(1);
-    let home = home_with(engine).env("PADDOCK_POOL_REFILL", "off");
+    let home = home_with(engine)
+        .env("PADDOCK_POOL_REFILL", "off")
+        .trusting(repo.path());
     let filled = fill_eng1(&home, &repo);
     assert_eq!(
         filled["started"].as_array().map(Vec::len),
@@ -404,7 +410,9 @@ fn auto_placement_counts_waiting_slots_and_a_create_claims_one() {
     }
     let engine = engine();
     let repo = pooled_repo(2);
-    let home = home_with(engine).env("PADDOCK_POOL_REFILL", "off");
+    let home = home_with(engine)
+        .env("PADDOCK_POOL_REFILL", "off")
+        .trusting(repo.path());
     let config = home.dir.path().join("config/paddock/config.yaml");
     let mut text_of = std::fs::read_to_string(&config).expect("config");
     text_of.push_str("    jobs: 1\n");

@@ -229,10 +229,12 @@ fn an_unprivileged_user_s_remote_jobs_get_copies_caches_ports_and_a_warm_slot() 
     let machine = Machine::new(Who::User);
     let entry = user_engine_entry(engine, &machine);
     let image = test_image();
+    // The repository's `copy` is a trusted repository's.
+    let repo = machine.repo.display().to_string();
     std::fs::write(
         machine.home.join(".config/paddock/config.yaml"),
         format!(
-            "admission:\n  memory: 1024g\n  cpus: 1000\nprofiles:\n  default:\n    engine: eng1\n    image: {image}\n    pool: {{size: 1}}\n  full:\n    engine: eng1\n    image: {image}\n    caches:\n      - path: node_modules\n        key: [package-lock.json]\nengines:\n{entry}"
+            "trust: [{repo:?}]\nadmission:\n  memory: 1024g\n  cpus: 1000\nprofiles:\n  default:\n    engine: eng1\n    image: {image}\n    pool: {{size: 1}}\n  full:\n    engine: eng1\n    image: {image}\n    caches:\n      - path: node_modules\n        key: [package-lock.json]\nengines:\n{entry}"
         ),
     )
     .expect("write the user config");
