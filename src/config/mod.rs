@@ -32,7 +32,7 @@ pub use choices::{
 use files::{
     ConfigFile, cache_names, check_caches, check_profile_name, env_layers, read_file, source_origin,
 };
-pub use files::{check_branch_template, user_config_path};
+pub use files::{MAX_CONFIG_FILE, check_branch_template, user_config_path};
 pub use profile::{DEFAULT_GIT_DISK, PoolSettings, Profile, ProfileLayer, Reserve, ReserveLayer};
 pub(crate) use secrets::value_error;
 pub use secrets::{EgressSettings, SecretSpec, check_spec};

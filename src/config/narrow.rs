@@ -274,6 +274,21 @@ pub(super) fn widenings(layer: &ProfileLayer, base: &Profile) -> Vec<Refused> {
             format!("wider than the user's `{base_setup_network}`"),
         );
     }
+    let base_build_network = base
+        .build_network
+        .as_ref()
+        .map_or(NetworkMode::None, |n| n.value);
+    if let Some(build_network) = layer.build_network
+        && network_rank(build_network) > network_rank(base_build_network)
+    {
+        refuse(
+            "build_network",
+            build_network.to_string(),
+            format!(
+                "wider than the user's `{base_build_network}` for builds of the repository's Dockerfile"
+            ),
+        );
+    }
     if let Some(setup_allow) = &layer.setup_allow {
         let mut granted = base.allow.value.clone();
         granted.extend(
@@ -373,6 +388,7 @@ fn layer_of(profile: &Profile) -> ProfileLayer {
         secrets: Some(profile.secrets.value.clone()),
         push: Some(profile.push.value),
         environment: None,
+        build_network: profile.build_network.as_ref().map(|n| n.value),
     }
 }
 
@@ -487,6 +503,7 @@ fn drop_field(layer: &mut ProfileLayer, key: &str) {
         "uid" => layer.uid = None,
         "copy" => layer.copy = None,
         "setup_network" => layer.setup_network = None,
+        "build_network" => layer.build_network = None,
         "setup_allow" => layer.setup_allow = None,
         "setup_timeout" => layer.setup_timeout = None,
         "pool" => layer.pool = None,

@@ -82,6 +82,9 @@ pub struct ProfileLayer {
     pub push: Option<PushPolicy>,
     /// Whether the repository's devcontainer.json defines the job's environment.
     pub environment: Option<EnvironmentChoice>,
+    /// The network of an image build from the repository's Dockerfile (a devcontainer's
+    /// `build`): `none` (the default) or `open`.
+    pub build_network: Option<NetworkMode>,
 }
 
 /// `pool:` of a profile: how many containers wait, started ahead, for this profile's jobs
@@ -193,6 +196,8 @@ pub struct Profile {
     pub secrets: Sourced<Vec<String>>,
     pub push: Sourced<PushPolicy>,
     pub environment: Sourced<EnvironmentChoice>,
+    /// Unset: builds of the repository's Dockerfile have no network.
+    pub build_network: Option<Sourced<NetworkMode>>,
 }
 
 impl Default for Profile {
@@ -229,6 +234,7 @@ impl Default for Profile {
             secrets: Sourced::default_value(Vec::new()),
             push: Sourced::default_value(PushPolicy::Manual),
             environment: Sourced::default_value(EnvironmentChoice::Auto),
+            build_network: None,
         }
     }
 }
@@ -323,6 +329,12 @@ impl Profile {
         }
         if let Some(value) = layer.setup_network {
             self.setup_network = Some(Sourced {
+                value,
+                source: source.clone(),
+            });
+        }
+        if let Some(value) = layer.build_network {
+            self.build_network = Some(Sourced {
                 value,
                 source: source.clone(),
             });
@@ -537,6 +549,13 @@ impl Profile {
             self.setup_network.as_ref(),
             self.setup_allow.as_ref(),
         ));
+        if let Some(network) = &self.build_network {
+            rows.push((
+                "build_network".into(),
+                network.value.to_string(),
+                &network.source,
+            ));
+        }
         rows
     }
 }

@@ -7,12 +7,17 @@
 //! upstream server is verified against the roots paddock sent (the host's, plus
 //! `egress.upstream_ca`). Each request (HTTP/1.1, kept alive on both sides):
 //!
-//! - a `Host` naming another host, or a placeholder of a secret that does not cover this
-//!   host (`secret_to_unlisted_host`), is refused and logged, and nothing goes upstream;
+//! - a request that does not go only to the CONNECT host (no `Host`, two, one naming
+//!   another host or port, an absolute-form target with another authority or scheme:
+//!   `secret_host_mismatch`), or that carries a placeholder of a secret that does not cover
+//!   this host (`secret_to_unlisted_host`), is refused and logged, and nothing goes upstream;
 //! - each covering secret's placeholder is replaced by its value in every header, and a
-//!   secret with a `header` template sets that header;
-//! - the response comes back with every value replaced by its placeholder, in headers and
-//!   body (the body streams; its `Content-Length` goes, as the length may change).
+//!   secret with a `header` template sets that header; the request asks for an uncompressed
+//!   answer (`Accept-Encoding: identity`);
+//! - the response comes back with every value, in every form `scrub` knows (base64, hex,
+//!   percent-encoding, a start cut short), replaced by its placeholder, in header bytes and
+//!   body (the body streams; its `Content-Length` goes, as the length may change); trailers
+//!   are dropped; an answer compressed anyway is refused (`secret_response_encoded`).
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -32,7 +37,10 @@ use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
 use super::policy::normalize_name;
-use super::secrets::{LEAK_REASON, Loaded, SecretRule, contains, leaked};
+use super::scrub::{Pattern, patterns, scrub, scrub_all};
+use super::secrets::{
+    ENCODED_REASON, HOST_MISMATCH_REASON, LEAK_REASON, Loaded, SecretRule, contains, leaked,
+};
 
 /// Deadline of the two TLS handshakes.
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
@@ -164,23 +172,59 @@ impl Relay {
         answer(status, text)
     }
 
+    /// Why `request` does not go only to the CONNECT host, if it does not: exactly one
+    /// `Host`, naming it, and an absolute-form target only with that same authority.
+    fn misrouted(&self, request: &Request<Incoming>) -> Option<String> {
+        let target = &self.target;
+        let same = |name: &str, port: u16| {
+            normalize_name(name.trim_start_matches('[').trim_end_matches(']'))
+                == normalize_name(target.host.trim_start_matches('[').trim_end_matches(']'))
+                && port == target.port
+        };
+        let hosts: Vec<&HeaderValue> = request
+            .headers()
+            .get_all(hyper::header::HOST)
+            .iter()
+            .collect();
+        let [host] = hosts.as_slice() else {
+            return Some(format!(
+                "a request to a secret's host needs exactly one Host header (it had {})",
+                hosts.len()
+            ));
+        };
+        let text = host.to_str().unwrap_or_default();
+        let (name, port) = match text.rsplit_once(':') {
+            Some((name, port)) if !name.ends_with(']') || name.starts_with('[') => {
+                (name, port.parse().unwrap_or(0))
+            }
+            _ => (text, 443),
+        };
+        if text.is_empty() || !same(name, port) {
+            return Some(format!(
+                "the Host header `{text}` differs from the CONNECT host"
+            ));
+        }
+        let uri = request.uri();
+        if uri
+            .scheme()
+            .is_some_and(|scheme| scheme != &hyper::http::uri::Scheme::HTTPS)
+        {
+            return Some(format!("the target `{uri}` is not https"));
+        }
+        if let Some(authority) = uri.authority()
+            && !same(authority.host(), authority.port_u16().unwrap_or(443))
+        {
+            return Some(format!(
+                "the target `{uri}` names another host than the CONNECT host"
+            ));
+        }
+        None
+    }
+
     async fn forward(&self, mut request: Request<Incoming>) -> Response<ProxyBody> {
         let target = &self.target;
-        if let Some(host) = request.headers().get(hyper::header::HOST) {
-            let text = host.to_str().unwrap_or_default();
-            let (name, port) = match text.rsplit_once(':') {
-                Some((name, port)) if !name.ends_with(']') || name.starts_with('[') => {
-                    (name, port.parse().unwrap_or(0))
-                }
-                _ => (text, 443),
-            };
-            if normalize_name(name.trim_start_matches('[').trim_end_matches(']'))
-                != normalize_name(target.host.trim_start_matches('[').trim_end_matches(']'))
-                || port != target.port
-            {
-                let reason = format!("the Host header `{text}` differs from the CONNECT host");
-                return self.refuse(StatusCode::BAD_REQUEST, &reason, &reason);
-            }
+        if let Some(text) = self.misrouted(&request) {
+            return self.refuse(StatusCode::BAD_REQUEST, HOST_MISMATCH_REASON, &text);
         }
         let mut seen = request.uri().to_string().into_bytes();
         for (key, value) in request.headers() {
@@ -204,7 +248,7 @@ impl Relay {
                 let text = format!("secret `{}` is not loaded: restart the job", rule.name);
                 return self.refuse(StatusCode::SERVICE_UNAVAILABLE, &text, &text);
             };
-            pairs.push((value.clone(), rule.placeholder.clone()));
+            pairs.extend(patterns(value, &rule.placeholder));
             let headers = request.headers_mut();
             for header in headers.values_mut() {
                 if contains(header.as_bytes(), rule.placeholder.as_bytes())
@@ -224,6 +268,11 @@ impl Relay {
         }
         request.headers_mut().remove("proxy-authorization");
         request.headers_mut().remove("proxy-connection");
+        // An echoed value is taken out of what comes back: it must come back readable.
+        request.headers_mut().insert(
+            hyper::header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
         let mut sender = self.sender.lock().await;
         // The server closed the connection (idle, or after a response): a new one, checked
         // as the first was.
@@ -250,16 +299,21 @@ impl Relay {
                 return answer(StatusCode::BAD_GATEWAY, &format!("the server: {e}"));
             }
         };
-        // Echoed values go back as placeholders.
+        let encoded = response
+            .headers()
+            .get_all(hyper::header::CONTENT_ENCODING)
+            .iter()
+            .any(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"));
+        if encoded {
+            let text = "the server answered compressed although asked not to: refused, as an echoed secret could not be taken out";
+            return self.refuse(StatusCode::BAD_GATEWAY, ENCODED_REASON, text);
+        }
+        // Echoed values go back as placeholders, in every header's bytes (any encoding).
         for header in response.headers_mut().values_mut() {
-            if let Ok(text) = header.to_str() {
-                let mut text = text.to_string();
-                for (value, placeholder) in &pairs {
-                    text = text.replace(value.as_str(), placeholder);
-                }
-                if let Ok(replaced) = HeaderValue::from_str(&text) {
-                    *header = replaced;
-                }
+            let scrubbed = scrub_all(header.as_bytes(), &pairs);
+            if scrubbed != header.as_bytes() {
+                *header = HeaderValue::from_bytes(&scrubbed)
+                    .unwrap_or_else(|_| HeaderValue::from_static("paddock-scrubbed"));
             }
         }
         // Hop-by-hop: each side's connection is its own (a server closing its connection does
@@ -269,8 +323,8 @@ impl Relay {
         }
         response.headers_mut().remove("keep-alive");
         let mut firsts = [false; 256];
-        for (value, _) in &pairs {
-            if let Some(first) = value.bytes().next() {
+        for pattern in &pairs {
+            if let Some(&first) = pattern.form.first() {
                 firsts[usize::from(first)] = true;
             }
         }
@@ -278,10 +332,7 @@ impl Relay {
             Scrub {
                 inner: body,
                 firsts,
-                pairs: pairs
-                    .into_iter()
-                    .map(|(v, p)| (v.into_bytes(), p.into_bytes()))
-                    .collect(),
+                pairs,
                 carry: Vec::new(),
                 ended: false,
                 counted: self.bytes_down.clone(),
@@ -294,8 +345,8 @@ impl Relay {
 /// A response body with every value replaced by its placeholder, across frame boundaries.
 struct Scrub {
     inner: Incoming,
-    /// (value, placeholder)
-    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Every form of every value, and its placeholder.
+    pairs: Vec<Pattern>,
     /// The input's tail that may begin a value: held until the next frame.
     carry: Vec<u8>,
     ended: bool,
@@ -315,15 +366,18 @@ impl Body for Scrub {
         let this = self.get_mut();
         loop {
             if this.ended {
-                let rest = std::mem::take(&mut this.carry);
+                // A start of a value the body ended in is taken out too.
+                let rest = scrub_all(&std::mem::take(&mut this.carry), &this.pairs);
                 return Poll::Ready((!rest.is_empty()).then(|| Ok(Frame::data(Bytes::from(rest)))));
             }
             match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => this.ended = true,
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => {
+                // Trailers (and anything else not data) are dropped: a value could ride there
+                // past the scrub.
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
                         this.counted.fetch_add(data.len() as u64, Ordering::Relaxed);
                         // Most frames hold no byte that begins a value: passed on as they are.
                         let clean = this.carry.is_empty()
@@ -332,12 +386,12 @@ impl Body for Scrub {
                             return Poll::Ready(Some(Ok(Frame::data(data))));
                         }
                         let out = if this.carry.is_empty() {
-                            let (out, used) = scrub(&data, &this.pairs);
+                            let (out, used) = scrub(&data, &this.pairs, false);
                             this.carry.extend_from_slice(&data[used..]);
                             out
                         } else {
                             this.carry.extend_from_slice(&data);
-                            let (out, used) = scrub(&this.carry, &this.pairs);
+                            let (out, used) = scrub(&this.carry, &this.pairs, false);
                             this.carry.drain(..used);
                             out
                         };
@@ -345,60 +399,8 @@ impl Body for Scrub {
                             return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
                         }
                     }
-                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
-                },
+                }
             }
         }
-    }
-}
-
-/// Replaces each value in `input` by its placeholder; returns the output and how many input
-/// bytes it consumed (the rest may begin a value and waits for more).
-fn scrub(input: &[u8], pairs: &[(Vec<u8>, Vec<u8>)]) -> (Vec<u8>, usize) {
-    let mut out = Vec::with_capacity(input.len());
-    let mut copied = 0;
-    let mut at = 0;
-    while at < input.len() {
-        let byte = input[at];
-        let mut matched = false;
-        for (value, placeholder) in pairs {
-            if value.first() != Some(&byte) {
-                continue;
-            }
-            let rest = &input[at..];
-            if rest.starts_with(value) {
-                out.extend_from_slice(&input[copied..at]);
-                out.extend_from_slice(placeholder);
-                at += value.len();
-                copied = at;
-                matched = true;
-                break;
-            }
-            if value.starts_with(rest) {
-                // A value may begin here: wait for the next frame.
-                out.extend_from_slice(&input[copied..at]);
-                return (out, at);
-            }
-        }
-        if !matched {
-            at += 1;
-        }
-    }
-    out.extend_from_slice(&input[copied..]);
-    (out, input.len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::scrub;
-
-    #[test]
-    fn values_are_scrubbed_across_frames() {
-        let pairs = vec![(b"s3cr3t".to_vec(), b"PH".to_vec())];
-        assert_eq!(scrub(b"a s3cr3t b", &pairs), (b"a PH b".to_vec(), 10));
-        let (out, used) = scrub(b"xx s3c", &pairs);
-        assert_eq!((out.as_slice(), used), (&b"xx "[..], 3));
-        assert_eq!(scrub(b"s3cr3t!", &pairs), (b"PH!".to_vec(), 7));
-        assert_eq!(scrub(b"sss", &pairs).0, b"ss".to_vec());
     }
 }

@@ -11,6 +11,7 @@ pub mod policy;
 pub mod proxy;
 pub mod ranges;
 pub mod relay;
+pub mod scrub;
 pub mod secrets;
 pub mod tls;
 mod tunnel;

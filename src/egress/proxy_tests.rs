@@ -145,18 +145,26 @@ fn hosts_and_ports_split() {
     assert_eq!(split_host_port("::1:80", None), None);
 }
 
-#[tokio::test]
-async fn a_secret_host_gets_the_value_on_every_request_and_never_echoes_it() {
-    use http_body_util::BodyExt;
+/// What a test's TLS upstream answers to one request.
+type Answer =
+    hyper::Response<http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>>;
+
+/// A TLS server on loopback with a certificate of its own CA, answering each request (one
+/// per connection) with `answer`; its allow entry, its CA and the requests it saw (path and
+/// `Authorization`).
+async fn tls_upstream(
+    dir: &std::path::Path,
+    answer: fn(&str, &str) -> Answer,
+) -> (
+    crate::egress::AllowEntry,
+    super::super::ca::InstallCa,
+    Arc<std::sync::Mutex<Vec<(String, String)>>>,
+) {
     use rustls::pki_types::pem::PemObject;
-    let dir = tempfile::tempdir().unwrap();
-    // A server that answers with the `Authorization` it got, one request per connection.
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let host: crate::egress::AllowEntry = format!("127.0.0.1:{port}").parse().unwrap();
-    // The server's CA and the install's CA.
-    let upstream_ca = super::super::ca::InstallCa::load_or_create(&dir.path().join("up")).unwrap();
-    let install_ca = super::super::ca::InstallCa::load_or_create(&dir.path().join("in")).unwrap();
+    let upstream_ca = super::super::ca::InstallCa::load_or_create(&dir.join("up")).unwrap();
     let (server_cert, server_key) = upstream_ca.sign(std::slice::from_ref(&host)).unwrap();
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
@@ -172,30 +180,25 @@ async fn a_secret_host_gets_the_value_on_every_request_and_never_echoes_it() {
     )
     .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let count = served.clone();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            let (acceptor, count) = (acceptor.clone(), count.clone());
+            let (acceptor, log) = (acceptor.clone(), log.clone());
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(stream).await else {
                     return;
                 };
                 let service = hyper::service::service_fn(
                     move |request: hyper::Request<hyper::body::Incoming>| {
-                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         let auth = request
                             .headers()
                             .get("authorization")
-                            .map(|v| v.to_str().unwrap().to_string())
+                            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
                             .unwrap_or_default();
-                        async move {
-                            Ok::<_, std::convert::Infallible>(hyper::Response::new(
-                                http_body_util::Full::new(bytes::Bytes::from(format!(
-                                    "got {auth}"
-                                ))),
-                            ))
-                        }
+                        let path = request.uri().path().to_string();
+                        log.lock().unwrap().push((path.clone(), auth.clone()));
+                        async move { Ok::<_, std::convert::Infallible>(answer(&path, &auth)) }
                     },
                 );
                 // One request per connection: the proxy must open another for the next.
@@ -206,11 +209,23 @@ async fn a_secret_host_gets_the_value_on_every_request_and_never_echoes_it() {
             });
         }
     });
+    (host, upstream_ca, seen)
+}
 
-    let placeholder = "paddock-secret-0123456789";
+const PLACEHOLDER: &str = "paddock-secret-0123456789";
+const VALUE: &str = "s3cr3t-value-0123456789";
+
+/// The proxy with one secret, `VALUE` behind `PLACEHOLDER`, for `host`; its port and the
+/// install's CA the job trusts.
+async fn secret_proxy(
+    dir: &std::path::Path,
+    host: &crate::egress::AllowEntry,
+    upstream_ca: &super::super::ca::InstallCa,
+) -> (u16, super::super::ca::InstallCa) {
+    let install_ca = super::super::ca::InstallCa::load_or_create(&dir.join("in")).unwrap();
     let files = ProxyFiles {
-        policy: dir.path().join("policy.json"),
-        log: dir.path().join("egress.jsonl"),
+        policy: dir.join("policy.json"),
+        log: dir.join("egress.jsonl"),
         secrets: Arc::default(),
     };
     let policy = EgressPolicy {
@@ -218,15 +233,15 @@ async fn a_secret_host_gets_the_value_on_every_request_and_never_echoes_it() {
         host_addresses: vec![],
         secrets: vec![super::super::secrets::SecretRule {
             name: "api".into(),
-            placeholder: placeholder.into(),
+            placeholder: PLACEHOLDER.into(),
             hosts: vec![host.clone()],
             header: None,
         }],
     };
     std::fs::write(&files.policy, serde_json::to_vec(&policy).unwrap()).unwrap();
-    let (cert_pem, key_pem) = install_ca.sign(std::slice::from_ref(&host)).unwrap();
+    let (cert_pem, key_pem) = install_ca.sign(std::slice::from_ref(host)).unwrap();
     let loaded = super::super::secrets::Loaded::new(super::super::secrets::Load {
-        values: [("api".to_string(), "s3cr3t-value".to_string())].into(),
+        values: [("api".to_string(), VALUE.to_string())].into(),
         cert_pem,
         key_pem,
         roots_pem: upstream_ca.cert_pem.clone(),
@@ -235,9 +250,15 @@ async fn a_secret_host_gets_the_value_on_every_request_and_never_echoes_it() {
     files.secrets.set(loaded);
     let proxy_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let proxy = proxy_listener.local_addr().unwrap().port();
-    tokio::spawn(serve(proxy_listener, files.clone()));
+    tokio::spawn(serve(proxy_listener, files));
+    (proxy, install_ca)
+}
 
-    // The job's side: CONNECT, TLS trusting the install's CA, two requests on one connection.
+type JobSender = hyper::client::conn::http1::SendRequest<http_body_util::Empty<bytes::Bytes>>;
+
+/// The job's side: CONNECT to `port` through `proxy`, TLS trusting the install's CA.
+async fn job_sender(proxy: u16, port: u16, install_ca: &super::super::ca::InstallCa) -> JobSender {
+    use rustls::pki_types::pem::PemObject;
     let (tunnel, status) = ask(proxy, &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n")).await;
     assert!(status.contains(" 200 "), "{status}");
     let mut roots = rustls::RootCertStore::empty();
@@ -259,23 +280,235 @@ async fn a_secret_host_gets_the_value_on_every_request_and_never_echoes_it() {
         )
         .await
         .unwrap();
-    let (mut sender, connection) =
+    let (sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
             .await
             .unwrap();
     tokio::spawn(connection);
+    sender
+}
+
+fn full(text: impl Into<bytes::Bytes>) -> Answer {
+    use http_body_util::BodyExt;
+    hyper::Response::new(http_body_util::Full::new(text.into()).boxed())
+}
+
+#[tokio::test]
+async fn a_secret_host_gets_the_value_on_every_request_and_never_echoes_it() {
+    use http_body_util::BodyExt;
+    let dir = tempfile::tempdir().unwrap();
+    // A server that answers with the `Authorization` it got.
+    let (host, upstream_ca, seen) =
+        tls_upstream(dir.path(), |_, auth| full(format!("got {auth}"))).await;
+    let port = host
+        .to_string()
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse::<u16>()
+        .unwrap();
+    let (proxy, install_ca) = secret_proxy(dir.path(), &host, &upstream_ca).await;
+    let mut sender = job_sender(proxy, port, &install_ca).await;
     for _ in 0..2 {
         let request = hyper::Request::builder()
             .uri("/")
             .header("host", format!("127.0.0.1:{port}"))
-            .header("authorization", format!("Bearer {placeholder}"))
+            .header("authorization", format!("Bearer {PLACEHOLDER}"))
             .body(http_body_util::Empty::<bytes::Bytes>::new())
             .unwrap();
         sender.ready().await.unwrap();
         let response = sender.send_request(request).await.unwrap();
         let body = response.into_body().collect().await.unwrap().to_bytes();
         // The server got the value; what it echoed came back as the placeholder.
-        assert_eq!(body, format!("got Bearer {placeholder}").as_bytes());
+        assert_eq!(body, format!("got Bearer {PLACEHOLDER}").as_bytes());
     }
-    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    assert!(
+        seen.iter()
+            .all(|(_, auth)| auth == &format!("Bearer {VALUE}"))
+    );
+}
+
+/// A hostile upstream echoes the value back in every way the issue found it came back: the
+/// answer's `path` picks the way.
+fn hostile_answer(path: &str, auth: &str) -> Answer {
+    use base64::Engine as _;
+    use http_body_util::BodyExt;
+    let value = auth.trim_start_matches("Bearer ");
+    let mut response = match path {
+        "/gzip" | "/deflate" => {
+            let mut response = full(value.to_string());
+            let encoding = if path == "/gzip" { "gzip" } else { "deflate" };
+            response
+                .headers_mut()
+                .insert("content-encoding", encoding.parse().unwrap());
+            response
+        }
+        "/base64" => full(
+            base64::engine::general_purpose::STANDARD.encode(format!("{{\"token\": \"{value}\"}}")),
+        ),
+        "/hex" => full(
+            value
+                .bytes()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>(),
+        ),
+        "/truncated" => full(format!("echo: {}", &value[..value.len() - 1])),
+        "/split" => {
+            // The value cut short at a frame's end, then other bytes.
+            let frames = vec![
+                Ok(hyper::body::Frame::data(bytes::Bytes::from(format!(
+                    "a{}",
+                    &value[..12]
+                )))),
+                Ok(hyper::body::Frame::data(bytes::Bytes::from_static(b"!zzz"))),
+            ];
+            hyper::Response::new(
+                http_body_util::StreamBody::new(futures_util::stream::iter(frames)).boxed(),
+            )
+        }
+        "/trailer" => {
+            let mut trailers = hyper::HeaderMap::new();
+            trailers.insert("x-echo", value.parse().unwrap());
+            let frames = vec![
+                Ok(hyper::body::Frame::data(bytes::Bytes::from_static(b"ok"))),
+                Ok(hyper::body::Frame::trailers(trailers)),
+            ];
+            hyper::Response::new(
+                http_body_util::StreamBody::new(futures_util::stream::iter(frames)).boxed(),
+            )
+        }
+        _ => full("ok"),
+    };
+    if path == "/header" {
+        // A header that is not ASCII text: one byte past it.
+        let mut bytes = value.as_bytes().to_vec();
+        bytes.push(0xff);
+        response.headers_mut().insert(
+            "x-echo",
+            hyper::header::HeaderValue::from_bytes(&bytes).unwrap(),
+        );
+    }
+    response
+}
+
+/// Issue 40, item 3: the value goes only where its request truly goes, and never comes back.
+/// Requests that do not go only to the secret's host (absolute-form to another host, no
+/// Host, two Hosts) are refused before anything goes upstream; echoes compressed (gzip,
+/// deflate), base64, hex, in a trailer, in a non-ASCII header, cut short at the end or at a
+/// frame's end come back without the value or any 8-byte start of it.
+#[tokio::test]
+async fn a_hostile_upstream_gets_the_value_only_for_its_own_requests_and_never_echoes_it() {
+    use http_body_util::BodyExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (host, upstream_ca, seen) = tls_upstream(dir.path(), hostile_answer).await;
+    let port = host
+        .to_string()
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse::<u16>()
+        .unwrap();
+    let (proxy, install_ca) = secret_proxy(dir.path(), &host, &upstream_ca).await;
+    let own = format!("127.0.0.1:{port}");
+    let misrouted: [(&str, Vec<&str>); 4] = [
+        ("https://evil.example/abs", vec![own.as_str()]),
+        ("/nohost", vec![]),
+        ("/twohosts", vec![own.as_str(), "evil.example"]),
+        ("/otherhost", vec!["evil.example"]),
+    ];
+    for (uri, hosts) in misrouted {
+        let mut sender = job_sender(proxy, port, &install_ca).await;
+        let mut request = hyper::Request::builder().uri(uri);
+        for host in hosts {
+            request = request.header("host", host);
+        }
+        let request = request
+            .header("authorization", format!("Bearer {PLACEHOLDER}"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        assert_eq!(response.status(), 400, "{uri}");
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "a misrouted request went upstream: {seen:?}"
+    );
+    // Each refusal is logged when its connection ends.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let log = loop {
+        let log = std::fs::read_to_string(dir.path().join("egress.jsonl")).unwrap_or_default();
+        if log.matches("secret_host_mismatch").count() >= 4 || std::time::Instant::now() > deadline
+        {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(log.matches("secret_host_mismatch").count(), 4, "{log}");
+
+    let forms = {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut forms = vec![
+            VALUE.to_string(),
+            VALUE[..8].to_string(),
+            VALUE.bytes().map(|b| format!("{b:02x}")).collect(),
+        ];
+        // Base64 of the value at each of the three alignments inside a longer text, less
+        // the characters its neighbours share.
+        for skip in 0..3 {
+            let rest = &VALUE.as_bytes()[skip..];
+            forms.push(b64.encode(&rest[..rest.len() / 3 * 3]));
+        }
+        forms
+    };
+    for path in [
+        "/gzip",
+        "/deflate",
+        "/base64",
+        "/hex",
+        "/truncated",
+        "/split",
+        "/trailer",
+        "/header",
+    ] {
+        let mut sender = job_sender(proxy, port, &install_ca).await;
+        let request = hyper::Request::builder()
+            .uri(path)
+            .header("host", own.as_str())
+            .header("authorization", format!("Bearer {PLACEHOLDER}"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let mut all = format!("{:?}", response.headers()).into_bytes();
+        let collected = response.into_body().collect().await.unwrap();
+        if let Some(trailers) = collected.trailers() {
+            all.extend_from_slice(format!("{trailers:?}").as_bytes());
+        }
+        let body = collected.to_bytes();
+        all.extend_from_slice(&body);
+        // The base64 echo decoded: the value is not in it either.
+        if path == "/base64" {
+            use base64::Engine as _;
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(&body)
+                .unwrap_or_default();
+            all.extend_from_slice(&decoded);
+        }
+        let text = String::from_utf8_lossy(&all).into_owned();
+        for form in &forms {
+            assert!(
+                !text.contains(form.as_str()),
+                "{path}: `{form}` came back: {text}"
+            );
+        }
+    }
+    // Each of those requests did carry the value upstream (the proxy refused none of them).
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 8, "{seen:?}");
+    assert!(
+        seen.iter()
+            .all(|(_, auth)| auth == &format!("Bearer {VALUE}"))
+    );
 }

@@ -27,6 +27,14 @@ use super::AllowEntry;
 
 /// The reason logged (and relayed as `egress.denied`) for a placeholder sent elsewhere.
 pub const LEAK_REASON: &str = "secret_to_unlisted_host";
+
+/// The reason logged for a request to a secret's host that does not go only there: no
+/// `Host`, two, one naming another site, or an absolute-form target with another authority.
+pub const HOST_MISMATCH_REASON: &str = "secret_host_mismatch";
+
+/// The reason logged for a secret host's answer that came compressed although paddock asked
+/// for none (an echoed value could not be taken out of it).
+pub const ENCODED_REASON: &str = "secret_response_encoded";
 /// Largest [`Load`] accepted (the roots are most of it).
 const MAX_LOAD: u64 = 8 << 20;
 /// Deadline for reading a [`Load`].

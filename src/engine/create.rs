@@ -47,14 +47,6 @@ fn check_network(request: &CreateRequest, network: NetworkMode) -> Result<()> {
     Ok(())
 }
 
-/// Both warnings, a line apart, or the one there is.
-fn join_warnings(first: Option<String>, second: Option<String>) -> Option<String> {
-    match (first, second) {
-        (Some(a), Some(b)) => Some(format!("{a}\n{b}")),
-        (a, b) => a.or(b),
-    }
-}
-
 /// The checkout a job of `profile` gets. Unset anywhere, it is `overlay` where that is
 /// proven (`kernel_overlay`: kernel overlayfs, paddock is root) and the portable `worktree`
 /// elsewhere. A disk limit needs the overlay checkout, and implies it unless some layer
@@ -290,7 +282,7 @@ impl Paddock {
             .await;
         drop(placed);
         // What of the repository's file was refused is said once, at create.
-        let warning = join_warnings(
+        let warning = super::setup::join_warnings(
             runtime.warning,
             config
                 .repo_trust
@@ -333,31 +325,7 @@ impl Paddock {
             .cloned()
             .chain(super::devcontainer::volume_caches(&record))
             .collect();
-        // Outside a sandbox (the process runtime) nothing a repository's untrusted file asks
-        // runs: its setup commands are left out, and said so.
-        let sandboxed = record.runtime != RuntimeKind::Process;
-        let mut setup = config.job_setup_where(&record.profile, sandboxed);
-        let mut warning = warning;
-        if !sandboxed && crate::config::setup_from_untrusted_repo(&config, &record.profile) {
-            warning = join_warnings(
-                warning,
-                Some(format!(
-                    "the setup commands of the repository's untrusted {} were not run: a process-runtime job has no sandbox (`paddock trust REPO` runs them)",
-                    crate::config::REPO_CONFIG_FILE
-                )),
-            );
-        }
-        // The devcontainer's lifecycle commands run after the profile's own setup (and, being
-        // the repository's, in a sandbox only, unless the user trusts it).
-        let trusted = config
-            .repo_trust
-            .as_ref()
-            .is_none_or(|trust| trust.trusted_by.is_some());
-        if let Some(devcontainer) = &record.devcontainer
-            && (sandboxed || trusted)
-        {
-            setup.commands.extend(devcontainer.setup.iter().cloned());
-        }
+        let (setup, warning) = super::setup::commands_of(&config, &record, warning);
         let pool = config
             .select_profile(Some(&record.profile), &record.agent, record.task.as_deref())
             .map(|(_, profile)| profile.pool.value)

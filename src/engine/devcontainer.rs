@@ -44,7 +44,10 @@ impl Paddock {
         }
         let mut found = None;
         for path in devcontainer::PATHS {
-            if let Some(bytes) = repo.read_at(commit, path).await? {
+            if let Some(bytes) = repo
+                .read_at_most(commit, path, crate::config::MAX_CONFIG_FILE)
+                .await?
+            {
                 found = Some((path, bytes));
                 break;
             }
@@ -82,7 +85,15 @@ impl Paddock {
                 .ignored
                 .push("image: the process runtime runs no image".into());
         } else {
-            let image_env = self.make_image(repo, commit, &mut report).await?;
+            let limits = crate::runtime::BuildLimits {
+                memory: profile.memory.value.0,
+                cpus: profile.cpus.value.0,
+                network: profile
+                    .build_network
+                    .as_ref()
+                    .is_some_and(|n| n.value == crate::config::NetworkMode::Open),
+            };
+            let image_env = self.make_image(repo, commit, &mut report, limits).await?;
             // `${containerEnv:VAR}` in env values: the image's env under the file's.
             let mut known: std::collections::BTreeMap<String, String> = image_env
                 .iter()
@@ -116,6 +127,7 @@ impl Paddock {
         repo: &GitRepo,
         commit: &str,
         report: &mut DevcontainerReport,
+        limits: crate::runtime::BuildLimits,
     ) -> Result<Vec<String>> {
         let runtime = self.runtimes.of(RuntimeKind::Docker);
         let mut digest = Sha256::new();
@@ -136,6 +148,8 @@ impl Paddock {
                 None
             }
         };
+        // A build with the network may make another image than one without.
+        digest.update(format!("\0network\0{}", limits.network).as_bytes());
         let hex = format!("{:x}", digest.finalize());
         let tag = format!("{IMAGE_REPO}:{}", &hex[..20]);
         report.image = tag.clone();
@@ -147,16 +161,14 @@ impl Paddock {
         let base = match (context, &report.build) {
             (Some(tar), Some(build)) => {
                 let base = format!("{tag}-base");
-                runtime
-                    .build_from_context(
-                        tar,
-                        &build.dockerfile,
-                        &build.args,
-                        build.target.as_deref(),
-                        &base,
-                        &mut log,
-                    )
-                    .await?;
+                let spec = crate::runtime::ContextBuild {
+                    dockerfile: &build.dockerfile,
+                    args: &build.args,
+                    target: build.target.as_deref(),
+                    tag: &base,
+                    limits,
+                };
+                runtime.build_from_context(tar, &spec, &mut log).await?;
                 base
             }
             _ => report.base_image.clone().unwrap_or_default(),

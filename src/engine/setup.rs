@@ -259,3 +259,44 @@ pub(super) fn setup_failed(
         log,
     }
 }
+
+/// What a new job runs at create: its profile's setup commands, then its devcontainer's
+/// lifecycle commands. Outside a sandbox (the process runtime) nothing a repository's
+/// untrusted files ask runs: its `.paddock.yaml` setup and the devcontainer's commands are
+/// left out, and the returned warning (added to `warning`) says so.
+pub(super) fn commands_of(
+    config: &crate::config::Config,
+    record: &crate::job::JobRecord,
+    warning: Option<String>,
+) -> (crate::config::JobSetup, Option<String>) {
+    let sandboxed = record.runtime != crate::job::RuntimeKind::Process;
+    let mut setup = config.job_setup_where(&record.profile, sandboxed);
+    let mut warning = warning;
+    if !sandboxed && crate::config::setup_from_untrusted_repo(config, &record.profile) {
+        warning = join_warnings(
+            warning,
+            Some(format!(
+                "the setup commands of the repository's untrusted {} were not run: a process-runtime job has no sandbox (`paddock trust REPO` runs them)",
+                crate::config::REPO_CONFIG_FILE
+            )),
+        );
+    }
+    let trusted = config
+        .repo_trust
+        .as_ref()
+        .is_none_or(|trust| trust.trusted_by.is_some());
+    if let Some(devcontainer) = &record.devcontainer
+        && (sandboxed || trusted)
+    {
+        setup.commands.extend(devcontainer.setup.iter().cloned());
+    }
+    (setup, warning)
+}
+
+/// Both warnings, a line apart, or the one there is.
+pub(super) fn join_warnings(first: Option<String>, second: Option<String>) -> Option<String> {
+    match (first, second) {
+        (Some(a), Some(b)) => Some(format!("{a}\n{b}")),
+        (a, b) => a.or(b),
+    }
+}

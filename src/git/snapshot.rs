@@ -10,6 +10,43 @@ const MAX_CONTEXT_BYTES: u64 = 512 << 20;
 
 impl GitRepo {
     /// The blob at `path` in `commit`, if there is one (a tree or a missing path: `None`).
+    /// [`read_at`](Self::read_at) of a file that must be at most `max` bytes (a
+    /// repository's config: anyone's to make huge); its size is read from the object's
+    /// header, so a bigger one is refused without being loaded.
+    pub async fn read_at_most(
+        &self,
+        commit: &str,
+        path: &str,
+        max: u64,
+    ) -> Result<Option<Vec<u8>>, GitError> {
+        let this = self.clone();
+        let (owned_commit, owned_path) = (commit.to_string(), path.to_string());
+        let size = blocking(move || {
+            let (commit, path) = (owned_commit, owned_path);
+            let repo = this.open_git2()?;
+            let tree = tree_of(&repo, &commit, &this)?;
+            let Ok(entry) = tree.get_path(std::path::Path::new(&path)) else {
+                return Ok(None);
+            };
+            let odb = repo.odb().map_err(read_err(&this.common_dir))?;
+            Ok(odb
+                .read_header(entry.id())
+                .ok()
+                .filter(|(_, kind)| *kind == git2::ObjectType::Blob)
+                .map(|(size, _)| size as u64))
+        })
+        .await?;
+        match size {
+            None => Ok(None),
+            Some(size) if size > max => Err(GitError::Snapshot {
+                what: format!(
+                    "`{path}` at {commit} is {size} bytes, more than the {max} paddock reads of it"
+                ),
+            }),
+            Some(_) => self.read_at(commit, path).await,
+        }
+    }
+
     pub async fn read_at(&self, commit: &str, path: &str) -> Result<Option<Vec<u8>>, GitError> {
         let this = self.clone();
         let (commit, path) = (commit.to_string(), path.to_string());

@@ -26,21 +26,69 @@ use crate::wire::{CreateRequest, ExecOptions, Label, PushRequest, RemoveOptions}
 /// The label that says which MCP session created a job.
 pub const SESSION_LABEL: &str = "mcp-session";
 
-/// One MCP session: its id (the value of its jobs' label) and whether it may touch every job.
+/// One MCP session: its id (the value of its jobs' label), whether it may touch every job,
+/// and the repositories it serves (their git common dirs, as `GitRepo::open` resolves them):
+/// without `--all-jobs` it creates jobs only there.
 #[derive(Debug, Clone)]
 pub struct Session {
     pub id: String,
     pub all_jobs: bool,
+    pub repos: Vec<PathBuf>,
 }
 
 impl Session {
-    /// A session with a fresh random id.
-    pub fn new(all_jobs: bool) -> Session {
+    /// A session with a fresh random id, serving `repos` (common dirs).
+    pub fn new(all_jobs: bool, repos: Vec<PathBuf>) -> Session {
         Session {
             id: crate::ids::random_hex(16),
             all_jobs,
+            repos,
         }
     }
+}
+
+/// The branch a base names (`agent/x/y` of `refs/heads/agent/x/y~2`), for the check that a
+/// session does not start from another session's job.
+fn base_branch(base: &str) -> &str {
+    let name = base.strip_prefix("refs/heads/").unwrap_or(base);
+    name.find(['~', '^', '@', ':'])
+        .map_or(name, |end| &name[..end])
+}
+
+/// A session's own lane (without `--all-jobs`): a job only in a repository it serves, and
+/// never based on the branch of a job another session (or anyone else) made.
+async fn check_lane(
+    ops: &impl Operations,
+    session: &Session,
+    request: &CreateRequest,
+) -> Result<(), Failure> {
+    let refused = |message: String| Failure {
+        code: "refused",
+        message: format!("{message} (start `paddock mcp --repo PATH` or `--all-jobs` to allow it)"),
+    };
+    let repo = crate::git::GitRepo::open(&request.repo, &std::env::temp_dir())
+        .await
+        .map_err(|error| refused(error.to_string()))?;
+    if !session.repos.contains(&repo.common_dir) {
+        return Err(refused(format!(
+            "this session serves only the repositories it was started with, not {}",
+            repo.root.display()
+        )));
+    }
+    if let Some(base) = &request.base {
+        let branch = base_branch(base);
+        let jobs = ops.list(Some(&repo.root)).await?;
+        if let Some(job) = jobs
+            .iter()
+            .find(|job| job.branch == branch && job.labels.get(SESSION_LABEL) != Some(&session.id))
+        {
+            return Err(refused(format!(
+                "the base `{base}` is the branch of job {}, which this session did not create",
+                job.id
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Arguments naming one job.
@@ -371,6 +419,7 @@ async fn job_create(
         if request.reuse_branch {
             return Err(refused("an MCP session cannot reuse an existing branch"));
         }
+        check_lane(ops, session, &request).await?;
         match request.runtime {
             Some(RuntimeChoice::Process) => {
                 return Err(refused(

@@ -93,6 +93,27 @@ pub struct EngineFacts {
     pub cpus: u64,
 }
 
+/// An image build from a repository's content (a devcontainer's `build`): what to build.
+#[derive(Debug, Clone, Copy)]
+pub struct ContextBuild<'a> {
+    pub dockerfile: &'a str,
+    pub args: &'a std::collections::BTreeMap<String, String>,
+    pub target: Option<&'a str>,
+    pub tag: &'a str,
+    pub limits: BuildLimits,
+}
+
+/// The walls of a build from repository content, which is as untrusted as the agent: the
+/// job's memory and CPU caps, and no network unless the user's profile opens it
+/// (`build_network: open`; a repository's file cannot).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BuildLimits {
+    /// Bytes; 0: none.
+    pub memory: u64,
+    pub cpus: f64,
+    pub network: bool,
+}
+
 /// One way of running a job's commands. Every method that waits on something outside the
 /// process has its own deadline; methods that remove things check ownership right before
 /// they act and succeed when the thing is already gone.
@@ -368,15 +389,12 @@ pub trait Runtime: Send + Sync {
         })
     }
 
-    /// Builds `tag` from a build context (a tar) with its Dockerfile, args and target (a
-    /// devcontainer's `build`); returns the image id.
+    /// Builds `build.tag` from a repository's build context (a tar) with its Dockerfile,
+    /// args and target (a devcontainer's `build`), inside `build.limits`; returns the image id.
     async fn build_from_context(
         &self,
         _context: Vec<u8>,
-        _dockerfile: &str,
-        _args: &std::collections::BTreeMap<String, String>,
-        _target: Option<&str>,
-        _tag: &str,
+        _build: &ContextBuild<'_>,
         _progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
         Err(RuntimeError::Unsupported {

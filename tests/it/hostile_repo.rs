@@ -217,3 +217,108 @@ fn a_process_job_runs_no_untrusted_setup_and_trust_restores_the_file() {
     );
     home.ok(&["rm", &text(&job, "id"), "--force"]);
 }
+
+/// A repository whose devcontainer builds from its own Dockerfile; each `RUN` notes its
+/// memory and CPU caps and whether it reached `target` (the test's listener), or, with
+/// `need_network`, fails without it.
+fn building_repo(target: &str, need_network: bool) -> FixtureRepo {
+    let repo = FixtureRepo::new();
+    let (host, port) = target.split_once(':').expect("host:port");
+    let reach = format!(
+        "timeout 5 bash -c 'exec 3<>/dev/tcp/{host}/{port} && read -r -t 5 line <&3 && echo \"$line\"' || echo unreachable"
+    );
+    let failing = if need_network {
+        " && grep -q hello /build-net"
+    } else {
+        ""
+    };
+    repo.write(
+        ".devcontainer/Dockerfile",
+        &format!(
+            "ARG BASE=paddock-base:bookworm\nFROM ${{BASE}}\n\
+             RUN cat /sys/fs/cgroup/memory/memory.limit_in_bytes > /build-memory \
+             && cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us > /build-cpu \
+             && ({reach}) > /build-net 2>&1{failing}\n"
+        ),
+    );
+    repo.write(
+        ".devcontainer/devcontainer.json",
+        "{\"build\": {\"dockerfile\": \"Dockerfile\", \"context\": \".\"}}",
+    );
+    // A file of this run in the context: a context of its own, so the create builds.
+    repo.write(
+        ".devcontainer/run-id",
+        &format!("{}-{:?}", std::process::id(), std::time::Instant::now()),
+    );
+    repo.commit_all("a devcontainer that builds");
+    repo
+}
+
+/// Issue 40, item 2: a build of the repository's Dockerfile runs in the job's walls: no
+/// network (the test's listener is not reached), the job's memory and CPU caps; a build that
+/// needs the network fails naming `build_network`; the user's `build_network: open` opens it.
+#[test]
+fn a_repository_build_runs_with_no_network_and_the_jobs_limits() {
+    if !docker_available("a_repository_build_runs_with_no_network_and_the_jobs_limits") {
+        return;
+    }
+    let gateway = crate::fixtures::bridge_gateway();
+    let target = format!("{gateway}:{}", crate::setup_network::greeter(&gateway));
+    let profile = "profiles:\n  default:\n    runtime: docker\n    memory: 1g\n    cpus: 1\n";
+
+    let repo = building_repo(&target, false);
+    let home = TestHome::new().with_config(profile);
+    let (job, _) = create(&home, &repo);
+    let id = text(&job, "id");
+    let seen = sh(&home, &id, "cat /build-memory /build-cpu /build-net");
+    let lines: Vec<&str> = seen["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .lines()
+        .collect();
+    assert_eq!(lines[..2], ["1073741824", "100000"], "{seen}");
+    assert_eq!(lines.last(), Some(&"unreachable"), "{seen}");
+    home.ok(&["rm", &id, "--force"]);
+
+    // A build that needs the network fails, and says which setting opens it.
+    let repo = building_repo(&target, true);
+    let path = repo.path().display().to_string();
+    let output = home.run(&["create", "--repo", &path, "--json"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("build_network: open"), "{stderr}");
+
+    // The user's profile opens it; a repository's file cannot.
+    let repo = building_repo(&target, true);
+    repo.write(
+        ".paddock.yaml",
+        "profiles:\n  default:\n    build_network: open\n",
+    );
+    repo.commit_all("a repository asking for the network");
+    let path = repo.path().display().to_string();
+    let output = home.run(&["create", "--repo", &path, "--json"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("build_network: open"), "{stderr}");
+    let shown = home.json(&["config", "show", "--repo", &path, "--json"]);
+    assert!(
+        shown["values"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .any(|row| row["key"] == "profiles.default.build_network"
+                && row["value"]
+                    .as_str()
+                    .is_some_and(|v| v.starts_with("REFUSED open"))),
+        "{shown}"
+    );
+    let open = TestHome::new().with_config(&format!("{profile}    build_network: open\n"));
+    let (job, _) = create(&open, &building_repo(&target, true));
+    let seen = sh(&open, &text(&job, "id"), "cat /build-net");
+    assert_eq!(
+        seen["stdout"].as_str().map(str::trim),
+        Some("hello from the test"),
+        "{seen}"
+    );
+    open.ok(&["rm", &text(&job, "id"), "--force"]);
+}

@@ -2,7 +2,8 @@
 //! Initialise, list tools with valid schemas, create a job, write files, commit through
 //! `job_exec`, read the diff and files, remove the job; malformed messages get the proper
 //! JSON-RPC errors and the server keeps serving; a second session cannot touch the first
-//! session's job unless it runs with `--all-jobs`.
+//! session's job unless it runs with `--all-jobs`; a session creates jobs only in the
+//! repositories it was started with, and never on another session's job's branch.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
@@ -159,7 +160,8 @@ fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
     }
     let repo = FixtureRepo::new();
     let home = TestHome::new();
-    let mut mcp = McpClient::start(&home, &[]);
+    let repo_path = repo.path().display().to_string();
+    let mut mcp = McpClient::start(&home, &["--repo", &repo_path]);
 
     let tools = mcp.request("tools/list", &json!({}));
     let tools = tools["result"]["tools"].as_array().unwrap().clone();
@@ -453,5 +455,83 @@ fn a_2025_11_25_client_gets_its_version_and_bad_arguments_as_tool_errors_older_o
     for (asked, agreed) in [("2024-11-05", "2024-11-05"), ("2099-01-01", "2025-11-25")] {
         let (_client, init) = McpClient::start_speaking(&home, &[], asked);
         assert_eq!(init["result"]["protocolVersion"], agreed, "{init}");
+    }
+}
+
+/// Issue 40, item 5: a session stays in its lane. It creates jobs only in the repositories
+/// named at its start (`--repo`), and never based on the branch of a job it did not create
+/// (which would hand it that job's work); its own job's branch is a fine base.
+#[test]
+fn a_session_creates_only_in_its_repositories_and_never_on_another_sessions_branch() {
+    if !docker_available(
+        "a_session_creates_only_in_its_repositories_and_never_on_another_sessions_branch",
+    ) {
+        return;
+    }
+    let (mine, theirs) = (FixtureRepo::new(), FixtureRepo::new());
+    let home = TestHome::new();
+    let (mine_path, theirs_path) = (
+        mine.path().display().to_string(),
+        theirs.path().display().to_string(),
+    );
+    let image = test_image();
+    let create = |client: &mut McpClient, repo: &str, task: &str, base: Option<&str>| {
+        let mut arguments =
+            json!({"repo": repo, "task": task, "image": image, "runtime": "docker"});
+        if let Some(base) = base {
+            arguments["base"] = json!(base);
+        }
+        client.call("job_create", &arguments)
+    };
+    let refused = |result: &Value, says: &str| {
+        assert_eq!(result["isError"], true, "{result}");
+        assert_eq!(
+            result["structuredContent"]["error"]["code"], "refused",
+            "{result}"
+        );
+        assert!(result.to_string().contains(says), "{says}: {result}");
+    };
+    let mut session = McpClient::start(&home, &["--repo", &mine_path]);
+    let mut other = McpClient::start(&home, &["--repo", &mine_path, "--repo", &theirs_path]);
+
+    // A repository the session was not started with.
+    refused(
+        &create(&mut session, &theirs_path, "out", None),
+        "serves only the repositories",
+    );
+    // Another session's job's branch as the base, by name or with a suffix.
+    let foreign = other.ok(
+        "job_create",
+        &json!({"repo": mine_path, "task": "foreign", "image": image, "runtime": "docker"}),
+    );
+    let branch = foreign["branch"].as_str().unwrap().to_string();
+    for base in [branch.clone(), format!("refs/heads/{branch}~0")] {
+        refused(
+            &create(&mut session, &mine_path, "steal", Some(&base)),
+            "did not create",
+        );
+    }
+    // Its own repository and its own job's branch are fine.
+    let own = session.ok(
+        "job_create",
+        &json!({"repo": mine_path, "task": "own", "image": image, "runtime": "docker"}),
+    );
+    let own_branch = own["branch"].as_str().unwrap();
+    let next = create(&mut session, &mine_path, "next", Some(own_branch));
+    assert_eq!(next["isError"], false, "{next}");
+    // With --all-jobs, the lane is the user's to draw.
+    let mut admin = McpClient::start(&home, &["--all-jobs"]);
+    let based = create(&mut admin, &mine_path, "admin", Some(&branch));
+    assert_eq!(based["isError"], false, "{based}");
+    let elsewhere = create(&mut admin, &theirs_path, "admin2", None);
+    assert_eq!(elsewhere["isError"], false, "{elsewhere}");
+    for id in [
+        &foreign["id"],
+        &own["id"],
+        &next["structuredContent"]["id"],
+        &based["structuredContent"]["id"],
+        &elsewhere["structuredContent"]["id"],
+    ] {
+        home.ok(&["rm", id.as_str().unwrap(), "--force"]);
     }
 }

@@ -9,7 +9,7 @@ use std::net::TcpListener;
 use crate::fixtures::{FixtureRepo, TestHome, bridge_gateway, docker_available, text};
 
 /// A server on `address` that greets every connection with one line; returns its port.
-fn greeter(address: &str) -> u16 {
+pub(crate) fn greeter(address: &str) -> u16 {
     let listener = TcpListener::bind((address, 0)).unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {

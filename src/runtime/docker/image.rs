@@ -1,7 +1,7 @@
 //! Building the agent image from the Dockerfile and entrypoint built into paddock, so
 //! `paddock image build` works from anywhere and needs no registry when the base is local.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use bollard::query_parameters::BuildImageOptionsBuilder;
@@ -49,34 +49,70 @@ pub async fn build_image(
     run_build(&docker, options, context, tag, progress).await
 }
 
-/// Builds `tag` from a repository's build context (a tar, see `git::snapshot`) with its
-/// Dockerfile, args and target; nothing is pulled (a base the engine lacks fails the build).
+/// Builds `build.tag` from a repository's build context (a tar, see `git::snapshot`) with
+/// its Dockerfile, args and target; nothing is pulled (a base the engine lacks fails the
+/// build). Every `RUN` step runs in the job's walls (`build.limits`): no network unless the
+/// user's profile opens it, the job's memory (swap the same: none) and CPU caps.
 pub async fn build_from_context(
     context: Vec<u8>,
-    dockerfile: &str,
-    args: &BTreeMap<String, String>,
-    target: Option<&str>,
-    tag: &str,
+    build: &crate::runtime::ContextBuild<'_>,
     home_id: &str,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
-    let args: HashMap<&str, &str> = args.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let args: HashMap<&str, &str> = build
+        .args
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let limits = build.limits;
     let mut options = BuildImageOptionsBuilder::new()
-        .dockerfile(dockerfile)
-        .t(tag)
+        .dockerfile(build.dockerfile)
+        .t(build.tag)
         .rm(true)
         .forcerm(true)
         .pull("false")
         .buildargs(&args)
+        .networkmode(if limits.network { "default" } else { "none" })
         .labels(&HashMap::from([
             (LABEL_IMAGE, "devcontainer-base"),
             (LABEL_HOME, home_id),
         ]));
-    if let Some(target) = target {
+    if limits.memory > 0 {
+        // The API's field is 32 bits wide (bollard's stubs): a job's cap above it builds
+        // under 2 GiB, a narrower wall than the job's own, never a wider one.
+        let memory = i32::try_from(limits.memory).unwrap_or(i32::MAX);
+        options = options.memory(memory).memswap(memory);
+    }
+    if limits.cpus > 0.0 {
+        let period: i32 = 100_000;
+        // At least 1 ms of each 100 ms; a job's cap is at most 1024 CPUs, so it fits.
+        let quota = (limits.cpus * f64::from(period)).round().max(1_000.0);
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "at most 1024 × 100,000, checked by Cpus"
+        )]
+        let quota = quota as i32;
+        options = options.cpuperiod(period).cpuquota(quota);
+    }
+    if let Some(target) = build.target {
         options = options.target(target);
     }
-    run_build(&docker, options.build(), context, tag, progress).await
+    run_build(&docker, options.build(), context, build.tag, progress)
+        .await
+        .map_err(|error| match error {
+            // A failed step of a build with no network says which setting opens it.
+            RuntimeError::Docker { action, target, message } if !limits.network => {
+                RuntimeError::Docker {
+                    action,
+                    target,
+                    message: format!(
+                        "{message} (the build had no network: builds of a repository's Dockerfile run with none unless your profile sets `build_network: open`)"
+                    ),
+                }
+            }
+            other => other,
+        })
 }
 
 /// The env of the image `tag` (`NAME=value` entries) when the engine has it; `None` when it

@@ -412,23 +412,11 @@ impl Runtime for DockerRuntime {
     async fn build_from_context(
         &self,
         context: Vec<u8>,
-        dockerfile: &str,
-        args: &std::collections::BTreeMap<String, String>,
-        target: Option<&str>,
-        tag: &str,
+        build: &crate::runtime::ContextBuild<'_>,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
         self.on(async {
-            super::image::build_from_context(
-                context,
-                dockerfile,
-                args,
-                target,
-                tag,
-                self.home.id(),
-                progress,
-            )
-            .await
+            super::image::build_from_context(context, build, self.home.id(), progress).await
         })
         .await
     }
