@@ -150,13 +150,14 @@ type Answer =
     hyper::Response<http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>>;
 
 /// A TLS server on loopback with a certificate of its own CA, answering each request (one
-/// per connection) with `answer`; its allow entry, its CA and the requests it saw (path and
-/// `Authorization`).
+/// per connection) with `answer`; its allow entry, port, CA and the requests it saw (path
+/// and `Authorization`).
 async fn tls_upstream(
     dir: &std::path::Path,
     answer: fn(&str, &str) -> Answer,
 ) -> (
     crate::egress::AllowEntry,
+    u16,
     super::super::ca::InstallCa,
     Arc<std::sync::Mutex<Vec<(String, String)>>>,
 ) {
@@ -209,7 +210,7 @@ async fn tls_upstream(
             });
         }
     });
-    (host, upstream_ca, seen)
+    (host, port, upstream_ca, seen)
 }
 
 const PLACEHOLDER: &str = "paddock-secret-0123456789";
@@ -298,15 +299,8 @@ async fn a_secret_host_gets_the_value_on_every_request_and_never_echoes_it() {
     use http_body_util::BodyExt;
     let dir = tempfile::tempdir().unwrap();
     // A server that answers with the `Authorization` it got.
-    let (host, upstream_ca, seen) =
+    let (host, port, upstream_ca, seen) =
         tls_upstream(dir.path(), |_, auth| full(format!("got {auth}"))).await;
-    let port = host
-        .to_string()
-        .rsplit_once(':')
-        .unwrap()
-        .1
-        .parse::<u16>()
-        .unwrap();
     let (proxy, install_ca) = secret_proxy(dir.path(), &host, &upstream_ca).await;
     let mut sender = job_sender(proxy, port, &install_ca).await;
     for _ in 0..2 {
@@ -402,14 +396,7 @@ fn hostile_answer(path: &str, auth: &str) -> Answer {
 async fn a_hostile_upstream_gets_the_value_only_for_its_own_requests_and_never_echoes_it() {
     use http_body_util::BodyExt;
     let dir = tempfile::tempdir().unwrap();
-    let (host, upstream_ca, seen) = tls_upstream(dir.path(), hostile_answer).await;
-    let port = host
-        .to_string()
-        .rsplit_once(':')
-        .unwrap()
-        .1
-        .parse::<u16>()
-        .unwrap();
+    let (host, port, upstream_ca, seen) = tls_upstream(dir.path(), hostile_answer).await;
     let (proxy, install_ca) = secret_proxy(dir.path(), &host, &upstream_ca).await;
     let own = format!("127.0.0.1:{port}");
     let misrouted: [(&str, Vec<&str>); 4] = [

@@ -283,12 +283,13 @@ fn git_inside_works_when_paddock_is_not_root() {
                 .envs(home.envs.iter().map(|(k, v)| (k, v)))
                 .env("HOME", &user_home)
                 .env_remove("PADDOCK_RUNTIME")
-                // Without root, overlays need a setuid fusermount3; where there is none (this
-                // test's machine) the overlay run of this test makes worktree checkouts.
+                // Without root, overlays need a setuid fusermount3 and a user with a name
+                // (uid 4242 has none here): worktree checkouts, as root's default run did,
+                // except in the overlay run of a machine where paddock's default is a worktree.
                 .env(
                     "PADDOCK_CHECKOUT",
-                    match crate::fixtures::current_checkout() {
-                        "overlay" if fusermount_is_setuid() => "overlay",
+                    match crate::fixtures::checkouts::chosen_checkout() {
+                        Some("overlay") if fusermount_is_setuid() => "overlay",
                         _ => "worktree",
                     },
                 )

@@ -223,7 +223,16 @@ fn a_secret_of_a_remote_job_reaches_only_its_host_and_rests_nowhere() {
     // These looks can fail: the placeholder is in the job's settings on the engine.
     let inspect = engine.docker_ok(&["inspect", &container]);
     assert!(inspect.contains(&placeholder), "{inspect}");
-    let found = engine_files_with(engine, &placeholder);
+    // Docker rewrites a container's config.v2.json by rename on each state change (an exec
+    // just ended): a look in that moment misses it, so it looks again for a few seconds.
+    let mut found = engine_files_with(engine, &placeholder);
+    for _ in 0..10 {
+        if found.contains("config.v2.json") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        found = engine_files_with(engine, &placeholder);
+    }
     assert!(found.contains("config.v2.json"), "{found}");
 
     home.ok(&["rm", &id, "--force"]);
