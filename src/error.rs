@@ -139,6 +139,15 @@ pub enum Error {
     BranchExists { branch: String, repo: PathBuf },
     #[error("branch `{branch}` is held by job `{job}`")]
     BranchHeld { branch: String, job: JobId },
+    #[error(
+        "refusing to push job `{id}`: its branch carries {count} commit(s) the remote lacks that your other local refs ({refs}) reach and the job did not make, e.g. {examples}"
+    )]
+    LocalHistory {
+        id: JobId,
+        count: usize,
+        refs: String,
+        examples: String,
+    },
     #[error("worktree path `{path}` already exists")]
     WorktreeExists { path: PathBuf },
     #[error("refusing to remove job `{id}`: failed to save its uncommitted work")]
@@ -271,9 +280,10 @@ impl Error {
             | Error::BranchHeld { .. }
             | Error::WorktreeExists { .. }
             | Error::NotRunnable { .. } => K::Conflict,
-            Error::SnapshotFailed { .. } | Error::NotOurs { .. } | Error::Legacy { .. } => {
-                K::Refused
-            }
+            Error::SnapshotFailed { .. }
+            | Error::NotOurs { .. }
+            | Error::Legacy { .. }
+            | Error::LocalHistory { .. } => K::Refused,
             Error::RemoveDir { .. }
             | Error::Log { .. }
             | Error::Injected { .. }
@@ -366,6 +376,9 @@ impl Error {
             }
             Error::SnapshotFailed { .. } => {
                 "fix the worktree, or pass --force to remove it without saving"
+            }
+            Error::LocalHistory { .. } => {
+                "pass --include-local-history to publish those commits too (the agent may have merged them in: `paddock log JOB` shows them)"
             }
             Error::Legacy { .. } => "`paddock doctor` says how to move it to this version",
             Error::Overlay(OverlayError::Unavailable { .. }) => {

@@ -21,6 +21,10 @@ pub struct PushArgs {
     /// was just before the push.
     #[arg(long)]
     force_with_lease: bool,
+    /// Push even when the branch carries commits the remote lacks that your other local
+    /// branches or tags reach and the job did not make (they become public too).
+    #[arg(long)]
+    include_local_history: bool,
     #[arg(long)]
     json: bool,
 }
@@ -29,6 +33,7 @@ pub async fn run(ops: &impl Operations, args: PushArgs) -> Result<i32> {
     let request = PushRequest {
         remote: args.remote,
         force_with_lease: args.force_with_lease,
+        include_local_history: args.include_local_history,
     };
     let report = ops.push(&args.job, request).await?;
     if args.json {

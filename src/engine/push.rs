@@ -38,6 +38,10 @@ impl Paddock {
         let target = repo
             .push_target(&record.branch, request.remote.as_deref())
             .await?;
+        if !request.include_local_history {
+            self.refuse_local_history(record, &repo, &tip, &target.remote)
+                .await?;
+        }
         let pushed = repo
             .push_branch(&target, &tip, request.force_with_lease)
             .await?;
@@ -136,6 +140,82 @@ impl Paddock {
                 false
             }
         }
+    }
+}
+
+/// The file of a job's own commits (see `git::history`): one commit id a line, appended by
+/// each sync that moved the branch.
+fn origin_file(home: &crate::store::PaddockHome, id: &JobId) -> std::path::PathBuf {
+    home.job_dir(id).join("own-commits")
+}
+
+impl Paddock {
+    /// Notes the commits a sync just brought to `tip` that no other ref of the user's
+    /// repository reaches: the job's own, which `push` publishes without asking. A failure
+    /// only makes a later push ask (`--include-local-history`) for more.
+    pub(super) async fn note_own_commits(&self, record: &JobRecord, tip: &str) {
+        let repo = self.repo_of(record);
+        let own = match repo.commits_only_on(tip, &record.branch).await {
+            Ok(own) => own,
+            Err(error) => {
+                tracing::warn!(job = %record.id, %error, "cannot tell the job's own commits");
+                return;
+            }
+        };
+        if own.is_empty() {
+            return;
+        }
+        let path = origin_file(&self.home, &record.id);
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut file| {
+                use std::io::Write;
+                file.write_all(format!("{}\n", own.join("\n")).as_bytes())
+            });
+        if let Err(error) = appended {
+            tracing::warn!(file = %path.display(), %error, "cannot note the job's own commits");
+        }
+    }
+
+    /// Refuses a push whose branch carries commits `remote` lacks that the user's other local
+    /// refs reach and that the job did not make (see `git::history`).
+    async fn refuse_local_history(
+        &self,
+        record: &JobRecord,
+        repo: &crate::git::GitRepo,
+        tip: &str,
+        remote: &str,
+    ) -> Result<()> {
+        let own: std::collections::HashSet<String> =
+            std::fs::read_to_string(origin_file(&self.home, &record.id))
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_string)
+                .collect();
+        let foreign: Vec<String> = repo
+            .local_history(tip, &record.base_commit, &record.branch, remote)
+            .await?
+            .into_iter()
+            .filter(|commit| !own.contains(commit))
+            .collect();
+        if foreign.is_empty() {
+            return Ok(());
+        }
+        let mut refs = std::collections::BTreeSet::new();
+        let mut examples = Vec::new();
+        for commit in foreign.iter().take(3) {
+            refs.extend(repo.refs_containing(commit, &record.branch).await?);
+            let subject = repo.subject_of(commit).await.unwrap_or_default();
+            examples.push(format!("{} \"{subject}\"", &commit[..commit.len().min(10)]));
+        }
+        Err(crate::error::Error::LocalHistory {
+            id: record.id.clone(),
+            count: foreign.len(),
+            refs: refs.into_iter().collect::<Vec<_>>().join(", "),
+            examples: examples.join(", "),
+        })
     }
 }
 

@@ -339,6 +339,9 @@ impl Paddock {
                     repo.publish(&scratch.path, &[(SCRATCH_BRANCH, branch_ref)])
                         .await?;
                 }
+                if !record.is_legacy() {
+                    self.note_own_commits(record, tip).await;
+                }
             }
         }
         Ok(Synced {

@@ -19,6 +19,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::ops::Operations;
 
+mod lanes;
 mod tools;
 
 pub use tools::{SESSION_LABEL, Session};

@@ -47,50 +47,6 @@ impl Session {
     }
 }
 
-/// The branch a base names (`agent/x/y` of `refs/heads/agent/x/y~2`), for the check that a
-/// session does not start from another session's job.
-fn base_branch(base: &str) -> &str {
-    let name = base.strip_prefix("refs/heads/").unwrap_or(base);
-    name.find(['~', '^', '@', ':'])
-        .map_or(name, |end| &name[..end])
-}
-
-/// A session's own lane (without `--all-jobs`): a job only in a repository it serves, and
-/// never based on the branch of a job another session (or anyone else) made.
-async fn check_lane(
-    ops: &impl Operations,
-    session: &Session,
-    request: &CreateRequest,
-) -> Result<(), Failure> {
-    let refused = |message: String| Failure {
-        code: "refused",
-        message: format!("{message} (start `paddock mcp --repo PATH` or `--all-jobs` to allow it)"),
-    };
-    let repo = crate::git::GitRepo::open(&request.repo, &std::env::temp_dir())
-        .await
-        .map_err(|error| refused(error.to_string()))?;
-    if !session.repos.contains(&repo.common_dir) {
-        return Err(refused(format!(
-            "this session serves only the repositories it was started with, not {}",
-            repo.root.display()
-        )));
-    }
-    if let Some(base) = &request.base {
-        let branch = base_branch(base);
-        let jobs = ops.list(Some(&repo.root)).await?;
-        if let Some(job) = jobs
-            .iter()
-            .find(|job| job.branch == branch && job.labels.get(SESSION_LABEL) != Some(&session.id))
-        {
-            return Err(refused(format!(
-                "the base `{base}` is the branch of job {}, which this session did not create",
-                job.id
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// Arguments naming one job.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -303,9 +259,9 @@ pub fn list() -> Vec<Value> {
 }
 
 /// Why a tool failed: shown to the agent as an `isError` result.
-struct Failure {
-    code: &'static str,
-    message: String,
+pub(super) struct Failure {
+    pub(super) code: &'static str,
+    pub(super) message: String,
 }
 
 impl From<Error> for Failure {
@@ -419,7 +375,7 @@ async fn job_create(
         if request.reuse_branch {
             return Err(refused("an MCP session cannot reuse an existing branch"));
         }
-        check_lane(ops, session, &request).await?;
+        super::lanes::check_lane(ops, session, &request).await?;
         match request.runtime {
             Some(RuntimeChoice::Process) => {
                 return Err(refused(
@@ -580,6 +536,9 @@ async fn run_job_tool(
             let request = PushRequest {
                 remote: args.remote,
                 force_with_lease: args.force_with_lease,
+                // An agent's session never publishes the user's other history: only the
+                // user, from the CLI or the API, can ask for that.
+                include_local_history: false,
             };
             value(ops.push(job, request).await?)
         }

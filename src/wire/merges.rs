@@ -149,6 +149,11 @@ pub struct PushRequest {
     /// tip seen just before the push.
     #[serde(default)]
     pub force_with_lease: bool,
+    /// Push even when the branch carries commits the remote lacks that the user's other
+    /// local refs reach and the job did not make (an agent can merge them in from the
+    /// object store it reads): they become public too.
+    #[serde(default)]
+    pub include_local_history: bool,
 }
 
 /// What `push` did.

@@ -417,3 +417,67 @@ fn the_api_route_pushes_and_an_mcp_session_pushes_only_its_own_jobs() {
     assert_eq!(result["isError"], false, "{result}");
     assert_eq!(result["structuredContent"]["updated"], false, "{result}");
 }
+
+/// Issue 40, item 4: a push publishes only the job's history. An agent that merged the
+/// user's never-pushed branch (readable in the object store it borrows) into its own branch
+/// gets its push refused, naming that branch and the commit; `--include-local-history`
+/// pushes anyway. The job's own commits push even after the user merged them into an
+/// unpushed local branch.
+#[test]
+fn a_push_refuses_the_users_unpushed_history_an_agent_merged_in() {
+    let home = TestHome::new();
+    let repo = FixtureRepo::new();
+    let (_remote, bare) = bare_origin(&repo, "origin");
+    // The user's private work: a branch never pushed.
+    repo.git(&["switch", "-q", "-c", "private"]);
+    repo.write("secret-plan.txt", "the user's unpublished plan\n");
+    let private = repo.commit_all("private: not for the remote");
+    repo.git(&["switch", "-q", "main"]);
+
+    // The agent finds it in the objects it can read and merges it in (keeping its tree).
+    let job = home.create(&repo, &["--runtime", "process", "--task", "merger"]);
+    let id = text(&job, "id");
+    home.sh(
+        &id,
+        &format!(
+            "echo mine > mine.txt && git add mine.txt && git commit -qm mine && git merge -q -s ours --no-edit {private}"
+        ),
+    );
+    let (code, _, stderr) = push(&home, &id, &[]);
+    assert_eq!(code, 9, "{stderr}");
+    assert!(
+        stderr.contains("private") && stderr.contains(&private[..10]),
+        "names the branch and the commit: {stderr}"
+    );
+    assert!(stderr.contains("--include-local-history"), "{stderr}");
+    assert!(
+        !heads(&bare).iter().any(|h| h.contains(&private)),
+        "nothing went out"
+    );
+    let rev_list = |rev: &str| git(&bare, &["rev-list", "--all"]).contains(rev);
+    assert!(
+        !rev_list(&private),
+        "the private commit is not on the remote"
+    );
+    // The user's choice: push it anyway.
+    let (code, report, stderr) = push(&home, &id, &["--include-local-history"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(report["updated"], true, "{report}");
+    assert!(rev_list(&private));
+
+    // A job whose own commits the user merged into an unpushed local branch still pushes:
+    // those commits are the job's.
+    let job = home.create(&repo, &["--runtime", "process", "--task", "own"]);
+    let (id, branch) = (text(&job, "id"), text(&job, "branch"));
+    home.sh(
+        &id,
+        "echo own > own.txt && git add own.txt && git commit -qm own",
+    );
+    home.ok(&["log", &id]);
+    repo.git(&["switch", "-q", "-c", "integration"]);
+    repo.git(&["merge", "-q", "--no-edit", &branch]);
+    repo.git(&["switch", "-q", "main"]);
+    let (code, report, stderr) = push(&home, &id, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(report["updated"], true, "{report}");
+}
