@@ -57,6 +57,7 @@ mod push;
 mod push_http;
 mod push_ssh;
 mod secrets;
+mod secrets_upstream;
 mod setup_network;
 mod snapshots;
 mod sweep;
