@@ -58,9 +58,15 @@ impl RepoTrust {
             Some(line) => format!("{}:{line}", self.file.display()),
             None => self.file.display().to_string(),
         };
+        // The key and value are the repository's text: one line each, and not a page.
+        let mut value = crate::text::line(&refusal.value).into_owned();
+        if value.chars().count() > 120 {
+            value = value.chars().take(120).collect::<String>() + "…";
+        }
         format!(
-            "{place}: `{}: {}`: {}",
-            refusal.key, refusal.value, refusal.reason
+            "{place}: `{}: {value}`: {}",
+            crate::text::line(&refusal.key),
+            refusal.reason
         )
     }
 }

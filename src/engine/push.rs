@@ -144,7 +144,12 @@ impl Paddock {
 }
 
 /// The file of a job's own commits (see `git::history`): one commit id a line, appended by
-/// each sync that moved the branch.
+/// each sync that moved the branch with the commits new since its last tip.
+/// The most that file holds (about 100,000 commits): an agent's commits are its to make
+/// without end, a file in the state root is not. Past it nothing more is noted, which only
+/// makes a later push ask (`--include-local-history`) for more, never less.
+const MAX_ORIGIN_FILE: u64 = 4 << 20;
+
 fn origin_file(home: &crate::store::PaddockHome, id: &JobId) -> std::path::PathBuf {
     home.job_dir(id).join("own-commits")
 }
@@ -153,9 +158,14 @@ impl Paddock {
     /// Notes the commits a sync just brought to `tip` that no other ref of the user's
     /// repository reaches: the job's own, which `push` publishes without asking. A failure
     /// only makes a later push ask (`--include-local-history`) for more.
-    pub(super) async fn note_own_commits(&self, record: &JobRecord, tip: &str) {
+    pub(super) async fn note_own_commits(
+        &self,
+        record: &JobRecord,
+        tip: &str,
+        before: Option<&str>,
+    ) {
         let repo = self.repo_of(record);
-        let own = match repo.commits_only_on(tip, &record.branch).await {
+        let own = match repo.commits_only_on(tip, before, &record.branch).await {
             Ok(own) => own,
             Err(error) => {
                 tracing::warn!(job = %record.id, %error, "cannot tell the job's own commits");
@@ -166,6 +176,10 @@ impl Paddock {
             return;
         }
         let path = origin_file(&self.home, &record.id);
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() >= MAX_ORIGIN_FILE) {
+            tracing::warn!(file = %path.display(), "the job's own commits are no longer noted: the file is full");
+            return;
+        }
         let appended = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -340,7 +340,7 @@ impl Paddock {
                         .await?;
                 }
                 if !record.is_legacy() {
-                    self.note_own_commits(record, tip).await;
+                    self.note_own_commits(record, tip, current.as_deref()).await;
                 }
             }
         }

@@ -25,11 +25,20 @@ fn lines(text: &str) -> Vec<String> {
 }
 
 impl GitRepo {
-    /// The commits `tip` reaches that no ref but `branch` (its short name) reaches: after a
-    /// sync moved `branch` to `tip`, what the job made.
-    pub async fn commits_only_on(&self, tip: &str, branch: &str) -> Result<Vec<String>, GitError> {
-        let out = self
-            .call(&["rev-list", tip, "--not"])
+    /// The commits `tip` reaches that no ref but `branch` (its short name) reaches, nor
+    /// `before` (the branch's tip before the sync, whose commits an earlier sync noted):
+    /// after a sync moved `branch` to `tip`, what the job made since.
+    pub async fn commits_only_on(
+        &self,
+        tip: &str,
+        before: Option<&str>,
+        branch: &str,
+    ) -> Result<Vec<String>, GitError> {
+        let mut call = self.call(&["rev-list", tip, "--not"]);
+        if let Some(before) = before {
+            call = call.arg(before);
+        }
+        let out = call
             .arg(format!("--exclude=refs/heads/{branch}"))
             .arg("--all")
             .timeout(WALK_TIMEOUT)

@@ -500,3 +500,85 @@ fn user_runc_devcontainer() {
         "no file of the repository changed owner or mode"
     );
 }
+
+/// Issue 40 the way people run it: no `PADDOCK_HOME`, the repository in a 0700 home, as root
+/// and as a user. The repository's hostile `.paddock.yaml` is refused line by line in the
+/// user's `config show`; `paddock trust` writes the user's own config file (in that home)
+/// and the file then applies.
+#[test]
+fn trust_works_with_no_paddock_home_as_root_and_as_a_user() {
+    if !runnable(
+        "trust_works_with_no_paddock_home_as_root_and_as_a_user",
+        Who::User,
+        "process",
+        "worktree",
+    ) {
+        return;
+    }
+    for who in [Who::Root, Who::User] {
+        let machine = Machine::new(who);
+        std::fs::write(
+            machine.repo.join(".paddock.yaml"),
+            "profiles:\n  default:\n    runtime: process\n    uid: 0\n",
+        )
+        .expect("write");
+        machine.repo_git(&["add", ".paddock.yaml"]);
+        machine.repo_git(&["commit", "-q", "-m", "a repository that wants out"]);
+        if who == Who::User {
+            crate::fixtures::chown_trees(&[&machine.home], USER_UID);
+        }
+        let shown = |machine: &Machine| -> Vec<(String, String)> {
+            let output = machine.run(&["config", "show", "--json"]);
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let shown: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+            shown["values"]
+                .as_array()
+                .expect("rows")
+                .iter()
+                .map(|r| {
+                    (
+                        r["key"].as_str().unwrap().to_string(),
+                        r["value"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect()
+        };
+        let rows = shown(&machine);
+        let value = |rows: &[(String, String)], key: &str| -> Vec<String> {
+            rows.iter()
+                .filter(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+                .collect()
+        };
+        assert!(
+            value(&rows, "repo_trust")[0].starts_with("untrusted"),
+            "{who:?}: {rows:?}"
+        );
+        let uid = value(&rows, "profiles.default.uid");
+        assert_eq!(uid[0], "1000", "{who:?}: {rows:?}");
+        assert!(
+            uid[1].starts_with("REFUSED 0 (line 4)"),
+            "{who:?}: {rows:?}"
+        );
+        machine.trust_repo();
+        let rows = shown(&machine);
+        assert!(
+            value(&rows, "repo_trust")[0].starts_with("trusted"),
+            "{who:?}: {rows:?}"
+        );
+        assert_eq!(
+            value(&rows, "profiles.default.uid"),
+            ["0"],
+            "{who:?}: {rows:?}"
+        );
+        assert_eq!(
+            value(&rows, "profiles.default.runtime"),
+            ["process"],
+            "{who:?}: {rows:?}"
+        );
+    }
+}
