@@ -91,18 +91,7 @@ impl Config {
             rows.push((format!("sweep.{key}"), value, source.clone()));
         }
         rows.extend(self.admission_rows());
-        if !self.trust.is_empty() {
-            rows.push((
-                "trust".into(),
-                self.trust.join(", "),
-                self.user_file
-                    .clone()
-                    .map_or(Source::Default, Source::UserFile),
-            ));
-        }
-        if let Some(trust) = &self.repo_trust {
-            rows.extend(super::trust::rows(trust));
-        }
+        rows.extend(super::trust::config_rows(self));
 
         for (kind, routes) in [
             ("agents", &self.routing.agents),

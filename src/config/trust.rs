@@ -111,8 +111,27 @@ pub fn setup_from_untrusted_repo(config: &Config, profile: &str) -> bool {
                 .is_some_and(|p| from_repo(&p.setup.source) && !p.setup.value.is_empty()))
 }
 
-/// Rows for `config show`: the repository's trust, then each refused value.
-pub(super) fn rows(trust: &RepoTrust) -> Vec<(String, String, Source)> {
+/// Rows for `config show`: the user's `trust:` list, the repository's trust, then each
+/// value of its file that was refused.
+pub(super) fn config_rows(config: &Config) -> Vec<(String, String, Source)> {
+    let mut rows = Vec::new();
+    if !config.trust.is_empty() {
+        rows.push((
+            "trust".into(),
+            config.trust.join(", "),
+            config
+                .user_file
+                .clone()
+                .map_or(Source::Default, Source::UserFile),
+        ));
+    }
+    if let Some(trust) = &config.repo_trust {
+        rows.extend(repo_rows(trust));
+    }
+    rows
+}
+
+fn repo_rows(trust: &RepoTrust) -> Vec<(String, String, Source)> {
     let source = Source::RepoFile(trust.file.clone());
     let mut rows = vec![(
         "repo_trust".to_string(),
