@@ -29,3 +29,10 @@ impl EnvLookup for BTreeMap<String, String> {
 pub fn fail_at(point: &str) -> bool {
     std::env::var("PADDOCK_FAIL_AT").as_deref() == Ok(point)
 }
+
+/// A test-only switch: `PADDOCK_TEST_NO_BUILD_CELL=1` makes the engine look as if it could
+/// not hold a build's cell (cgroup v2, the systemd driver), which this project's own test
+/// machine cannot otherwise show.
+pub fn no_build_cell() -> bool {
+    std::env::var("PADDOCK_TEST_NO_BUILD_CELL").as_deref() == Ok("1")
+}

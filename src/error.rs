@@ -339,7 +339,11 @@ impl Error {
             Error::Runtime(RuntimeError::Unsupported { .. } | RuntimeError::Secret { .. }) => {
                 K::InvalidInput
             }
-            Error::Runtime(RuntimeError::NotOurContainer { .. }) => K::Refused,
+            Error::Runtime(
+                RuntimeError::NotOurContainer { .. }
+                | RuntimeError::NotOurImage { .. }
+                | RuntimeError::BuildUncapped { .. },
+            ) => K::Refused,
             Error::Runtime(RuntimeError::NameInUse { .. }) => K::Conflict,
             Error::Runtime(RuntimeError::Microvm(error)) => match **error {
                 crate::runtime::microvm::MicrovmError::Missing { .. }

@@ -37,7 +37,7 @@ pub use profile::{DEFAULT_GIT_DISK, PoolSettings, Profile, ProfileLayer, Reserve
 pub(crate) use secrets::value_error;
 pub use secrets::{EgressSettings, SecretSpec, check_spec};
 pub use setup::{JobSetup, SetupSettings};
-pub use trust::{Refusal, RepoTrust, add_trust, setup_from_untrusted_repo};
+pub use trust::{Refusal, RepoTrust, add_trust, setup_from_untrusted_repo, trusts_repo};
 
 /// The name of the repo-level config file, at the target repository's root.
 pub const REPO_CONFIG_FILE: &str = ".paddock.yaml";

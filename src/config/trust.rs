@@ -95,6 +95,18 @@ pub(super) fn trusted_by(root: &Path, entries: &[String], home: Option<&str>) ->
         .cloned()
 }
 
+/// Whether the user trusts the repository at `root`: as its file was read when it has one,
+/// else by the user's `trust:` list (a build from its Dockerfile asks this too).
+pub fn trusts_repo(config: &Config, root: &Path) -> bool {
+    match &config.repo_trust {
+        Some(trust) => trust.trusted_by.is_some(),
+        None => {
+            let home = std::env::var("HOME").ok();
+            trusted_by(root, &config.trust, home.as_deref()).is_some()
+        }
+    }
+}
+
 /// Whether `setup` (a job's commands) came from a repository's file this configuration does
 /// not trust: such commands never run outside a sandbox.
 pub fn setup_from_untrusted_repo(config: &Config, profile: &str) -> bool {

@@ -397,6 +397,20 @@ async fn docker_checks(docker: &dyn Runtime, image: &str) -> Vec<Check> {
             Some("enable the cgroup controllers (kernel command line or cgroup v2)"),
         )
     });
+    checks.push(match &facts.no_build_cell {
+        None => check(
+            "builds",
+            Status::Ok,
+            "a repository's Dockerfile builds with the job's process, memory and CPU caps",
+            None,
+        ),
+        Some(why) => check(
+            "builds",
+            Status::Warn,
+            format!("a build's processes cannot be capped: {why}; untrusted repositories' Dockerfiles are not built"),
+            Some("prebuild a devcontainer's image and name it with `image:`, or trust the repository (`paddock trust REPO`)"),
+        ),
+    });
     checks
 }
 

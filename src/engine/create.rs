@@ -157,7 +157,12 @@ impl Paddock {
         }
         // Before anything is reserved: a bad devcontainer.json or a failed build leaves nothing.
         let devcontainer = self
-            .devcontainer_env(&repo, &base_commit, &mut profile)
+            .devcontainer_env(
+                &repo,
+                &base_commit,
+                &mut profile,
+                crate::config::trusts_repo(&config, &repo.root),
+            )
             .await?;
         let secrets = crate::secrets::for_job(
             &config.secrets,

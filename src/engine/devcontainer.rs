@@ -32,11 +32,14 @@ pub const IMAGE_REPO: &str = "paddock-devc";
 impl Paddock {
     /// Reads the devcontainer.json of `commit` (per the profile's `environment`), makes its
     /// image, and lays its settings onto `profile`. `None`: the job is made as without one.
+    /// `trusted`: the user trusts the repository (its build may run where the engine cannot
+    /// cap its processes).
     pub(super) async fn devcontainer_env(
         &self,
         repo: &GitRepo,
         commit: &str,
         profile: &mut Profile,
+        trusted: bool,
     ) -> Result<Option<DevcontainerReport>> {
         let choice = profile.environment.value;
         if choice == EnvironmentChoice::Image {
@@ -88,6 +91,8 @@ impl Paddock {
             let limits = crate::runtime::BuildLimits {
                 memory: profile.memory.value.0,
                 cpus: profile.cpus.value.0,
+                pids: profile.pids.value,
+                trusted,
                 network: profile
                     .build_network
                     .as_ref()

@@ -43,6 +43,12 @@ pub enum RuntimeError {
     NotOurContainer { name: String },
     #[error("the container name `{name}` is already in use by a container that is not this job's")]
     NameInUse { name: String },
+    #[error("refusing to use image `{image}`: it does not carry paddock's label")]
+    NotOurImage { image: String },
+    #[error(
+        "refusing to build `{tag}` from an untrusted repository's Dockerfile: its steps' processes cannot be capped here ({why}); prebuild the image and name it with `image:` in your config, or trust the repository with `paddock trust`"
+    )]
+    BuildUncapped { tag: String, why: String },
     #[error("failure injected at `{point}` (PADDOCK_FAIL_AT)")]
     Injected { point: &'static str },
     #[error("the {runtime} runtime cannot {what}")]

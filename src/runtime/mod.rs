@@ -91,6 +91,9 @@ pub struct EngineFacts {
     pub misconfigured: Vec<(String, String)>,
     /// The engine's CPUs (`engine: auto` budgets an engine by them).
     pub cpus: u64,
+    /// Why the engine cannot hold a repository's build in a cell with the job's caps
+    /// (`None`: it can).
+    pub no_build_cell: Option<String>,
 }
 
 /// An image build from a repository's content (a devcontainer's `build`): what to build.
@@ -104,14 +107,19 @@ pub struct ContextBuild<'a> {
 }
 
 /// The walls of a build from repository content, which is as untrusted as the agent: the
-/// job's memory and CPU caps, and no network unless the user's profile opens it
+/// job's process, memory and CPU caps, and no network unless the user's profile opens it
 /// (`build_network: open`; a repository's file cannot).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BuildLimits {
     /// Bytes; 0: none.
     pub memory: u64,
     pub cpus: f64,
+    /// Processes (the job's `pids`); 0: none.
+    pub pids: u32,
     pub network: bool,
+    /// The user trusts the repository (`trust:`): on an engine that cannot cap a build's
+    /// processes it builds anyway, with the caps the build API takes.
+    pub trusted: bool,
 }
 
 /// One way of running a job's commands. Every method that waits on something outside the

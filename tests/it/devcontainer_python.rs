@@ -33,7 +33,9 @@ fn a_python_repository_gets_its_toolchain_from_devcontainer_json() {
         return;
     }
     let repo = python_repo();
-    let home = TestHome::new();
+    // The build installs from Debian's mirror: the user's profile opens the build's network
+    // (a repository's build has none by default).
+    let home = TestHome::new().with_config("profiles:\n  default:\n    build_network: open\n");
     let job = home.create(&repo, &["--runtime", "docker", "--task", "py"]);
     let id = text(&job, "id");
     let branch = text(&job, "branch");

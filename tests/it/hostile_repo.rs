@@ -238,7 +238,8 @@ fn building_repo(target: &str, need_network: bool) -> FixtureRepo {
             "ARG BASE=paddock-base:bookworm\nFROM ${{BASE}}\n\
              RUN cat /sys/fs/cgroup/memory/memory.limit_in_bytes > /build-memory \
              && cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us > /build-cpu \
-             && ({reach}) > /build-net 2>&1{failing}\n"
+             && ({reach}) > /build-net 2>&1{failing}\n\
+             RUN (n=0; for i in $(seq 100); do sleep 60 & n=$((n+1)); echo $n > /build-pids; done) 2>/dev/null; true\n"
         ),
     );
     repo.write(
@@ -255,7 +256,8 @@ fn building_repo(target: &str, need_network: bool) -> FixtureRepo {
 }
 
 /// Issue 40, item 2: a build of the repository's Dockerfile runs in the job's walls: no
-/// network (the test's listener is not reached), the job's memory and CPU caps; a build that
+/// network (the test's listener is not reached), the job's process, memory (at full width)
+/// and CPU caps; a build that
 /// needs the network fails naming `build_network`; the user's `build_network: open` opens it.
 #[test]
 fn a_repository_build_runs_with_no_network_and_the_jobs_limits() {
@@ -264,21 +266,49 @@ fn a_repository_build_runs_with_no_network_and_the_jobs_limits() {
     }
     let gateway = crate::fixtures::bridge_gateway();
     let target = format!("{gateway}:{}", crate::setup_network::greeter(&gateway));
-    let profile = "profiles:\n  default:\n    runtime: docker\n    memory: 1g\n    cpus: 1\n";
+    // 3g: above what the build API's 32-bit memory field holds; 64 processes: fewer than
+    // the build's second step starts.
+    let profile =
+        "profiles:\n  default:\n    runtime: docker\n    memory: 3g\n    cpus: 1\n    pids: 64\n";
 
     let repo = building_repo(&target, false);
     let home = TestHome::new().with_config(profile);
     let (job, _) = create(&home, &repo);
     let id = text(&job, "id");
-    let seen = sh(&home, &id, "cat /build-memory /build-cpu /build-net");
+    let seen = sh(
+        &home,
+        &id,
+        "cat /build-memory /build-cpu /build-pids /build-net",
+    );
     let lines: Vec<&str> = seen["stdout"]
         .as_str()
         .unwrap_or_default()
         .lines()
         .collect();
-    assert_eq!(lines[..2], ["1073741824", "100000"], "{seen}");
+    assert_eq!(lines[..2], ["3221225472", "100000"], "{seen}");
+    // The step's background processes stop short of the job's 64 (the cell's program, the
+    // step's shell and its subshell count too); without the cap all 100 start.
+    let started: u32 = lines[2].parse().expect("a count");
+    assert!((1..62).contains(&started), "{seen}");
     assert_eq!(lines.last(), Some(&"unreachable"), "{seen}");
     home.ok(&["rm", &id, "--force"]);
+
+    // An engine that cannot hold the build in a cell (cgroup v2, the systemd driver; shown
+    // here by a test switch) builds no untrusted repository's Dockerfile, and says why and
+    // what to do; a repository the user trusts builds there.
+    let uncapped = TestHome::new()
+        .with_config(profile)
+        .env("PADDOCK_TEST_NO_BUILD_CELL", "1");
+    let repo = building_repo(&target, false);
+    let path = repo.path().display().to_string();
+    let output = uncapped.run(&["create", "--repo", &path, "--json"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("cannot be capped here"), "{stderr}");
+    assert!(stderr.contains("paddock trust"), "{stderr}");
+    uncapped.trust(repo.path());
+    let (job, _) = create(&uncapped, &repo);
+    uncapped.ok(&["rm", &text(&job, "id"), "--force"]);
 
     // A build that needs the network fails, and says which setting opens it.
     let repo = building_repo(&target, true);

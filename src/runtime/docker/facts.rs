@@ -16,6 +16,7 @@ pub(super) async fn engine_facts() -> Result<EngineFacts, RuntimeError> {
             message: "the daemon does not answer".into(),
         })?;
     let info = call("info", "daemon", Duration::from_secs(10), docker.info()).await?;
+    let no_build_cell = super::build_cell::cell_support(&info).err();
     let runtimes = info.runtimes.unwrap_or_default();
     let mut oci_runtimes: Vec<String> = runtimes.keys().cloned().collect();
     oci_runtimes.sort();
@@ -46,6 +47,7 @@ pub(super) async fn engine_facts() -> Result<EngineFacts, RuntimeError> {
             .map(|(name, _)| name)
             .collect(),
         misconfigured,
+        no_build_cell,
     })
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 
-use super::{BUILD_TIMEOUT, LABEL_HOME, connect};
+use super::{API_TIMEOUT, BUILD_TIMEOUT, LABEL_HOME, connect};
 use crate::runtime::RuntimeError;
 
 /// The Dockerfile and entrypoint built into the binary, so `paddock image build` works from
@@ -52,7 +52,9 @@ pub async fn build_image(
 /// Builds `build.tag` from a repository's build context (a tar, see `git::snapshot`) with
 /// its Dockerfile, args and target; nothing is pulled (a base the engine lacks fails the
 /// build). Every `RUN` step runs in the job's walls (`build.limits`): no network unless the
-/// user's profile opens it, the job's memory (swap the same: none) and CPU caps.
+/// user's profile opens it, and the job's process, memory (swap the same: none) and CPU caps,
+/// held by a cell (`build_cell`). An engine that cannot hold a cell builds only a trusted
+/// repository's Dockerfile, with the memory and CPU caps the build API takes.
 pub async fn build_from_context(
     context: Vec<u8>,
     build: &crate::runtime::ContextBuild<'_>,
@@ -60,6 +62,63 @@ pub async fn build_from_context(
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, RuntimeError> {
     let docker = connect()?;
+    let limits = build.limits;
+    let info = super::call("info", "daemon", API_TIMEOUT, docker.info()).await?;
+    let support = if crate::env::no_build_cell() {
+        Err("PADDOCK_TEST_NO_BUILD_CELL=1".to_string())
+    } else {
+        super::build_cell::cell_support(&info)
+    };
+    let cell = match support {
+        Ok(arch) => Some(super::build_cell::open(&docker, arch, limits, home_id).await?),
+        Err(why) if limits.trusted => {
+            progress(&format!("the build's processes are not capped: {why}"));
+            tracing::warn!(
+                tag = build.tag,
+                "a trusted repository's build runs without a process cap: {why}"
+            );
+            None
+        }
+        Err(why) => {
+            return Err(RuntimeError::BuildUncapped {
+                tag: build.tag.to_string(),
+                why,
+            });
+        }
+    };
+    let options = context_build_options(build, home_id, cell.is_none());
+    let client = match &cell {
+        Some(cell) => cell.client(&docker, limits.memory),
+        None => docker.clone(),
+    };
+    let built = run_build(&client, options, context, build.tag, progress).await;
+    if let Some(cell) = cell {
+        cell.close(&docker).await;
+    }
+    built.map_err(|error| match error {
+        // A failed step of a build with no network says which setting opens it.
+        RuntimeError::Docker {
+            action,
+            target,
+            message,
+        } if !limits.network => RuntimeError::Docker {
+            action,
+            target,
+            message: format!(
+                "{message} (the build had no network: builds of a repository's Dockerfile run with none unless your profile sets `build_network: open`)"
+            ),
+        },
+        other => other,
+    })
+}
+
+/// The build API's options for a build from repository content; `memory_in_options`: the
+/// memory cap goes in bollard's 32-bit field (no cell carries it at full width).
+fn context_build_options(
+    build: &crate::runtime::ContextBuild<'_>,
+    home_id: &str,
+    memory_in_options: bool,
+) -> bollard::query_parameters::BuildImageOptions {
     let args: HashMap<&str, &str> = build
         .args
         .iter()
@@ -78,9 +137,9 @@ pub async fn build_from_context(
             (LABEL_IMAGE, "devcontainer-base"),
             (LABEL_HOME, home_id),
         ]));
-    if limits.memory > 0 {
-        // The API's field is 32 bits wide (bollard's stubs): a job's cap above it builds
-        // under 2 GiB, a narrower wall than the job's own, never a wider one.
+    if limits.memory > 0 && memory_in_options {
+        // bollard's field is 32 bits wide: a job's cap above it builds under 2 GiB, a
+        // narrower wall than the job's own, never a wider one.
         let memory = i32::try_from(limits.memory).unwrap_or(i32::MAX);
         options = options.memory(memory).memswap(memory);
     }
@@ -98,21 +157,7 @@ pub async fn build_from_context(
     if let Some(target) = build.target {
         options = options.target(target);
     }
-    run_build(&docker, options.build(), context, build.tag, progress)
-        .await
-        .map_err(|error| match error {
-            // A failed step of a build with no network says which setting opens it.
-            RuntimeError::Docker { action, target, message } if !limits.network => {
-                RuntimeError::Docker {
-                    action,
-                    target,
-                    message: format!(
-                        "{message} (the build had no network: builds of a repository's Dockerfile run with none unless your profile sets `build_network: open`)"
-                    ),
-                }
-            }
-            other => other,
-        })
+    options.build()
 }
 
 /// The env of the image `tag` (`NAME=value` entries) when the engine has it; `None` when it

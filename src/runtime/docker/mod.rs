@@ -38,6 +38,7 @@ use bollard::query_parameters::{
 
 pub mod archive;
 mod body;
+pub(crate) mod build_cell;
 mod cache_volumes;
 mod calls;
 mod egress;
