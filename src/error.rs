@@ -140,7 +140,7 @@ pub enum Error {
     #[error("branch `{branch}` is held by job `{job}`")]
     BranchHeld { branch: String, job: JobId },
     #[error(
-        "refusing to push job `{id}`: its branch carries {count} commit(s) the remote lacks that your other local refs ({refs}) reach and the job did not make, e.g. {examples}"
+        "refusing to push job `{id}`: its branch carries {count} commit(s) the remote lacks that the job did not make (from {refs}), e.g. {examples}"
     )]
     LocalHistory {
         id: JobId,

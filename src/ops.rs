@@ -15,9 +15,9 @@ use crate::error::Result;
 use crate::output::OutputSink;
 use crate::wire::{
     AdmissionView, ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
-    EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobView,
-    MergeReport, MergeRequest, NetworkChange, PushReport, PushRequest, RemoveOptions, RemoveReport,
-    RunReport,
+    EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobDiff,
+    JobView, MergeReport, MergeRequest, NetworkChange, PushReport, PushRequest, RemoveOptions,
+    RemoveReport, RunReport,
 };
 
 /// paddock's job operations (see the module docs).
@@ -40,8 +40,9 @@ pub trait Operations {
     /// A job with what it changed (after a sync).
     fn show(&self, id: &str) -> impl Future<Output = Result<JobDetails>>;
 
-    /// The patch (or diffstat) of the job's changes against its base.
-    fn diff(&self, id: &str, stat: bool) -> impl Future<Output = Result<String>>;
+    /// The patch (or diffstat) of the job's changes against its base, and the commits on
+    /// its branch the job did not make.
+    fn diff(&self, id: &str, stat: bool) -> impl Future<Output = Result<JobDiff>>;
 
     /// Commits on the job's branch since its base, newest first.
     fn log(&self, id: &str) -> impl Future<Output = Result<Vec<CommitInfo>>>;
@@ -194,7 +195,7 @@ impl Operations for Paddock {
         Paddock::show(self, id).await
     }
 
-    async fn diff(&self, id: &str, stat: bool) -> Result<String> {
+    async fn diff(&self, id: &str, stat: bool) -> Result<JobDiff> {
         Paddock::diff(self, id, stat).await
     }
 

@@ -26,6 +26,7 @@ use crate::units::{ByteSize, Cpus, HumanDuration};
 pub use crate::git::merge::ConflictFile;
 pub use dashboard::{DashboardLease, DashboardRequest};
 pub use files::{FileEntry, FileKind, FileList, FileWritten};
+pub use inspect::{JobDetails, JobDiff, OutsideHistory};
 pub use merges::{
     ApplyReport, ConflictsQuery, ConflictsReport, JobConflicts, JobPair, MergeReport, MergeRequest,
     MergeStatus, MergeStrategy, PushReport, PushRequest,
@@ -34,6 +35,7 @@ pub use remove::RemoveReport;
 
 mod dashboard;
 mod files;
+mod inspect;
 mod labels;
 mod merges;
 mod pool;
@@ -438,24 +440,6 @@ impl From<&JobRecord> for JobView {
             port_relay: None,
         }
     }
-}
-
-/// `show`: the job plus what it changed.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JobDetails {
-    #[serde(rename = "job")]
-    pub view: JobView,
-    pub changes: Option<ChangeSummary>,
-    /// Set when the worktree could not be read (for example it was deleted by hand).
-    pub changes_error: Option<String>,
-    pub isolation: String,
-    /// What the host keeps of the job's output (`logs/<job>/`: the output log, each exec's
-    /// record and output, the egress log), in bytes: each part has a cap.
-    #[serde(default)]
-    pub logs_bytes: u64,
-    /// The branch against its base branch: merged, clean, conflicting files.
-    #[serde(default)]
-    pub merge: Option<MergeStatus>,
 }
 
 /// What `paddock run` did: the job it made, the command's result and the branch's fate.

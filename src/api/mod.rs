@@ -358,8 +358,8 @@ async fn diff_job(
     JobIdPath(id): JobIdPath,
     Query(query): Query<DiffQuery>,
 ) -> ApiResult<Response> {
-    let text = with_deadline(REQUEST_TIMEOUT, state.paddock.diff(&id, query.stat)).await?;
-    Ok(axum::Json(json!({"id": id, "stat": query.stat, "diff": text})).into_response())
+    let diff = with_deadline(REQUEST_TIMEOUT, state.paddock.diff(&id, query.stat)).await?;
+    Ok(axum::Json(diff).into_response())
 }
 
 async fn log_job(State(state): State<ApiState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {

@@ -17,7 +17,11 @@ pub struct DiffArgs {
 
 pub async fn run(ops: &impl Operations, args: DiffArgs) -> Result<i32> {
     use std::io::{IsTerminal, Write};
-    let text = ops.diff(&args.job, args.stat).await?;
+    let diff = ops.diff(&args.job, args.stat).await?;
+    if let Some(outside) = &diff.outside_history {
+        tell!("note: {}", outside.sentence());
+    }
+    let text = diff.diff;
     // The stat names files quoted as git does, so it is safe as it is; a patch's lines are
     // the agent's file contents: escaped on a terminal, raw into a pipe (`| git apply`).
     let mut out = std::io::stdout().lock();

@@ -334,6 +334,9 @@ pub fn print_details(details: &JobDetails) {
         let stale = if stale { " (stale)" } else { "" };
         say!("merge     into {}: {verdict}{stale}", line(&merge.base));
     }
+    if let Some(outside) = &details.outside_history {
+        say!("outside   {}", line(&outside.sentence()));
+    }
 }
 
 /// Live output to the terminal: the command's stdout to ours, its stderr to ours.

@@ -20,8 +20,9 @@ use crate::output::OutputSink;
 use crate::store::PaddockHome;
 use crate::wire::{
     AdmissionView, ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
-    EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobView,
-    MergeReport, MergeRequest, NetworkChange, PushReport, PushRequest, RemoveOptions, RemoveReport,
+    EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobDiff,
+    JobView, MergeReport, MergeRequest, NetworkChange, PushReport, PushRequest, RemoveOptions,
+    RemoveReport,
 };
 
 mod streams;
@@ -307,15 +308,13 @@ impl Operations for DaemonClient {
             .await
     }
 
-    async fn diff(&self, id: &str, stat: bool) -> Result<String, Error> {
-        let value: Value = self
-            .call(
-                Method::GET,
-                &format!("/v1/jobs/{}/diff?stat={stat}", encode(id)),
-                None,
-            )
-            .await?;
-        Ok(value["diff"].as_str().unwrap_or_default().to_string())
+    async fn diff(&self, id: &str, stat: bool) -> Result<JobDiff, Error> {
+        self.call(
+            Method::GET,
+            &format!("/v1/jobs/{}/diff?stat={stat}", encode(id)),
+            None,
+        )
+        .await
     }
 
     async fn log(&self, id: &str) -> Result<Vec<CommitInfo>, Error> {

@@ -19,7 +19,7 @@ pub struct JobPage {
     /// The last exec's id, its output (stdout and stderr as written) and the offset after it.
     pub output: Option<(String, String, u64)>,
     pub commits: Result<Vec<CommitInfo>, String>,
-    pub diff: Result<String, String>,
+    pub diff: Result<crate::wire::JobDiff, String>,
     /// The last decisions of the job's egress proxy (`allowlist` jobs).
     pub egress: Vec<Decision>,
     pub csrf: String,
@@ -95,7 +95,12 @@ pub fn render(job: &JobPage, now: DateTime<Utc>) -> String {
 
     body.push_str("<h2>Diff against the base</h2>");
     match &job.diff {
-        Ok(patch) => body.push_str(&diff(patch)),
+        Ok(patch) => {
+            if let Some(outside) = &patch.outside_history {
+                body.push_str(&error_note(&outside.sentence()));
+            }
+            body.push_str(&diff(&patch.diff));
+        }
         Err(message) => body.push_str(&error_note(message)),
     }
     page(&format!("job {id}"), &body, true)

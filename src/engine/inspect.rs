@@ -6,6 +6,7 @@ use std::path::Path;
 use super::{Error, JobDetails, JobView, Paddock, Result, SyncScope};
 use crate::git::{ChangeSummary, CommitInfo, GitRepo};
 use crate::job::{JobRecord, JobState};
+use crate::wire::{JobDiff, OutsideHistory};
 
 impl Paddock {
     /// All jobs, optionally only those of one repository.
@@ -112,6 +113,11 @@ impl Paddock {
         };
         view.merged = merge.as_ref().map(|m| m.merged);
         view.conflicts = merge.as_ref().map(|m| !m.clean);
+        let outside_history = if changes.is_some() {
+            self.branch_outside_history(&record).await
+        } else {
+            None
+        };
         let logs = self.home().logs_dir(&record.id);
         let logs_bytes = tokio::task::spawn_blocking(move || logs_size(&logs))
             .await
@@ -123,6 +129,7 @@ impl Paddock {
             logs_bytes,
             isolation: self.runtime_of(&record).isolation_note().to_string(),
             merge,
+            outside_history,
         })
     }
 
@@ -154,14 +161,39 @@ impl Paddock {
         Ok((changes, stale))
     }
 
-    /// The patch (or diffstat) of committed and uncommitted changes against the base.
-    pub async fn diff(&self, id: &str, stat: bool) -> Result<String> {
+    /// The patch (or diffstat) of committed and uncommitted changes against the base, and
+    /// the commits on the branch the job did not make.
+    pub async fn diff(&self, id: &str, stat: bool) -> Result<JobDiff> {
         let record = self.load(id)?;
         self.sync_job(&record, SyncScope::BranchAndWork).await?;
-        Ok(self
+        let diff = self
             .scratch_of(&record)
             .diff(&record.base_commit, stat)
-            .await?)
+            .await?;
+        Ok(JobDiff {
+            id: record.id.to_string(),
+            stat,
+            diff,
+            outside_history: self.branch_outside_history(&record).await,
+        })
+    }
+
+    /// The branch's outside history as the user's repository has it now; a failed look is
+    /// logged and reported as none known.
+    async fn branch_outside_history(&self, record: &JobRecord) -> Option<OutsideHistory> {
+        let repo = self.repo_of(record);
+        let found = match repo
+            .ref_target(&format!("refs/heads/{}", record.branch))
+            .await
+        {
+            Ok(Some(tip)) => self.outside_history(record, &repo, &tip, None).await,
+            Ok(None) => Ok(None),
+            Err(error) => Err(error.into()),
+        };
+        found.unwrap_or_else(|error| {
+            tracing::warn!(job = %record.id, %error, "cannot tell the branch's outside history");
+            None
+        })
     }
 
     /// Commits on the job's branch since its base, newest first.

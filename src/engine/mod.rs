@@ -37,6 +37,7 @@ mod events;
 mod exec;
 mod execs;
 mod files;
+mod history;
 mod inspect;
 mod merge;
 mod network;

@@ -323,6 +323,13 @@ impl Paddock {
                 if let Some(current) = &current {
                     forced = !scratch.is_fast_forward(current, tip).await?;
                 }
+                // What the user's store held before this sync the job did not make.
+                let preexisting = if record.is_legacy() {
+                    Default::default()
+                } else {
+                    self.preexisting(record, &scratch, tip, current.as_deref())
+                        .await
+                };
                 let fast = match scope {
                     SyncScope::Branch => repo
                         .adopt_pack_and_set_ref(
@@ -340,7 +347,8 @@ impl Paddock {
                         .await?;
                 }
                 if !record.is_legacy() {
-                    self.note_own_commits(record, tip, current.as_deref()).await;
+                    self.note_own_commits(record, tip, current.as_deref(), &preexisting)
+                        .await;
                 }
             }
         }

@@ -1,17 +1,22 @@
 //! Whose commits a job's branch carries. A job's agent can read the user's whole object
 //! store (its history at create, `docs/privacy.md`), so it can merge a commit of the user's
-//! that was never meant to leave this machine (an unpushed branch) into its own branch; a
-//! `push` of the branch would then publish it. So each sync notes the commits it brought in
-//! that no other ref of the user's repository reached then ([`GitRepo::commits_only_on`]:
-//! the job's own), and `push` refuses the commits the remote lacks that other local refs
-//! reach and the job did not make ([`GitRepo::local_history`]).
+//! that was never meant to leave this machine (an unpushed branch, or a deleted branch's
+//! commit still in the store) into its own branch; a `push` of the branch would then publish
+//! it. So each sync notes the commits it brought in that no other ref of the user's
+//! repository reached then ([`GitRepo::commits_only_on`]) and that the user's object store
+//! did not hold before the sync ([`GitRepo::existing`] over [`ScratchRepo::brought`]): the
+//! job's own. Everything else on the branch since its base is outside history: `show` and
+//! `diff` say so, and `push` refuses what of it the remote lacks.
 //!
 //! What the remote has is read from its remote-tracking refs (`refs/remotes/<remote>/*`), not
 //! asked over the network: a stale tracking ref makes the check refuse more, never less.
 
 use std::time::Duration;
 
-use super::{GitError, GitRepo};
+use std::collections::HashSet;
+
+use super::scratch::ScratchRepo;
+use super::{CommitInfo, GitError, GitRepo, blocking, read_err};
 
 /// How long one of these walks may take.
 const WALK_TIMEOUT: Duration = Duration::from_secs(60);
@@ -47,38 +52,75 @@ impl GitRepo {
         Ok(lines(&out))
     }
 
-    /// The commits of `tip` that `remote` lacks (as its tracking refs say) and that another
-    /// local branch or tag (any but `branch`) reaches, newest first; not those `base` (the
-    /// job's base commit, the user's own choice at create) reaches.
-    pub async fn local_history(
+    /// The commits of `tip` not reachable from `base` (the job's base commit, the user's own
+    /// choice at create), nor, with `remote`, from what that remote has (its tracking refs),
+    /// newest first.
+    pub async fn commits_beyond(
         &self,
         tip: &str,
         base: &str,
-        branch: &str,
-        remote: &str,
+        remote: Option<&str>,
     ) -> Result<Vec<String>, GitError> {
-        let remotes = format!("--remotes={remote}/*");
-        let lacking = self
-            .call(&["rev-list", tip, "--not", base])
-            .arg(&remotes)
-            .timeout(WALK_TIMEOUT)
-            .run()
-            .await?;
-        let elsewhere = self
+        let mut call = self.call(&["rev-list", tip, "--not", base]);
+        if let Some(remote) = remote {
+            call = call.arg(format!("--remotes={remote}/*"));
+        }
+        Ok(lines(&call.timeout(WALK_TIMEOUT).run().await?))
+    }
+
+    /// The commits beyond `base` that another local branch or tag (any but `branch`)
+    /// reaches: the user's other history, as far as a job's branch could carry it.
+    pub async fn reached_elsewhere(
+        &self,
+        branch: &str,
+        base: &str,
+    ) -> Result<HashSet<String>, GitError> {
+        let out = self
             .call(&["rev-list"])
             .arg(format!("--exclude={branch}"))
             .arg("--branches")
             .arg("--tags")
             .arg("--not")
-            .arg(&remotes)
+            .arg(base)
             .timeout(WALK_TIMEOUT)
             .run()
             .await?;
-        let elsewhere: std::collections::HashSet<String> = lines(&elsewhere).into_iter().collect();
-        Ok(lines(&lacking)
-            .into_iter()
-            .filter(|commit| elsewhere.contains(commit))
-            .collect())
+        Ok(lines(&out).into_iter().collect())
+    }
+
+    /// Which of `commits` the repository's object store (with its alternates) holds.
+    pub async fn existing(&self, commits: Vec<String>) -> Result<HashSet<String>, GitError> {
+        let path = self.common_dir.clone();
+        blocking(move || {
+            let repo = git2::Repository::open(&path).map_err(read_err(&path))?;
+            let odb = repo.odb().map_err(read_err(&path))?;
+            Ok(commits
+                .into_iter()
+                .filter(|commit| git2::Oid::from_str(commit).is_ok_and(|oid| odb.exists(oid)))
+                .collect())
+        })
+        .await
+    }
+
+    /// `commits` as [`CommitInfo`]s (a commit the store lacks is left out).
+    pub async fn commit_infos(&self, commits: Vec<String>) -> Result<Vec<CommitInfo>, GitError> {
+        let path = self.common_dir.clone();
+        blocking(move || {
+            let repo = git2::Repository::open(&path).map_err(read_err(&path))?;
+            Ok(commits
+                .iter()
+                .filter_map(|commit| git2::Oid::from_str(commit).ok())
+                .filter_map(|oid| repo.find_commit(oid).ok())
+                .map(|commit| CommitInfo {
+                    sha: commit.id().to_string(),
+                    summary: commit.summary().unwrap_or_default().to_string(),
+                    author: commit.author().name().unwrap_or_default().to_string(),
+                    time: chrono::DateTime::from_timestamp(commit.time().seconds(), 0)
+                        .unwrap_or_default(),
+                })
+                .collect())
+        })
+        .await
     }
 
     /// The local branches and tags (but `branch`) that contain `commit`, by short name.
@@ -97,13 +139,16 @@ impl GitRepo {
             .await?;
         Ok(lines(&out).into_iter().filter(|r| r != branch).collect())
     }
+}
 
-    /// `commit`'s subject line (for naming it).
-    pub async fn subject_of(&self, commit: &str) -> Result<String, GitError> {
-        self.call(&["log", "-1", "--format=%s"])
-            .arg(commit)
-            .timeout(WALK_TIMEOUT)
-            .run()
-            .await
+impl ScratchRepo {
+    /// The commits `tip` reaches that none of `known` does: what a sync brings (before the
+    /// user's repository gets it), newest first.
+    pub async fn brought(&self, tip: &str, known: Vec<String>) -> Result<Vec<String>, GitError> {
+        let mut call = self.call(&["rev-list", tip, "--not"]);
+        for commit in &known {
+            call = call.arg(commit);
+        }
+        Ok(lines(&call.timeout(WALK_TIMEOUT).run().await?))
     }
 }

@@ -21,7 +21,7 @@ pub struct ScratchRepo {
 }
 
 impl ScratchRepo {
-    fn call(&self, args: &[&str]) -> GitCall<'_> {
+    pub(super) fn call(&self, args: &[&str]) -> GitCall<'_> {
         GitCall::new(&self.path, args).git_dir(&self.path)
     }
 

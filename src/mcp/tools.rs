@@ -521,7 +521,8 @@ async fn run_job_tool(
             value(ops.exec(job, options, &mut Discard).await?)
         }
         Parsed::Diff(args) => {
-            json!({"job": job, "stat": args.stat, "diff": ops.diff(job, args.stat).await?})
+            let diff = ops.diff(job, args.stat).await?;
+            json!({"job": job, "stat": args.stat, "diff": diff.diff, "outside_history": diff.outside_history})
         }
         Parsed::Stop(args) => {
             let stopped = ops.stop(job, args.grace.map(|g| g.0)).await?;

@@ -459,6 +459,23 @@ fn a_push_refuses_the_users_unpushed_history_an_agent_merged_in() {
         !rev_list(&private),
         "the private commit is not on the remote"
     );
+    // `show` and `diff` say the branch carries history from outside the job.
+    let shown = home.json(&["show", &id, "--json"]);
+    let outside = &shown["outside_history"];
+    assert_eq!(outside["count"], 1, "{shown}");
+    assert_eq!(outside["refs"], serde_json::json!(["private"]), "{shown}");
+    assert_eq!(outside["commits"][0]["sha"], private.as_str(), "{shown}");
+    let human = home.ok(&["show", &id]);
+    assert!(
+        human.contains("outside") && human.contains("private"),
+        "{human}"
+    );
+    let diff = home.run(&["diff", &id, "--stat"]);
+    let note = String::from_utf8_lossy(&diff.stderr);
+    assert!(
+        note.contains("did not make") && note.contains("private"),
+        "{note}"
+    );
     // The user's choice: push it anyway.
     let (code, report, stderr) = push(&home, &id, &["--include-local-history"]);
     assert_eq!(code, 0, "{stderr}");
@@ -480,4 +497,42 @@ fn a_push_refuses_the_users_unpushed_history_an_agent_merged_in() {
     let (code, report, stderr) = push(&home, &id, &[]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(report["updated"], true, "{report}");
+    let shown = home.json(&["show", &id, "--json"]);
+    assert!(shown["outside_history"].is_null(), "{shown}");
+}
+
+/// Issue 40, item 4: a commit of the user's that no ref reaches any more (a deleted
+/// branch's, still in the object store the job borrows) is not the job's either: merged in,
+/// `show` reports it and `push` refuses it.
+#[test]
+fn a_push_refuses_a_deleted_branchs_commit_an_agent_merged_in() {
+    let home = TestHome::new();
+    let repo = FixtureRepo::new();
+    let (_remote, bare) = bare_origin(&repo, "origin");
+    repo.git(&["switch", "-q", "-c", "draft"]);
+    repo.write("draft.txt", "a draft the user threw away\n");
+    let draft = repo.commit_all("draft: thrown away");
+    repo.git(&["switch", "-q", "main"]);
+    repo.git(&["branch", "-q", "-D", "draft"]);
+
+    let job = home.create(&repo, &["--runtime", "process", "--task", "digger"]);
+    let id = text(&job, "id");
+    home.sh(
+        &id,
+        &format!(
+            "echo mine > mine.txt && git add mine.txt && git commit -qm mine && git merge -q -s ours --no-edit {draft}"
+        ),
+    );
+    let shown = home.json(&["show", &id, "--json"]);
+    let outside = &shown["outside_history"];
+    assert_eq!(outside["count"], 1, "{shown}");
+    assert_eq!(outside["refs"], serde_json::json!([]), "{shown}");
+    assert_eq!(outside["commits"][0]["sha"], draft.as_str(), "{shown}");
+    let (code, _, stderr) = push(&home, &id, &[]);
+    assert_eq!(code, 9, "{stderr}");
+    assert!(stderr.contains(&draft[..10]), "names the commit: {stderr}");
+    assert!(
+        !git(&bare, &["rev-list", "--all"]).contains(&draft),
+        "the thrown-away commit is not on the remote"
+    );
 }
