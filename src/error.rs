@@ -310,6 +310,9 @@ impl Error {
             Error::Copy(CopyError::Io { .. }) => K::Internal,
             Error::Copy(CopyError::Missing { .. } | CopyError::Special { .. }) => K::InvalidInput,
             Error::Copy(_) => K::Refused,
+            Error::Devcontainer(crate::devcontainer::DevcontainerError::ImageRefused {
+                ..
+            }) => K::Refused,
             Error::Devcontainer(_) => K::Config,
             Error::Engine(crate::engines::EngineError::NoRoom { .. }) => K::QueueFull,
             Error::Engine(_) => K::Config,

@@ -19,6 +19,15 @@ pub struct UnitError {
     pub expected: &'static str,
 }
 
+/// Reads `off` or a duration.
+pub fn parse_optional_duration(text: &str) -> Result<Option<HumanDuration>, UnitError> {
+    if text == "off" {
+        Ok(None)
+    } else {
+        text.parse().map(Some)
+    }
+}
+
 /// A length of time written the way people write it: `500ms`, `30s`, `10m`, `1h30m`, `2d`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HumanDuration(pub Duration);

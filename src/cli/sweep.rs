@@ -15,7 +15,7 @@ pub struct MaxAge(pub Option<HumanDuration>);
 impl std::str::FromStr for MaxAge {
     type Err = crate::units::UnitError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        crate::config::parse_optional_duration(s).map(MaxAge)
+        crate::units::parse_optional_duration(s).map(MaxAge)
     }
 }
 

@@ -68,6 +68,8 @@ pub(super) struct ConfigFile {
     pub(super) engines: Option<BTreeMap<String, crate::engines::EngineSpec>>,
     /// Repositories whose `.paddock.yaml` may widen a job (user file only: see `trust`).
     pub(super) trust: Option<Vec<String>>,
+    /// Images (globs) an untrusted repository's devcontainer may use (user file only).
+    pub(super) devcontainer_images: Option<Vec<String>>,
 }
 
 /// Splits an env layer into one layer per variable so each value names its own variable.
@@ -248,4 +250,27 @@ pub fn user_config_path(env: &dyn EnvLookup) -> Option<(PathBuf, bool)> {
         .map(PathBuf::from)
         .or_else(|| env.var("HOME").map(|h| Path::new(&h).join(".config")))?;
     Some((base.join("paddock").join("config.yaml"), false))
+}
+
+/// The line of `path` (`["profiles", "default", "runtime"]`) in block-style YAML `text`.
+pub(super) fn line_of(text: &str, path: &[&str]) -> Option<usize> {
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('-') {
+            continue;
+        }
+        let Some((key, _)) = trimmed.split_once(':') else {
+            continue;
+        };
+        let indent = line.len() - trimmed.len();
+        while stack.last().is_some_and(|(i, _)| *i >= indent) {
+            stack.pop();
+        }
+        stack.push((indent, key.trim().trim_matches(['"', '\'']).to_string()));
+        if stack.len() == path.len() && stack.iter().zip(path).all(|((_, k), p)| k == p) {
+            return Some(number + 1);
+        }
+    }
+    None
 }

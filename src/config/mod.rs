@@ -169,15 +169,6 @@ impl Default for SweepSettings {
     }
 }
 
-/// Reads `off` or a duration.
-pub fn parse_optional_duration(text: &str) -> Result<Option<HumanDuration>, UnitError> {
-    if text == "off" {
-        Ok(None)
-    } else {
-        text.parse().map(Some)
-    }
-}
-
 /// One routing rule: a pattern on the agent name or the task id that picks a profile.
 #[derive(Debug, Clone)]
 pub struct Route {
@@ -219,6 +210,8 @@ pub struct Config {
     pub engines: BTreeMap<String, crate::engines::EngineSpec>,
     /// The user file's `trust:`: repositories whose file may widen a job.
     pub trust: Vec<String>,
+    /// The user file's `devcontainer_images:` (globs): images an untrusted devcontainer may use.
+    pub devcontainer_images: Vec<String>,
     /// How the repository's file was read (trusted, or what of it was refused); `None`
     /// without one.
     pub repo_trust: Option<RepoTrust>,
@@ -244,12 +237,14 @@ impl Config {
             egress: EgressSettings::default(),
             engines: BTreeMap::new(),
             trust: Vec::new(),
+            devcontainer_images: Vec::new(),
             repo_trust: None,
         };
         if let Some((path, explicit)) = user_config_path(env)
             && let Some((mut file, _)) = read_file(&path, explicit)?
         {
             config.trust = file.trust.take().unwrap_or_default();
+            config.devcontainer_images = file.devcontainer_images.take().unwrap_or_default();
             config.apply_file(file, &Source::UserFile(path.clone()))?;
             config.user_file = Some(path);
         }
@@ -358,10 +353,12 @@ impl Config {
                 };
             }
             if let Some(text) = sweep.max_age {
-                let value = parse_optional_duration(&text).map_err(|e| ConfigError::Value {
-                    origin: origin.clone(),
-                    key: "sweep.max_age".into(),
-                    message: format!("{e} (or `off`)"),
+                let value = crate::units::parse_optional_duration(&text).map_err(|e| {
+                    ConfigError::Value {
+                        origin: origin.clone(),
+                        key: "sweep.max_age".into(),
+                        message: format!("{e} (or `off`)"),
+                    }
                 })?;
                 self.sweep.max_age = Sourced {
                     value,

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::files::ConfigFile;
+use super::files::{ConfigFile, line_of};
 use super::trust::{Refusal, RepoTrust};
 use super::{
     Config, ConfigError, EnvLookup, NetworkMode, Profile, ProfileLayer, RuntimeChoice, Source,
@@ -26,14 +26,7 @@ impl Config {
         let home = env.var("HOME");
         let trusted_by = super::trust::trusted_by(root, &self.trust, home.as_deref());
         let mut refusals = Vec::new();
-        if let Some(entries) = file.trust.take() {
-            refusals.push(Refusal {
-                key: "trust".into(),
-                value: format!("[{}]", entries.join(", ")),
-                line: line_of(text, &["trust"]),
-                reason: "only the user's own config may trust a repository".into(),
-            });
-        }
+        refusals.extend(super::trust::refuse_user_only_keys(&mut file, text));
         let source = Source::RepoFile(path.to_path_buf());
         if trusted_by.is_some() {
             self.apply_file(file, &source)?;
@@ -390,29 +383,6 @@ fn layer_of(profile: &Profile) -> ProfileLayer {
         environment: None,
         build_network: profile.build_network.as_ref().map(|n| n.value),
     }
-}
-
-/// The line of `path` (`["profiles", "default", "runtime"]`) in block-style YAML `text`.
-pub(super) fn line_of(text: &str, path: &[&str]) -> Option<usize> {
-    let mut stack: Vec<(usize, String)> = Vec::new();
-    for (number, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start();
-        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('-') {
-            continue;
-        }
-        let Some((key, _)) = trimmed.split_once(':') else {
-            continue;
-        };
-        let indent = line.len() - trimmed.len();
-        while stack.last().is_some_and(|(i, _)| *i >= indent) {
-            stack.pop();
-        }
-        stack.push((indent, key.trim().trim_matches(['"', '\'']).to_string()));
-        if stack.len() == path.len() && stack.iter().zip(path).all(|((_, k), p)| k == p) {
-            return Some(number + 1);
-        }
-    }
-    None
 }
 
 /// Drops from an untrusted repository's `file` everything that would widen a job beyond

@@ -14,6 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::files::ConfigFile;
 use super::{Config, Source};
 
 /// What the repository's file could not set, and why.
@@ -69,6 +70,34 @@ impl RepoTrust {
             refusal.reason
         )
     }
+}
+
+/// Takes from a repository's `file` the keys only the user's own file may set (`trust`,
+/// `devcontainer_images`), trusted or not, each as a refusal.
+pub(super) fn refuse_user_only_keys(file: &mut ConfigFile, text: &str) -> Vec<Refusal> {
+    let mut refusals = Vec::new();
+    for (key, entries, reason) in [
+        (
+            "trust",
+            file.trust.take(),
+            "only the user's own config may trust a repository",
+        ),
+        (
+            "devcontainer_images",
+            file.devcontainer_images.take(),
+            "only the user's own config may allow images",
+        ),
+    ] {
+        if let Some(entries) = entries {
+            refusals.push(Refusal {
+                key: key.into(),
+                value: format!("[{}]", entries.join(", ")),
+                line: super::files::line_of(text, &[key]),
+                reason: reason.into(),
+            });
+        }
+    }
+    refusals
 }
 
 /// The `trust:` entry of the user's file that names `root` (a path, `~/`-relative or not, or
@@ -131,6 +160,16 @@ pub(super) fn config_rows(config: &Config) -> Vec<(String, String, Source)> {
         rows.push((
             "trust".into(),
             config.trust.join(", "),
+            config
+                .user_file
+                .clone()
+                .map_or(Source::Default, Source::UserFile),
+        ));
+    }
+    if !config.devcontainer_images.is_empty() {
+        rows.push((
+            "devcontainer_images".into(),
+            config.devcontainer_images.join(", "),
             config
                 .user_file
                 .clone()

@@ -189,14 +189,14 @@ fn a_profile_carrying_a_secret_is_not_picked_by_a_repository() {
 fn line_of_follows_block_yaml() {
     let text = "a: 1\nprofiles:\n  # note\n  default:\n    memory: 1g\n  big:\n    memory: 2g\n";
     assert_eq!(
-        narrow::line_of(text, &["profiles", "big", "memory"]),
+        super::files::line_of(text, &["profiles", "big", "memory"]),
         Some(7)
     );
     assert_eq!(
-        narrow::line_of(text, &["profiles", "default", "memory"]),
+        super::files::line_of(text, &["profiles", "default", "memory"]),
         Some(5)
     );
-    assert_eq!(narrow::line_of(text, &["nope"]), None);
+    assert_eq!(super::files::line_of(text, &["nope"]), None);
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! `init: false`, bind mounts of host paths) are ignored, each named in the report, and the
 //! report of what was read and ignored is kept in the job's record.
 
+pub mod from;
 mod jsonc;
 mod mounts;
 mod vars;
@@ -31,6 +32,15 @@ pub enum DevcontainerError {
     },
     #[error("`{file}`: {reason}")]
     Unusable { file: String, reason: String },
+    /// An untrusted repository's devcontainer names an image the user does not allow.
+    #[error(
+        "`{file}`{at}: refusing image `{image}`: an untrusted repository's devcontainer may use only your profile's image and those your config's `devcontainer_images` allows"
+    )]
+    ImageRefused {
+        file: String,
+        at: String,
+        image: String,
+    },
 }
 
 /// A command in one of the spec's three forms: a shell string, an argv array, or named

@@ -161,7 +161,10 @@ impl Paddock {
                 &repo,
                 &base_commit,
                 &mut profile,
-                crate::config::trusts_repo(&config, &repo.root),
+                &super::devcontainer::RepoAllowance {
+                    trusted: crate::config::trusts_repo(&config, &repo.root),
+                    images: &config.devcontainer_images,
+                },
             )
             .await?;
         let secrets = crate::secrets::for_job(

@@ -32,14 +32,14 @@ pub const IMAGE_REPO: &str = "paddock-devc";
 impl Paddock {
     /// Reads the devcontainer.json of `commit` (per the profile's `environment`), makes its
     /// image, and lays its settings onto `profile`. `None`: the job is made as without one.
-    /// `trusted`: the user trusts the repository (its build may run where the engine cannot
-    /// cap its processes).
+    /// `allowance`: what the user lets the repository's devcontainer use (its images; with
+    /// trust, any, and a build where the engine cannot cap its processes).
     pub(super) async fn devcontainer_env(
         &self,
         repo: &GitRepo,
         commit: &str,
         profile: &mut Profile,
-        trusted: bool,
+        allowance: &RepoAllowance<'_>,
     ) -> Result<Option<DevcontainerReport>> {
         let choice = profile.environment.value;
         if choice == EnvironmentChoice::Image {
@@ -92,12 +92,17 @@ impl Paddock {
                 memory: profile.memory.value.0,
                 cpus: profile.cpus.value.0,
                 pids: profile.pids.value,
-                trusted,
+                trusted: allowance.trusted,
                 network: profile
                     .build_network
                     .as_ref()
                     .is_some_and(|n| n.value == crate::config::NetworkMode::Open),
             };
+            if !allowance.trusted {
+                let mut allowed = allowance.images.to_vec();
+                allowed.push(profile.image.value.clone());
+                check_images(repo, commit, &report, &allowed).await?;
+            }
             let image_env = self.make_image(repo, commit, &mut report, limits).await?;
             // `${containerEnv:VAR}` in env values: the image's env under the file's.
             let mut known: std::collections::BTreeMap<String, String> = image_env
@@ -181,6 +186,68 @@ impl Paddock {
         runtime.build_image(&base, &tag, &mut log).await?;
         report.built = true;
         Ok(runtime.image_env(&tag).await?.unwrap_or_default())
+    }
+}
+
+/// What the user lets a repository's devcontainer use: with `trusted` (the user's `trust:`
+/// names the repository), anything; else only the profile's image and `images` (the user's
+/// `devcontainer_images` globs), as its image, a `FROM` or a `COPY --from`.
+pub(super) struct RepoAllowance<'a> {
+    pub trusted: bool,
+    pub images: &'a [String],
+}
+
+/// Refuses an untrusted repository's devcontainer that names or builds from an image
+/// `allowed` does not list: a local image may hold what the user never meant an agent to
+/// read (a tool image with a token baked in), and no job may read it on a repository's word.
+async fn check_images(
+    repo: &GitRepo,
+    commit: &str,
+    report: &DevcontainerReport,
+    allowed: &[String],
+) -> Result<()> {
+    let refused = |image: &str, at: String| DevcontainerError::ImageRefused {
+        file: report.file.clone(),
+        at,
+        image: image.to_string(),
+    };
+    let Some(build) = &report.build else {
+        let image = report.base_image.as_deref().unwrap_or_default();
+        if devcontainer::from::image_allowed(image, allowed) {
+            return Ok(());
+        }
+        return Err(refused(image, String::new()).into());
+    };
+    let path = if build.context.is_empty() {
+        build.dockerfile.clone()
+    } else {
+        format!("{}/{}", build.context, build.dockerfile)
+    };
+    let unusable = |reason: String| DevcontainerError::Unusable {
+        file: report.file.clone(),
+        reason,
+    };
+    let bytes = repo
+        .read_at_most(commit, &path, crate::config::MAX_CONFIG_FILE)
+        .await?
+        .ok_or_else(|| unusable(format!("its Dockerfile `{path}` is not in commit {commit}")))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| unusable(format!("its Dockerfile `{path}` is not UTF-8 text")))?;
+    let used = devcontainer::from::images_used(&text, &build.args).map_err(|why| {
+        unusable(format!(
+            "cannot tell which images its Dockerfile `{path}` uses ({why}), so an untrusted repository's build is refused"
+        ))
+    })?;
+    match used
+        .iter()
+        .find(|used| !devcontainer::from::image_allowed(&used.image, allowed))
+    {
+        None => Ok(()),
+        Some(used) => Err(refused(
+            &used.image,
+            format!(" (its Dockerfile `{path}` line {})", used.line),
+        )
+        .into()),
     }
 }
 

@@ -455,6 +455,8 @@ fn user_runc_devcontainer() {
         ],
     );
     crate::fixtures::chown_trees(&[machine.home.as_path()], USER_UID);
+    // The user's own repository: they trust it, so its Dockerfile may build from any image.
+    machine.trust_repo();
     let before = machine.repo_modes();
     let repo = machine.repo.display().to_string();
     let job = machine.json(&[

@@ -47,7 +47,7 @@ fn a_devcontainer_build_defines_the_job_and_is_reused() {
     // A file of this run in the build context: a new context, so the first create builds.
     let run = format!("{}-{:?}", std::process::id(), Instant::now());
     let repo = example_repo(&[(".devcontainer/run-id", &run)]);
-    let home = TestHome::new();
+    let home = TestHome::new().allowing_images(&["paddock-base:*"]);
 
     let started = Instant::now();
     let job = create(&home, &repo, "first");
@@ -213,7 +213,7 @@ fn greedy_repo() -> FixtureRepo {
 /// passes (tests/it/docker.rs), and each loosening key is named as ignored.
 fn greedy_job_is_as_isolated_as_any(runtime: &str) {
     let repo = greedy_repo();
-    let home = TestHome::new();
+    let home = TestHome::new().allowing_images(&["paddock-base:*"]);
     let mut flags = vec!["--runtime", runtime, "--task", "greedy"];
     flags.extend(crate::isolation::LIMIT_FLAGS);
     let job = home.create(&repo, &flags);
@@ -278,7 +278,9 @@ fn variables_volumes_and_post_start_follow_the_spec_and_the_host_env_stays_out()
     repo.write(".devcontainer.json", LIFECYCLE);
     repo.commit_all("lifecycle");
     let secret = format!("devc-secret-{}", std::process::id());
-    let home = TestHome::new().env("DEVC_HOST_SECRET", &secret);
+    let home = TestHome::new()
+        .env("DEVC_HOST_SECRET", &secret)
+        .allowing_images(&["paddock-base:*"]);
     let job = create(&home, &repo, "life");
     let id = text(&job, "id");
     let basename = repo
@@ -360,7 +362,7 @@ fn the_sweep_removes_devcontainer_images_long_unused_and_nothing_else() {
         r#"{"image": "paddock-base:bookworm"}"#,
     );
     repo.commit_all("devcontainer");
-    let home = TestHome::new();
+    let home = TestHome::new().allowing_images(&["paddock-base:*"]);
     let mut job = create(&home, &repo, "swept");
     if job["devcontainer"]["built"] == false {
         // Left by an earlier run (another install's labels): this install builds its own.
@@ -372,7 +374,7 @@ fn the_sweep_removes_devcontainer_images_long_unused_and_nothing_else() {
     let id = text(&job, "id");
     let image = text(&job["devcontainer"], "image");
     // Another install sees none of it: its labels are this install's.
-    let other = TestHome::new();
+    let other = TestHome::new().allowing_images(&["paddock-base:*"]);
     // A tag of the same repository name that paddock did not build (no label).
     let foreign = format!("paddock-devc:not-ours-{}", std::process::id());
     assert!(

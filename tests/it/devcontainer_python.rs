@@ -35,7 +35,9 @@ fn a_python_repository_gets_its_toolchain_from_devcontainer_json() {
     let repo = python_repo();
     // The build installs from Debian's mirror: the user's profile opens the build's network
     // (a repository's build has none by default).
-    let home = TestHome::new().with_config("profiles:\n  default:\n    build_network: open\n");
+    let home = TestHome::new()
+        .with_config("profiles:\n  default:\n    build_network: open\n")
+        .allowing_images(&["paddock-base:*"]);
     let job = home.create(&repo, &["--runtime", "docker", "--task", "py"]);
     let id = text(&job, "id");
     let branch = text(&job, "branch");

@@ -147,7 +147,7 @@ fn attack_in(runtime: &str, test: &str, devcontainer: bool) {
         return;
     }
     attack_in_home(
-        &TestHome::new(),
+        &TestHome::new().allowing_images(&["paddock-base:*"]),
         &FixtureRepo::new(),
         &[],
         runtime,

@@ -272,7 +272,9 @@ fn a_repository_build_runs_with_no_network_and_the_jobs_limits() {
         "profiles:\n  default:\n    runtime: docker\n    memory: 3g\n    cpus: 1\n    pids: 64\n";
 
     let repo = building_repo(&target, false);
-    let home = TestHome::new().with_config(profile);
+    let home = TestHome::new()
+        .with_config(profile)
+        .allowing_images(&["paddock-base:*"]);
     let (job, _) = create(&home, &repo);
     let id = text(&job, "id");
     let seen = sh(
@@ -298,6 +300,7 @@ fn a_repository_build_runs_with_no_network_and_the_jobs_limits() {
     // what to do; a repository the user trusts builds there.
     let uncapped = TestHome::new()
         .with_config(profile)
+        .allowing_images(&["paddock-base:*"])
         .env("PADDOCK_TEST_NO_BUILD_CELL", "1");
     let repo = building_repo(&target, false);
     let path = repo.path().display().to_string();
@@ -342,7 +345,9 @@ fn a_repository_build_runs_with_no_network_and_the_jobs_limits() {
                     .is_some_and(|v| v.starts_with("REFUSED open"))),
         "{shown}"
     );
-    let open = TestHome::new().with_config(&format!("{profile}    build_network: open\n"));
+    let open = TestHome::new()
+        .with_config(&format!("{profile}    build_network: open\n"))
+        .allowing_images(&["paddock-base:*"]);
     let (job, _) = create(&open, &building_repo(&target, true));
     let seen = sh(&open, &text(&job, "id"), "cat /build-net");
     assert_eq!(
@@ -351,4 +356,80 @@ fn a_repository_build_runs_with_no_network_and_the_jobs_limits() {
         "{seen}"
     );
     open.ok(&["rm", &text(&job, "id"), "--force"]);
+}
+
+/// Issue 40, item 1: an untrusted repository's devcontainer may use only the images the user
+/// allows (the profile's and `devcontainer_images`): not as its image, not as a `FROM` (a
+/// build arg cannot swap one in), not through `COPY --from`; its own `.paddock.yaml` cannot
+/// allow more. A local image may hold what no agent should read (a token baked into a tool
+/// image). The refusal comes before any build, so this needs no Docker.
+#[test]
+fn an_untrusted_devcontainer_uses_only_the_images_the_user_allows() {
+    let home = TestHome::new()
+        .with_config("profiles:\n  default:\n    runtime: docker\n")
+        .allowing_images(&["paddock-base:*"]);
+    let refused = |files: &[(&str, &str)], names: &[&str]| {
+        let repo = FixtureRepo::new();
+        for (path, text) in files {
+            repo.write(path, text);
+        }
+        repo.commit_all("a devcontainer");
+        let path = repo.path().display().to_string();
+        let output = home.run(&["create", "--repo", &path, "--json"]);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(!output.status.success(), "{stderr}");
+        assert!(stderr.contains("refusing image"), "{stderr}");
+        for name in names {
+            assert!(stderr.contains(name), "names {name}: {stderr}");
+        }
+        assert_eq!(repo.branches(), vec!["main".to_string()], "nothing made");
+        repo
+    };
+    let dockerfile = |text: &str| {
+        [
+            (".devcontainer/Dockerfile", text.to_string()),
+            (
+                ".devcontainer/devcontainer.json",
+                "{\"build\": {\"dockerfile\": \"Dockerfile\", \"args\": {\"BASE\": \"deploy-tools:1\"}}}".to_string(),
+            ),
+        ]
+    };
+    // As its image, with the repository's own file trying to allow everything.
+    let repo = refused(
+        &[
+            (".devcontainer.json", "{\"image\": \"deploy-tools:1\"}"),
+            (".paddock.yaml", "devcontainer_images: [\"*\"]\n"),
+        ],
+        &["deploy-tools:1", "devcontainer_images"],
+    );
+    let path = repo.path().display().to_string();
+    let shown = home.json(&["config", "show", "--repo", &path, "--json"]);
+    assert!(
+        shown["values"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .any(|row| row["key"] == "devcontainer_images"
+                && row["value"]
+                    .as_str()
+                    .is_some_and(|v| v.starts_with("REFUSED"))),
+        "{shown}"
+    );
+    // As a FROM, swapped in by a build arg over the file's allowed default.
+    let files = dockerfile("ARG BASE=paddock-base:bookworm\nFROM ${BASE}\n");
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+    refused(&files, &["deploy-tools:1", "line 2"]);
+    // Through COPY --from, under an allowed FROM.
+    let files = dockerfile(
+        "FROM paddock-base:bookworm\nRUN true\nCOPY --chown=1000 --from=deploy-tools:1 /token /token\n",
+    );
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+    let repo = refused(&files, &["deploy-tools:1", "line 3"]);
+    // Trusted, the repository's devcontainer is the user's own: no image is refused (the
+    // build may still fail: the image is not on this machine).
+    home.trust(repo.path());
+    let path = repo.path().display().to_string();
+    let output = home.run(&["create", "--repo", &path, "--json"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("refusing image"), "{stderr}");
 }
