@@ -176,6 +176,10 @@ fn machine() -> String {
     format!("{cpus} CPUs, {mem} GiB RAM, Docker {docker}, {git}")
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn main() {
     // `cargo bench` passes `--bench`; nothing else to parse.
     let quick = std::env::var("PADDOCK_BENCH_QUICK").as_deref() == Ok("1");

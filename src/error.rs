@@ -244,6 +244,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// The kind of this error (see [`ErrorKind`]).
+    #[expect(clippy::too_many_lines, reason = "one table: every error's kind")]
     pub fn kind(&self) -> ErrorKind {
         use ErrorKind as K;
         match self {
@@ -360,6 +361,7 @@ impl Error {
     }
 
     /// What the user can do about it, where there is something.
+    #[expect(clippy::too_many_lines, reason = "one table: every error's hint")]
     pub fn hint(&self) -> Option<String> {
         let hint = match self {
             Error::Config(ConfigError::UnknownProfile { .. }) => {

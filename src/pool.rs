@@ -162,6 +162,20 @@ pub struct PoolSlots {
 }
 
 impl PoolSlots {
+    /// The slots that are, or are becoming, waiting containers: ready ones and those a live
+    /// process is making.
+    pub fn live(&self) -> Vec<PoolSlot> {
+        self.list()
+            .into_iter()
+            .filter_map(|(_, slot)| slot.ok())
+            .filter(|slot| match &slot.state {
+                SlotState::Ready => true,
+                SlotState::Starting { owner } => owner.as_ref().is_some_and(ProcessId::is_alive),
+                SlotState::Claimed { .. } | SlotState::Removing => false,
+            })
+            .collect()
+    }
+
     pub fn of(home: &PaddockHome) -> PoolSlots {
         PoolSlots {
             root: home.root().join("pool"),

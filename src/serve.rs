@@ -120,6 +120,7 @@ async fn bind_socket(path: &std::path::Path) -> Result<tokio::net::UnixListener>
 /// every two seconds and a sweep every interval (the first at start, which adopts and
 /// reconciles whatever earlier runs left). On SIGTERM it stops accepting, lets requests in
 /// flight finish within `shutdown_grace`, and leaves job containers running.
+#[expect(clippy::too_many_lines, reason = "the daemon's startup, in order")]
 pub async fn serve(options: ServeOptions) -> Result<()> {
     // Refuse a TCP listener without a token before anything else happens.
     let token = match (&options.listen, &options.token_file) {

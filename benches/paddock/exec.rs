@@ -100,6 +100,10 @@ pub(super) fn pooled_home() -> TestHome {
 /// `docker exec true` (the command changed nothing: no sync round), a committing exec
 /// against `docker exec` of the same commit (the sync included), and the first exec result
 /// of a job created from a warm pool.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 pub(super) fn exec_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
     let home = pooled_home();
     let image = test_image();

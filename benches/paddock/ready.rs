@@ -159,6 +159,10 @@ pub(super) fn docker_job(home: &TestHome, repo: &FixtureRepo, task: &str) -> (St
 /// beforehand), and warm (an overlay checkout claimed into a waiting pool container; the
 /// pool is filled, untimed, before each run). Also the first `git status` inside the warm
 /// job. Ready = `create` returned (the first exec can start).
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 pub(super) fn job_ready(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
     let home = pooled_home();
     let image = test_image();

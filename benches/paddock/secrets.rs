@@ -81,6 +81,10 @@ pub(super) fn secret_host_overhead(rows: &mut Vec<Row>) {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn measure(runtime: &str, label: &str, rows: &mut Vec<Row>) {
     let gateway = bridge_gateway();
     let (ca_pem, config) = test_tls(&gateway);

@@ -132,6 +132,10 @@ pub fn print_job_table(views: &[JobView]) {
     print_table(&["ID", "STATE", "RUNTIME", "AGE", "IDLE", "BRANCH"], &rows);
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "`show`'s page, one section after another in the order it prints"
+)]
 pub fn print_details(details: &JobDetails) {
     let v = &details.view;
     let now = chrono::Utc::now();

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{BranchPolicy, ConfigError, EnvLookup, ProfileLayer, Source};
+use super::{BranchPolicy, ConfigError, EnvLookup, ProfileLayer};
 use crate::cache::CacheSpec;
 use crate::units::HumanDuration;
 
@@ -113,25 +113,6 @@ pub(super) fn check_caches(
         })?;
     }
     Ok(())
-}
-
-pub(super) fn cache_names(caches: &[CacheSpec]) -> String {
-    caches
-        .iter()
-        .map(|c| {
-            c.resolve()
-                .map(|(name, s)| format!("{name} ({s})"))
-                .unwrap_or_default()
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-pub(super) fn source_origin(source: &Source) -> String {
-    match source {
-        Source::UserFile(path) | Source::RepoFile(path) => path.display().to_string(),
-        other => other.to_string(),
-    }
 }
 
 /// The most of a config file paddock reads: a repository's file is anyone's, and YAML

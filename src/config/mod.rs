@@ -23,20 +23,20 @@ mod profile;
 mod rows;
 mod secrets;
 mod setup;
+mod show_rows;
 mod trust;
 use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
 pub use choices::{
     BranchPolicy, CheckoutMode, EnvironmentChoice, KillPolicy, NetworkMode, PushPolicy,
     RuntimeChoice,
 };
-use files::{
-    ConfigFile, cache_names, check_caches, check_profile_name, env_layers, read_file, source_origin,
-};
+use files::{ConfigFile, check_caches, check_profile_name, env_layers, read_file};
 pub use files::{MAX_CONFIG_FILE, check_branch_template, user_config_path};
 pub use profile::{DEFAULT_GIT_DISK, PoolSettings, Profile, ProfileLayer, Reserve, ReserveLayer};
 pub(crate) use secrets::value_error;
 pub use secrets::{EgressSettings, SecretSpec, check_spec};
 pub use setup::{JobSetup, SetupSettings};
+use show_rows::{cache_names, source_origin};
 pub use trust::{Refusal, RepoTrust, add_trust, setup_from_untrusted_repo, trusts_repo};
 
 /// The name of the repo-level config file, at the target repository's root.
@@ -260,6 +260,10 @@ impl Config {
         Ok(config)
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one arm per top-level key of the config file, in the format's order"
+    )]
     fn apply_file(&mut self, mut file: ConfigFile, source: &Source) -> Result<(), ConfigError> {
         let origin = source_origin(source);
         setup::check_file(&mut file, &origin)?;

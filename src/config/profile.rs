@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     CheckoutMode, ConfigError, DEFAULT_IMAGE, EnvironmentChoice, KillPolicy, NetworkMode,
-    PushPolicy, RuntimeChoice, Source, Sourced, cache_names, files::source_origin,
+    PushPolicy, RuntimeChoice, Source, Sourced,
+    show_rows::{cache_names, source_origin},
 };
 use crate::cache::CacheSpec;
 use crate::egress::AllowEntry;
@@ -241,6 +242,7 @@ impl Default for Profile {
 
 impl Profile {
     /// Stacks `layer` on top of this profile; every value it sets is attributed to `source`.
+    #[expect(clippy::too_many_lines, reason = "one assignment per profile key")]
     pub fn apply(&mut self, layer: &ProfileLayer, source: &Source) {
         macro_rules! set {
             ($($field:ident),*) => {$(
@@ -397,6 +399,10 @@ impl Profile {
     }
 
     /// The profile's settings as `(key, value, source)` rows, for `config show`.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one row per profile key, in `config show`'s order"
+    )]
     pub fn rows(&self) -> Vec<(String, String, &Source)> {
         let mut rows = vec![
             ("image".into(), self.image.value.clone(), &self.image.source),
@@ -539,13 +545,13 @@ impl Profile {
                 &self.caches.source,
             ));
         }
-        rows.extend(super::setup::rows(
+        rows.extend(super::show_rows::rows(
             &self.copy,
             &self.setup,
             self.setup_optional.as_ref(),
             self.setup_timeout.as_ref(),
         ));
-        rows.extend(super::setup::network_rows(
+        rows.extend(super::show_rows::network_rows(
             self.setup_network.as_ref(),
             self.setup_allow.as_ref(),
         ));

@@ -1,6 +1,6 @@
 //! `config show`: every effective value as a `(key, value, source)` row.
 
-use super::{AdmissionSettings, Config, Source, cache_names, setup};
+use super::{AdmissionSettings, Config, Source, cache_names, show_rows};
 
 impl Config {
     /// Every effective setting as `(key, value, source)`, for `paddock config show`.
@@ -40,14 +40,14 @@ impl Config {
             ));
         }
         let top = &self.setup;
-        for (key, value, source) in setup::rows(
+        for (key, value, source) in show_rows::rows(
             &top.copy,
             &top.commands,
             top.optional.as_ref(),
             top.timeout.as_ref(),
         )
         .into_iter()
-        .chain(setup::network_rows(
+        .chain(show_rows::network_rows(
             top.network.as_ref(),
             top.allow.as_ref(),
         )) {

@@ -4,6 +4,7 @@
 //! `runtime/docker/egress.rs`; the unreachable route that keeps the job range on the host is
 //! [`ranges`].
 
+pub mod allow;
 pub mod bridge;
 pub mod ca;
 pub mod intercept;
@@ -15,5 +16,7 @@ pub mod scrub;
 pub mod secrets;
 pub mod tls;
 mod tunnel;
+mod upstream;
 
-pub use policy::{AllowEntry, EgressPolicy};
+pub use allow::AllowEntry;
+pub use policy::EgressPolicy;

@@ -20,7 +20,7 @@
 //! port, allowed, reason, and bytes each way once a tunnel ends. The policy file is read
 //! again for each connection, so `paddock net` changes apply to the next connection.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,13 +34,12 @@ use super::tls::check_sni;
 #[cfg(test)]
 use super::tls::client_hello;
 use super::tunnel::{close, pipe_one_way, read_first, write_all};
+use super::upstream::{connect, deny};
 
 /// Longest request head accepted.
 const MAX_HEAD: usize = 16 * 1024;
 /// Deadline for the client's request head.
 const CLIENT_DEADLINE: Duration = Duration::from_secs(10);
-/// Deadline for resolving a name and for connecting upstream.
-const UPSTREAM_DEADLINE: Duration = Duration::from_secs(10);
 /// Longest life of one tunnel.
 const TUNNEL_DEADLINE: Duration = Duration::from_secs(6 * 3600);
 
@@ -91,6 +90,10 @@ struct Request {
     rest: Vec<u8>,
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one connection's life: parse, check, connect, relay, log"
+)]
 async fn handle(mut client: TcpStream, peer: SocketAddr, files: &ProxyFiles) {
     let decision = |method: &str, host: &str, port: u16, verdict: &Verdict| Decision {
         at: chrono::Utc::now(),
@@ -270,59 +273,11 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, files: &ProxyFiles) {
     log(files, &done).await;
 }
 
-fn deny(reason: impl Into<String>) -> Verdict {
-    Verdict {
-        allowed: false,
-        reason: reason.into(),
-    }
-}
-
 async fn load_policy(files: &ProxyFiles) -> Result<EgressPolicy, String> {
     let text = tokio::fs::read(&files.policy)
         .await
         .map_err(|e| format!("the policy cannot be read: {e}"))?;
     serde_json::from_slice(&text).map_err(|e| format!("the policy cannot be read: {e}"))
-}
-
-/// Resolves `host` here, checks every address, connects to the first allowed one.
-pub(super) async fn connect(
-    policy: &EgressPolicy,
-    host: &str,
-    port: u16,
-) -> Result<TcpStream, Verdict> {
-    let literal = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<IpAddr>();
-    let addresses: Vec<SocketAddr> = match literal {
-        Ok(addr) => vec![SocketAddr::new(addr, port)],
-        Err(_) => {
-            match tokio::time::timeout(UPSTREAM_DEADLINE, tokio::net::lookup_host((host, port)))
-                .await
-            {
-                Ok(Ok(found)) => found.collect(),
-                Ok(Err(e)) => return Err(deny(format!("cannot resolve {host}: {e}"))),
-                Err(_) => return Err(deny(format!("cannot resolve {host}: no answer in time"))),
-            }
-        }
-    };
-    let mut refusal = deny(format!("cannot resolve {host}: no addresses"));
-    for address in addresses {
-        let verdict = policy.check_address(address.ip(), port);
-        if !verdict.allowed {
-            refusal = verdict;
-            continue;
-        }
-        match tokio::time::timeout(UPSTREAM_DEADLINE, TcpStream::connect(address)).await {
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
-                return Ok(stream);
-            }
-            Ok(Err(e)) => refusal = deny(format!("cannot connect to {address}: {e}")),
-            Err(_) => refusal = deny(format!("cannot connect to {address}: no answer in time")),
-        }
-    }
-    Err(refusal)
 }
 
 /// A request refused before any policy check, with what it asked for when that is known.

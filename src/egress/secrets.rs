@@ -23,7 +23,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::AllowEntry;
+use super::allow::AllowEntry;
 
 /// The reason logged (and relayed as `egress.denied`) for a placeholder sent elsewhere.
 pub const LEAK_REASON: &str = "secret_to_unlisted_host";

@@ -219,6 +219,10 @@ impl Paddock {
     /// Runs a command in a job: the job becomes `running`, then `exited` or `timed-out` (or
     /// `failed` when paddock itself could not run it). Output goes to `sink` as it comes and
     /// to the job's output log; every exec is appended to the audit log.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "exec's admission, run and sync in order (issue 42: one runtime round trip)"
+    )]
     pub async fn exec(
         &self,
         id: &str,

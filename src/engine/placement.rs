@@ -101,7 +101,7 @@ impl Paddock {
             .await
             .expect("taking a lock does not panic")?;
             let (records, _) = self.store.list()?;
-            let live = super::pool::live_slots(&self.slots());
+            let live = self.slots().live();
             let mut best: Option<(usize, String)> = None;
             let mut full = Vec::new();
             for (name, spec) in &config.engines {

@@ -14,6 +14,10 @@ impl Paddock {
     /// `refs/paddock/wip/<id>` in the repository's wip store, stop the container, remove the worktree and its git metadata,
     /// delete the branch under `options.branch_policy`, and remove the record last.
     /// Every step tolerates having been done already, so a crashed `rm` can be repeated.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the removal's steps in order, each failure kept from losing work"
+    )]
     pub async fn remove(&self, id: &str, options: RemoveOptions) -> Result<RemoveReport> {
         let record = self.load(id)?;
         if record.state == JobState::Queued {

@@ -13,8 +13,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
+pub use super::merge_parse::{ConflictFile, MergeOutcome};
 use super::merge_parse::{parse_merge_batch, parse_merge_tree};
 use super::{GitCall, GitError, GitRepo, blocking, read_err};
 
@@ -27,22 +26,6 @@ const BATCHES: (u32, u32) = (2, 40);
 /// version found when it is too old.
 static VERSION_CHECK: tokio::sync::OnceCell<Result<(u32, u32), String>> =
     tokio::sync::OnceCell::const_new();
-
-/// One file a merge cannot resolve, and how (`contents`, `modify/delete`, `add/add`,
-/// `rename/delete`, ..., from git's `CONFLICT (<type>)`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConflictFile {
-    pub path: String,
-    #[serde(rename = "type")]
-    pub kind: String,
-}
-
-/// The result of one merge: the merged tree and the files that conflict (none: clean).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MergeOutcome {
-    pub tree: String,
-    pub conflicts: Vec<ConflictFile>,
-}
 
 impl MergeOutcome {
     pub fn clean(&self) -> bool {

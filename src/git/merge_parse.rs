@@ -2,7 +2,23 @@
 //! `--stdin`, git 2.40 or newer) a batch's: the merged tree and the conflicted paths with
 //! their conflict types (from git's `CONFLICT (<type>)` messages). Pure parsing, no I/O.
 
-use super::merge::{ConflictFile, MergeOutcome};
+use serde::{Deserialize, Serialize};
+
+/// One file a merge cannot resolve, and how (`contents`, `modify/delete`, `add/add`,
+/// `rename/delete`, ..., from git's `CONFLICT (<type>)`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConflictFile {
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// The result of one merge: the merged tree and the files that conflict (none: clean).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeOutcome {
+    pub tree: String,
+    pub conflicts: Vec<ConflictFile>,
+}
 
 /// Parses `merge-tree --write-tree -z --name-only` output: the tree, the conflicted paths,
 /// an empty field, then messages (`N`, N paths, the type, the message).

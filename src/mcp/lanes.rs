@@ -2,7 +2,7 @@
 //! repositories it was started with (`paddock mcp --repo`), and never based on the branch
 //! of a job it did not create (that would hand it another session's work to read).
 
-use super::tools::{Failure, SESSION_LABEL, Session};
+use super::session::{Failure, SESSION_LABEL, Session};
 use crate::ops::Operations;
 use crate::wire::CreateRequest;
 

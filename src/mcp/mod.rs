@@ -20,9 +20,10 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use crate::ops::Operations;
 
 mod lanes;
+mod session;
 mod tools;
 
-pub use tools::{SESSION_LABEL, Session};
+pub use session::{SESSION_LABEL, Session};
 
 /// The protocol version this server speaks by default (the newest).
 pub const PROTOCOL_VERSION: &str = "2025-11-25";

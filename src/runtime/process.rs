@@ -30,6 +30,10 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 /// The longest an exec reads on after the command exited.
 const DRAIN_CAP: Duration = Duration::from_secs(10);
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "a child process's run: spawn, stream, deadline, signal, kill"
+)]
 pub(super) async fn exec(
     record: &JobRecord,
     request: &ExecRequest,

@@ -13,6 +13,10 @@ use crate::pool::{PoolSlots, SlotState};
 use crate::runtime::{Sandbox, SandboxRole};
 
 impl Paddock {
+    #[expect(
+        clippy::too_many_lines,
+        reason = "each warm slot's verdict and removal"
+    )]
     pub(super) async fn reap_pool_slots(&self, options: &SweepOptions, report: &mut SweepReport) {
         let slots = PoolSlots::of(self.home());
         let listed_at = chrono::Utc::now();

@@ -120,6 +120,10 @@ pub(crate) fn api(socket: &Path, method: &str, path: &str, body: Option<&Value>)
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn twenty_concurrent_jobs_with_execs_and_events_then_all_deleted() {
     let repo = FixtureRepo::new();
     let home = TestHome::new();

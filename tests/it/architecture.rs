@@ -1,11 +1,14 @@
-//! The crate's shape, checked: the top-level modules import each other without a cycle, the
-//! HTTP API does not reach into the CLI, no source file outgrows ~600 lines, and `unsafe`
-//! lives in one module. A restructure that breaks one of these fails here, not in review.
+//! The crate's shape, checked: the top-level modules import each other without a cycle (and
+//! files without a circle: `import_graph`), the HTTP API does not reach into the CLI, no
+//! source file outgrows ~1,000 lines (functions are held to 100 by `clippy::too_many_lines`,
+//! each exception an `#[expect]` with its reason), and `unsafe` lives in one module. A
+//! restructure that breaks one of these fails here, not in review.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-const MAX_LINES: usize = 600;
+/// A file may hold a whole concept; past this it holds more than one.
+const MAX_LINES: usize = 1000;
 
 fn source_files() -> Vec<PathBuf> {
     let mut files = Vec::new();
@@ -34,7 +37,7 @@ fn module_of(path: &Path) -> String {
 }
 
 /// Code without comments and without unit tests (at the end of a file, or a `tests.rs`).
-fn code(path: &Path) -> String {
+pub(crate) fn code(path: &Path) -> String {
     if path.file_name().is_some_and(|name| name == "tests.rs") {
         return String::new();
     }
@@ -150,7 +153,7 @@ fn the_http_api_does_not_depend_on_the_cli() {
 }
 
 #[test]
-fn no_source_file_outgrows_six_hundred_lines() {
+fn no_source_file_outgrows_a_thousand_lines() {
     // The library's files, and the benchmark's, the shared fixtures' and the tests' too.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = source_files();

@@ -47,6 +47,10 @@ fn refused_by_cap(error: &str) -> bool {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn a_sparse_terabyte_in_the_outbox_neither_stalls_the_exec_nor_the_daemon() {
     if !docker_available("a_sparse_terabyte_in_the_outbox_neither_stalls_the_exec_nor_the_daemon") {
         return;

@@ -301,6 +301,10 @@ fn assert_fails(home: &TestHome, args: &[&str], code: i32, needle: &str) {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn bad_input_fails_cleanly_and_leaves_nothing_behind() {
     crate::fixtures::each_checkout(|| {
         let repo = FixtureRepo::new();

@@ -69,6 +69,10 @@ fn state_of(id: &str) -> String {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn dashboard_in_a_browser_shows_jobs_live_and_a_diff_only_after_sign_in() {
     let Some(binary) = chromium() else {
         if std::env::var("PADDOCK_SKIP_BROWSER_TESTS").as_deref() == Ok("1") {

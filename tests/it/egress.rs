@@ -101,6 +101,10 @@ fn an_allowlisted_job_reaches_only_what_is_listed_under_gvisor() {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn allowlist_holds(runtime: &str) {
     let gateway = bridge_gateway();
     let allowed = echo_server(&gateway);

@@ -353,6 +353,10 @@ fn streams(ndjson: &str) -> (String, String) {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn an_exec_whose_client_dropped_runs_on_and_its_output_and_result_stay_readable() {
     let repo = FixtureRepo::new();
     let home = TestHome::new();

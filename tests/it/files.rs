@@ -168,6 +168,10 @@ fn binary_files_round_trip_through_cp_cat_and_http() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn paths_out_of_the_workspace_are_refused_and_nothing_outside_changes() {
     crate::fixtures::each_checkout(|| {
         let repo = FixtureRepo::new();

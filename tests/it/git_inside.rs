@@ -250,6 +250,10 @@ fn fusermount_is_setuid() -> bool {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn git_inside_works_when_paddock_is_not_root() {
     crate::fixtures::each_checkout(|| {
         if !docker_available("git_inside_works_when_paddock_is_not_root") {

@@ -157,6 +157,10 @@ fn attack_in(runtime: &str, test: &str, devcontainer: bool) {
 
 /// The attack in a job of `home` made with `flags` besides the runtime's (a remote engine's
 /// tests pass `--engine`), on `repo`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 pub(crate) fn attack_in_home(
     home: &TestHome,
     repo: &FixtureRepo,

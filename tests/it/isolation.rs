@@ -48,6 +48,10 @@ fn isolated_and_limited(runtime: &str) {
 /// `runtime` with [`LIMIT_FLAGS`]) and in what the engine says of its container: not root,
 /// no capabilities, no new privileges, seccomp, a read-only root, no host file, no engine
 /// socket, no network, memory, pids and CPU held. Removes the job.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 pub(crate) fn check_isolated_and_limited(home: &TestHome, job: &Value, runtime: &str) {
     assert_eq!(job["runtime"], runtime, "{job}");
     let id = text(job, "id");

@@ -36,6 +36,7 @@ mod hostile_ids;
 mod hostile_pristine;
 mod hostile_repo;
 mod idempotency;
+mod import_graph;
 mod installs;
 mod isolation;
 mod job_privacy;

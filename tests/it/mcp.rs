@@ -154,6 +154,10 @@ fn check_schema(tool: &str, schema: &Value) {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
     if !docker_available("an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it") {
         return;

@@ -63,6 +63,10 @@ impl Drop for KillVms {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn a_microvm_job_runs_under_its_own_kernel_commits_holds_its_limits_and_leaves_nothing() {
     if !microvm_available("a_microvm_job_runs_under_its_own_kernel") {
         return;

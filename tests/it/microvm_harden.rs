@@ -278,6 +278,10 @@ fn read(dir: &Path, file: &str) -> String {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn a_vms_qemu_and_virtiofsd_run_in_a_host_cgroup_of_their_own_that_rm_and_the_sweep_remove() {
     if !microvm_available("a_vms_qemu_and_virtiofsd_run_in_a_host_cgroup") {
         return;

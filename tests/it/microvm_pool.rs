@@ -109,6 +109,10 @@ fn qemu_of(dir: &Path) -> Option<String> {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn a_warm_microvm_is_claimed_fast_commits_stays_isolated_and_leaves_nothing() {
     if !microvm_available("a_warm_microvm_is_claimed_fast") {
         return;

@@ -165,6 +165,10 @@ fn regex_replace(text: &str, pattern: &str, to: &str) -> String {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn json_shapes_and_human_tables() {
     let repo = FixtureRepo::new();
     let home = TestHome::new();

@@ -238,6 +238,10 @@ fn creates_killed_at_random_times_on_a_large_repo_are_swept_clean() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn orphans_of_ours_are_removed_and_nothing_else_is_touched() {
     crate::fixtures::each_checkout(|| {
         if !docker_available("orphans_of_ours_are_removed_and_nothing_else_is_touched") {

@@ -314,6 +314,10 @@ pub fn size(limits: &crate::job::Limits) -> (u64, u64) {
 
 /// Starts the job's virtiofsd processes and its VM (daemonized); returns QEMU's pid.
 /// `name` is the job's id or the pool slot's.
+#[expect(
+    clippy::too_many_lines,
+    reason = "QEMU's command line and its helpers, in the order they start"
+)]
 pub async fn start(
     vm: &VmDir,
     name: &str,

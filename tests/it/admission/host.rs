@@ -149,6 +149,10 @@ fn twenty_docker_jobs_on_the_default_budget_each_run_a_command() {
 /// A real overload still queues or refuses: reserves past the budget, and more execs than
 /// the exec slots; a reserve above its job's limit, or above the whole budget, is refused.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn reserves_past_the_budget_and_execs_past_the_slots_queue_or_are_refused() {
     let repo = FixtureRepo::new();
     let home = TestHome::new()
@@ -278,6 +282,10 @@ fn reserves_past_the_budget_and_execs_past_the_slots_queue_or_are_refused() {
 /// one only when its place (or the reason) changes, however often it looks meanwhile;
 /// `ls` shows both waiters in order and the budget line says what holds it.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn a_waiting_create_says_so_on_its_terminal_once_and_as_its_place_changes() {
     let repo = FixtureRepo::new();
     let home = TestHome::new()

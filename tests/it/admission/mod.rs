@@ -68,6 +68,10 @@ fn queued_in_order(jobs: &BTreeMap<String, (String, Option<u64>)>) -> Vec<String
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn a_budget_of_three_jobs_queues_the_rest_in_order_across_a_daemon_restart() {
     let repo = FixtureRepo::new();
     let home = TestHome::new().with_budget("  memory: 768m\n  cpus: 1000\n");

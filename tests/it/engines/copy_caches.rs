@@ -186,6 +186,10 @@ fn a_remote_job_gets_its_copies_and_setup_and_bad_copies_leave_nothing() {
 const CACHES: &str = "caches:\n  - path: node_modules\n    key: [package-lock.json]\n    strategy: symlink\n  - env: TOOL_CACHE\n    name: tool\nsetup_network: open\nsetup:\n  - echo from-setup > node_modules/setup.txt && echo \"$TOOL_CACHE\" > \"$TOOL_CACHE/where\"\n";
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn remote_caches_are_volumes_shared_by_key_seeded_kept_by_rm_and_private_to_the_repository() {
     if !available("remote_caches_are_volumes_shared_by_key_seeded_kept_by_rm") {
         return;

@@ -86,6 +86,10 @@ impl Drop for Listener {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener() {
     if !available("an_allowlist_job_on_a_remote_engine_reaches_only_its_listed_listener") {
         return;

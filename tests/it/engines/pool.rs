@@ -67,6 +67,10 @@ fn labelled_on_engine(label: &str) -> (Vec<String>, Vec<String>) {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn a_pool_on_a_remote_engine_is_claimed_faster_keeps_work_and_drains_clean() {
     if !available("a_pool_on_a_remote_engine_is_claimed_faster_keeps_work_and_drains_clean") {
         return;

@@ -72,6 +72,10 @@ fn relay_container(engine: &Engine, job: &Value) -> Value {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn ports_of_a_remote_job_are_relayed_through_its_engine() {
     if !available("ports_of_a_remote_job_are_relayed_through_its_engine") {
         return;

@@ -251,6 +251,10 @@ fn a_secret_of_a_remote_job_reaches_only_its_host_and_rests_nowhere() {
 /// forbidden. The listener in the engine's network namespace gets the value; the job, the
 /// state root, the engine's state and `docker inspect` there hold only the placeholder.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn an_unprivileged_user_s_secret_reaches_its_host_on_a_remote_engine() {
     use crate::default_paths::{Machine, USER_UID, Who};
     use std::os::unix::fs::PermissionsExt as _;

@@ -69,6 +69,10 @@ fn a_job_whose_engine_stops_is_unreachable_kept_and_recovers() {
 /// whose work cannot be saved keeps its volumes. A stranger's container and
 /// volume on the engine, and another install's, are untouched.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn the_sweep_saves_an_orphan_on_a_remote_engine_then_reaps_it_and_nothing_else() {
     if !available("the_sweep_saves_an_orphan_on_a_remote_engine_then_reaps_it_and_nothing_else") {
         return;
