@@ -14,10 +14,8 @@ use super::API_TIMEOUT;
 use crate::runtime::RuntimeError;
 
 /// A client for engine `engine`.
-async fn docker(engine: &str) -> Result<Docker, RuntimeError> {
-    super::remote::ENGINE
-        .scope(Some(engine.to_string()), async { super::connect() })
-        .await
+fn docker(engine: &str) -> Result<Docker, RuntimeError> {
+    super::Daemon::of(Some(engine.to_string())).connect()
 }
 
 fn docker_error(
@@ -45,7 +43,7 @@ fn not_found(error: &bollard::errors::Error) -> bool {
 /// The mode of `path` in `container` on `engine`, as Go's `os.FileMode` bits (`None`: it
 /// does not exist).
 pub async fn stat(engine: &str, container: &str, path: &str) -> Result<Option<u32>, RuntimeError> {
-    let docker = docker(engine).await?;
+    let docker = docker(engine)?;
     Ok(stat_with(&docker, container, path)
         .await?
         .map(|stat| stat.file_mode))
@@ -84,7 +82,7 @@ pub async fn download(
     path: &str,
     cap: u64,
 ) -> Result<Option<Vec<u8>>, RuntimeError> {
-    let docker = docker(engine).await?;
+    let docker = docker(engine)?;
     let options = DownloadFromContainerOptionsBuilder::new()
         .path(path)
         .build();
@@ -122,7 +120,7 @@ pub async fn upload(
     path: &str,
     tar: Vec<u8>,
 ) -> Result<(), RuntimeError> {
-    let docker = docker(engine).await?;
+    let docker = docker(engine)?;
     let options = UploadToContainerOptions {
         path: path.to_string(),
         no_overwrite_dir_non_dir: Some("true".into()),

@@ -157,6 +157,7 @@ pub struct Cell {
 /// Makes and starts a cell with `limits` on the engine `docker` (whose `info` said it can
 /// hold one), after making sure the cell image is there.
 pub async fn open(
+    daemon: &super::Daemon,
     docker: &Docker,
     arch: Arch,
     limits: BuildLimits,
@@ -193,7 +194,7 @@ pub async fn open(
         }),
         ..Default::default()
     };
-    let id = create_named(docker, &name, body).await?;
+    let id = create_named(daemon, docker, &name, body).await?;
     let cell = Cell {
         cgroup: format!("{CELL_PARENT}/{id}"),
         name,

@@ -89,8 +89,8 @@ fn last_used(home: &PaddockHome, engine: &str, volume: &str) -> Option<std::time
 }
 
 /// Keeps that the job's cache volumes were used now (on this host: jobs cannot forge it).
-pub(super) fn mark_used(home: &PaddockHome, planned: &[Planned]) {
-    let engine = super::remote::current().unwrap_or_default();
+pub(super) fn mark_used(daemon: &super::Daemon, home: &PaddockHome, planned: &[Planned]) {
+    let engine = daemon.engine().unwrap_or_default().to_string();
     for plan in planned {
         let path = last_use(home, &engine, &plan.volume);
         if let Some(dir) = path.parent() {
@@ -105,11 +105,12 @@ pub(super) fn mark_used(home: &PaddockHome, planned: &[Planned]) {
 /// Makes (or finds) the job's cache volumes on its engine, each checked to be this
 /// install's cache of the job's repository, and picks the seed of each.
 pub(super) async fn plan(
+    daemon: &super::Daemon,
     docker: &Docker,
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<Vec<Planned>, RuntimeError> {
-    let engine = super::remote::current().unwrap_or_default();
+    let engine = daemon.engine().unwrap_or_default().to_string();
     let mut planned = Vec::new();
     for cache in &record.caches {
         let Some(volume) = crate::engines::volume_of(cache) else {
@@ -254,9 +255,10 @@ pub(super) fn script(planned: &[Planned], uid: u32, gid: u32) -> String {
 
 /// This install's cache volumes on the current engine.
 pub(super) async fn list(
+    daemon: &super::Daemon,
     home: &PaddockHome,
 ) -> Result<Vec<crate::engines::CacheVolume>, RuntimeError> {
-    let docker = super::connect()?;
+    let docker = daemon.connect()?;
     let filters = HashMap::from([(
         "label".to_string(),
         vec![
@@ -296,8 +298,12 @@ pub(super) async fn list(
 /// Removes the cache volume `name` when it carries this install's labels as a cache,
 /// looked at right before; false when it is gone or not ours. The engine refuses to remove
 /// a volume a container (a job's, running or not) still has.
-pub(super) async fn remove(home: &PaddockHome, name: &str) -> Result<bool, RuntimeError> {
-    let docker = super::connect()?;
+pub(super) async fn remove(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    name: &str,
+) -> Result<bool, RuntimeError> {
+    let docker = daemon.connect()?;
     let Some(volume) = optional(
         "inspect volume",
         name,

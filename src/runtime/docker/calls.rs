@@ -82,11 +82,12 @@ pub(super) async fn optional<T>(
 /// Creates the container `name` from `body`; returns its id. A name that is taken (409)
 /// is [`RuntimeError::NameInUse`].
 pub(super) async fn create_named(
+    daemon: &super::Daemon,
     docker: &Docker,
     name: &str,
     body: ContainerCreateBody,
 ) -> Result<String, RuntimeError> {
-    super::remote::check_no_host_binds(name, &body)?;
+    super::remote::check_no_host_binds(daemon, name, &body)?;
     let options = CreateContainerOptionsBuilder::new().name(name).build();
     let created = tokio::time::timeout(API_TIMEOUT, docker.create_container(Some(options), body));
     match created.await {

@@ -227,6 +227,7 @@ pub struct SealedNetwork {
 /// recreating them), with the current policy written. Nothing (`None`) for a job without
 /// one (see [`has_sealed_network`]).
 pub async fn ensure(
+    daemon: &super::Daemon,
     docker: &Docker,
     home: &PaddockHome,
     record: &JobRecord,
@@ -236,11 +237,11 @@ pub async fn ensure(
     }
     let base = job_container(record);
     let network = network_name(&base);
-    let subnet = ensure_network(docker, home, record, &network).await?;
+    let subnet = ensure_network(daemon, docker, home, record, &network).await?;
     // After the network: on a remote engine its guard reports the addresses the policy names.
     write_policy(home, record)?;
     super::secrets::write_bundle(home, record).await?;
-    let remote = super::remote::current().is_some();
+    let remote = daemon.is_remote();
     let sealed = SealedNetwork {
         name: network.clone(),
         subnet,
@@ -250,9 +251,9 @@ pub async fn ensure(
     match inspect_named(docker, home, &name, record.id.as_str()).await? {
         Some(status) if status.running => {
             if remote {
-                super::engine_egress::push_policy(home, record).await?;
+                super::engine_egress::push_policy(daemon, home, record).await?;
             }
-            super::secrets::send(home, record).await?;
+            super::secrets::send(daemon, home, record).await?;
             return Ok(Some(sealed));
         }
         Some(_) => {
@@ -260,19 +261,25 @@ pub async fn ensure(
                 super::engine_egress::prepare(docker, home, record).await?;
             }
             if start_named(docker, &name).await.is_ok() {
-                super::secrets::send(home, record).await?;
+                super::secrets::send(daemon, home, record).await?;
                 return Ok(Some(sealed));
             }
-            remove_labelled_container(home, &name, record.id.as_str()).await?;
+            remove_labelled_container(daemon, home, &name, record.id.as_str()).await?;
         }
         None => {}
     }
     let parts = if remote {
-        Some(super::engine_egress::sidecar_parts(docker, home, record).await?)
+        Some(super::engine_egress::sidecar_parts(daemon, docker, home, record).await?)
     } else {
         None
     };
-    create_named(docker, &name, sidecar_body(home, record, subnet, parts)?).await?;
+    create_named(
+        daemon,
+        docker,
+        &name,
+        sidecar_body(home, record, subnet, parts)?,
+    )
+    .await?;
     if remote {
         super::engine_egress::prepare(docker, home, record).await?;
     }
@@ -297,23 +304,27 @@ pub async fn ensure(
     )
     .await?;
     start_named(docker, &name).await?;
-    super::secrets::send(home, record).await?;
+    super::secrets::send(daemon, home, record).await?;
     Ok(Some(sealed))
 }
 
 /// Restarts the job's sidecar (a short grace), ending its proxy's tunnels, when it runs.
-pub async fn restart_sidecar(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
+pub async fn restart_sidecar(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<(), RuntimeError> {
     if !has_sealed_network(record) {
         return Ok(());
     }
-    let docker = super::connect()?;
+    let docker = daemon.connect()?;
     let name = sidecar_name(&job_container(record));
     if let Some(status) = inspect_named(&docker, home, &name, record.id.as_str()).await?
         && status.running
     {
         super::stop_container(&docker, &name, std::time::Duration::from_secs(1)).await?;
         start_named(&docker, &name).await?;
-        super::secrets::send(home, record).await?;
+        super::secrets::send(daemon, home, record).await?;
     }
     Ok(())
 }
@@ -350,6 +361,7 @@ async fn our_network(
 /// Makes sure the job's sealed network exists; returns its subnet (`None` for a network
 /// made before subnets were paddock's).
 async fn ensure_network(
+    daemon: &super::Daemon,
     docker: &Docker,
     home: &PaddockHome,
     record: &JobRecord,
@@ -360,11 +372,11 @@ async fn ensure_network(
     // reboot (which cleared the route): once a network is gone, nothing may reach its old
     // addresses through the default route (see `egress::ranges`). A read of
     // /proc/net/route when the route is there.
-    if super::remote::current().is_some() {
-        let addresses = super::ranges::ensure_on_engine(docker).await?;
+    if daemon.is_remote() {
+        let addresses = super::ranges::ensure_on_engine(daemon, docker).await?;
         super::engine_egress::keep_addresses(home, record, &addresses)?;
     } else {
-        super::ranges::ensure(docker, &record.limits.image).await?;
+        super::ranges::ensure(daemon, docker, &record.limits.image).await?;
     }
     if let Some(found) = our_network(docker, home, network, id.as_str()).await? {
         let subnet = JobSubnet::of(&found);
@@ -534,12 +546,13 @@ fn sidecar_body(
 /// Removes the sidecar and the network named after the job container `base`, if they exist
 /// and are `job`'s of this install (the network is tried even when the sidecar fails).
 pub async fn remove(
+    daemon: &super::Daemon,
     docker: &Docker,
     home: &PaddockHome,
     base: &str,
     job: &str,
 ) -> Result<(), RuntimeError> {
-    let sidecar = remove_labelled_container(home, &sidecar_name(base), job).await;
+    let sidecar = remove_labelled_container(daemon, home, &sidecar_name(base), job).await;
     let network = network_name(base);
     let network = async {
         if our_network(docker, home, &network, job).await?.is_none() {

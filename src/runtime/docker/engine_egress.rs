@@ -141,11 +141,12 @@ fn build_id(file: &std::fs::File) -> std::io::Result<Option<Vec<u8>>> {
 /// Builds the proxy image ([`proxy_tag`]) on the current engine from `base_image`, unless
 /// it is there; returns its tag.
 pub async fn build_proxy_image(
+    daemon: &super::Daemon,
     base_image: &str,
     home_id: &str,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, RuntimeError> {
-    let docker = super::connect()?;
+    let docker = daemon.connect()?;
     let tag = proxy_tag().await?;
     if has_image(&docker, &tag).await? {
         progress(&format!("the proxy image {tag} is there"));
@@ -217,12 +218,15 @@ pub async fn check_proxy_image(docker: &Docker) -> Result<(), RuntimeError> {
 
 /// The proxy image's tag, refused with the command that builds it when the current engine
 /// lacks it (a job made by an older paddock whose sidecar or guard is made anew).
-pub async fn require_proxy_image(docker: &Docker) -> Result<String, RuntimeError> {
+pub async fn require_proxy_image(
+    daemon: &super::Daemon,
+    docker: &Docker,
+) -> Result<String, RuntimeError> {
     let tag = proxy_tag().await?;
     if has_image(docker, &tag).await? {
         return Ok(tag);
     }
-    let engine = super::remote::current().unwrap_or_default();
+    let engine = daemon.engine().unwrap_or_default().to_string();
     Err(RuntimeError::Docker {
         action: "start the egress proxy",
         target: tag,
@@ -260,6 +264,7 @@ pub fn volume_names(record: &JobRecord) -> impl Iterator<Item = String> {
 /// The sidecar's image and mounts on a remote engine: the proxy image and the job's egress
 /// volumes (made with this install's labels first).
 pub async fn sidecar_parts(
+    daemon: &super::Daemon,
     docker: &Docker,
     home: &PaddockHome,
     record: &JobRecord,
@@ -275,7 +280,7 @@ pub async fn sidecar_parts(
             ..Default::default()
         });
     }
-    Ok((require_proxy_image(docker).await?, mounts))
+    Ok((require_proxy_image(daemon, docker).await?, mounts))
 }
 
 /// A tar of one file `name` holding `bytes`, owned by `uid:gid` with `mode`.
@@ -331,8 +336,12 @@ fn read_policy(home: &PaddockHome, record: &JobRecord) -> Result<(PathBuf, Vec<u
 /// place on its engine: in a running sidecar, uploaded under a temporary name and renamed
 /// by root there; in a stopped one, uploaded as it is (no proxy reads it). Nothing when the
 /// sidecar does not exist (its next start writes it).
-pub async fn push_policy(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
-    let docker = super::connect()?;
+pub async fn push_policy(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<(), RuntimeError> {
+    let docker = daemon.connect()?;
     let name = sidecar_name(&job_container(record));
     let Some(status) = super::inspect_named(&docker, home, &name, record.id.as_str()).await? else {
         return Ok(());
@@ -369,8 +378,12 @@ pub async fn push_policy(home: &PaddockHome, record: &JobRecord) -> Result<(), R
 /// Copies the job's proxy log from its engine to the host's `logs/<job>/egress.jsonl`
 /// (see the module docs) when its size differs from the host copy's. Nothing when the
 /// sidecar is gone.
-pub async fn pull_log(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
-    let docker = super::connect()?;
+pub async fn pull_log(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<(), RuntimeError> {
+    let docker = daemon.connect()?;
     let name = sidecar_name(&job_container(record));
     let host = log_path(home, &record.id);
     let Some(stat) = super::archive::stat_with(&docker, &name, SIDECAR_LOG).await? else {

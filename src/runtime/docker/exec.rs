@@ -13,8 +13,8 @@ use futures_util::StreamExt;
 use tokio::time::sleep_until;
 
 use super::{
-    AFTER_KILL, API_TIMEOUT, LABEL_ROLE, call, connect, container_body, create_named,
-    ensure_running, inspect_ours, job_container, remove_labelled_container, start_named,
+    AFTER_KILL, API_TIMEOUT, LABEL_ROLE, call, container_body, create_named, ensure_running,
+    inspect_ours, job_container, remove_labelled_container, start_named,
 };
 use crate::config::{KillPolicy, NetworkMode};
 use crate::job::{JobRecord, random_hex};
@@ -117,6 +117,7 @@ async fn oom_kill_count(docker: &Docker, name: &str) -> Option<u64> {
 ///
 /// Returns the result and the container id (which changes when the container was recreated).
 pub async fn exec(
+    daemon: &super::Daemon,
     home: &PaddockHome,
     record: &JobRecord,
     request: &ExecRequest,
@@ -125,8 +126,9 @@ pub async fn exec(
     if request.cmd.is_empty() {
         return Err(RuntimeError::EmptyCommand);
     }
-    let container_id = ensure_running(home, record).await?;
-    let (result, oom_count) = exec_in(&job_container(record), record, request, sink).await?;
+    let container_id = ensure_running(daemon, home, record).await?;
+    let (result, oom_count) =
+        exec_in(daemon, &job_container(record), record, request, sink).await?;
     Ok((result, container_id, oom_count))
 }
 
@@ -134,20 +136,30 @@ pub async fn exec(
 /// when that runs, else a throwaway container with the same mounts, user and limits, so a
 /// stopped job is not started again and no agent process runs beside the command.
 pub async fn exec_in_sandbox(
+    daemon: &super::Daemon,
     home: &PaddockHome,
     record: &JobRecord,
     request: &ExecRequest,
     sink: &mut dyn OutputSink,
 ) -> Result<ExecResult, RuntimeError> {
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     if inspect_ours(&docker, home, record)
         .await?
         .is_some_and(|status| status.running)
     {
         let name = job_container(record);
-        return Ok(exec_in(&name, record, request, sink).await?.0);
+        return Ok(exec_in(daemon, &name, record, request, sink).await?.0);
     }
-    exec_beside(home, record, request, sink, NetworkMode::None, "sync").await
+    exec_beside(
+        daemon,
+        home,
+        record,
+        request,
+        sink,
+        NetworkMode::None,
+        "sync",
+    )
+    .await
 }
 
 /// Runs `request` in a throwaway container beside the job's: the same image, mounts, user
@@ -156,6 +168,7 @@ pub async fn exec_in_sandbox(
 /// (`sync`: paddock's own sync of a stopped job; `setup`: setup commands with their own
 /// network policy), so a sweep reaps one a crash left behind.
 pub async fn exec_beside(
+    daemon: &super::Daemon,
     home: &PaddockHome,
     record: &JobRecord,
     request: &ExecRequest,
@@ -163,7 +176,7 @@ pub async fn exec_beside(
     network: NetworkMode,
     role: &'static str,
 ) -> Result<ExecResult, RuntimeError> {
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     let name = format!("{}-{role}-{}", job_container(record), random_hex(6));
     let mut stand_in = record.clone();
     stand_in.limits.network = match network {
@@ -177,13 +190,13 @@ pub async fn exec_beside(
     if let Some(labels) = &mut body.labels {
         labels.insert(LABEL_ROLE.to_string(), role.to_string());
     }
-    create_named(&docker, &name, body).await?;
+    create_named(daemon, &docker, &name, body).await?;
     let result = async {
         start_named(&docker, &name).await?;
-        exec_in(&name, record, request, sink).await
+        exec_in(daemon, &name, record, request, sink).await
     }
     .await;
-    if let Err(error) = remove_labelled_container(home, &name, record.id.as_str()).await {
+    if let Err(error) = remove_labelled_container(daemon, home, &name, record.id.as_str()).await {
         tracing::warn!(container = %name, %error, "failed to remove a throwaway container");
     }
     Ok(result?.0)
@@ -195,6 +208,7 @@ pub async fn exec_beside(
     reason = "one exec's life on the engine: create, attach, stream, deadline, sync (issue 42 splits it)"
 )]
 async fn exec_in(
+    daemon: &super::Daemon,
     name: &str,
     record: &JobRecord,
     request: &ExecRequest,
@@ -203,7 +217,7 @@ async fn exec_in(
     if request.cmd.is_empty() {
         return Err(RuntimeError::EmptyCommand);
     }
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     let name = name.to_string();
     let pidfile = format!("/tmp/.paddock-exec-{}.pid", random_hex(10));
     let mut cmd = match &request.after {
@@ -451,11 +465,14 @@ async fn stopped_container(docker: &Docker, name: &str) -> Option<bool> {
 
 /// An interactive shell in the job's container. A TTY session is the one place paddock uses
 /// the `docker` CLI: it owns the terminal handling (raw mode, resize) that a shell needs.
-pub fn interactive_shell(record: &JobRecord) -> Result<tokio::process::Command, RuntimeError> {
+pub fn interactive_shell(
+    daemon: &super::Daemon,
+    record: &JobRecord,
+) -> Result<tokio::process::Command, RuntimeError> {
     use std::io::IsTerminal as _;
     let mut command = tokio::process::Command::new("docker");
     // A job on a remote engine: the CLI reaches it as paddock's client does, over TLS.
-    command.args(super::remote::cli_flags()?);
+    command.args(super::remote::cli_flags(daemon)?);
     // A terminal only when there is one: commands piped into `paddock shell` run too.
     command.args(["exec", "-i"]);
     if std::io::stdin().is_terminal() {

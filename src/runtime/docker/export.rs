@@ -9,15 +9,15 @@ use bollard::query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOp
 use futures_util::StreamExt as _;
 use tokio::io::AsyncWriteExt as _;
 
-use super::{API_TIMEOUT, LABEL_HOME, LABEL_ROLE, calls::call, connect};
+use super::{API_TIMEOUT, LABEL_HOME, LABEL_ROLE, calls::call};
 use crate::runtime::RuntimeError;
 
 /// Deadline of one export (an image of a few hundred MB takes seconds).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The id (`sha256:...`) of the local image `tag`.
-pub async fn image_id(tag: &str) -> Result<String, RuntimeError> {
-    let docker = connect()?;
+pub async fn image_id(daemon: &super::Daemon, tag: &str) -> Result<String, RuntimeError> {
+    let docker = daemon.connect()?;
     let image = call("inspect image", tag, API_TIMEOUT, docker.inspect_image(tag)).await?;
     image.id.ok_or_else(|| RuntimeError::ImageMissing {
         image: tag.to_string(),
@@ -26,8 +26,13 @@ pub async fn image_id(tag: &str) -> Result<String, RuntimeError> {
 
 /// Unpacks the files of image `tag` into `dest` (which must not exist), keeping owners and
 /// modes. The helper container is labelled with `home` and removed whatever happens.
-pub async fn export_image(tag: &str, home: &str, dest: &Path) -> Result<(), RuntimeError> {
-    let docker = connect()?;
+pub async fn export_image(
+    daemon: &super::Daemon,
+    tag: &str,
+    home: &str,
+    dest: &Path,
+) -> Result<(), RuntimeError> {
+    let docker = daemon.connect()?;
     let name = format!("paddock-export-{}", crate::ids::random_hex(10));
     let options = CreateContainerOptionsBuilder::new().name(&name).build();
     let body = ContainerCreateBody {

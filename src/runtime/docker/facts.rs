@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use super::{PING_TIMEOUT, call, connect};
+use super::{PING_TIMEOUT, call};
 use crate::config::NetworkMode;
 use crate::runtime::{EngineFacts, RuntimeError};
 
-pub(super) async fn engine_facts() -> Result<EngineFacts, RuntimeError> {
-    let docker = connect()?;
+pub(super) async fn engine_facts(daemon: &super::Daemon) -> Result<EngineFacts, RuntimeError> {
+    let docker = daemon.connect()?;
     let version = call("version", "daemon", PING_TIMEOUT, docker.version())
         .await
         .map_err(|_| RuntimeError::DockerUnavailable {

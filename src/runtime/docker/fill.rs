@@ -16,7 +16,7 @@ use bollard::models::ContainerCreateBody;
 
 use super::remote::{ensure_volumes, helper_labels, upload, volume_mounts};
 use super::{
-    API_TIMEOUT, CONTAINER_GIT_DIR, CONTAINER_OBJECTS, agent_user, call, connect, create_named,
+    API_TIMEOUT, CONTAINER_GIT_DIR, CONTAINER_OBJECTS, agent_user, call, create_named,
     hardened_host_config, inspect_named, job_container, remove_labelled_container, start_named,
 };
 use crate::engines::FillReport;
@@ -107,12 +107,13 @@ pub(super) fn helper_body(
 /// waiting already (made with the slot, so the claim skips a container's create and start);
 /// without one (a cold job, or a slot whose helper went away) a helper is made now.
 pub(super) async fn fill(
+    daemon: &super::Daemon,
     home: &PaddockHome,
     record: &JobRecord,
     staged_git: &Path,
     tip: &str,
 ) -> Result<FillReport, RuntimeError> {
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     let mut waiting = None;
     if let Some(slot) = record.pool_slot() {
         let name = slot_helper(&job_container(record));
@@ -127,7 +128,7 @@ pub(super) async fn fill(
     }
     // A job with caches never claims a slot (`claim_remote`), so a waiting helper has every
     // volume its fill needs.
-    let caches = super::cache_volumes::plan(&docker, home, record).await?;
+    let caches = super::cache_volumes::plan(daemon, &docker, home, record).await?;
     let (name, label, result) = match waiting {
         Some((name, label)) if caches.is_empty() => {
             let result = fill_in(&docker, &name, home, record, staged_git, tip, &caches).await;
@@ -148,7 +149,7 @@ pub(super) async fn fill(
                     .get_or_insert_with(Vec::new)
                     .extend(super::cache_volumes::helper_mounts(&caches));
             }
-            create_named(&docker, &name, body).await?;
+            create_named(daemon, &docker, &name, body).await?;
             let result = async {
                 start_named(&docker, &name).await?;
                 fill_in(&docker, &name, home, record, staged_git, tip, &caches).await
@@ -158,10 +159,10 @@ pub(super) async fn fill(
         }
     };
     if result.is_ok() {
-        super::cache_volumes::mark_used(home, &caches);
+        super::cache_volumes::mark_used(daemon, home, &caches);
     }
     // Gone before the job is ready: nothing of the job's runs beside a root helper.
-    if let Err(error) = remove_labelled_container(home, &name, &label).await {
+    if let Err(error) = remove_labelled_container(daemon, home, &name, &label).await {
         tracing::warn!(container = %name, %error, "failed to remove a fill helper");
     }
     result

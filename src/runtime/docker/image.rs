@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 
-use super::{API_TIMEOUT, BUILD_TIMEOUT, LABEL_HOME, connect};
+use super::{API_TIMEOUT, BUILD_TIMEOUT, LABEL_HOME};
 use crate::runtime::RuntimeError;
 
 /// The Dockerfile and entrypoint built into the binary, so `paddock image build` works from
@@ -24,12 +24,13 @@ pub const LABEL_IMAGE: &str = "dev.paddock.image";
 /// Builds the agent image from the Dockerfile built into paddock. `progress` receives each
 /// line of build output. Returns the image id.
 pub async fn build_image(
+    daemon: &super::Daemon,
     base_image: &str,
     tag: &str,
     home_id: &str,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, RuntimeError> {
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     let context = build_context().map_err(|source| RuntimeError::Io {
         path: PathBuf::from("Dockerfile.agent"),
         source,
@@ -56,12 +57,13 @@ pub async fn build_image(
 /// held by a cell (`build_cell`). An engine that cannot hold a cell builds only a trusted
 /// repository's Dockerfile, with the memory and CPU caps the build API takes.
 pub async fn build_from_context(
+    daemon: &super::Daemon,
     context: Vec<u8>,
     build: &crate::runtime::ContextBuild<'_>,
     home_id: &str,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, RuntimeError> {
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     let limits = build.limits;
     let info = super::call("info", "daemon", API_TIMEOUT, docker.info()).await?;
     let support = if crate::env::no_build_cell() {
@@ -70,7 +72,7 @@ pub async fn build_from_context(
         super::build_cell::cell_support(&info)
     };
     let cell = match support {
-        Ok(arch) => Some(super::build_cell::open(&docker, arch, limits, home_id).await?),
+        Ok(arch) => Some(super::build_cell::open(daemon, &docker, arch, limits, home_id).await?),
         Err(why) if limits.trusted => {
             progress(&format!("the build's processes are not capped: {why}"));
             tracing::warn!(
@@ -162,8 +164,11 @@ fn context_build_options(
 
 /// The env of the image `tag` (`NAME=value` entries) when the engine has it; `None` when it
 /// does not.
-pub async fn image_env(tag: &str) -> Result<Option<Vec<String>>, RuntimeError> {
-    let docker = connect()?;
+pub async fn image_env(
+    daemon: &super::Daemon,
+    tag: &str,
+) -> Result<Option<Vec<String>>, RuntimeError> {
+    let docker = daemon.connect()?;
     let after = std::time::Duration::from_secs(30);
     let inspected = tokio::time::timeout(after, docker.inspect_image(tag))
         .await
@@ -253,10 +258,11 @@ fn build_context() -> std::io::Result<Vec<u8>> {
 /// The images tagged `repository:*` that carry [`LABEL_IMAGE`] and this install's
 /// [`LABEL_HOME`] (`home_id`): (tag, created).
 pub async fn labelled_images(
+    daemon: &super::Daemon,
     repository: &str,
     home_id: &str,
 ) -> Result<Vec<(String, Option<chrono::DateTime<chrono::Utc>>)>, RuntimeError> {
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     let filters = HashMap::from([
         (
             "label",
@@ -301,8 +307,8 @@ pub async fn labelled_images(
 
 /// Removes the tag `tag` (its image once no other tag names it). Never forced: the engine
 /// refuses while any container, running or stopped, uses the image.
-pub async fn remove_image(tag: &str) -> Result<(), RuntimeError> {
-    let docker = connect()?;
+pub async fn remove_image(daemon: &super::Daemon, tag: &str) -> Result<(), RuntimeError> {
+    let docker = daemon.connect()?;
     let after = std::time::Duration::from_secs(60);
     let options = bollard::query_parameters::RemoveImageOptionsBuilder::new()
         .force(false)

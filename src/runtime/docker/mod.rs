@@ -25,7 +25,9 @@
 //! worktrees) is in the container.
 //!
 //! Every call to the daemon has a deadline: the client's for request/response calls, and our
-//! own for streams (exec output, builds), which the client's timeout does not cover.
+//! own for streams (exec output, builds), which the client's timeout does not cover. Which
+//! daemon a call reaches (this host's, or an engine of `engines:`) is a [`Daemon`] value the
+//! calling `DockerRuntime` passes down, never ambient state.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -66,6 +68,7 @@ use body::{base_env, container_body, hardened_host_config, warm_env};
 pub(crate) use egress::{log_path as egress_log_path, write_policy as write_egress_policy};
 pub(crate) use mounts::grant_agent_access;
 pub use ranges::Guard;
+pub use remote::Daemon;
 pub use sandbox::DockerRuntime;
 
 use super::{RuntimeError, Sandbox, SandboxRole};
@@ -125,19 +128,6 @@ fn first_error(
     results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
 }
 
-/// A client for the daemon of the current call: the remote engine a `DockerRuntime` of one
-/// set (`remote::ENGINE`), else the local daemon (`DOCKER_HOST` or the default socket).
-pub fn connect() -> Result<Docker, RuntimeError> {
-    if let Some(engine) = remote::current() {
-        return remote::connect_engine(&engine);
-    }
-    Docker::connect_with_local_defaults()
-        .map(|docker| docker.with_timeout(API_TIMEOUT))
-        .map_err(|e| RuntimeError::DockerUnavailable {
-            message: e.to_string(),
-        })
-}
-
 /// Host tasks a sandbox needs beyond the job's own processes. Under gVisor the host's pids
 /// cgroup counts the threads of gVisor's kernel and file proxy (dozens, more with each
 /// mount), not the job's processes, which gVisor runs itself; without headroom the sandbox
@@ -155,11 +145,12 @@ fn pids_headroom(runtime: RuntimeKind) -> i64 {
 /// Checks that the daemon answers, the image exists and (for runsc) the runtime is
 /// registered so that jobs keep their limits and `network`. Never pulls.
 pub async fn check_ready(
+    daemon: &Daemon,
     kind: RuntimeKind,
     image: &str,
     network: NetworkMode,
 ) -> Result<(), RuntimeError> {
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     call("ping", "daemon", PING_TIMEOUT, docker.ping())
         .await
         .map_err(|e| match e {
@@ -183,7 +174,7 @@ pub async fn check_ready(
             });
         }
     }
-    if network == NetworkMode::Allowlist && remote::current().is_some() {
+    if network == NetworkMode::Allowlist && daemon.is_remote() {
         engine_egress::check_proxy_image(&docker).await?;
     }
     if kind == RuntimeKind::Runsc {
@@ -234,12 +225,13 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
 /// Gives the job's files to the agent's uid (see [`grant_agent_access`]), then creates and
 /// starts the job's first container; returns its id.
 pub async fn create_first_container(
+    daemon: &Daemon,
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<String, RuntimeError> {
     // A remote job's files are in volumes its fill gave the agent already.
     if record.engine.is_some() {
-        return create_job_container(home, record).await;
+        return create_job_container(daemon, home, record).await;
     }
     // A walk of the job's trees and the shared cache entries (which jobs write): on a
     // blocking thread.
@@ -249,18 +241,20 @@ pub async fn create_first_container(
     })
     .await
     .expect("granting access does not panic")?;
-    create_job_container(home, record).await
+    create_job_container(daemon, home, record).await
 }
 
 /// Creates and starts the job's container; returns its id.
 async fn create_job_container(
+    daemon: &Daemon,
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<String, RuntimeError> {
-    let docker = connect()?;
-    let sealed = egress::ensure(&docker, home, record).await?;
+    let docker = daemon.connect()?;
+    let sealed = egress::ensure(daemon, &docker, home, record).await?;
     let name = job_container(record);
     let id = create_named(
+        daemon,
         &docker,
         &name,
         container_body(home, record, sealed.as_ref())?,
@@ -269,7 +263,7 @@ async fn create_job_container(
     super::failpoint("container-create")?;
     start_named(&docker, &name).await?;
     super::failpoint("container-start")?;
-    port_relay::restart(&docker, home, record).await?;
+    port_relay::restart(daemon, &docker, home, record).await?;
     Ok(id)
 }
 
@@ -352,8 +346,8 @@ async fn inspect_named(
 
 /// The id of the image container `id` runs (for an exec's `meta`); `None` when the daemon
 /// does not say within the API deadline: the meta names what it knows, the exec stands.
-pub(super) async fn image_of(id: &str) -> Option<String> {
-    let docker = connect().ok()?;
+pub(super) async fn image_of(daemon: &Daemon, id: &str) -> Option<String> {
+    let docker = daemon.connect().ok()?;
     let info = tokio::time::timeout(API_TIMEOUT, docker.inspect_container(id, None))
         .await
         .ok()?
@@ -364,10 +358,11 @@ pub(super) async fn image_of(id: &str) -> Option<String> {
 /// Makes sure the job's container runs: starts it when stopped, recreates it (same mounts
 /// and limits) when it is gone. Returns the container id.
 pub async fn ensure_running(
+    daemon: &Daemon,
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<String, RuntimeError> {
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     let name = job_container(record);
     let status = inspect_ours(&docker, home, record).await?;
     if !status.as_ref().is_some_and(|status| status.running) {
@@ -383,27 +378,28 @@ pub async fn ensure_running(
         {
             // A stopped warm container gets the job's files through its slot's host mounts,
             // which a reboot does not keep: it is replaced by one that mounts them itself.
-            remove_labelled_container(home, &name, record.container_label()).await?;
-            create_job_container(home, record).await
+            remove_labelled_container(daemon, home, &name, record.container_label()).await?;
+            create_job_container(daemon, home, record).await
         }
         Some(status) => {
             // A stopped job (a stop, a daemon restart) has a stopped proxy too.
-            egress::ensure(&docker, home, record).await?;
+            egress::ensure(daemon, &docker, home, record).await?;
             match start_named(&docker, &name).await {
                 Ok(()) => {
                     // A new network namespace: the ports' relay container joins it.
-                    port_relay::restart(&docker, home, record).await?;
+                    port_relay::restart(daemon, &docker, home, record).await?;
                     Ok(status.id)
                 }
                 Err(error) => {
                     // A container that cannot start (say a mount source moved) is replaced.
                     tracing::warn!(job = %record.id, %error, "recreating a container that would not start");
-                    remove_labelled_container(home, &name, record.container_label()).await?;
-                    create_job_container(home, record).await
+                    remove_labelled_container(daemon, home, &name, record.container_label())
+                        .await?;
+                    create_job_container(daemon, home, record).await
                 }
             }
         }
-        None => create_job_container(home, record).await,
+        None => create_job_container(daemon, home, record).await,
     }
 }
 
@@ -435,11 +431,12 @@ fn slot_still_mounted(home: &PaddockHome, slot: &str) -> bool {
 
 /// Records the container's exit code and OOM flag in the job, then stops the container.
 pub async fn stop_job_container(
+    daemon: &Daemon,
     home: &PaddockHome,
     store: &JobStore,
     record: JobRecord,
 ) -> Result<JobRecord, RuntimeError> {
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     let Some(status) = inspect_ours(&docker, home, &record).await? else {
         return Ok(record);
     };
@@ -474,16 +471,17 @@ async fn stop_container(docker: &Docker, name: &str, grace: Duration) -> Result<
 
 /// `paddock stop`: stops the job's container (SIGTERM, `grace`, then SIGKILL).
 pub async fn stop_job(
+    daemon: &Daemon,
     home: &PaddockHome,
     record: &JobRecord,
     grace: Duration,
 ) -> Result<bool, RuntimeError> {
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     match inspect_ours(&docker, home, record).await? {
         Some(status) if status.running => {
             stop_container(&docker, &job_container(record), grace).await?;
             // Its relay container sits in a namespace that is gone; the next start makes one.
-            port_relay::remove(home, record).await?;
+            port_relay::remove(daemon, home, record).await?;
             Ok(true)
         }
         _ => Ok(false),
@@ -493,38 +491,45 @@ pub async fn stop_job(
 /// Removes the job's container and its egress sidecar and network, those that exist and
 /// are ours; each is tried even when another fails.
 pub async fn remove_job_container(
+    daemon: &Daemon,
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<(), RuntimeError> {
     let name = job_container(record);
     if record.engine.is_some() && egress::has_sealed_network(record) {
         // The proxy's decisions outlive the job on the host, as a local job's do.
-        if let Err(error) = engine_egress::pull_log(home, record).await {
+        if let Err(error) = engine_egress::pull_log(daemon, home, record).await {
             tracing::warn!(job = %record.id, %error, "cannot copy the egress log from the engine");
         }
     }
     // A remote job's volumes are its files: its `Place` removes them (`remove_files`).
     first_error([
-        remove_labelled_container(home, &name, record.container_label()).await,
-        remove_egress(home, &name, record.id.as_str()).await,
-        port_relay::remove(home, record).await,
+        remove_labelled_container(daemon, home, &name, record.container_label()).await,
+        remove_egress(daemon, home, &name, record.id.as_str()).await,
+        port_relay::remove(daemon, home, record).await,
     ])
 }
 
 /// Removes the egress sidecar and network named after the job container `base`, if they
 /// exist and are `job`'s of this install.
-pub async fn remove_egress(home: &PaddockHome, base: &str, job: &str) -> Result<(), RuntimeError> {
-    egress::remove(&connect()?, home, base, job).await
+pub async fn remove_egress(
+    daemon: &Daemon,
+    home: &PaddockHome,
+    base: &str,
+    job: &str,
+) -> Result<(), RuntimeError> {
+    egress::remove(daemon, &daemon.connect()?, home, base, job).await
 }
 
 /// Removes the container `name` if it exists and carries this install's labels with `job`
 /// as its job (checked right before the removal).
 pub async fn remove_labelled_container(
+    daemon: &Daemon,
     home: &PaddockHome,
     name: &str,
     job: &str,
 ) -> Result<(), RuntimeError> {
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     if inspect_named(&docker, home, name, job).await?.is_none() {
         return Ok(());
     }
@@ -550,8 +555,11 @@ pub async fn remove_labelled_container(
 }
 
 /// Every container labelled with this install's home id.
-pub async fn list_job_containers(home: &PaddockHome) -> Result<Vec<Sandbox>, RuntimeError> {
-    let docker = connect()?;
+pub async fn list_job_containers(
+    daemon: &Daemon,
+    home: &PaddockHome,
+) -> Result<Vec<Sandbox>, RuntimeError> {
+    let docker = daemon.connect()?;
     let filters = HashMap::from([("label", vec![format!("{LABEL_HOME}={}", home.id())])]);
     let options = ListContainersOptionsBuilder::new()
         .all(true)

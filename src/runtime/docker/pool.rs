@@ -26,7 +26,7 @@ use super::calls::{call, create_named, start_named};
 use super::mounts::{bind, grant_agent_access, job_mounts, nested_object_mounts};
 use super::{
     API_TIMEOUT, CONTAINER_GIT_DIR, CONTAINER_OBJECTS, LABEL_HOME, LABEL_JOB, LABEL_ROLE,
-    agent_user, base_env, connect, hardened_host_config, job_container, remove_labelled_container,
+    agent_user, base_env, hardened_host_config, job_container, remove_labelled_container,
 };
 use crate::config::NetworkMode;
 use crate::job::JobRecord;
@@ -117,7 +117,11 @@ pub(super) async fn limit_to_job(
 }
 
 /// Creates and starts a slot's container; returns its id.
-pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, RuntimeError> {
+pub async fn start_slot(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    slot: &PoolSlot,
+) -> Result<String, RuntimeError> {
     if let Some(reason) = crate::runtime::pool_unsupported(slot.runtime) {
         return Err(RuntimeError::Unsupported {
             runtime: "pool",
@@ -140,8 +144,8 @@ pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, R
         .collect();
     mounts.extend(nested_object_mounts(&slot.git_common_dir));
     let body = slot_body(home, slot, mounts);
-    let docker = connect()?;
-    let id = create_named(&docker, &slot.container_name, body).await?;
+    let docker = daemon.connect()?;
+    let id = create_named(daemon, &docker, &slot.container_name, body).await?;
     start_named(&docker, &slot.container_name).await?;
     Ok(id)
 }
@@ -196,7 +200,11 @@ pub fn claim_binds(record: &JobRecord) -> Result<Vec<HostBind>, String> {
 /// Hands a claimed slot's container to `record` (whose files are already mounted into the
 /// slot): the job's files to the agent's uid, the job's limits, the job's container name.
 /// Returns the container id.
-pub async fn adopt_slot(record: &JobRecord, slot: &PoolSlot) -> Result<String, RuntimeError> {
+pub async fn adopt_slot(
+    daemon: &super::Daemon,
+    record: &JobRecord,
+    slot: &PoolSlot,
+) -> Result<String, RuntimeError> {
     // A walk of the job's trees and the shared cache entries (which jobs write): on a
     // blocking thread.
     let granted = record.clone();
@@ -205,7 +213,7 @@ pub async fn adopt_slot(record: &JobRecord, slot: &PoolSlot) -> Result<String, R
     })
     .await
     .expect("granting access does not panic")?;
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     let name = slot.container_name.clone();
     limit_to_job(&docker, &name, record, slot).await?;
     let job_name = job_container(record);
@@ -223,13 +231,14 @@ pub async fn adopt_slot(record: &JobRecord, slot: &PoolSlot) -> Result<String, R
 /// Removes a slot's container, under its waiting name or the job name a claim gave it,
 /// when it carries this install's labels with the slot's id.
 pub async fn remove_slot_container(
+    daemon: &super::Daemon,
     home: &PaddockHome,
     slot: &PoolSlot,
     job_name: Option<&str>,
 ) -> Result<(), RuntimeError> {
-    remove_labelled_container(home, &slot.container_name, &slot.id).await?;
+    remove_labelled_container(daemon, home, &slot.container_name, &slot.id).await?;
     if let Some(name) = job_name {
-        remove_labelled_container(home, name, &slot.id).await?;
+        remove_labelled_container(daemon, home, name, &slot.id).await?;
     }
     Ok(())
 }

@@ -51,6 +51,7 @@ pub fn relayed(record: &JobRecord) -> bool {
 /// After the job's container started: its relay container made anew in the container's
 /// current network namespace (nothing for a job whose ports are not relayed).
 pub async fn restart(
+    daemon: &super::Daemon,
     docker: &Docker,
     home: &PaddockHome,
     record: &JobRecord,
@@ -60,8 +61,8 @@ pub async fn restart(
     }
     let base = job_container(record);
     let name = relay_name(&base);
-    remove_labelled_container(home, &name, record.id.as_str()).await?;
-    let image = super::engine_egress::require_proxy_image(docker).await?;
+    remove_labelled_container(daemon, home, &name, record.id.as_str()).await?;
+    let image = super::engine_egress::require_proxy_image(daemon, docker).await?;
     let (uid, gid) = agent_user(record.limits.uid);
     let body = ContainerCreateBody {
         image: Some(image),
@@ -80,13 +81,18 @@ pub async fn restart(
         }),
         ..Default::default()
     };
-    create_named(docker, &name, body).await?;
+    create_named(daemon, docker, &name, body).await?;
     start_named(docker, &name).await
 }
 
 /// Removes the job's relay container, if it exists and is the job's of this install.
-pub async fn remove(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
+pub async fn remove(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<(), RuntimeError> {
     remove_labelled_container(
+        daemon,
         home,
         &relay_name(&job_container(record)),
         record.id.as_str(),
@@ -98,6 +104,7 @@ pub async fn remove(home: &PaddockHome, record: &JobRecord) -> Result<(), Runtim
 /// an exec of the bridge in the relay container; returns when both ways ended. A relay
 /// container that is gone or stopped while the job's runs is made again once.
 pub async fn relay(
+    daemon: &super::Daemon,
     home: &PaddockHome,
     record: &JobRecord,
     port: u16,
@@ -110,7 +117,7 @@ pub async fn relay(
             message: format!("{port} is not a port of the job"),
         });
     }
-    let docker = super::connect()?;
+    let docker = daemon.connect()?;
     let name = relay_name(&job_container(record));
     let opened = match open(&docker, &name, port).await {
         Ok(opened) => opened,
@@ -124,7 +131,7 @@ pub async fn relay(
             if !running || relay_up {
                 return Err(error);
             }
-            restart(&docker, home, record).await?;
+            restart(daemon, &docker, home, record).await?;
             open(&docker, &name, port).await?
         }
     };

@@ -42,7 +42,11 @@ pub enum Guard {
 
 /// Makes sure the job range is unreachable from the host (and so from `open` jobs), adding
 /// the route when it is missing: itself as root, else through a container from `image`.
-pub async fn ensure(docker: &Docker, image: &str) -> Result<Guard, RuntimeError> {
+pub async fn ensure(
+    daemon: &super::Daemon,
+    docker: &Docker,
+    image: &str,
+) -> Result<Guard, RuntimeError> {
     let range = ranges::job_range();
     let failed = |message: String| RuntimeError::Docker {
         action: "guard the job range",
@@ -58,7 +62,7 @@ pub async fn ensure(docker: &Docker, image: &str) -> Result<Guard, RuntimeError>
             .expect("a netlink request does not panic")
             .map_err(|e| failed(format!("adding `unreachable {range}`: {e}")))?;
     } else {
-        run_guard_container(docker, image, true).await?;
+        run_guard_container(daemon, docker, image, true).await?;
     }
     if guarded().await? {
         Ok(Guard::Installed)
@@ -69,9 +73,12 @@ pub async fn ensure(docker: &Docker, image: &str) -> Result<Guard, RuntimeError>
 
 /// Adds the route on the current remote engine's host (see the module docs); returns that
 /// host's addresses as the guard reported them.
-pub async fn ensure_on_engine(docker: &Docker) -> Result<Vec<std::net::IpAddr>, RuntimeError> {
-    let image = super::engine_egress::require_proxy_image(docker).await?;
-    let output = run_guard_container(docker, &image, false).await?;
+pub async fn ensure_on_engine(
+    daemon: &super::Daemon,
+    docker: &Docker,
+) -> Result<Vec<std::net::IpAddr>, RuntimeError> {
+    let image = super::engine_egress::require_proxy_image(daemon, docker).await?;
+    let output = run_guard_container(daemon, docker, &image, false).await?;
     Ok(output
         .lines()
         .rev()
@@ -89,6 +96,7 @@ async fn guarded() -> Result<bool, RuntimeError> {
 /// Runs `paddock guard-ranges` in a short-lived container from `image` (with this binary
 /// bind-mounted when `mount_binary`, else the image's own); returns what it printed.
 async fn run_guard_container(
+    daemon: &super::Daemon,
     docker: &Docker,
     image: &str,
     mount_binary: bool,
@@ -120,7 +128,7 @@ async fn run_guard_container(
         }),
         ..Default::default()
     };
-    create_named(docker, &name, body).await?;
+    create_named(daemon, docker, &name, body).await?;
     let outcome = async {
         start_named(docker, &name).await?;
         let options = WaitContainerOptionsBuilder::new()

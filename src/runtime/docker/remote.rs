@@ -2,9 +2,8 @@
 //! the volumes that hold the job's files there, filling them at create by a stream through
 //! the engine's API, and reading the job's outbox back through the archive API.
 //!
-//! Which engine a call talks to is the task-local [`ENGINE`], set by `DockerRuntime` for
-//! the length of each of its methods (one `DockerRuntime` per engine), so every function of
-//! this module's parent reaches the job's engine through the one `connect`.
+//! Which engine a call talks to is a [`Daemon`] value: each `DockerRuntime` holds one (one
+//! `DockerRuntime` per engine) and hands it to every function of this module's parent.
 //!
 //! Trust: nothing the job can write is trusted on the host. The fill runs in a helper
 //! container before any agent of the job has run; the object cache volume is written only by
@@ -29,14 +28,45 @@ use crate::job::JobRecord;
 use crate::runtime::RuntimeError;
 use crate::store::PaddockHome;
 
-tokio::task_local! {
-    /// The engine of `engines:` the current `DockerRuntime` call talks to (`None`: local).
-    pub(super) static ENGINE: Option<String>;
+/// The Docker daemon a call goes to: this host's, or engine `name` of the user config's
+/// `engines:`. Each `DockerRuntime` holds one and passes it down to every call it makes, so
+/// which daemon a call reaches is a value, never ambient state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Daemon {
+    engine: Option<String>,
 }
 
-/// The engine the current call talks to, if it is a remote one.
-pub(super) fn current() -> Option<String> {
-    ENGINE.try_with(Clone::clone).ok().flatten()
+impl Daemon {
+    /// This host's daemon.
+    pub fn local() -> Daemon {
+        Daemon::default()
+    }
+
+    /// Engine `engine` of the user config (`None`: this host's daemon).
+    pub fn of(engine: Option<String>) -> Daemon {
+        Daemon { engine }
+    }
+
+    /// The engine's name in `engines:`, if this is a remote one.
+    pub fn engine(&self) -> Option<&str> {
+        self.engine.as_deref()
+    }
+
+    pub fn is_remote(&self) -> bool {
+        self.engine.is_some()
+    }
+
+    /// A client of this daemon, with the API deadline.
+    pub fn connect(&self) -> Result<Docker, RuntimeError> {
+        if let Some(engine) = &self.engine {
+            return connect_engine(engine);
+        }
+        Docker::connect_with_local_defaults()
+            .map(|docker| docker.with_timeout(API_TIMEOUT))
+            .map_err(|e| RuntimeError::DockerUnavailable {
+                message: e.to_string(),
+            })
+    }
 }
 
 /// Engine `name` of the user config's `engines:`, read now.
@@ -53,11 +83,11 @@ fn spec_of(name: &str) -> Result<EngineSpec, RuntimeError> {
 
 /// The `docker` CLI's global flags that reach the current call's engine over TLS (none for
 /// the local daemon): for what only the CLI does well, an interactive `exec -it`.
-pub(super) fn cli_flags() -> Result<Vec<std::ffi::OsString>, RuntimeError> {
-    let Some(name) = current() else {
+pub(super) fn cli_flags(daemon: &Daemon) -> Result<Vec<std::ffi::OsString>, RuntimeError> {
+    let Some(name) = daemon.engine() else {
         return Ok(Vec::new());
     };
-    let spec = spec_of(&name)?;
+    let spec = spec_of(name)?;
     // An ssh engine: the CLI goes through this process's relay, so `ssh_options` hold.
     if spec.host.starts_with("ssh://") {
         let socket = super::ssh::relay_socket(&spec.host, &spec.ssh_options)?;
@@ -182,10 +212,11 @@ pub(super) fn volume_mounts(
 /// The test switch (`PADDOCK_TEST_FORBID_HOST_BINDS=1`): a container on a remote engine
 /// with a bind mount of a host path is refused before it is made.
 pub(super) fn check_no_host_binds(
+    daemon: &super::Daemon,
     name: &str,
     body: &bollard::models::ContainerCreateBody,
 ) -> Result<(), RuntimeError> {
-    if current().is_none() || !crate::engines::forbid_host_binds() {
+    if !daemon.is_remote() || !crate::engines::forbid_host_binds() {
         return Ok(());
     }
     let host = body.host_config.as_ref();
@@ -246,10 +277,11 @@ pub(super) async fn remove_volume(docker: &Docker, name: &str) -> Result<(), Run
 /// Removes the job's volumes on its engine, each only when it carries this install's labels
 /// with the job's id, or its pool slot's (checked right before). The object cache stays.
 pub(super) async fn remove_job_volumes(
+    daemon: &super::Daemon,
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<(), RuntimeError> {
-    let docker = super::connect()?;
+    let docker = daemon.connect()?;
     let container = super::job_container(record);
     let mut first = Ok(());
     let names = JOB_VOLUMES
@@ -430,8 +462,11 @@ fn extract_outbox(tar_path: &Path, host: &Path) -> Result<Vec<String>, RuntimeEr
 
 /// Brings the sync files of the job container's outbox to the host ([`pull_outbox`]) and
 /// removes them there.
-pub(super) async fn collect_outbox(record: &JobRecord) -> Result<(), RuntimeError> {
-    let docker = super::connect()?;
+pub(super) async fn collect_outbox(
+    daemon: &super::Daemon,
+    record: &JobRecord,
+) -> Result<(), RuntimeError> {
+    let docker = daemon.connect()?;
     let name = super::job_container(record);
     let taken = pull_outbox(&docker, &name, record).await?;
     if !taken.is_empty() {

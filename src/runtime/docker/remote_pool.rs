@@ -17,8 +17,8 @@
 use super::fill::{helper_body, slot_helper};
 use super::remote::{ensure_volume, volume_mounts};
 use super::{
-    LABEL_HOME, LABEL_JOB, LABEL_ROLE, connect, create_named, inspect_named,
-    remove_labelled_container, start_named,
+    LABEL_HOME, LABEL_JOB, LABEL_ROLE, create_named, inspect_named, remove_labelled_container,
+    start_named,
 };
 use crate::engines::{JOB_VOLUMES, job_volume, object_cache};
 use crate::job::JobRecord;
@@ -28,8 +28,12 @@ use crate::store::PaddockHome;
 
 /// Makes a remote slot's volumes and the repository's object cache, then creates and starts
 /// its container on the current engine; returns the container's id.
-pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, RuntimeError> {
-    let docker = connect()?;
+pub async fn start_slot(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    slot: &PoolSlot,
+) -> Result<String, RuntimeError> {
+    let docker = daemon.connect()?;
     for (kind, _) in JOB_VOLUMES {
         ensure_volume(
             &docker,
@@ -54,7 +58,7 @@ pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, R
         &slot.repo_key,
     );
     let body = super::pool::slot_body(home, slot, mounts);
-    let id = create_named(&docker, &slot.container_name, body).await?;
+    let id = create_named(daemon, &docker, &slot.container_name, body).await?;
     start_named(&docker, &slot.container_name).await?;
     // The claim's fill runs in this helper, waiting beside the slot (a pool container of the
     // slot's, so the sweep keeps it with its slot and reaps it with it).
@@ -68,15 +72,19 @@ pub async fn start_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<String, R
         labels,
         "infinity",
     );
-    create_named(&docker, &helper, body).await?;
+    create_named(daemon, &docker, &helper, body).await?;
     start_named(&docker, &helper).await?;
     Ok(id)
 }
 
 /// Checks, before a claim fills it, that the slot's container still runs with the slot's
 /// labels on its engine.
-pub async fn check_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<(), RuntimeError> {
-    let docker = connect()?;
+pub async fn check_slot(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    slot: &PoolSlot,
+) -> Result<(), RuntimeError> {
+    let docker = daemon.connect()?;
     match inspect_named(&docker, home, &slot.container_name, &slot.id).await? {
         Some(status) if status.running => Ok(()),
         _ => Err(RuntimeError::Docker {
@@ -89,8 +97,12 @@ pub async fn check_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<(), Runti
 
 /// Hands a claimed remote slot (its volumes filled) to `record`: the job's CPU, memory and
 /// pids limits. Its name stays (the job took it, and its volumes follow it).
-pub async fn adopt_slot(record: &JobRecord, slot: &PoolSlot) -> Result<String, RuntimeError> {
-    let docker = connect()?;
+pub async fn adopt_slot(
+    daemon: &super::Daemon,
+    record: &JobRecord,
+    slot: &PoolSlot,
+) -> Result<String, RuntimeError> {
+    let docker = daemon.connect()?;
     let name = slot.container_name.clone();
     super::pool::limit_to_job(&docker, &name, record, slot).await?;
     Ok(slot.container_id.clone().unwrap_or(name))
@@ -100,13 +112,17 @@ pub async fn adopt_slot(record: &JobRecord, slot: &PoolSlot) -> Result<String, R
 /// hold that job's files: its `rm` removes them after saving its work, and with no record
 /// they are kept, as an orphaned remote job's are), its volumes: each only when it carries
 /// this install's labels with the slot's id, checked right before.
-pub async fn remove_slot(home: &PaddockHome, slot: &PoolSlot) -> Result<(), RuntimeError> {
-    remove_labelled_container(home, &slot_helper(&slot.container_name), &slot.id).await?;
-    remove_labelled_container(home, &slot.container_name, &slot.id).await?;
+pub async fn remove_slot(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    slot: &PoolSlot,
+) -> Result<(), RuntimeError> {
+    remove_labelled_container(daemon, home, &slot_helper(&slot.container_name), &slot.id).await?;
+    remove_labelled_container(daemon, home, &slot.container_name, &slot.id).await?;
     if matches!(slot.state, crate::pool::SlotState::Claimed { .. }) {
         return Ok(());
     }
-    let docker = connect()?;
+    let docker = daemon.connect()?;
     for (kind, _) in JOB_VOLUMES {
         let name = job_volume(&slot.container_name, kind);
         let ours = match docker.inspect_volume(&name).await {

@@ -22,8 +22,8 @@ use crate::store::{JobStore, PaddockHome};
 pub struct DockerRuntime {
     home: PaddockHome,
     kind: RuntimeKind,
-    /// The engine of `engines:` this runtime talks to; `None`: the local one.
-    engine: Option<String>,
+    /// The daemon this runtime talks to: this host's, or an engine of `engines:`.
+    daemon: super::Daemon,
 }
 
 impl DockerRuntime {
@@ -40,25 +40,19 @@ impl DockerRuntime {
         DockerRuntime {
             home: home.clone(),
             kind,
-            engine,
+            daemon: super::Daemon::of(engine),
         }
-    }
-
-    /// Runs `work` with this runtime's engine as the one every daemon call reaches.
-    async fn on<T>(&self, work: impl std::future::Future<Output = T>) -> T {
-        super::remote::ENGINE.scope(self.engine.clone(), work).await
     }
 }
 
 #[async_trait::async_trait]
 impl Runtime for DockerRuntime {
     async fn sandbox_status(&self, record: &JobRecord) -> Option<crate::runtime::SandboxStatus> {
-        self.on(async { super::stats::sandbox_status(&self.home, record).await })
-            .await
+        super::stats::sandbox_status(&self.daemon, &self.home, record).await
     }
 
     fn engine(&self) -> Option<&str> {
-        self.engine.as_deref()
+        self.daemon.engine()
     }
 
     fn isolation_note(&self) -> &'static str {
@@ -92,8 +86,7 @@ impl Runtime for DockerRuntime {
     }
 
     async fn check_ready(&self, image: &str, network: NetworkMode) -> Result<(), RuntimeError> {
-        self.on(async { check_ready(self.kind, image, network).await })
-            .await
+        check_ready(&self.daemon, self.kind, image, network).await
     }
 
     fn sandbox_name(&self, id: &JobId) -> Option<String> {
@@ -101,8 +94,9 @@ impl Runtime for DockerRuntime {
     }
 
     async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError> {
-        self.on(async { create_first_container(&self.home, record).await.map(Some) })
+        create_first_container(&self.daemon, &self.home, record)
             .await
+            .map(Some)
     }
 
     async fn exec(
@@ -111,23 +105,23 @@ impl Runtime for DockerRuntime {
         request: &ExecRequest,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecOutcome, RuntimeError> {
-        self.on(async {
+        async {
             let (result, container_id, oom_kills) =
-                super::exec::exec(&self.home, record, request, sink).await?;
-            if self.engine.is_some() && super::egress::has_sealed_network(record) {
+                super::exec::exec(&self.daemon, &self.home, record, request, sink).await?;
+            if self.daemon.is_remote() && super::egress::has_sealed_network(record) {
                 // The proxy's decisions of this command, where the host's readers look.
-                if let Err(error) = super::engine_egress::pull_log(&self.home, record).await {
+                if let Err(error) = super::engine_egress::pull_log(&self.daemon, &self.home, record).await {
                     tracing::warn!(job = %record.id, %error, "cannot copy the egress log from the engine");
                 }
             }
-            let image_id = super::image_of(&container_id).await;
+            let image_id = super::image_of(&self.daemon, &container_id).await;
             Ok(ExecOutcome {
                 result,
                 container_id: Some(container_id),
                 oom_kills,
                 image_id,
             })
-        })
+        }
         .await
     }
 
@@ -137,8 +131,7 @@ impl Runtime for DockerRuntime {
         request: &ExecRequest,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult, RuntimeError> {
-        self.on(async { super::exec::exec_in_sandbox(&self.home, record, request, sink).await })
-            .await
+        super::exec::exec_in_sandbox(&self.daemon, &self.home, record, request, sink).await
     }
 
     async fn exec_beside(
@@ -148,28 +141,35 @@ impl Runtime for DockerRuntime {
         sink: &mut dyn OutputSink,
         network: NetworkMode,
     ) -> Result<ExecOutcome, RuntimeError> {
-        self.on(async {
-            let result =
-                super::exec::exec_beside(&self.home, record, request, sink, network, "setup")
-                    .await?;
+        async {
+            let result = super::exec::exec_beside(
+                &self.daemon,
+                &self.home,
+                record,
+                request,
+                sink,
+                network,
+                "setup",
+            )
+            .await?;
             Ok(ExecOutcome {
                 result,
                 container_id: None,
                 oom_kills: None,
                 image_id: None,
             })
-        })
+        }
         .await
     }
 
     async fn start_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
-        self.on(async {
+        async {
             if slot.engine.is_some() {
-                super::remote_pool::start_slot(&self.home, slot).await
+                super::remote_pool::start_slot(&self.daemon, &self.home, slot).await
             } else {
-                super::pool::start_slot(&self.home, slot).await
+                super::pool::start_slot(&self.daemon, &self.home, slot).await
             }
-        })
+        }
         .await
     }
 
@@ -182,8 +182,7 @@ impl Runtime for DockerRuntime {
         if slot.engine.is_none() {
             return Ok(());
         }
-        self.on(async { super::remote_pool::check_slot(&self.home, slot).await })
-            .await
+        super::remote_pool::check_slot(&self.daemon, &self.home, slot).await
     }
 
     fn pool_binds(&self, record: &JobRecord) -> Result<Vec<crate::pool::HostBind>, String> {
@@ -195,13 +194,13 @@ impl Runtime for DockerRuntime {
         record: &JobRecord,
         slot: &crate::pool::PoolSlot,
     ) -> Result<String, RuntimeError> {
-        self.on(async {
+        async {
             if slot.engine.is_some() {
-                super::remote_pool::adopt_slot(record, slot).await
+                super::remote_pool::adopt_slot(&self.daemon, record, slot).await
             } else {
-                super::pool::adopt_slot(record, slot).await
+                super::pool::adopt_slot(&self.daemon, record, slot).await
             }
-        })
+        }
         .await
     }
 
@@ -210,13 +209,13 @@ impl Runtime for DockerRuntime {
         slot: &crate::pool::PoolSlot,
         job_name: Option<&str>,
     ) -> Result<(), RuntimeError> {
-        self.on(async {
+        async {
             if slot.engine.is_some() {
-                super::remote_pool::remove_slot(&self.home, slot).await
+                super::remote_pool::remove_slot(&self.daemon, &self.home, slot).await
             } else {
-                super::pool::remove_slot_container(&self.home, slot, job_name).await
+                super::pool::remove_slot_container(&self.daemon, &self.home, slot, job_name).await
             }
-        })
+        }
         .await
     }
 
@@ -224,16 +223,15 @@ impl Runtime for DockerRuntime {
         &self,
         record: &JobRecord,
     ) -> Result<tokio::process::Command, RuntimeError> {
-        self.on(async {
-            ensure_running(&self.home, record).await?;
-            super::exec::interactive_shell(record)
-        })
+        async {
+            ensure_running(&self.daemon, &self.home, record).await?;
+            super::exec::interactive_shell(&self.daemon, record)
+        }
         .await
     }
 
     async fn stop(&self, record: &JobRecord, grace: Duration) -> Result<bool, RuntimeError> {
-        self.on(async { stop_job(&self.home, record, grace).await })
-            .await
+        stop_job(&self.daemon, &self.home, record, grace).await
     }
 
     async fn stop_for_removal(
@@ -241,37 +239,33 @@ impl Runtime for DockerRuntime {
         store: &JobStore,
         record: JobRecord,
     ) -> Result<JobRecord, RuntimeError> {
-        self.on(async { stop_job_container(&self.home, store, record).await })
-            .await
+        stop_job_container(&self.daemon, &self.home, store, record).await
     }
 
     async fn destroy(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        self.on(async { remove_job_container(&self.home, record).await })
-            .await
+        remove_job_container(&self.daemon, &self.home, record).await
     }
 
     async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        self.on(async {
+        async {
             super::egress::write_policy(&self.home, record)?;
-            if self.engine.is_some() {
-                super::engine_egress::push_policy(&self.home, record).await?;
+            if self.daemon.is_remote() {
+                super::engine_egress::push_policy(&self.daemon, &self.home, record).await?;
             }
             Ok(())
-        })
+        }
         .await
     }
 
     async fn refresh_egress_log(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        if self.engine.is_none() || !super::egress::has_sealed_network(record) {
+        if !self.daemon.is_remote() || !super::egress::has_sealed_network(record) {
             return Ok(());
         }
-        self.on(async { super::engine_egress::pull_log(&self.home, record).await })
-            .await
+        super::engine_egress::pull_log(&self.daemon, &self.home, record).await
     }
 
     async fn cut_connections(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        self.on(async { super::egress::restart_sidecar(&self.home, record).await })
-            .await
+        super::egress::restart_sidecar(&self.daemon, &self.home, record).await
     }
 
     async fn relay_port(
@@ -280,72 +274,68 @@ impl Runtime for DockerRuntime {
         port: u16,
         client: tokio::net::TcpStream,
     ) -> Result<(), RuntimeError> {
-        if self.engine.is_none() {
+        if !self.daemon.is_remote() {
             return Err(RuntimeError::Unsupported {
                 runtime: "local Docker",
                 what: "relay a port through an engine (Docker publishes it)",
             });
         }
-        self.on(async { super::port_relay::relay(&self.home, record, port, client).await })
-            .await
+        super::port_relay::relay(&self.daemon, &self.home, record, port, client).await
     }
 
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {
-        self.on(async { list_job_containers(&self.home).await })
-            .await
+        list_job_containers(&self.daemon, &self.home).await
     }
 
     async fn remove_sandbox(&self, sandbox: &Sandbox) -> Result<(), RuntimeError> {
-        self.on(async {
+        async {
             let (home, name, job) = (&self.home, sandbox.name.as_str(), sandbox.job.as_str());
             match sandbox.role {
                 // A job's container takes its sidecar and network (named after it) along, so an
                 // orphan of any naming, old `paddock-<job>` or `paddock-<install>-<job>`, goes
                 // whole.
                 SandboxRole::Job => first_error([
-                    remove_labelled_container(home, name, job).await,
-                    remove_egress(home, name, job).await,
+                    remove_labelled_container(&self.daemon, home, name, job).await,
+                    remove_egress(&self.daemon, home, name, job).await,
                 ]),
                 // An egress sidecar goes with its network.
                 SandboxRole::Egress => match name.strip_suffix("-egress") {
-                    Some(base) => remove_egress(home, base, job).await,
-                    None => remove_labelled_container(home, name, job).await,
+                    Some(base) => remove_egress(&self.daemon, home, base, job).await,
+                    None => remove_labelled_container(&self.daemon, home, name, job).await,
                 },
                 SandboxRole::Sync | SandboxRole::Pool => {
-                    remove_labelled_container(home, name, job).await
+                    remove_labelled_container(&self.daemon, home, name, job).await
                 }
             }
-        })
+        }
         .await
     }
 
     async fn guard_job_ranges(&self, image: &str) -> Option<Result<bool, RuntimeError>> {
-        self.on(async {
-            let guard = async { super::ranges::ensure(&super::connect()?, image).await };
+        async {
+            let guard =
+                async { super::ranges::ensure(&self.daemon, &self.daemon.connect()?, image).await };
             Some(guard.await.map(|guard| guard == super::Guard::Installed))
-        })
+        }
         .await
     }
 
     async fn cache_volumes(&self) -> Result<Vec<crate::engines::CacheVolume>, RuntimeError> {
-        if self.engine.is_none() {
+        if !self.daemon.is_remote() {
             return Ok(Vec::new());
         }
-        self.on(async { super::cache_volumes::list(&self.home).await })
-            .await
+        super::cache_volumes::list(&self.daemon, &self.home).await
     }
 
     async fn remove_cache_volume(&self, name: &str) -> Result<bool, RuntimeError> {
-        if self.engine.is_none() {
+        if !self.daemon.is_remote() {
             return Ok(false);
         }
-        self.on(async { super::cache_volumes::remove(&self.home, name).await })
-            .await
+        super::cache_volumes::remove(&self.daemon, &self.home, name).await
     }
 
     async fn engine_facts(&self) -> Option<Result<EngineFacts, RuntimeError>> {
-        self.on(async { Some(super::facts::engine_facts().await) })
-            .await
+        Some(super::facts::engine_facts(&self.daemon).await)
     }
 
     async fn build_image(
@@ -354,15 +344,22 @@ impl Runtime for DockerRuntime {
         tag: &str,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
-        self.on(async {
-            let id = super::image::build_image(base_image, tag, self.home.id(), progress).await?;
-            if self.engine.is_some() {
-                // The egress proxy of the engine's allowlist jobs: this binary in an image.
-                super::engine_egress::build_proxy_image(base_image, self.home.id(), progress)
+        async {
+            let id =
+                super::image::build_image(&self.daemon, base_image, tag, self.home.id(), progress)
                     .await?;
+            if self.daemon.is_remote() {
+                // The egress proxy of the engine's allowlist jobs: this binary in an image.
+                super::engine_egress::build_proxy_image(
+                    &self.daemon,
+                    base_image,
+                    self.home.id(),
+                    progress,
+                )
+                .await?;
             }
             Ok(id)
-        })
+        }
         .await
     }
 
@@ -370,17 +367,15 @@ impl Runtime for DockerRuntime {
         &self,
         repository: &str,
     ) -> Result<Vec<(String, Option<chrono::DateTime<chrono::Utc>>)>, RuntimeError> {
-        self.on(async { super::image::labelled_images(repository, self.home.id()).await })
-            .await
+        super::image::labelled_images(&self.daemon, repository, self.home.id()).await
     }
 
     async fn remove_image(&self, tag: &str) -> Result<(), RuntimeError> {
-        self.on(async { super::image::remove_image(tag).await })
-            .await
+        super::image::remove_image(&self.daemon, tag).await
     }
 
     async fn image_env(&self, tag: &str) -> Result<Option<Vec<String>>, RuntimeError> {
-        self.on(async { super::image::image_env(tag).await }).await
+        super::image::image_env(&self.daemon, tag).await
     }
 
     async fn fill_files(
@@ -389,24 +384,21 @@ impl Runtime for DockerRuntime {
         staged_git: &std::path::Path,
         tip: &str,
     ) -> Result<crate::engines::FillReport, RuntimeError> {
-        self.on(async { super::fill::fill(&self.home, record, staged_git, tip).await })
-            .await
+        super::fill::fill(&self.daemon, &self.home, record, staged_git, tip).await
     }
 
     async fn collect_outbox(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        if self.engine.is_none() {
+        if !self.daemon.is_remote() {
             return Ok(());
         }
-        self.on(async { super::remote::collect_outbox(record).await })
-            .await
+        super::remote::collect_outbox(&self.daemon, record).await
     }
 
     async fn remove_files(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        if self.engine.is_none() {
+        if !self.daemon.is_remote() {
             return Ok(());
         }
-        self.on(async { super::remote::remove_job_volumes(&self.home, record).await })
-            .await
+        super::remote::remove_job_volumes(&self.daemon, &self.home, record).await
     }
 
     async fn build_from_context(
@@ -415,9 +407,10 @@ impl Runtime for DockerRuntime {
         build: &crate::runtime::ContextBuild<'_>,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
-        self.on(async {
-            super::image::build_from_context(context, build, self.home.id(), progress).await
-        })
+        async {
+            super::image::build_from_context(&self.daemon, context, build, self.home.id(), progress)
+                .await
+        }
         .await
     }
 }

@@ -176,7 +176,11 @@ pub async fn upload_bundle(
 
 /// Reads the job's values and sends them, with its certificate and the upstream roots, to
 /// its started proxy. Errors name the secret, never a value.
-pub async fn send(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
+pub async fn send(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<(), RuntimeError> {
     let Some(secrets) = record
         .limits
         .secrets
@@ -224,7 +228,7 @@ pub async fn send(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeE
     let answer = if record.engine.is_some() {
         // No path of this machine is in the sidecar there: an exec's stdin (see
         // `engine_secrets`).
-        let docker = super::connect()?;
+        let docker = daemon.connect()?;
         super::engine_secrets::deliver(&docker, record, &text).await
     } else {
         let socket = control_dir(home, record).join("ctl.sock");

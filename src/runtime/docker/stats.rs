@@ -8,7 +8,7 @@ use std::time::Duration;
 use bollard::query_parameters::StatsOptionsBuilder;
 use futures_util::StreamExt;
 
-use super::{LABEL_HOME, LABEL_JOB, connect, job_container};
+use super::{LABEL_HOME, LABEL_JOB, job_container};
 use crate::job::JobRecord;
 use crate::runtime::SandboxStatus;
 use crate::store::PaddockHome;
@@ -16,15 +16,23 @@ use crate::store::PaddockHome;
 /// The whole look (inspect and one stats sample, which takes Docker about a second).
 const STATUS_TIMEOUT: Duration = Duration::from_secs(4);
 
-pub async fn sandbox_status(home: &PaddockHome, record: &JobRecord) -> Option<SandboxStatus> {
-    tokio::time::timeout(STATUS_TIMEOUT, look(home, record))
+pub async fn sandbox_status(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Option<SandboxStatus> {
+    tokio::time::timeout(STATUS_TIMEOUT, look(daemon, home, record))
         .await
         .ok()
         .flatten()
 }
 
-async fn look(home: &PaddockHome, record: &JobRecord) -> Option<SandboxStatus> {
-    let docker = connect().ok()?;
+async fn look(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Option<SandboxStatus> {
+    let docker = daemon.connect().ok()?;
     let name = job_container(record);
     let info = match docker.inspect_container(&name, None).await {
         Ok(info) => info,

@@ -261,7 +261,9 @@ pub fn initramfs(dir: &Path, kernel: &Kernel) -> Result<PathBuf, MicrovmError> {
 /// The root filesystem image of `image` (its id `image_id`) with this binary as the guest
 /// agent, made now when missing (an export of the image and `mkfs.ext4 -d`).
 pub async fn rootfs(dir: &Path, home_id: &str, image: &str) -> Result<PathBuf, MicrovmError> {
-    let image_id = crate::runtime::docker::export::image_id(image).await?;
+    let image_id =
+        crate::runtime::docker::export::image_id(&crate::runtime::docker::Daemon::local(), image)
+            .await?;
     let exe = std::env::current_exe().map_err(|source| MicrovmError::Io {
         path: "/proc/self/exe".into(),
         source,
@@ -280,7 +282,13 @@ pub async fn rootfs(dir: &Path, home_id: &str, image: &str) -> Result<PathBuf, M
     }
     let stage = dir.join(format!(".rootfs-{}", crate::ids::random_hex(8)));
     let result = async {
-        crate::runtime::docker::export::export_image(image, home_id, &stage).await?;
+        crate::runtime::docker::export::export_image(
+            &crate::runtime::docker::Daemon::local(),
+            image,
+            home_id,
+            &stage,
+        )
+        .await?;
         let guest = stage.join("usr/local/bin/paddock-guest");
         std::fs::copy(&exe, &guest).map_err(|source| MicrovmError::Io {
             path: guest.clone(),

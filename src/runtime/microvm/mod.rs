@@ -366,9 +366,12 @@ impl Runtime for MicrovmRuntime {
         let _ = network;
         check_host().map_err(runtime_error)?;
         assets::Kernel::locate().map_err(runtime_error)?;
-        if !crate::runtime::docker::export::image_id(image)
-            .await
-            .is_ok_and(|id| !id.is_empty())
+        if !crate::runtime::docker::export::image_id(
+            &crate::runtime::docker::Daemon::local(),
+            image,
+        )
+        .await
+        .is_ok_and(|id| !id.is_empty())
         {
             return Err(RuntimeError::ImageMissing {
                 image: image.to_string(),
