@@ -2,6 +2,9 @@
 //! ones to come), each case naming the input that failed; `error::Error` maps it once onto
 //! an `ErrorKind` (exit code, HTTP status, hint).
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     #[error("cannot reach the Docker daemon: {message}")]
@@ -70,5 +73,61 @@ pub enum RuntimeError {
         source: std::io::Error,
     },
     #[error("microVM: {0}")]
-    Microvm(Box<super::microvm::MicrovmError>),
+    Microvm(Box<MicrovmError>),
+}
+
+/// The microVM runtime's errors (`runtime::microvm`), here beside [`RuntimeError`], which
+/// holds them, so neither file imports the other.
+#[derive(Debug, thiserror::Error)]
+pub enum MicrovmError {
+    #[error("{what} is missing at `{path}`: {hint}")]
+    Missing {
+        what: &'static str,
+        path: PathBuf,
+        hint: &'static str,
+    },
+    #[error("{message}")]
+    Config { message: String },
+    #[error("building the {what} failed: {message}")]
+    Build { what: &'static str, message: String },
+    #[error("the VM did not start: {message}")]
+    Start { message: String },
+    #[error(
+        "the VM is not running; QEMU's log ended with:\n{qemu_log}\nits console with:\n{console}"
+    )]
+    NotRunning { console: String, qemu_log: String },
+    #[error(
+        "the VM's guest agent did not answer within {after:?} ({message}); console:\n{console}"
+    )]
+    NoAnswer {
+        after: Duration,
+        message: String,
+        console: String,
+    },
+    #[error("the guest could not run the command: {message}")]
+    Exec { message: String },
+    #[error("the job has no git dir yet")]
+    NoGitDir,
+    #[error("`{path}` cannot be shared into a VM (spaces, commas and colons are not allowed)")]
+    Path { path: PathBuf },
+    #[error("the microVM runtime needs root (virtiofsd and the read-only shares mount as root)")]
+    NotRoot,
+    #[error("the guest agent's channel: {0}")]
+    Frame(#[from] super::microvm::protocol::FrameError),
+    #[error("the guest agent's channel: {0}")]
+    Channel(#[from] std::io::Error),
+    #[error("`{path}`: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Runtime(#[from] Box<RuntimeError>),
+}
+
+impl From<RuntimeError> for MicrovmError {
+    fn from(error: RuntimeError) -> Self {
+        MicrovmError::Runtime(Box::new(error))
+    }
 }

@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use super::MicrovmError;
 
+/// The emulator every VM runs in.
+pub const QEMU: &str = "qemu-system-x86_64";
+
 /// How long a probe boot under KVM may take to print the marker (a KVM boot of this
 /// kernel and initramfs takes well under a second where KVM works).
 pub const PROBE_DEADLINE: Duration = Duration::from_secs(8);
@@ -79,7 +82,7 @@ pub async fn probe_kvm(kernel: &Path, initramfs: &Path) -> bool {
     if !Path::new("/dev/kvm").exists() {
         return false;
     }
-    let mut command = tokio::process::Command::new(super::vm::QEMU);
+    let mut command = tokio::process::Command::new(QEMU);
     command
         .args([
             "-M",

@@ -1,59 +1,10 @@
-//! The microVM runtime's errors, how they become the runtime's, and the removal of a VM's
-//! host cgroup that reports one (shared by the job and pool-slot paths).
+//! The microVM runtime's errors (the type lives beside the runtime's own, which holds it),
+//! how they become the runtime's, and the removal of a VM's host cgroup that reports one
+//! (shared by the job and pool-slot paths).
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use super::{cgroup, protocol};
+use super::cgroup;
 use crate::runtime::RuntimeError;
-
-#[derive(Debug, thiserror::Error)]
-pub enum MicrovmError {
-    #[error("{what} is missing at `{path}`: {hint}")]
-    Missing {
-        what: &'static str,
-        path: PathBuf,
-        hint: &'static str,
-    },
-    #[error("{message}")]
-    Config { message: String },
-    #[error("building the {what} failed: {message}")]
-    Build { what: &'static str, message: String },
-    #[error("the VM did not start: {message}")]
-    Start { message: String },
-    #[error(
-        "the VM is not running; QEMU's log ended with:\n{qemu_log}\nits console with:\n{console}"
-    )]
-    NotRunning { console: String, qemu_log: String },
-    #[error(
-        "the VM's guest agent did not answer within {after:?} ({message}); console:\n{console}"
-    )]
-    NoAnswer {
-        after: Duration,
-        message: String,
-        console: String,
-    },
-    #[error("the guest could not run the command: {message}")]
-    Exec { message: String },
-    #[error("the job has no git dir yet")]
-    NoGitDir,
-    #[error("`{path}` cannot be shared into a VM (spaces, commas and colons are not allowed)")]
-    Path { path: PathBuf },
-    #[error("the microVM runtime needs root (virtiofsd and the read-only shares mount as root)")]
-    NotRoot,
-    #[error("the guest agent's channel: {0}")]
-    Frame(#[from] protocol::FrameError),
-    #[error("the guest agent's channel: {0}")]
-    Channel(#[from] std::io::Error),
-    #[error("`{path}`: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Runtime(#[from] Box<RuntimeError>),
-}
+pub use crate::runtime::error::MicrovmError;
 
 impl MicrovmError {
     /// The VM of `vm` does not run: what QEMU and the guest's console said last.
@@ -62,12 +13,6 @@ impl MicrovmError {
             console: super::exec::tail(&vm.console()),
             qemu_log: super::exec::tail(&vm.qemu_log()),
         }
-    }
-}
-
-impl From<RuntimeError> for MicrovmError {
-    fn from(error: RuntimeError) -> Self {
-        MicrovmError::Runtime(Box::new(error))
     }
 }
 

@@ -28,7 +28,8 @@ use std::os::fd::AsRawFd as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 
-use super::vm::VIRTIOFSD;
+/// QEMU's virtiofsd, each share's file server (in its jail when the share is writable).
+pub const VIRTIOFSD: &str = "/usr/lib/qemu/virtiofsd";
 
 /// The host uid and gid of root in the guest, as seen through a jailed virtiofsd.
 pub const GUEST_ROOT_ON_HOST: u32 = 2_147_483_646;

@@ -16,8 +16,8 @@ use std::time::Duration;
 use super::MicrovmError;
 use crate::job::JobRecord;
 
-pub const VIRTIOFSD: &str = "/usr/lib/qemu/virtiofsd";
-pub const QEMU: &str = "qemu-system-x86_64";
+pub use super::accel::QEMU;
+pub use super::jail::VIRTIOFSD;
 /// Memory the guest needs beyond the job's own (its kernel, the agent, page cache).
 pub const GUEST_OVERHEAD: u64 = 256 << 20;
 /// The VM's memory when the job has no memory limit.
