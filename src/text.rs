@@ -61,6 +61,16 @@ pub fn line(text: &str) -> Cow<'_, str> {
     escaped(text, |_| false)
 }
 
+/// [`line`], cut to `max` characters (then ending in `…`): a field another party wrote
+/// (a commit subject, a repository's value) shown inside a sentence, one line and not a page.
+pub fn short_line(text: &str, max: usize) -> String {
+    let line = line(text);
+    if line.chars().count() <= max {
+        return line.into_owned();
+    }
+    line.chars().take(max).collect::<String>() + "…"
+}
+
 /// Multi-line text (an error message, a commit body, a replayed log): newline and tab kept,
 /// every other unsafe character escaped.
 pub fn block(text: &str) -> Cow<'_, str> {
@@ -142,6 +152,17 @@ impl Replay {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_short_line_is_escaped_and_cut() {
+        assert_eq!(super::short_line("a\nb", 10), "a\\nb");
+        let long = "x".repeat(300);
+        let cut = super::short_line(&long, 120);
+        assert_eq!(cut.chars().count(), 121);
+        assert!(cut.ends_with('…'));
+        assert_eq!(super::short_line("short", 120), "short");
+    }
+
     use super::*;
 
     const ATTACKS: &[&str] = &[

@@ -60,10 +60,7 @@ impl RepoTrust {
             None => self.file.display().to_string(),
         };
         // The key and value are the repository's text: one line each, and not a page.
-        let mut value = crate::text::line(&refusal.value).into_owned();
-        if value.chars().count() > 120 {
-            value = value.chars().take(120).collect::<String>() + "…";
-        }
+        let value = crate::text::short_line(&refusal.value, 120);
         format!(
             "{place}: `{}: {value}`: {}",
             crate::text::line(&refusal.key),

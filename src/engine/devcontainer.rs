@@ -209,7 +209,8 @@ async fn check_images(
     let refused = |image: &str, at: String| DevcontainerError::ImageRefused {
         file: report.file.clone(),
         at,
-        image: image.to_string(),
+        // The repository's text: one line, and not a page.
+        image: crate::text::short_line(image, 200),
     };
     let Some(build) = &report.build else {
         let image = report.base_image.as_deref().unwrap_or_default();

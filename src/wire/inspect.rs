@@ -57,7 +57,11 @@ impl OutsideHistory {
     pub fn described(&self) -> String {
         self.commits
             .iter()
-            .map(|c| format!("{} \"{}\"", &c.sha[..c.sha.len().min(10)], c.summary))
+            // The subjects are the agent's text: one line each, and not a page.
+            .map(|c| {
+                let subject = crate::text::short_line(&c.summary, 120);
+                format!("{} \"{subject}\"", &c.sha[..c.sha.len().min(10)])
+            })
             .collect::<Vec<_>>()
             .join(", ")
     }
