@@ -105,24 +105,23 @@ impl Runtime for DockerRuntime {
         request: &ExecRequest,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecOutcome, RuntimeError> {
-        async {
-            let (result, container_id, oom_kills) =
-                super::exec::exec(&self.daemon, &self.home, record, request, sink).await?;
-            if self.daemon.is_remote() && super::egress::has_sealed_network(record) {
-                // The proxy's decisions of this command, where the host's readers look.
-                if let Err(error) = super::engine_egress::pull_log(&self.daemon, &self.home, record).await {
-                    tracing::warn!(job = %record.id, %error, "cannot copy the egress log from the engine");
-                }
+        let (result, container_id, oom_kills) =
+            super::exec::exec(&self.daemon, &self.home, record, request, sink).await?;
+        if self.daemon.is_remote() && super::egress::has_sealed_network(record) {
+            // The proxy's decisions of this command, where the host's readers look.
+            if let Err(error) =
+                super::engine_egress::pull_log(&self.daemon, &self.home, record).await
+            {
+                tracing::warn!(job = %record.id, %error, "cannot copy the egress log from the engine");
             }
-            let image_id = super::image_of(&self.daemon, &container_id).await;
-            Ok(ExecOutcome {
-                result,
-                container_id: Some(container_id),
-                oom_kills,
-                image_id,
-            })
         }
-        .await
+        let image_id = super::image_of(&self.daemon, &container_id).await;
+        Ok(ExecOutcome {
+            result,
+            container_id: Some(container_id),
+            oom_kills,
+            image_id,
+        })
     }
 
     async fn exec_in_sandbox(
@@ -141,36 +140,30 @@ impl Runtime for DockerRuntime {
         sink: &mut dyn OutputSink,
         network: NetworkMode,
     ) -> Result<ExecOutcome, RuntimeError> {
-        async {
-            let result = super::exec::exec_beside(
-                &self.daemon,
-                &self.home,
-                record,
-                request,
-                sink,
-                network,
-                "setup",
-            )
-            .await?;
-            Ok(ExecOutcome {
-                result,
-                container_id: None,
-                oom_kills: None,
-                image_id: None,
-            })
-        }
-        .await
+        let result = super::exec::exec_beside(
+            &self.daemon,
+            &self.home,
+            record,
+            request,
+            sink,
+            network,
+            "setup",
+        )
+        .await?;
+        Ok(ExecOutcome {
+            result,
+            container_id: None,
+            oom_kills: None,
+            image_id: None,
+        })
     }
 
     async fn start_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
-        async {
-            if slot.engine.is_some() {
-                super::remote_pool::start_slot(&self.daemon, &self.home, slot).await
-            } else {
-                super::pool::start_slot(&self.daemon, &self.home, slot).await
-            }
+        if slot.engine.is_some() {
+            super::remote_pool::start_slot(&self.daemon, &self.home, slot).await
+        } else {
+            super::pool::start_slot(&self.daemon, &self.home, slot).await
         }
-        .await
     }
 
     async fn pool_claimed(
@@ -194,14 +187,11 @@ impl Runtime for DockerRuntime {
         record: &JobRecord,
         slot: &crate::pool::PoolSlot,
     ) -> Result<String, RuntimeError> {
-        async {
-            if slot.engine.is_some() {
-                super::remote_pool::adopt_slot(&self.daemon, record, slot).await
-            } else {
-                super::pool::adopt_slot(&self.daemon, record, slot).await
-            }
+        if slot.engine.is_some() {
+            super::remote_pool::adopt_slot(&self.daemon, record, slot).await
+        } else {
+            super::pool::adopt_slot(&self.daemon, record, slot).await
         }
-        .await
     }
 
     async fn remove_pool_slot(
@@ -209,25 +199,19 @@ impl Runtime for DockerRuntime {
         slot: &crate::pool::PoolSlot,
         job_name: Option<&str>,
     ) -> Result<(), RuntimeError> {
-        async {
-            if slot.engine.is_some() {
-                super::remote_pool::remove_slot(&self.daemon, &self.home, slot).await
-            } else {
-                super::pool::remove_slot_container(&self.daemon, &self.home, slot, job_name).await
-            }
+        if slot.engine.is_some() {
+            super::remote_pool::remove_slot(&self.daemon, &self.home, slot).await
+        } else {
+            super::pool::remove_slot_container(&self.daemon, &self.home, slot, job_name).await
         }
-        .await
     }
 
     async fn shell_command(
         &self,
         record: &JobRecord,
     ) -> Result<tokio::process::Command, RuntimeError> {
-        async {
-            ensure_running(&self.daemon, &self.home, record).await?;
-            super::exec::interactive_shell(&self.daemon, record)
-        }
-        .await
+        ensure_running(&self.daemon, &self.home, record).await?;
+        super::exec::interactive_shell(&self.daemon, record)
     }
 
     async fn stop(&self, record: &JobRecord, grace: Duration) -> Result<bool, RuntimeError> {
@@ -247,14 +231,11 @@ impl Runtime for DockerRuntime {
     }
 
     async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        async {
-            super::egress::write_policy(&self.home, record)?;
-            if self.daemon.is_remote() {
-                super::engine_egress::push_policy(&self.daemon, &self.home, record).await?;
-            }
-            Ok(())
+        super::egress::write_policy(&self.home, record)?;
+        if self.daemon.is_remote() {
+            super::engine_egress::push_policy(&self.daemon, &self.home, record).await?;
         }
-        .await
+        Ok(())
     }
 
     async fn refresh_egress_log(&self, record: &JobRecord) -> Result<(), RuntimeError> {
@@ -288,36 +269,30 @@ impl Runtime for DockerRuntime {
     }
 
     async fn remove_sandbox(&self, sandbox: &Sandbox) -> Result<(), RuntimeError> {
-        async {
-            let (home, name, job) = (&self.home, sandbox.name.as_str(), sandbox.job.as_str());
-            match sandbox.role {
-                // A job's container takes its sidecar and network (named after it) along, so an
-                // orphan of any naming, old `paddock-<job>` or `paddock-<install>-<job>`, goes
-                // whole.
-                SandboxRole::Job => first_error([
-                    remove_labelled_container(&self.daemon, home, name, job).await,
-                    remove_egress(&self.daemon, home, name, job).await,
-                ]),
-                // An egress sidecar goes with its network.
-                SandboxRole::Egress => match name.strip_suffix("-egress") {
-                    Some(base) => remove_egress(&self.daemon, home, base, job).await,
-                    None => remove_labelled_container(&self.daemon, home, name, job).await,
-                },
-                SandboxRole::Sync | SandboxRole::Pool => {
-                    remove_labelled_container(&self.daemon, home, name, job).await
-                }
+        let (home, name, job) = (&self.home, sandbox.name.as_str(), sandbox.job.as_str());
+        match sandbox.role {
+            // A job's container takes its sidecar and network (named after it) along, so an
+            // orphan of any naming, old `paddock-<job>` or `paddock-<install>-<job>`, goes
+            // whole.
+            SandboxRole::Job => first_error([
+                remove_labelled_container(&self.daemon, home, name, job).await,
+                remove_egress(&self.daemon, home, name, job).await,
+            ]),
+            // An egress sidecar goes with its network.
+            SandboxRole::Egress => match name.strip_suffix("-egress") {
+                Some(base) => remove_egress(&self.daemon, home, base, job).await,
+                None => remove_labelled_container(&self.daemon, home, name, job).await,
+            },
+            SandboxRole::Sync | SandboxRole::Pool => {
+                remove_labelled_container(&self.daemon, home, name, job).await
             }
         }
-        .await
     }
 
     async fn guard_job_ranges(&self, image: &str) -> Option<Result<bool, RuntimeError>> {
-        async {
-            let guard =
-                async { super::ranges::ensure(&self.daemon, &self.daemon.connect()?, image).await };
-            Some(guard.await.map(|guard| guard == super::Guard::Installed))
-        }
-        .await
+        let guard =
+            async { super::ranges::ensure(&self.daemon, &self.daemon.connect()?, image).await };
+        Some(guard.await.map(|guard| guard == super::Guard::Installed))
     }
 
     async fn cache_volumes(&self) -> Result<Vec<crate::engines::CacheVolume>, RuntimeError> {
@@ -344,23 +319,19 @@ impl Runtime for DockerRuntime {
         tag: &str,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
-        async {
-            let id =
-                super::image::build_image(&self.daemon, base_image, tag, self.home.id(), progress)
-                    .await?;
-            if self.daemon.is_remote() {
-                // The egress proxy of the engine's allowlist jobs: this binary in an image.
-                super::engine_egress::build_proxy_image(
-                    &self.daemon,
-                    base_image,
-                    self.home.id(),
-                    progress,
-                )
-                .await?;
-            }
-            Ok(id)
+        let id = super::image::build_image(&self.daemon, base_image, tag, self.home.id(), progress)
+            .await?;
+        if self.daemon.is_remote() {
+            // The egress proxy of the engine's allowlist jobs: this binary in an image.
+            super::engine_egress::build_proxy_image(
+                &self.daemon,
+                base_image,
+                self.home.id(),
+                progress,
+            )
+            .await?;
         }
-        .await
+        Ok(id)
     }
 
     async fn labelled_images(
@@ -407,10 +378,7 @@ impl Runtime for DockerRuntime {
         build: &crate::runtime::ContextBuild<'_>,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
-        async {
-            super::image::build_from_context(&self.daemon, context, build, self.home.id(), progress)
-                .await
-        }
-        .await
+        super::image::build_from_context(&self.daemon, context, build, self.home.id(), progress)
+            .await
     }
 }
