@@ -275,8 +275,12 @@ async fn guard_job_ranges(paddock: Arc<Paddock>) {
         Some(profile.image.value.clone())
     });
     let image = image.unwrap_or_else(|| crate::config::DEFAULT_IMAGE.to_string());
-    let docker = paddock.runtimes().of(crate::job::RuntimeKind::Docker);
-    match docker.guard_job_ranges(&image).await {
+    let engine = paddock.runtimes().with_sandboxes();
+    let guarded = match engine.capabilities().network {
+        Some(network) => network.guard_job_ranges(&image).await,
+        None => None,
+    };
+    match guarded {
         Some(Ok(true)) => {
             tracing::info!(range = %crate::egress::ranges::job_range(), "added the job range's unreachable route")
         }

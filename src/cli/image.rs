@@ -6,7 +6,6 @@ use super::exit;
 use super::render::{Progress, print_json};
 use crate::engine::Paddock;
 use crate::error::{Error, Result};
-use crate::job::RuntimeKind;
 
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
@@ -46,11 +45,11 @@ pub async fn run(paddock: &Paddock, command: ImageCommand) -> Result<i32> {
             tell!("{line}");
         }
     };
-    let id = paddock
-        .runtimes()
-        .on_engine(RuntimeKind::Docker, engine.as_deref())
-        .build_image(&base_image, &tag, &mut progress)
-        .await;
+    let runtime = paddock.runtimes().engine(engine.as_deref());
+    let id = match runtime.capabilities().images {
+        Some(images) => images.build_image(&base_image, &tag, &mut progress).await,
+        None => Err(crate::runtime::lacks(runtime.as_ref(), "build images")),
+    };
     spinner.finish();
     let id = id.map_err(Error::Runtime)?;
     if json {

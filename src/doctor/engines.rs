@@ -9,7 +9,6 @@ use std::time::Duration;
 use super::{Check, Status, check};
 use crate::config::Config;
 use crate::engine::port_relay::{relay_process, relayed};
-use crate::job::RuntimeKind;
 use crate::runtime::Runtimes;
 use crate::store::PaddockHome;
 
@@ -20,8 +19,14 @@ const ENGINE_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) async fn engine_checks(runtimes: &Runtimes, config: &Config, image: &str) -> Vec<Check> {
     let mut checks = Vec::new();
     for name in config.engines.keys() {
-        let runtime = runtimes.on_engine(RuntimeKind::Docker, Some(name));
-        let facts = match tokio::time::timeout(ENGINE_TIMEOUT, runtime.engine_facts()).await {
+        let runtime = runtimes.engine(Some(name));
+        let facts = async {
+            match runtime.capabilities().images {
+                Some(images) => Some(images.engine_facts().await),
+                None => None,
+            }
+        };
+        let facts = match tokio::time::timeout(ENGINE_TIMEOUT, facts).await {
             Ok(Some(Ok(facts))) => facts,
             Ok(Some(Err(error))) => {
                 checks.push(check(

@@ -62,12 +62,12 @@ pub async fn run(
         |p| p.image.value.clone(),
     );
     let uid = profile.map_or(1000, |p| p.uid.value);
-    checks.extend(docker_checks(runtimes.of(RuntimeKind::Docker), &image).await);
+    checks.extend(docker_checks(runtimes.with_sandboxes(), &image).await);
     if checks
         .iter()
         .any(|c| c.name == "docker" && c.status == Status::Ok)
     {
-        checks.push(job_ranges_check(runtimes.of(RuntimeKind::Docker), &image).await);
+        checks.push(job_ranges_check(runtimes.with_sandboxes(), &image).await);
     }
     checks.extend(engines::engine_checks(runtimes, config, &image).await);
     checks.extend(engines::port_relay_check(home));
@@ -83,7 +83,7 @@ pub async fn run(
     checks.push(check(
         "process runtime",
         Status::Ok,
-        runtimes.of(RuntimeKind::Process).isolation_note(),
+        runtimes.of(RuntimeKind::Process).describe().isolation,
         None,
     ));
     checks
@@ -93,7 +93,11 @@ pub async fn run(
 /// adds the route when it is missing, as paddock does before each job network.
 async fn job_ranges_check(docker: &dyn Runtime, image: &str) -> Check {
     let range = crate::egress::ranges::job_range();
-    match docker.guard_job_ranges(image).await {
+    let guarded = match docker.capabilities().network {
+        Some(network) => network.guard_job_ranges(image).await,
+        None => None,
+    };
+    match guarded {
         Some(Ok(added)) => check(
             "job ranges",
             Status::Ok,
@@ -323,7 +327,11 @@ async fn git_check() -> Check {
 }
 
 async fn docker_checks(docker: &dyn Runtime, image: &str) -> Vec<Check> {
-    let facts = match docker.engine_facts().await {
+    let facts = match docker.capabilities().images {
+        Some(images) => Some(images.engine_facts().await),
+        None => None,
+    };
+    let facts = match facts {
         Some(Ok(facts)) => facts,
         Some(Err(e)) => {
             return vec![check(

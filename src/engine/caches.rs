@@ -65,10 +65,12 @@ impl Paddock {
         let (records, _) = self.store.list()?;
         let mut out = Vec::new();
         for engine in config.engines.keys() {
-            let runtime = self
-                .runtimes
-                .on_engine(crate::job::RuntimeKind::Docker, Some(engine));
-            let volumes = match tokio::time::timeout(ENGINE_TIMEOUT, runtime.cache_volumes()).await
+            let runtime = self.runtimes.engine(Some(engine));
+            let Some(engine_volumes) = runtime.capabilities().volumes else {
+                continue;
+            };
+            let volumes = match tokio::time::timeout(ENGINE_TIMEOUT, engine_volumes.cache_volumes())
+                .await
             {
                 Ok(Ok(volumes)) => volumes,
                 Ok(Err(error)) => {
@@ -143,10 +145,12 @@ impl Paddock {
             let (engine, volume) = path
                 .split_once(':')
                 .expect("engine entries are ENGINE:VOLUME");
-            let runtime = self
-                .runtimes
-                .on_engine(crate::job::RuntimeKind::Docker, Some(engine));
-            match runtime.remove_cache_volume(volume).await {
+            let runtime = self.runtimes.engine(Some(engine));
+            let removed = match runtime.capabilities().volumes {
+                Some(volumes) => volumes.remove_cache_volume(volume).await,
+                None => Ok(false),
+            };
+            match removed {
                 Ok(true) => {
                     let mark = crate::engines::last_use_mark(self.home.root(), engine, volume);
                     let _ = std::fs::remove_file(mark);

@@ -59,10 +59,11 @@ impl Paddock {
         tip: &str,
     ) -> Result<()> {
         let runtime = self.runtime_of(record);
-        let (link_target, _) = runtime
-            .sandbox_git_paths(record)
+        let layout = runtime.layout();
+        let (link_target, _) = layout
+            .git_paths(record)
             .expect("the record names its git dir");
-        let owner = runtime.files_owner(record);
+        let owner = layout.files_owner(record);
         if record.checkout == CheckoutMode::Worktree {
             job_git
                 .checkout(&record.worktree, &link_target, owner)
@@ -71,7 +72,7 @@ impl Paddock {
             self.mount_overlay(repo, record, job_git, tip, &link_target, owner)
                 .await?;
         }
-        if let Some(objects) = runtime.sandbox_objects() {
+        if let Some(objects) = layout.objects() {
             let view = self.make_object_view(record).await?;
             record.object_view = Some(view.clone());
             crate::git::objview::verify(&job_git.path, &view, tip).await?;

@@ -256,7 +256,7 @@ impl Paddock {
             },
             reserve: Some(reserve),
             container_id: None,
-            container_name: self.runtimes.of(runtime.kind).sandbox_name(&id),
+            container_name: self.runtimes.of(runtime.kind).layout().sandbox_name(&id),
             state: JobState::Creating,
             created_at: now,
             last_activity_at: now,

@@ -16,7 +16,7 @@ use super::{Paddock, Result};
 use crate::config::{EnvironmentChoice, Profile, RuntimeChoice, Source, Sourced};
 use crate::devcontainer::{self, DevcontainerError, DevcontainerReport};
 use crate::git::GitRepo;
-use crate::job::{JobRecord, RuntimeKind};
+use crate::job::JobRecord;
 use crate::store::PaddockHome;
 
 /// paddock's agent layer (entrypoint, agent user), part of every devcontainer image's name:
@@ -139,7 +139,11 @@ impl Paddock {
         report: &mut DevcontainerReport,
         limits: crate::runtime::BuildLimits,
     ) -> Result<Vec<String>> {
-        let runtime = self.runtimes.of(RuntimeKind::Docker);
+        let engine = self.runtimes.with_sandboxes();
+        let runtime = engine
+            .capabilities()
+            .images
+            .ok_or_else(|| crate::runtime::lacks(engine, "build a devcontainer's image"))?;
         let mut digest = Sha256::new();
         for part in AGENT_LAYER {
             digest.update(part.as_bytes());

@@ -462,7 +462,7 @@ impl Paddock {
         if bytes.len() as u64 > FILE_CAP {
             return Err(too_large(&path, bytes.len() as u64));
         }
-        let owner = self.runtime_of(&record).files_owner(&record);
+        let owner = self.runtime_of(&record).layout().files_owner(&record);
         self.place_of(&record)
             .write_file(&record, &path, bytes, owner)
             .await

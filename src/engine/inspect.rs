@@ -127,7 +127,7 @@ impl Paddock {
             changes,
             changes_error,
             logs_bytes,
-            isolation: self.runtime_of(&record).isolation_note().to_string(),
+            isolation: self.runtime_of(&record).describe().isolation.to_string(),
             merge,
             outside_history,
         })
@@ -221,7 +221,7 @@ impl Paddock {
         let sandbox = if matches!(record.state, JobState::Queued | JobState::Creating) {
             None
         } else {
-            self.runtime_of(record).sandbox_status(record).await
+            self.runtime_of(record).status(record).await
         };
         LiveStatus {
             sandbox,

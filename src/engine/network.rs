@@ -54,7 +54,7 @@ impl Paddock {
                 }
             }
         })?;
-        self.runtime_of(&record).apply_network(&record).await?;
+        crate::runtime::apply_network(self.runtime_of(&record).as_ref(), &record).await?;
         Ok(self.view_of(&record))
     }
 
@@ -157,7 +157,9 @@ impl Paddock {
             if record.engine.is_none() || record.limits.network != NetworkMode::Allowlist {
                 continue;
             }
-            if let Err(error) = self.runtime_of(&record).refresh_egress_log(&record).await {
+            let runtime = self.runtime_of(&record);
+            if let Err(error) = crate::runtime::refresh_egress_log(runtime.as_ref(), &record).await
+            {
                 tracing::debug!(job = %record.id, %error, "egress log not refreshed");
             }
         }
@@ -171,7 +173,8 @@ impl Paddock {
         let record = self.load(id)?;
         // A remote job's proxy writes its log on the engine: the host copy is brought up
         // to date first (a stale copy is still shown when the engine does not answer).
-        if let Err(error) = self.runtime_of(&record).refresh_egress_log(&record).await {
+        let runtime = self.runtime_of(&record);
+        if let Err(error) = crate::runtime::refresh_egress_log(runtime.as_ref(), &record).await {
             tracing::debug!(job = %record.id, %error, "egress log not refreshed");
         }
         let path = self.home.logs_dir(&record.id).join("egress.jsonl");

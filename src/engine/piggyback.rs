@@ -132,7 +132,7 @@ impl Paddock {
     /// made (the exec then syncs on its own).
     pub(crate) async fn piggyback_sync(&self, record: &JobRecord) -> Option<Piggyback> {
         let outbox = record.outbox()?;
-        let inside_outbox = self.runtime_of(record).sandbox_outbox()?;
+        let inside_outbox = self.runtime_of(record).layout().outbox()?;
         if record.is_legacy() || !outbox.is_dir() {
             return None;
         }

@@ -14,7 +14,7 @@ use super::{Paddock, Result};
 use crate::admission::placing::Placing;
 use crate::config::Config;
 use crate::engines::EngineError;
-use crate::job::{JobId, RuntimeKind};
+use crate::job::JobId;
 use crate::store::FileLock;
 
 /// How long a create waits for an engine with room by default (`admission.max_wait` wins).
@@ -65,9 +65,10 @@ impl Paddock {
         if let Some(jobs) = jobs {
             return usize::try_from(jobs).ok();
         }
-        let runtime = self.runtimes.on_engine(RuntimeKind::Docker, Some(name));
-        match tokio::time::timeout(Duration::from_secs(5), runtime.engine_facts()).await {
-            Ok(Some(Ok(facts))) => usize::try_from(facts.cpus).ok(),
+        let runtime = self.runtimes.engine(Some(name));
+        let images = runtime.capabilities().images?;
+        match tokio::time::timeout(Duration::from_secs(5), images.engine_facts()).await {
+            Ok(Ok(facts)) => usize::try_from(facts.cpus).ok(),
             _ => None,
         }
     }

@@ -1,5 +1,6 @@
 //! Which `Place` a job's files have, and what each does across the job's life: `place_of`
-//! is the one choice (a checkout on this host, or volumes of the job's engine); create's
+//! is the one choice, made from the job's runtime (a runtime that keeps files in an
+//! engine's volumes has them there; every other job has a checkout on this host); create's
 //! fill, the outbox pull of an exec's sync, the sweep's look for a vanished checkout and
 //! the removal of a job's files ask it instead of branching on `JobRecord::engine`.
 //!
@@ -20,12 +21,17 @@ use crate::wire::{FileList, FileWritten};
 impl Paddock {
     /// Where `record`'s files live: this host, or volumes of its engine.
     pub(crate) fn place_of<'a>(&'a self, record: &JobRecord) -> Box<dyn JobFiles + 'a> {
-        match &record.engine {
-            Some(engine) => Box::new(OnEngine {
+        let runtime = self.runtime_of(record);
+        match (
+            runtime.capabilities().volumes.is_some(),
+            runtime.describe().engine,
+        ) {
+            (true, Some(engine)) => Box::new(OnEngine {
                 paddock: self,
                 files: EngineFiles::new(engine),
+                runtime: runtime.clone(),
             }),
-            None => Box::new(OnHost { paddock: self }),
+            _ => Box::new(OnHost { paddock: self }),
         }
     }
 }
@@ -41,6 +47,16 @@ struct OnHost<'a> {
 struct OnEngine<'a> {
     paddock: &'a Paddock,
     files: EngineFiles,
+    /// The job's runtime, whose volumes these are.
+    runtime: std::sync::Arc<dyn crate::runtime::Runtime>,
+}
+
+impl OnEngine<'_> {
+    fn volumes(&self) -> Result<&dyn crate::runtime::capabilities::EngineVolumes, RuntimeError> {
+        self.runtime.capabilities().volumes.ok_or_else(|| {
+            crate::runtime::lacks(self.runtime.as_ref(), "keep a job's files in volumes")
+        })
+    }
 }
 
 #[async_trait::async_trait]
@@ -138,7 +154,7 @@ impl JobFiles for OnEngine<'_> {
     }
 
     async fn collect_outbox(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        self.paddock.runtime_of(record).collect_outbox(record).await
+        self.volumes()?.collect_outbox(record).await
     }
 
     fn files_gone(&self, _record: &JobRecord) -> bool {
@@ -153,7 +169,10 @@ impl JobFiles for OnEngine<'_> {
     async fn remove(&self, repo: &GitRepo, record: &JobRecord) -> Result<()> {
         // Both are tried: the volumes on the engine, then what the job has on this host
         // (its scratch repository and outbox copies under `work/<id>/`).
-        let volumes = self.paddock.runtime_of(record).remove_files(record).await;
+        let volumes = match self.volumes() {
+            Ok(volumes) => volumes.remove_files(record).await,
+            Err(error) => Err(error),
+        };
         let here = self.paddock.remove_checkout(repo, record).await;
         volumes?;
         here

@@ -154,7 +154,11 @@ impl Paddock {
             }
         };
         let limits = Limits::from(&profile);
-        if let Some(reason) = crate::runtime::pool_unsupported(runtime.kind) {
+        if let Some(reason) = crate::runtime::pool_refusal(
+            self.runtimes()
+                .on_engine(runtime.kind, engine.as_deref())
+                .as_ref(),
+        ) {
             change.note = Some(reason.to_string());
             return Ok(change);
         }
@@ -268,11 +272,14 @@ impl Paddock {
                 if slot.engine.is_none() {
                     blocking(|| slots.prepare(&slot.id))?;
                 }
-                let id = self
+                let runtime = self
                     .runtimes()
-                    .on_engine(slot.runtime, slot.engine.as_deref())
-                    .start_pool_slot(&slot)
-                    .await?;
+                    .on_engine(slot.runtime, slot.engine.as_deref());
+                let pool = runtime
+                    .capabilities()
+                    .pool
+                    .ok_or_else(|| crate::runtime::lacks(runtime.as_ref(), "keep a warm pool"))?;
+                let id = pool.start_pool_slot(&slot).await?;
                 Result::Ok(id)
             }
             .await;
@@ -333,10 +340,13 @@ impl Paddock {
     /// Removes a slot: its container (under its waiting name or `job_name`), its mounts and
     /// its directory.
     pub(crate) async fn remove_slot(&self, slot: &PoolSlot, job_name: Option<&str>) -> Result<()> {
-        self.runtimes()
-            .on_engine(slot.runtime, slot.engine.as_deref())
-            .remove_pool_slot(slot, job_name)
-            .await?;
+        let runtime = self
+            .runtimes()
+            .on_engine(slot.runtime, slot.engine.as_deref());
+        // A runtime without a pool made no slot's sandbox: only the slot's files remain.
+        if let Some(pool) = runtime.capabilities().pool {
+            pool.remove_pool_slot(slot, job_name).await?;
+        }
         let slots = self.slots();
         blocking(|| slots.remove(&slot.id))?;
         Ok(())
@@ -358,7 +368,15 @@ impl Paddock {
             return Ok(None);
         }
         let runtime = self.runtime_of(record);
-        let binds = match runtime.pool_binds(record) {
+        let Some(pool) = runtime.capabilities().pool else {
+            record.pool = Some(PoolStart::Cold {
+                reason: crate::runtime::pool_refusal(runtime.as_ref())
+                    .unwrap_or_default()
+                    .into(),
+            });
+            return Ok(None);
+        };
+        let binds = match pool.pool_binds(record) {
             Ok(binds) => binds,
             Err(reason) => {
                 record.pool = Some(PoolStart::Cold { reason });
@@ -395,10 +413,10 @@ impl Paddock {
         // The job's files go to the agent's uid, and the container gets the job's limits
         // and name, before any of them is mounted where the container can see it.
         let adopted = async {
-            let id = runtime.adopt_pool_slot(record, &slot).await?;
+            let id = pool.adopt_pool_slot(record, &slot).await?;
             blocking(|| slots.attach(&slot.id, &binds))?;
             crash_point("pool-mounted");
-            runtime.pool_claimed(record, &slot).await?;
+            pool.pool_claimed(record, &slot).await?;
             Result::<String>::Ok(id)
         }
         .await;

@@ -27,7 +27,11 @@ impl Paddock {
             return Ok(());
         }
         let engine = record.engine.clone();
-        if let Some(reason) = crate::runtime::pool_unsupported(record.runtime) {
+        if let Some(reason) = crate::runtime::pool_refusal(
+            self.runtimes
+                .on_engine(record.runtime, engine.as_deref())
+                .as_ref(),
+        ) {
             record.pool = Some(PoolStart::Cold {
                 reason: reason.to_string(),
             });
@@ -61,12 +65,18 @@ impl Paddock {
         };
         crash_point("claimed");
         let runtime = self.runtime_of(record);
-        if let Err(error) = runtime.pool_claimed(record, &slot).await {
+        let claimed = match runtime.capabilities().pool {
+            Some(pool) => pool.pool_claimed(record, &slot).await,
+            None => Err(crate::runtime::lacks(runtime.as_ref(), "keep a warm pool")),
+        };
+        if let Err(error) = claimed {
             // A slot whose container went away while it waited: it goes (its empty volumes
             // too, label-checked), and the job starts cold under its own name.
             tracing::warn!(job = %record.id, slot = %slot.id, %error, "a claimed pool container on a remote engine is gone");
             runtime.destroy(record).await?;
-            runtime.remove_files(record).await?;
+            if let Some(volumes) = runtime.capabilities().volumes {
+                volumes.remove_files(record).await?;
+            }
             self.release_pool_slot(record).await?;
             record.container_name = own_name;
             record.pool = Some(PoolStart::Cold {
@@ -85,10 +95,12 @@ impl Paddock {
         };
         let slots = self.slots();
         let slot = blocking(|| slots.load(id))?;
-        let container = self
-            .runtime_of(record)
-            .adopt_pool_slot(record, &slot)
-            .await?;
+        let runtime = self.runtime_of(record);
+        let pool = runtime
+            .capabilities()
+            .pool
+            .ok_or_else(|| crate::runtime::lacks(runtime.as_ref(), "keep a warm pool"))?;
+        let container = pool.adopt_pool_slot(record, &slot).await?;
         Ok(Some(container))
     }
 }

@@ -193,7 +193,11 @@ impl Paddock {
                 Some((port, client)) = accepted.recv() => {
                     let (runtime, job, failures) = (runtime.clone(), record.clone(), failures.clone());
                     tokio::spawn(async move {
-                        if let Err(error) = runtime.relay_port(&job, port, client).await {
+                        let relayed = match runtime.capabilities().ports {
+                            Some(ports) => ports.relay_port(&job, port, client).await,
+                            None => Err(crate::runtime::lacks(runtime.as_ref(), "relay a port through an engine")),
+                        };
+                        if let Err(error) = relayed {
                             let count = failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                             if count <= LOGGED_FAILURES || count % 1000 == 0 {
                                 tracing::warn!(job = %job.id, port, %error, failures = count, "cannot relay a connection");

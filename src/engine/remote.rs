@@ -141,10 +141,14 @@ impl Paddock {
             std::fs::create_dir_all(&outbox).map_err(io(&outbox))?;
         }
         let started = std::time::Instant::now();
-        let filled = self
-            .runtime_of(record)
-            .fill_files(record, &staged, tip)
-            .await;
+        let runtime = self.runtime_of(record);
+        let filled = match runtime.capabilities().volumes {
+            Some(volumes) => volumes.fill_files(record, &staged, tip).await,
+            None => Err(crate::runtime::lacks(
+                runtime.as_ref(),
+                "fill a remote engine's volumes",
+            )),
+        };
         let _ = super::checkout::remove_tree(&staged).await;
         let _ = std::fs::remove_file(crate::engines::staged_copies(&job_dir));
         let report = filled?;
@@ -171,11 +175,14 @@ impl Paddock {
         let engines: std::collections::BTreeSet<String> =
             views.iter().filter_map(|v| v.engine.clone()).collect();
         for engine in engines {
-            let runtime = self.runtimes.on_engine(RuntimeKind::Docker, Some(&engine));
-            let answered = matches!(
-                tokio::time::timeout(PROBE_TIMEOUT, runtime.engine_facts()).await,
-                Ok(Some(Ok(_)))
-            );
+            let runtime = self.runtimes.engine(Some(&engine));
+            let answered = match runtime.capabilities().images {
+                Some(images) => matches!(
+                    tokio::time::timeout(PROBE_TIMEOUT, images.engine_facts()).await,
+                    Ok(Ok(_))
+                ),
+                None => false,
+            };
             let status = if answered { "reachable" } else { "unreachable" };
             for view in views.iter_mut() {
                 if view.engine.as_deref() == Some(engine.as_str()) {

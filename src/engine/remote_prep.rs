@@ -86,6 +86,7 @@ impl Paddock {
             }
             let owner = self
                 .runtime_of(record)
+                .layout()
                 .files_owner(record)
                 .unwrap_or((record.limits.uid, record.limits.uid));
             let (root, entries) = (record.repo.clone(), setup.copy.clone());

@@ -82,7 +82,7 @@ impl Paddock {
         job_git: &JobGitDir,
     ) -> Result<()> {
         if !setup.copy.is_empty() {
-            let owner = self.runtime_of(record).files_owner(record);
+            let owner = self.runtime_of(record).layout().files_owner(record);
             record.copied =
                 crate::copy_files::copy_into(&record.repo, &record.worktree, &setup.copy, owner)?;
         }
@@ -99,14 +99,15 @@ impl Paddock {
         if let SetupPlace::Widened(extra) = &place {
             let mut widened = record.clone();
             widened.limits.allow.extend(extra.iter().cloned());
-            self.runtime_of(record).apply_network(&widened).await?;
+            crate::runtime::apply_network(self.runtime_of(record).as_ref(), &widened).await?;
         }
         let ran = self.run_setup_commands(record, setup, &place).await;
         if matches!(place, SetupPlace::Widened(_)) {
             // The agent never gets setup's list: a failure to narrow it again fails the create,
             // and tunnels setup opened (a process it left running could hold one) are cut.
-            self.runtime_of(record).apply_network(record).await?;
-            self.runtime_of(record).cut_connections(record).await?;
+            let runtime = self.runtime_of(record);
+            crate::runtime::apply_network(runtime.as_ref(), record).await?;
+            crate::runtime::cut_connections(runtime.as_ref(), record).await?;
         }
         ran
     }
@@ -175,8 +176,7 @@ impl Paddock {
         let runtime = self.runtime_of(record);
         let mut outcome = match place {
             SetupPlace::Beside(network) => {
-                runtime
-                    .exec_beside(record, &request, &mut tee, *network)
+                crate::runtime::exec_beside(runtime.as_ref(), record, &request, &mut tee, *network)
                     .await
             }
             SetupPlace::Job | SetupPlace::Widened(_) => {

@@ -185,7 +185,8 @@ impl Paddock {
     pub(super) async fn plan_sync(&self, record: &JobRecord, scope: SyncScope) -> Result<SyncPlan> {
         let (git_dir, work_tree) = self
             .runtime_of(record)
-            .sandbox_git_paths(record)
+            .layout()
+            .git_paths(record)
             .ok_or_else(|| Self::sync_failed(record, "the job has no git dir yet".into()))?;
         let scratch = self.scratch_of(record);
         let user_objects = Self::user_objects(record)?;

@@ -5,117 +5,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{CreateRequest, Paddock};
 use crate::config::RuntimeChoice;
-use crate::job::{JobId, JobRecord};
-use crate::runtime::{
-    ExecOutcome, ExecRequest, ExecResult, OutputSink, Runtime, RuntimeError, Runtimes, Sandbox,
-};
-use crate::store::JobStore;
-
-/// A runtime that starts nothing (or fails to), lists the sandboxes it is given and records
-/// what it is asked to remove.
-#[derive(Default)]
-struct FakeRuntime {
-    fail_start: bool,
-    sandboxes: Mutex<Vec<Sandbox>>,
-    destroyed: Mutex<Vec<String>>,
-}
-
-#[async_trait::async_trait]
-impl Runtime for FakeRuntime {
-    fn isolation_note(&self) -> &'static str {
-        "fake"
-    }
-    fn files_owner(&self, _record: &JobRecord) -> Option<(u32, u32)> {
-        None
-    }
-    fn sandbox_git_paths(&self, record: &JobRecord) -> Option<(PathBuf, PathBuf)> {
-        Some((record.git_dir.clone()?, record.worktree.clone()))
-    }
-    fn sandbox_outbox(&self) -> Option<PathBuf> {
-        None
-    }
-    async fn check_ready(
-        &self,
-        _image: &str,
-        _network: crate::config::NetworkMode,
-    ) -> Result<(), RuntimeError> {
-        Ok(())
-    }
-    async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError> {
-        if self.fail_start {
-            return Err(RuntimeError::Docker {
-                action: "start container",
-                target: record.id.to_string(),
-                message: "the fake refuses".into(),
-            });
-        }
-        Ok(Some(format!("fake-{}", record.id)))
-    }
-    async fn exec(
-        &self,
-        _record: &JobRecord,
-        _request: &ExecRequest,
-        _sink: &mut dyn OutputSink,
-    ) -> Result<ExecOutcome, RuntimeError> {
-        Err(RuntimeError::EmptyCommand)
-    }
-    async fn exec_in_sandbox(
-        &self,
-        _record: &JobRecord,
-        _request: &ExecRequest,
-        _sink: &mut dyn OutputSink,
-    ) -> Result<ExecResult, RuntimeError> {
-        Err(RuntimeError::EmptyCommand)
-    }
-    async fn shell_command(
-        &self,
-        _record: &JobRecord,
-    ) -> Result<tokio::process::Command, RuntimeError> {
-        Err(RuntimeError::EmptyCommand)
-    }
-    async fn stop(&self, _record: &JobRecord, _grace: Duration) -> Result<bool, RuntimeError> {
-        Ok(false)
-    }
-    async fn stop_for_removal(
-        &self,
-        _store: &JobStore,
-        record: JobRecord,
-    ) -> Result<JobRecord, RuntimeError> {
-        Ok(record)
-    }
-    async fn destroy(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        self.destroyed.lock().unwrap().push(record.id.to_string());
-        self.sandboxes
-            .lock()
-            .unwrap()
-            .retain(|s| s.job != record.id.as_str());
-        Ok(())
-    }
-    async fn remove_sandbox(&self, sandbox: &Sandbox) -> Result<(), RuntimeError> {
-        self.destroyed.lock().unwrap().push(sandbox.job.clone());
-        self.sandboxes
-            .lock()
-            .unwrap()
-            .retain(|s| s.name != sandbox.name);
-        Ok(())
-    }
-    async fn build_image(
-        &self,
-        _base_image: &str,
-        _tag: &str,
-        _progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
-    ) -> Result<String, RuntimeError> {
-        Err(RuntimeError::EmptyCommand)
-    }
-    async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {
-        Ok(self.sandboxes.lock().unwrap().clone())
-    }
-}
+use crate::job::JobId;
+use crate::runtime::fake::FakeRuntime;
+use crate::runtime::{Runtimes, Sandbox};
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -129,7 +26,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// A repository with one commit, a state root, and an engine whose Docker runtime is `fake`.
-fn setup(fake: Arc<FakeRuntime>) -> (tempfile::TempDir, PathBuf, Paddock) {
+fn setup(fake: &Arc<FakeRuntime>) -> (tempfile::TempDir, PathBuf, Paddock) {
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
@@ -153,11 +50,7 @@ fn setup(fake: Arc<FakeRuntime>) -> (tempfile::TempDir, PathBuf, Paddock) {
         tmp.path().join("home").display().to_string(),
     )]);
     let paddock = Paddock::with_env(Box::new(env)).unwrap();
-    let runtimes = Runtimes::with(
-        fake.clone(),
-        fake,
-        Arc::new(crate::runtime::process::ProcessRuntime),
-    );
+    let runtimes = Runtimes::registered(paddock.home(), &[&fake.register()]);
     (tmp, repo, paddock.with_runtimes(runtimes))
 }
 
@@ -191,7 +84,7 @@ async fn a_runtime_that_cannot_start_leaves_nothing_behind() {
         fail_start: true,
         ..FakeRuntime::default()
     });
-    let (_tmp, repo, paddock) = setup(fake.clone());
+    let (_tmp, repo, paddock) = setup(&fake);
     let refs_before = git(&repo, &["for-each-ref"]);
 
     let error = paddock
@@ -221,7 +114,7 @@ async fn a_runtime_that_cannot_start_leaves_nothing_behind() {
 #[tokio::test]
 async fn sweep_removes_sandboxes_no_record_names_and_keeps_the_others() {
     let fake = Arc::new(FakeRuntime::default());
-    let (_tmp, repo, paddock) = setup(fake.clone());
+    let (_tmp, repo, paddock) = setup(&fake);
     paddock.create(docker_job(&repo, "alive")).await.unwrap();
     for job in ["alive", "ghost"] {
         fake.sandboxes.lock().unwrap().push(Sandbox {

@@ -1,15 +1,16 @@
-//! The runtimes of remote engines (`engines:`): one `DockerRuntime` per (engine, OCI
-//! runtime), made when a job on that engine is first touched and kept for the install.
+//! The runtimes of remote engines (`engines:`): one per (engine, kind), made by the maker
+//! the kind registered when a job on that engine is first touched, and kept for the install.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::{Runtime, Runtimes, docker::DockerRuntime};
+pub(super) use super::absent::{ABSENT, Absent};
+use super::{Runtime, Runtimes};
 use crate::job::RuntimeKind;
 use crate::store::PaddockHome;
 
-/// The runtimes made so far, by (engine, gVisor or not).
-type Made = BTreeMap<(String, bool), Arc<dyn Runtime>>;
+/// The runtimes made so far, by (engine, kind).
+type Made = BTreeMap<(String, String), Arc<dyn Runtime>>;
 
 #[derive(Clone)]
 pub(super) struct Remote {
@@ -27,32 +28,27 @@ impl Remote {
 }
 
 impl Runtimes {
-    /// The runtime of a job of `kind` on `engine` (`None`: the local engine, as
-    /// [`of`](Self::of)). Runtimes a test made with [`with`](Self::with) have no remote
-    /// engines: theirs answer for every engine.
+    /// The runtime of a job of `kind` on `engine` (`None`: this host, as [`of`](Self::of)).
+    /// A kind that registered no remote maker answers for every engine with its local
+    /// runtime (a test's double does).
     pub fn on_engine(&self, kind: RuntimeKind, engine: Option<&str>) -> Arc<dyn Runtime> {
-        let local = match kind {
-            RuntimeKind::Docker => &self.docker,
-            RuntimeKind::Runsc => &self.runsc,
-            RuntimeKind::Process => &self.process,
-            RuntimeKind::Microvm => self.microvm.as_ref().unwrap_or(&self.process),
+        let local = || {
+            self.registered_arc(kind)
+                .cloned()
+                .unwrap_or_else(|| Arc::new(Absent))
         };
-        let (Some(engine), Some(remote), true) = (engine, &self.remote, kind.uses_docker()) else {
-            return local.clone();
+        let Some(engine) = engine else {
+            return local();
         };
-        let key = (engine.to_string(), kind == RuntimeKind::Runsc);
-        remote
+        let Some((_, make)) = self.registry.remote.iter().find(|(k, _)| *k == kind) else {
+            return local();
+        };
+        self.remote
             .made
             .lock()
             .expect("the runtime map is never poisoned")
-            .entry(key)
-            .or_insert_with(|| {
-                Arc::new(DockerRuntime::on_engine(
-                    &remote.home,
-                    kind,
-                    Some(engine.to_string()),
-                ))
-            })
+            .entry((engine.to_string(), kind.to_string()))
+            .or_insert_with(|| make(&self.remote.home, kind, engine))
             .clone()
     }
 }

@@ -1,69 +1,86 @@
-//! [`Runtimes`]: one runtime of each kind for an install, and the runtimes of remote
-//! engines made when first asked for; the engine picks a job's by its recorded kind and engine.
+//! [`Runtimes`]: the runtimes that registered (`registry.rs`), and the runtimes of remote
+//! engines made when first asked for; the engine picks a job's by its recorded kind and
+//! engine.
 
 use std::sync::Arc;
 
+use super::registration::Registry;
+use super::registry::{REGISTERED, Register};
 use super::*;
+use crate::store::PaddockHome;
 
-/// One runtime of each kind, for an install. The engine holds one; tests may build their own
-/// with [`Runtimes::with`].
+/// The runtimes of an install. The engine holds one; a test builds its own from the test
+/// double's registration ([`Runtimes::registered`]).
 #[derive(Clone)]
 pub struct Runtimes {
-    pub(super) docker: Arc<dyn Runtime>,
-    pub(super) runsc: Arc<dyn Runtime>,
-    pub(super) process: Arc<dyn Runtime>,
+    pub(super) registry: Arc<Registry>,
     /// Runtimes of remote engines, made when first asked for (`on_engine`).
-    pub(super) remote: Option<on_engine::Remote>,
-    /// `None` for a test's own set ([`Runtimes::with`]): microVM jobs are then refused.
-    pub(super) microvm: Option<Arc<dyn Runtime>>,
+    pub(super) remote: on_engine::Remote,
 }
 
 impl Runtimes {
     /// The real runtimes for the install at `home`.
     pub fn new(home: &PaddockHome) -> Runtimes {
+        Runtimes::registered(home, REGISTERED)
+    }
+
+    /// The runtimes `registers` add, for the install at `home`.
+    pub fn registered(home: &PaddockHome, registers: &[Register<'_>]) -> Runtimes {
+        let mut registry = Registry::default();
+        for register in registers {
+            register(&mut registry, home);
+        }
         Runtimes {
-            docker: Arc::new(docker::DockerRuntime::new(home, RuntimeKind::Docker)),
-            runsc: Arc::new(docker::DockerRuntime::new(home, RuntimeKind::Runsc)),
-            process: Arc::new(process::ProcessRuntime),
-            remote: Some(on_engine::Remote::new(home)),
-            microvm: Some(Arc::new(microvm::MicrovmRuntime::new(home))),
+            registry: Arc::new(registry),
+            remote: on_engine::Remote::new(home),
         }
     }
 
-    /// Runtimes of the caller's choosing (a test double, say) for each kind.
-    pub fn with(
-        docker: Arc<dyn Runtime>,
-        runsc: Arc<dyn Runtime>,
-        process: Arc<dyn Runtime>,
-    ) -> Runtimes {
-        Runtimes {
-            docker,
-            runsc,
-            process,
-            remote: None,
-            microvm: None,
-        }
-    }
-
-    /// The runtime of a job of `kind`.
+    /// The runtime of a job of `kind` on this host; one that refuses everything when no
+    /// runtime of that kind registered.
     pub fn of(&self, kind: RuntimeKind) -> &dyn Runtime {
-        match kind {
-            RuntimeKind::Docker => self.docker.as_ref(),
-            RuntimeKind::Runsc => self.runsc.as_ref(),
-            RuntimeKind::Process => self.process.as_ref(),
-            RuntimeKind::Microvm => self.microvm.as_deref().unwrap_or(self.process.as_ref()),
+        match self.registry.kinds.iter().find(|(k, _)| *k == kind) {
+            Some((_, runtime)) => runtime.as_ref(),
+            None => &on_engine::ABSENT,
         }
     }
 
-    /// The runtime that keeps sandboxes on the machine (containers), for listing and reaping
-    /// them: runc and runsc jobs share one daemon and one set of labels.
-    pub fn with_sandboxes(&self) -> &dyn Runtime {
-        self.docker.as_ref()
+    pub(super) fn registered_arc(&self, kind: RuntimeKind) -> Option<&Arc<dyn Runtime>> {
+        self.registry
+            .kinds
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, runtime)| runtime)
     }
 
-    /// Resolves a profile's runtime choice for a job with `network`. `auto` takes Docker when
-    /// the daemon answers and the image is present, else the process runtime with a warning
-    /// naming what is missing; an explicit `docker`/`runsc` never falls back. A runtime that
+    /// This host's image engine (the runtime that builds images and keeps the containers
+    /// the sweep lists), or one that refuses everything when none registered.
+    pub fn with_sandboxes(&self) -> &dyn Runtime {
+        match self.registry.engine {
+            Some(kind) => self.of(kind),
+            None => &on_engine::ABSENT,
+        }
+    }
+
+    /// The image engine on `engine` (`None`: this host's).
+    pub fn engine(&self, engine: Option<&str>) -> Arc<dyn Runtime> {
+        match self.registry.engine {
+            Some(kind) => self.on_engine(kind, engine),
+            None => Arc::new(on_engine::Absent),
+        }
+    }
+
+    /// Every runtime registered on this host, once each.
+    pub fn all(&self) -> impl Iterator<Item = &dyn Runtime> {
+        self.registry
+            .kinds
+            .iter()
+            .map(|(_, runtime)| runtime.as_ref())
+    }
+
+    /// Resolves a profile's runtime choice for a job with `network`. `auto` takes the image
+    /// engine when it answers and the image is present, else the process runtime with a
+    /// warning naming what is missing; an explicit choice never falls back. A runtime that
     /// cannot give the job its limits or its network is an error.
     pub async fn resolve(
         &self,
@@ -75,21 +92,21 @@ impl Runtimes {
             RuntimeChoice::Process => RuntimeKind::Process,
             RuntimeChoice::Docker => RuntimeKind::Docker,
             RuntimeChoice::Runsc => RuntimeKind::Runsc,
-            RuntimeChoice::Microvm if self.microvm.is_none() => {
-                return Err(RuntimeError::Unsupported {
-                    runtime: "test",
-                    what: "run microVM jobs",
-                });
-            }
             RuntimeChoice::Microvm => RuntimeKind::Microvm,
             RuntimeChoice::Auto => {
-                return match self.docker.check_ready(image, network).await {
+                return match self
+                    .of(RuntimeKind::Docker)
+                    .check_ready(image, network)
+                    .await
+                {
                     Ok(()) => Ok(Resolved {
                         kind: RuntimeKind::Docker,
                         warning: None,
                     }),
                     Err(missing) => {
-                        self.process.check_ready(image, network).await?;
+                        self.of(RuntimeKind::Process)
+                            .check_ready(image, network)
+                            .await?;
                         Ok(Resolved {
                             kind: RuntimeKind::Process,
                             warning: Some(format!(

@@ -11,7 +11,7 @@
 use super::{SweepOptions, SweepReport};
 use crate::engine::{Paddock, SyncScope};
 use crate::git::GitRepo;
-use crate::job::{JobId, JobRecord, RuntimeKind};
+use crate::job::{JobId, JobRecord};
 use crate::runtime::Sandbox;
 
 /// A remote orphan whose work is saved: the stand-in record its sync ran with, its
@@ -31,7 +31,10 @@ impl Paddock {
         let runtime = self
             .runtimes()
             .on_engine(record.runtime, record.engine.as_deref());
-        runtime.list_sandboxes().await.map_err(|e| e.to_string())
+        match runtime.capabilities().sandboxes {
+            Some(sandboxes) => sandboxes.list_sandboxes().await.map_err(|e| e.to_string()),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// The install's orphans on each engine of `engines:` that answers (see
@@ -45,7 +48,7 @@ impl Paddock {
             return;
         };
         for name in config.engines.keys() {
-            let runtime = self.runtimes().on_engine(RuntimeKind::Docker, Some(name));
+            let runtime = self.runtimes().engine(Some(name));
             self.reap_orphans_on(runtime.as_ref(), options, report)
                 .await;
         }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use super::{SweepOptions, SweepReport};
 use crate::engine::Paddock;
 use crate::engine::devcontainer::{IMAGE_REPO, last_used};
-use crate::job::{JobState, RuntimeKind};
+use crate::job::JobState;
 
 /// A devcontainer image unused this long is removed.
 pub const UNUSED_FOR: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -28,7 +28,9 @@ impl Paddock {
         options: &SweepOptions,
         report: &mut SweepReport,
     ) {
-        let runtime = self.runtimes().of(RuntimeKind::Docker);
+        let Some(runtime) = self.runtimes().with_sandboxes().capabilities().images else {
+            return;
+        };
         let Ok(images) = runtime.labelled_images(IMAGE_REPO).await else {
             // No engine: no images to look at (the container checks report an engine that
             // jobs need).

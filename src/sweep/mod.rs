@@ -205,15 +205,16 @@ impl Paddock {
         for error in bad {
             report.error("record", "?", "unreadable job record", error);
         }
-        let containers = match self.runtimes().with_sandboxes().list_sandboxes().await {
-            Ok(containers) => Some(containers),
-            Err(error) => {
-                if records.iter().any(|r| r.runtime.uses_docker()) {
-                    report.error("container", "*", "cannot list containers", error);
+        let containers =
+            match crate::runtime::list_sandboxes(self.runtimes().with_sandboxes()).await {
+                Ok(containers) => Some(containers),
+                Err(error) => {
+                    if records.iter().any(|r| r.runtime.uses_docker()) {
+                        report.error("container", "*", "cannot list containers", error);
+                    }
+                    None
                 }
-                None
-            }
-        };
+            };
 
         for (done, record) in records.iter().enumerate() {
             let name = record.id.to_string();
@@ -389,11 +390,13 @@ impl Paddock {
         }
         if options.health_check
             && container.is_some_and(|c| c.running)
-            && let Err(error) = self
-                .runtimes()
-                .on_engine(record.runtime, record.engine.as_deref())
-                .health_check(record)
-                .await
+            && let Err(error) = crate::runtime::health_check(
+                self.runtimes()
+                    .on_engine(record.runtime, record.engine.as_deref())
+                    .as_ref(),
+                record,
+            )
+            .await
         {
             if !options.dry_run {
                 // The kill policy's stop: SIGTERM, the grace period, SIGKILL.

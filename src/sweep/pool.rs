@@ -20,14 +20,14 @@ impl Paddock {
     pub(super) async fn reap_pool_slots(&self, options: &SweepOptions, report: &mut SweepReport) {
         let slots = PoolSlots::of(self.home());
         let listed_at = chrono::Utc::now();
-        let containers = self.runtimes().with_sandboxes().list_sandboxes().await.ok();
-        // A microVM slot's sandbox is its VM (listed while its QEMU runs).
-        let vms = self
-            .runtimes()
-            .of(crate::job::RuntimeKind::Microvm)
-            .list_sandboxes()
+        let containers = crate::runtime::list_sandboxes(self.runtimes().with_sandboxes())
             .await
             .ok();
+        // A microVM slot's sandbox is its VM (listed while its QEMU runs).
+        let vms =
+            crate::runtime::list_sandboxes(self.runtimes().of(crate::job::RuntimeKind::Microvm))
+                .await
+                .ok();
         // Each remote engine with slots, listed once (`None`: it did not answer).
         let mut engines = std::collections::BTreeMap::new();
         for (_, slot) in slots.list() {
@@ -37,7 +37,7 @@ impl Paddock {
                 let runtime = self
                     .runtimes()
                     .on_engine(crate::job::RuntimeKind::Docker, Some(&engine));
-                let listed = runtime.list_sandboxes().await.ok();
+                let listed = crate::runtime::list_sandboxes(runtime.as_ref()).await.ok();
                 engines.insert(engine, listed);
             }
         }
@@ -221,7 +221,7 @@ impl Paddock {
         let reason = "pool container with no pool slot";
         // A remote slot's volumes may hold a claimed job's files: kept and named, as an
         // orphaned remote job's are.
-        let volumes = runtime.engine().map(|engine| {
+        let volumes = runtime.describe().engine.map(|engine| {
             crate::engines::JOB_VOLUMES
                 .iter()
                 .map(|(kind, _)| crate::engines::job_volume(&container.name, kind))

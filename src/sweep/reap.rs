@@ -34,7 +34,7 @@ impl Paddock {
         options: &SweepOptions,
         report: &mut SweepReport,
     ) {
-        let Ok(containers) = runtime.list_sandboxes().await else {
+        let Ok(containers) = crate::runtime::list_sandboxes(runtime).await else {
             return;
         };
         for container in containers {
@@ -66,14 +66,14 @@ impl Paddock {
             }
             // A remote orphan's work is in its volumes: saved first (its container may run
             // the sync), its volumes removed once its container is gone.
-            let saved = match runtime.engine() {
+            let saved = match runtime.describe().engine {
                 Some(engine) => Some(self.save_engine_orphan(engine, &container, &id).await),
                 None => None,
             };
-            match runtime.remove_sandbox(&container).await {
+            match crate::runtime::remove_sandbox(runtime, &container).await {
                 Ok(()) => {
                     report.removed("container", container.name.clone(), reason);
-                    if let (Some(saved), Some(engine)) = (saved, runtime.engine()) {
+                    if let (Some(saved), Some(engine)) = (saved, runtime.describe().engine) {
                         self.reap_engine_orphan_files(engine, &container, saved, report)
                             .await;
                     }
@@ -132,7 +132,7 @@ impl Paddock {
             report.removed("container", container.name, reason);
             return;
         }
-        match runtime.remove_sandbox(&container).await {
+        match crate::runtime::remove_sandbox(runtime, &container).await {
             Ok(()) => report.removed("container", container.name, reason),
             Err(error) => report.error("container", container.name, reason, error),
         }
@@ -294,11 +294,11 @@ impl Paddock {
         let config = self.config(Some(&repo.root))?;
         let (profile_name, profile) = config.select_profile(None, "agent", None)?;
         self.runtimes()
-            .on_engine(RuntimeKind::Docker, engine)
+            .engine(engine)
             .check_ready(&profile.image.value, profile.network.value)
             .await?;
         let now = Utc::now();
-        let container_name = self.runtimes().of(RuntimeKind::Docker).sandbox_name(&id);
+        let container_name = self.runtimes().with_sandboxes().layout().sandbox_name(&id);
         // Its create's object view, when it got that far (no agent ran before it existed).
         let object_view =
             Some(self.home().job_dir(&id).join("objects")).filter(|view| view.is_dir());

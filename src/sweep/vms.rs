@@ -14,7 +14,7 @@ use crate::job::{JobState, RuntimeKind};
 impl Paddock {
     pub(super) async fn reap_orphan_vms(&self, options: &SweepOptions, report: &mut SweepReport) {
         let runtime = self.runtimes().of(RuntimeKind::Microvm);
-        let Ok(vms) = runtime.list_sandboxes().await else {
+        let Ok(vms) = crate::runtime::list_sandboxes(runtime).await else {
             return;
         };
         let slots = crate::pool::PoolSlots::of(self.home());
@@ -66,7 +66,9 @@ impl Paddock {
                 continue;
             }
             if let Some(job) = &record {
-                let fresh = runtime.list_sandboxes().await.unwrap_or_default();
+                let fresh = crate::runtime::list_sandboxes(runtime)
+                    .await
+                    .unwrap_or_default();
                 let runs_now = fresh
                     .iter()
                     .any(|s| s.job == vm.job && s.role == vm.role && s.running);
@@ -74,7 +76,7 @@ impl Paddock {
                     continue;
                 }
             }
-            match runtime.remove_sandbox(&vm).await {
+            match crate::runtime::remove_sandbox(runtime, &vm).await {
                 Ok(()) => report.removed("vm", vm.name, reason),
                 Err(error) => report.error("vm", vm.name, reason, error),
             }

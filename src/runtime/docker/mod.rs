@@ -79,15 +79,11 @@ use calls::{call, create_named, is_not_found, is_unreachable, optional, start_na
 
 pub const LABEL_JOB: &str = "dev.paddock.job";
 pub const LABEL_HOME: &str = "dev.paddock.home";
-/// Where HOME is inside job containers (a tmpfs).
-pub const CONTAINER_HOME: &str = "/home/agent";
-/// Where the job's private git dir is inside its container.
-pub const CONTAINER_GIT_DIR: &str = "/paddock/git";
-/// Where the repository's object store is inside job containers (the job git dir's
-/// alternates name it).
-pub const CONTAINER_OBJECTS: &str = "/paddock-objects";
-/// Where the job's outbox is inside its container.
-pub const CONTAINER_OUTBOX: &str = "/paddock/outbox";
+// The sandbox layout every runtime shares, under the names this folder's code reads.
+pub(crate) use crate::runtime::layout::{
+    SANDBOX_GIT_DIR as CONTAINER_GIT_DIR, SANDBOX_HOME as CONTAINER_HOME,
+    SANDBOX_OBJECTS as CONTAINER_OBJECTS, SANDBOX_OUTBOX as CONTAINER_OUTBOX, agent_user,
+};
 /// Marks the short-lived containers that run a sync of a stopped job.
 pub const LABEL_ROLE: &str = "dev.paddock.role";
 
@@ -104,7 +100,23 @@ const BUILD_TIMEOUT: Duration = Duration::from_secs(1800);
 /// container's name is made; its network, egress sidecar and sync containers are named after
 /// it.
 pub fn container_name(home: &PaddockHome, id: &JobId) -> String {
-    format!("paddock-{}-{id}", home.tag())
+    crate::runtime::layout::sandbox_name(home.tag(), id)
+}
+
+/// Registers runc and gVisor jobs, on this host and on remote engines; runc's runtime is
+/// the machine's image engine.
+pub(crate) fn register(registry: &mut crate::runtime::registration::Registry, home: &PaddockHome) {
+    for kind in [RuntimeKind::Docker, RuntimeKind::Runsc] {
+        registry.add(kind, std::sync::Arc::new(DockerRuntime::new(home, kind)));
+        registry.add_remote(kind, |home, kind, engine| {
+            std::sync::Arc::new(DockerRuntime::on_engine(
+                home,
+                kind,
+                Some(engine.to_string()),
+            ))
+        });
+    }
+    registry.set_engine(RuntimeKind::Docker);
 }
 
 /// The name of the job's container: the recorded one, else (a record from before names
@@ -202,17 +214,6 @@ pub async fn registered_runtimes(
         .into_iter()
         .map(|(name, runtime)| (name, runtime.runtime_args.unwrap_or_default()))
         .collect())
-}
-
-/// The uid:gid the agent runs as: the host user's when paddock is not root, else the
-/// profile's unprivileged uid.
-pub fn agent_user(profile_uid: u32) -> (u32, u32) {
-    let (uid, gid) = crate::sys::effective_ids();
-    if uid == 0 {
-        (profile_uid, profile_uid)
-    } else {
-        (uid, gid)
-    }
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {

@@ -116,13 +116,20 @@ pub(super) async fn limit_to_job(
     Ok(())
 }
 
+/// Why a job of `kind` cannot start in a slot's container, if it cannot.
+pub(super) fn unsupported(kind: crate::job::RuntimeKind) -> Option<&'static str> {
+    (kind == crate::job::RuntimeKind::Runsc).then_some(
+        "gVisor serves a container's files through its own gofer: mounts made on the host after the start never reach it",
+    )
+}
+
 /// Creates and starts a slot's container; returns its id.
 pub async fn start_slot(
     daemon: &super::Daemon,
     home: &PaddockHome,
     slot: &PoolSlot,
 ) -> Result<String, RuntimeError> {
-    if let Some(reason) = crate::runtime::pool_unsupported(slot.runtime) {
+    if let Some(reason) = unsupported(slot.runtime) {
         return Err(RuntimeError::Unsupported {
             runtime: "pool",
             what: reason,
@@ -154,7 +161,7 @@ pub async fn start_slot(
 /// why some mount cannot (it lies outside the two propagated points and is not one the
 /// slot's container already has).
 pub fn claim_binds(record: &JobRecord) -> Result<Vec<HostBind>, String> {
-    if let Some(reason) = crate::runtime::pool_unsupported(record.runtime) {
+    if let Some(reason) = unsupported(record.runtime) {
         return Err(reason.to_string());
     }
     if !record.ports.is_empty() {

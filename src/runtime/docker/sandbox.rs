@@ -2,19 +2,21 @@
 //! One value per OCI runtime (runc, runsc); both share the daemon, the labels and the
 //! container naming, so either lists and reaps every container of the install.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    CONTAINER_GIT_DIR, CONTAINER_OUTBOX, agent_user, check_ready, container_name,
-    create_first_container, ensure_running, first_error, list_job_containers, remove_egress,
-    remove_job_container, remove_labelled_container, stop_job, stop_job_container,
+    check_ready, create_first_container, ensure_running, first_error, list_job_containers,
+    remove_egress, remove_job_container, remove_labelled_container, stop_job, stop_job_container,
 };
 use crate::config::NetworkMode;
-use crate::job::{JobId, JobRecord, RuntimeKind};
+use crate::job::{JobRecord, RuntimeKind};
+use crate::pool::{HostBind, PoolSlot};
+use crate::runtime::capabilities::{
+    Capabilities, EngineVolumes, Images, Network, Pool, PortRelay, Sandboxes,
+};
 use crate::runtime::{
-    EngineFacts, ExecOutcome, ExecRequest, ExecResult, OutputSink, Runtime, RuntimeError, Sandbox,
-    SandboxRole,
+    Described, EngineFacts, ExecOutcome, ExecRequest, ExecResult, OutputSink, Runtime,
+    RuntimeError, Sandbox, SandboxLayout, SandboxRole, SandboxStatus,
 };
 use crate::store::{JobStore, PaddockHome};
 
@@ -24,6 +26,7 @@ pub struct DockerRuntime {
     kind: RuntimeKind,
     /// The daemon this runtime talks to: this host's, or an engine of `engines:`.
     daemon: super::Daemon,
+    layout: SandboxLayout,
 }
 
 impl DockerRuntime {
@@ -41,56 +44,49 @@ impl DockerRuntime {
             home: home.clone(),
             kind,
             daemon: super::Daemon::of(engine),
+            layout: SandboxLayout::named(home),
         }
     }
 }
 
 #[async_trait::async_trait]
 impl Runtime for DockerRuntime {
-    async fn sandbox_status(&self, record: &JobRecord) -> Option<crate::runtime::SandboxStatus> {
-        super::stats::sandbox_status(&self.daemon, &self.home, record).await
-    }
-
-    fn engine(&self) -> Option<&str> {
-        self.daemon.engine()
-    }
-
-    fn isolation_note(&self) -> &'static str {
-        if self.kind == RuntimeKind::Runsc {
-            "container (gVisor runsc): user-space kernel, own filesystem and network, resource limits, non-root"
-        } else {
-            "container (runc): own filesystem and network, resource limits, non-root"
+    fn describe(&self) -> Described<'_> {
+        Described {
+            name: if self.kind == RuntimeKind::Runsc {
+                "runsc"
+            } else {
+                "docker"
+            },
+            isolation: if self.kind == RuntimeKind::Runsc {
+                "container (gVisor runsc): user-space kernel, own filesystem and network, resource limits, non-root"
+            } else {
+                "container (runc): own filesystem and network, resource limits, non-root"
+            },
+            engine: self.daemon.engine(),
         }
     }
 
-    fn files_owner(&self, record: &JobRecord) -> Option<(u32, u32)> {
-        // Only as root: the agent's uid in the container then differs from paddock's own.
-        let (uid, gid) = agent_user(record.limits.uid);
-        (crate::sys::is_root() && uid != 0).then_some((uid, gid))
+    fn layout(&self) -> &SandboxLayout {
+        &self.layout
     }
 
-    fn sandbox_git_paths(&self, record: &JobRecord) -> Option<(PathBuf, PathBuf)> {
-        record.git_dir.as_ref()?;
-        Some((
-            CONTAINER_GIT_DIR.into(),
-            record.limits.workspace_dir.clone().into(),
-        ))
-    }
-
-    fn sandbox_objects(&self) -> Option<PathBuf> {
-        Some(super::CONTAINER_OBJECTS.into())
-    }
-
-    fn sandbox_outbox(&self) -> Option<PathBuf> {
-        Some(CONTAINER_OUTBOX.into())
+    fn capabilities(&self) -> Capabilities<'_> {
+        // A remote engine cannot publish a job's ports on this host nor mount its files:
+        // the engine's API carries both.
+        let remote = self.daemon.is_remote();
+        Capabilities {
+            sandboxes: Some(self),
+            images: Some(self),
+            network: Some(self),
+            pool: Some(self),
+            ports: remote.then_some(self as &dyn PortRelay),
+            volumes: remote.then_some(self as &dyn EngineVolumes),
+        }
     }
 
     async fn check_ready(&self, image: &str, network: NetworkMode) -> Result<(), RuntimeError> {
         check_ready(&self.daemon, self.kind, image, network).await
-    }
-
-    fn sandbox_name(&self, id: &JobId) -> Option<String> {
-        Some(container_name(&self.home, id))
     }
 
     async fn start(&self, record: &JobRecord) -> Result<Option<String>, RuntimeError> {
@@ -133,79 +129,6 @@ impl Runtime for DockerRuntime {
         super::exec::exec_in_sandbox(&self.daemon, &self.home, record, request, sink).await
     }
 
-    async fn exec_beside(
-        &self,
-        record: &JobRecord,
-        request: &ExecRequest,
-        sink: &mut dyn OutputSink,
-        network: NetworkMode,
-    ) -> Result<ExecOutcome, RuntimeError> {
-        let result = super::exec::exec_beside(
-            &self.daemon,
-            &self.home,
-            record,
-            request,
-            sink,
-            network,
-            "setup",
-        )
-        .await?;
-        Ok(ExecOutcome {
-            result,
-            container_id: None,
-            oom_kills: None,
-            image_id: None,
-        })
-    }
-
-    async fn start_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
-        if slot.engine.is_some() {
-            super::remote_pool::start_slot(&self.daemon, &self.home, slot).await
-        } else {
-            super::pool::start_slot(&self.daemon, &self.home, slot).await
-        }
-    }
-
-    async fn pool_claimed(
-        &self,
-        record: &JobRecord,
-        slot: &crate::pool::PoolSlot,
-    ) -> Result<(), RuntimeError> {
-        let _ = record;
-        if slot.engine.is_none() {
-            return Ok(());
-        }
-        super::remote_pool::check_slot(&self.daemon, &self.home, slot).await
-    }
-
-    fn pool_binds(&self, record: &JobRecord) -> Result<Vec<crate::pool::HostBind>, String> {
-        super::pool::claim_binds(record)
-    }
-
-    async fn adopt_pool_slot(
-        &self,
-        record: &JobRecord,
-        slot: &crate::pool::PoolSlot,
-    ) -> Result<String, RuntimeError> {
-        if slot.engine.is_some() {
-            super::remote_pool::adopt_slot(&self.daemon, record, slot).await
-        } else {
-            super::pool::adopt_slot(&self.daemon, record, slot).await
-        }
-    }
-
-    async fn remove_pool_slot(
-        &self,
-        slot: &crate::pool::PoolSlot,
-        job_name: Option<&str>,
-    ) -> Result<(), RuntimeError> {
-        if slot.engine.is_some() {
-            super::remote_pool::remove_slot(&self.daemon, &self.home, slot).await
-        } else {
-            super::pool::remove_slot_container(&self.daemon, &self.home, slot, job_name).await
-        }
-    }
-
     async fn shell_command(
         &self,
         record: &JobRecord,
@@ -230,40 +153,13 @@ impl Runtime for DockerRuntime {
         remove_job_container(&self.daemon, &self.home, record).await
     }
 
-    async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        super::egress::write_policy(&self.home, record)?;
-        if self.daemon.is_remote() {
-            super::engine_egress::push_policy(&self.daemon, &self.home, record).await?;
-        }
-        Ok(())
+    async fn status(&self, record: &JobRecord) -> Option<SandboxStatus> {
+        super::stats::sandbox_status(&self.daemon, &self.home, record).await
     }
+}
 
-    async fn refresh_egress_log(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        if !self.daemon.is_remote() || !super::egress::has_sealed_network(record) {
-            return Ok(());
-        }
-        super::engine_egress::pull_log(&self.daemon, &self.home, record).await
-    }
-
-    async fn cut_connections(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        super::egress::restart_sidecar(&self.daemon, &self.home, record).await
-    }
-
-    async fn relay_port(
-        &self,
-        record: &JobRecord,
-        port: u16,
-        client: tokio::net::TcpStream,
-    ) -> Result<(), RuntimeError> {
-        if !self.daemon.is_remote() {
-            return Err(RuntimeError::Unsupported {
-                runtime: "local Docker",
-                what: "relay a port through an engine (Docker publishes it)",
-            });
-        }
-        super::port_relay::relay(&self.daemon, &self.home, record, port, client).await
-    }
-
+#[async_trait::async_trait]
+impl Sandboxes for DockerRuntime {
     async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError> {
         list_job_containers(&self.daemon, &self.home).await
     }
@@ -288,29 +184,12 @@ impl Runtime for DockerRuntime {
             }
         }
     }
+}
 
-    async fn guard_job_ranges(&self, image: &str) -> Option<Result<bool, RuntimeError>> {
-        let guard =
-            async { super::ranges::ensure(&self.daemon, &self.daemon.connect()?, image).await };
-        Some(guard.await.map(|guard| guard == super::Guard::Installed))
-    }
-
-    async fn cache_volumes(&self) -> Result<Vec<crate::engines::CacheVolume>, RuntimeError> {
-        if !self.daemon.is_remote() {
-            return Ok(Vec::new());
-        }
-        super::cache_volumes::list(&self.daemon, &self.home).await
-    }
-
-    async fn remove_cache_volume(&self, name: &str) -> Result<bool, RuntimeError> {
-        if !self.daemon.is_remote() {
-            return Ok(false);
-        }
-        super::cache_volumes::remove(&self.daemon, &self.home, name).await
-    }
-
-    async fn engine_facts(&self) -> Option<Result<EngineFacts, RuntimeError>> {
-        Some(super::facts::engine_facts(&self.daemon).await)
+#[async_trait::async_trait]
+impl Images for DockerRuntime {
+    async fn engine_facts(&self) -> Result<EngineFacts, RuntimeError> {
+        super::facts::engine_facts(&self.daemon).await
     }
 
     async fn build_image(
@@ -334,6 +213,16 @@ impl Runtime for DockerRuntime {
         Ok(id)
     }
 
+    async fn build_from_context(
+        &self,
+        context: Vec<u8>,
+        build: &crate::runtime::ContextBuild<'_>,
+        progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
+    ) -> Result<String, RuntimeError> {
+        super::image::build_from_context(&self.daemon, context, build, self.home.id(), progress)
+            .await
+    }
+
     async fn labelled_images(
         &self,
         repository: &str,
@@ -348,7 +237,126 @@ impl Runtime for DockerRuntime {
     async fn image_env(&self, tag: &str) -> Result<Option<Vec<String>>, RuntimeError> {
         super::image::image_env(&self.daemon, tag).await
     }
+}
 
+#[async_trait::async_trait]
+impl Network for DockerRuntime {
+    async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        super::egress::write_policy(&self.home, record)?;
+        if self.daemon.is_remote() {
+            super::engine_egress::push_policy(&self.daemon, &self.home, record).await?;
+        }
+        Ok(())
+    }
+
+    async fn cut_connections(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        super::egress::restart_sidecar(&self.daemon, &self.home, record).await
+    }
+
+    async fn refresh_egress_log(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        if !self.daemon.is_remote() || !super::egress::has_sealed_network(record) {
+            return Ok(());
+        }
+        super::engine_egress::pull_log(&self.daemon, &self.home, record).await
+    }
+
+    async fn guard_job_ranges(&self, image: &str) -> Option<Result<bool, RuntimeError>> {
+        let guard =
+            async { super::ranges::ensure(&self.daemon, &self.daemon.connect()?, image).await };
+        Some(guard.await.map(|guard| guard == super::Guard::Installed))
+    }
+
+    async fn exec_beside(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+        network: NetworkMode,
+    ) -> Result<ExecOutcome, RuntimeError> {
+        let result = super::exec::exec_beside(
+            &self.daemon,
+            &self.home,
+            record,
+            request,
+            sink,
+            network,
+            "setup",
+        )
+        .await?;
+        Ok(ExecOutcome {
+            result,
+            container_id: None,
+            oom_kills: None,
+            image_id: None,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Pool for DockerRuntime {
+    fn unsupported(&self) -> Option<&'static str> {
+        super::pool::unsupported(self.kind)
+    }
+
+    async fn start_pool_slot(&self, slot: &PoolSlot) -> Result<String, RuntimeError> {
+        if self.daemon.is_remote() {
+            super::remote_pool::start_slot(&self.daemon, &self.home, slot).await
+        } else {
+            super::pool::start_slot(&self.daemon, &self.home, slot).await
+        }
+    }
+
+    fn pool_binds(&self, record: &JobRecord) -> Result<Vec<HostBind>, String> {
+        super::pool::claim_binds(record)
+    }
+
+    async fn pool_claimed(&self, record: &JobRecord, slot: &PoolSlot) -> Result<(), RuntimeError> {
+        let _ = record;
+        if !self.daemon.is_remote() {
+            return Ok(());
+        }
+        super::remote_pool::check_slot(&self.daemon, &self.home, slot).await
+    }
+
+    async fn adopt_pool_slot(
+        &self,
+        record: &JobRecord,
+        slot: &PoolSlot,
+    ) -> Result<String, RuntimeError> {
+        if self.daemon.is_remote() {
+            super::remote_pool::adopt_slot(&self.daemon, record, slot).await
+        } else {
+            super::pool::adopt_slot(&self.daemon, record, slot).await
+        }
+    }
+
+    async fn remove_pool_slot(
+        &self,
+        slot: &PoolSlot,
+        job_name: Option<&str>,
+    ) -> Result<(), RuntimeError> {
+        if self.daemon.is_remote() {
+            super::remote_pool::remove_slot(&self.daemon, &self.home, slot).await
+        } else {
+            super::pool::remove_slot_container(&self.daemon, &self.home, slot, job_name).await
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl PortRelay for DockerRuntime {
+    async fn relay_port(
+        &self,
+        record: &JobRecord,
+        port: u16,
+        client: tokio::net::TcpStream,
+    ) -> Result<(), RuntimeError> {
+        super::port_relay::relay(&self.daemon, &self.home, record, port, client).await
+    }
+}
+
+#[async_trait::async_trait]
+impl EngineVolumes for DockerRuntime {
     async fn fill_files(
         &self,
         record: &JobRecord,
@@ -359,26 +367,18 @@ impl Runtime for DockerRuntime {
     }
 
     async fn collect_outbox(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        if !self.daemon.is_remote() {
-            return Ok(());
-        }
         super::remote::collect_outbox(&self.daemon, record).await
     }
 
     async fn remove_files(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        if !self.daemon.is_remote() {
-            return Ok(());
-        }
         super::remote::remove_job_volumes(&self.daemon, &self.home, record).await
     }
 
-    async fn build_from_context(
-        &self,
-        context: Vec<u8>,
-        build: &crate::runtime::ContextBuild<'_>,
-        progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
-    ) -> Result<String, RuntimeError> {
-        super::image::build_from_context(&self.daemon, context, build, self.home.id(), progress)
-            .await
+    async fn cache_volumes(&self) -> Result<Vec<crate::engines::CacheVolume>, RuntimeError> {
+        super::cache_volumes::list(&self.daemon, &self.home).await
+    }
+
+    async fn remove_cache_volume(&self, name: &str) -> Result<bool, RuntimeError> {
+        super::cache_volumes::remove(&self.daemon, &self.home, name).await
     }
 }

@@ -35,18 +35,23 @@ use std::time::Duration;
 
 use crate::config::NetworkMode;
 use crate::job::JobRecord;
-use crate::runtime::{ExecOutcome, ExecRequest, ExecResult, OutputSink, Runtime, RuntimeError};
+use crate::pool::{HostBind, PoolSlot};
+use crate::runtime::capabilities::{Capabilities, Network, Pool, Sandboxes};
+use crate::runtime::{
+    Described, ExecOutcome, ExecRequest, ExecResult, OutputSink, Runtime, RuntimeError,
+    SandboxLayout, SandboxStatus,
+};
 use crate::store::{JobStore, PaddockHome};
 
 pub use error::MicrovmError;
 use error::{end_cgroup, runtime_error};
 
 /// Where the job's private git dir is inside the VM (as in containers).
-pub const GUEST_GIT_DIR: &str = crate::runtime::docker::CONTAINER_GIT_DIR;
+pub const GUEST_GIT_DIR: &str = crate::runtime::layout::SANDBOX_GIT_DIR;
 /// Where the repository's object store is inside the VM (as in containers).
-pub const GUEST_OBJECTS: &str = crate::runtime::docker::CONTAINER_OBJECTS;
+pub const GUEST_OBJECTS: &str = crate::runtime::layout::SANDBOX_OBJECTS;
 /// Where the job's outbox is inside the VM (as in containers).
-pub const GUEST_OUTBOX: &str = crate::runtime::docker::CONTAINER_OUTBOX;
+pub const GUEST_OUTBOX: &str = crate::runtime::layout::SANDBOX_OUTBOX;
 /// How long a VM may take from start to its agent's first answer (the emulator boots in
 /// 5-30 s on a busy 2-core host).
 pub const BOOT_DEADLINE: Duration = Duration::from_secs(120);
@@ -54,11 +59,25 @@ pub const BOOT_DEADLINE: Duration = Duration::from_secs(120);
 /// Jobs in QEMU microVMs.
 pub struct MicrovmRuntime {
     home: PaddockHome,
+    /// The guest mounts the job's files where a container does; the VM has no name on
+    /// the machine beyond its directory.
+    layout: SandboxLayout,
+}
+
+/// Registers microVM jobs (this host only).
+pub(crate) fn register(registry: &mut crate::runtime::registration::Registry, home: &PaddockHome) {
+    registry.add(
+        crate::job::RuntimeKind::Microvm,
+        std::sync::Arc::new(MicrovmRuntime::new(home)),
+    );
 }
 
 impl MicrovmRuntime {
     pub fn new(home: &PaddockHome) -> MicrovmRuntime {
-        MicrovmRuntime { home: home.clone() }
+        MicrovmRuntime {
+            home: home.clone(),
+            layout: SandboxLayout::Mounted { names: None },
+        }
     }
 
     fn assets_dir(&self) -> PathBuf {
@@ -86,7 +105,7 @@ impl MicrovmRuntime {
 
     async fn boot(&self, record: &JobRecord, vm: &vm::VmDir) -> Result<i32, MicrovmError> {
         check_host()?;
-        if let Some((uid, _)) = self.files_owner(record) {
+        if let Some((uid, _)) = self.layout.files_owner(record) {
             crate::runtime::docker::grant_agent_access(record, uid)?;
         }
         let shares = vm::shares(record)?;
@@ -227,7 +246,7 @@ impl MicrovmRuntime {
         let user = if guest_root_for_tests() {
             (0, 0)
         } else {
-            crate::runtime::docker::agent_user(record.limits.uid)
+            crate::runtime::agent_user(record.limits.uid)
         };
         let result = exec::run(
             channel,
@@ -277,7 +296,7 @@ impl MicrovmRuntime {
                 "PATH",
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             ),
-            ("HOME", crate::runtime::docker::CONTAINER_HOME),
+            ("HOME", crate::runtime::layout::SANDBOX_HOME),
             ("PADDOCK_WORKSPACE", record.limits.workspace_dir.as_str()),
         ]
         .into_iter()
@@ -337,29 +356,25 @@ fn check_host() -> Result<(), MicrovmError> {
 
 #[async_trait::async_trait]
 impl Runtime for MicrovmRuntime {
-    fn isolation_note(&self) -> &'static str {
-        "microVM (QEMU): a kernel of its own, own filesystem and network, resource limits, non-root"
+    fn describe(&self) -> Described<'_> {
+        Described {
+            name: "microvm",
+            isolation: "microVM (QEMU): a kernel of its own, own filesystem and network, resource limits, non-root",
+            engine: None,
+        }
     }
 
-    fn files_owner(&self, record: &JobRecord) -> Option<(u32, u32)> {
-        let (uid, gid) = crate::runtime::docker::agent_user(record.limits.uid);
-        (crate::sys::is_root() && uid != 0).then_some((uid, gid))
+    fn layout(&self) -> &SandboxLayout {
+        &self.layout
     }
 
-    fn sandbox_git_paths(&self, record: &JobRecord) -> Option<(PathBuf, PathBuf)> {
-        record.git_dir.as_ref()?;
-        Some((
-            GUEST_GIT_DIR.into(),
-            record.limits.workspace_dir.clone().into(),
-        ))
-    }
-
-    fn sandbox_objects(&self) -> Option<PathBuf> {
-        Some(GUEST_OBJECTS.into())
-    }
-
-    fn sandbox_outbox(&self) -> Option<PathBuf> {
-        Some(GUEST_OUTBOX.into())
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities {
+            sandboxes: Some(self),
+            network: Some(self),
+            pool: Some(self),
+            ..Capabilities::default()
+        }
     }
 
     async fn check_ready(&self, image: &str, network: NetworkMode) -> Result<(), RuntimeError> {
@@ -427,7 +442,7 @@ impl Runtime for MicrovmRuntime {
             path: "/proc/self/exe".into(),
             source,
         })?;
-        let (uid, gid) = crate::runtime::docker::agent_user(record.limits.uid);
+        let (uid, gid) = crate::runtime::agent_user(record.limits.uid);
         let mut command = tokio::process::Command::new(exe);
         command
             .arg("vm-shell")
@@ -481,14 +496,13 @@ impl Runtime for MicrovmRuntime {
         }
     }
 
-    async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        // The proxy reads the policy file at each connection.
-        if record.limits.network == NetworkMode::Allowlist {
-            crate::runtime::docker::write_egress_policy(&self.home, record)?;
-        }
-        Ok(())
+    async fn status(&self, _record: &JobRecord) -> Option<SandboxStatus> {
+        None
     }
+}
 
+#[async_trait::async_trait]
+impl Sandboxes for MicrovmRuntime {
     async fn list_sandboxes(&self) -> Result<Vec<crate::runtime::Sandbox>, RuntimeError> {
         let roots = self.home.job_dir_roots();
         let pool_root = crate::pool::PoolSlots::of(&self.home).root().to_path_buf();
@@ -547,28 +561,68 @@ impl Runtime for MicrovmRuntime {
         };
         end_cgroup(cgroup, &sandbox.job).await
     }
+}
 
-    async fn start_pool_slot(&self, slot: &crate::pool::PoolSlot) -> Result<String, RuntimeError> {
+#[async_trait::async_trait]
+impl Network for MicrovmRuntime {
+    async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        // The proxy reads the policy file at each connection.
+        if record.limits.network == NetworkMode::Allowlist {
+            crate::runtime::docker::write_egress_policy(&self.home, record)?;
+        }
+        Ok(())
+    }
+
+    async fn cut_connections(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
+        // The proxy reads the policy at each connection; a VM keeps no tunnel open past it.
+        Ok(())
+    }
+
+    async fn refresh_egress_log(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
+        // The VM's proxy runs on this host and writes the job's log itself.
+        Ok(())
+    }
+
+    async fn guard_job_ranges(&self, _image: &str) -> Option<Result<bool, RuntimeError>> {
+        // A VM's NIC is user-mode: no host route to guard.
+        None
+    }
+
+    async fn exec_beside(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+        _network: NetworkMode,
+    ) -> Result<ExecOutcome, RuntimeError> {
+        // A VM has one network; setup commands run in it, never wider than the job's.
+        self.exec(record, request, sink).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Pool for MicrovmRuntime {
+    fn unsupported(&self) -> Option<&'static str> {
+        None
+    }
+
+    async fn start_pool_slot(&self, slot: &PoolSlot) -> Result<String, RuntimeError> {
         pool::start_slot(self, slot).await.map_err(runtime_error)
     }
 
-    fn pool_binds(&self, record: &JobRecord) -> Result<Vec<crate::pool::HostBind>, String> {
+    fn pool_binds(&self, record: &JobRecord) -> Result<Vec<HostBind>, String> {
         pool::layout(record).map(|(binds, _)| binds)
     }
 
     async fn adopt_pool_slot(
         &self,
         record: &JobRecord,
-        slot: &crate::pool::PoolSlot,
+        slot: &PoolSlot,
     ) -> Result<String, RuntimeError> {
         pool::adopt(self, record, slot).await.map_err(runtime_error)
     }
 
-    async fn pool_claimed(
-        &self,
-        record: &JobRecord,
-        slot: &crate::pool::PoolSlot,
-    ) -> Result<(), RuntimeError> {
+    async fn pool_claimed(&self, record: &JobRecord, slot: &PoolSlot) -> Result<(), RuntimeError> {
         pool::mount_claimed(&self.home, record, slot)
             .await
             .map_err(runtime_error)
@@ -576,21 +630,9 @@ impl Runtime for MicrovmRuntime {
 
     async fn remove_pool_slot(
         &self,
-        slot: &crate::pool::PoolSlot,
+        slot: &PoolSlot,
         _job_name: Option<&str>,
     ) -> Result<(), RuntimeError> {
         pool::remove_slot(&self.home, slot).await
-    }
-
-    async fn build_image(
-        &self,
-        _base_image: &str,
-        _tag: &str,
-        _progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
-    ) -> Result<String, RuntimeError> {
-        Err(RuntimeError::Unsupported {
-            runtime: "microvm",
-            what: "build images (build the agent image with Docker; the VM boots its files)",
-        })
     }
 }

@@ -36,7 +36,7 @@ use super::{BOOT_DEADLINE, MicrovmError, MicrovmRuntime, exec};
 use crate::config::NetworkMode;
 use crate::job::JobRecord;
 use crate::pool::{HostBind, PoolSlot, PoolSlots};
-use crate::runtime::{Runtime as _, RuntimeError};
+use crate::runtime::RuntimeError;
 use crate::store::PaddockHome;
 
 /// The virtiofs tag of a slot's share.
@@ -141,7 +141,7 @@ pub async fn adopt(
     let pid = vm
         .qemu_pid()
         .ok_or_else(|| MicrovmError::not_running(&vm))?;
-    if let Some((uid, _)) = runtime.files_owner(record) {
+    if let Some((uid, _)) = runtime.layout.files_owner(record) {
         let granted = record.clone();
         tokio::task::spawn_blocking(move || {
             crate::runtime::docker::grant_agent_access(&granted, uid)

@@ -266,23 +266,22 @@ pub struct ProcessRuntime;
 
 #[async_trait::async_trait]
 impl super::Runtime for ProcessRuntime {
-    fn isolation_note(&self) -> &'static str {
-        "process: rlimits only; it isolates neither files nor network (the agent can read and write anything your user can)"
+    fn describe(&self) -> super::Described<'_> {
+        super::Described {
+            name: "process",
+            isolation: "process: rlimits only; it isolates neither files nor network (the agent can read and write anything your user can)",
+            engine: None,
+        }
     }
 
-    fn files_owner(&self, _record: &JobRecord) -> Option<(u32, u32)> {
-        None
+    fn layout(&self) -> &super::SandboxLayout {
+        static HOST: super::SandboxLayout = super::SandboxLayout::Host;
+        &HOST
     }
 
-    fn sandbox_git_paths(
-        &self,
-        record: &JobRecord,
-    ) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
-        Some((record.git_dir.clone()?, record.worktree.clone()))
-    }
-
-    fn sandbox_outbox(&self) -> Option<std::path::PathBuf> {
-        None
+    fn capabilities(&self) -> super::Capabilities<'_> {
+        // No sandbox to list, image, network, pool, relayed port or volume of its own.
+        super::Capabilities::default()
     }
 
     async fn check_ready(
@@ -351,15 +350,18 @@ impl super::Runtime for ProcessRuntime {
         Ok(())
     }
 
-    async fn build_image(
-        &self,
-        _base_image: &str,
-        _tag: &str,
-        _progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
-    ) -> Result<String, RuntimeError> {
-        Err(RuntimeError::Unsupported {
-            runtime: "process",
-            what: "build images (it runs no containers)",
-        })
+    async fn status(&self, _record: &JobRecord) -> Option<super::SandboxStatus> {
+        None
     }
+}
+
+/// Registers process jobs.
+pub(crate) fn register(
+    registry: &mut crate::runtime::registration::Registry,
+    _home: &crate::store::PaddockHome,
+) {
+    registry.add(
+        crate::job::RuntimeKind::Process,
+        std::sync::Arc::new(ProcessRuntime),
+    );
 }

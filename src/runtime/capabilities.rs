@@ -1,0 +1,182 @@
+//! What a runtime may offer beyond the core [`Runtime`](super::Runtime) contract, each a
+//! trait of its own that a runtime hands out through [`Capabilities`]: sandboxes to list
+//! and reap, an image engine, job networks, a warm pool, ports relayed through an engine,
+//! and files in an engine's volumes. A caller asks for the capability and handles `None`
+//! itself, so no runtime answers "unsupported" in another's name, and a runtime that lacks
+//! one cannot misreport itself through a forgotten default.
+
+use std::path::Path;
+
+use super::{
+    ContextBuild, EngineFacts, ExecOutcome, ExecRequest, OutputSink, RuntimeError, Sandbox,
+};
+use crate::config::NetworkMode;
+use crate::job::JobRecord;
+use crate::pool::{HostBind, PoolSlot};
+
+/// The optional parts of one runtime (`None`: it has none of that).
+#[derive(Clone, Copy, Default)]
+pub struct Capabilities<'a> {
+    pub sandboxes: Option<&'a dyn Sandboxes>,
+    pub images: Option<&'a dyn Images>,
+    pub network: Option<&'a dyn Network>,
+    pub pool: Option<&'a dyn Pool>,
+    pub ports: Option<&'a dyn PortRelay>,
+    pub volumes: Option<&'a dyn EngineVolumes>,
+}
+
+/// Sandboxes this install keeps on the machine (containers, VMs), listed and reaped by the
+/// sweep, including ones no record names.
+#[async_trait::async_trait]
+pub trait Sandboxes: Send + Sync {
+    /// Every sandbox this install has on the machine.
+    async fn list_sandboxes(&self) -> Result<Vec<Sandbox>, RuntimeError>;
+
+    /// Removes one listed sandbox, after checking again that it is this install's.
+    async fn remove_sandbox(&self, sandbox: &Sandbox) -> Result<(), RuntimeError>;
+}
+
+/// An image engine (the Docker daemon): its facts for `doctor`, the agent image and
+/// repository builds, the images this install made.
+#[async_trait::async_trait]
+pub trait Images: Send + Sync {
+    /// The engine's version and capabilities.
+    async fn engine_facts(&self) -> Result<EngineFacts, RuntimeError>;
+
+    /// Builds the agent image `tag` from `base_image`; returns the image id.
+    async fn build_image(
+        &self,
+        base_image: &str,
+        tag: &str,
+        progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
+    ) -> Result<String, RuntimeError>;
+
+    /// Builds `build.tag` from a repository's build context (a tar) with its Dockerfile,
+    /// args and target (a devcontainer's `build`), inside `build.limits`; returns the image id.
+    async fn build_from_context(
+        &self,
+        context: Vec<u8>,
+        build: &ContextBuild<'_>,
+        progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
+    ) -> Result<String, RuntimeError>;
+
+    /// The tags `repository:*` of images this install built (they carry its image and home
+    /// labels), each with when its image was made.
+    async fn labelled_images(
+        &self,
+        repository: &str,
+    ) -> Result<Vec<(String, Option<chrono::DateTime<chrono::Utc>>)>, RuntimeError>;
+
+    /// Removes the image tag `tag`, never by force (an image a container uses stays).
+    async fn remove_image(&self, tag: &str) -> Result<(), RuntimeError>;
+
+    /// The env of the image `tag` (`NAME=value` entries) when it is present, `None` when it
+    /// is not (a devcontainer's cached build, and its `${containerEnv:...}`).
+    async fn image_env(&self, tag: &str) -> Result<Option<Vec<String>>, RuntimeError>;
+}
+
+/// A network of the job's own that follows its record's policy.
+#[async_trait::async_trait]
+pub trait Network: Send + Sync {
+    /// Makes the job's sandbox follow its record's network policy from the next connection
+    /// on (the allow-list of an `allowlist` job).
+    async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError>;
+
+    /// Ends every connection the job's policy let through so far (its proxy's open
+    /// tunnels), so a narrower policy holds for everything from now on.
+    async fn cut_connections(&self, record: &JobRecord) -> Result<(), RuntimeError>;
+
+    /// Brings the job's egress log (`logs/<job>/egress.jsonl`) up to date where it is kept
+    /// elsewhere (a remote engine's proxy writes it there).
+    async fn refresh_egress_log(&self, record: &JobRecord) -> Result<(), RuntimeError>;
+
+    /// Makes sure the job networks' range (`egress::ranges`) is unreachable from the host,
+    /// adding its route when missing, with `image` for a helper container when not root:
+    /// `Some(true)` when it was added now; `None` when this runtime's jobs need no route.
+    async fn guard_job_ranges(&self, image: &str) -> Option<Result<bool, RuntimeError>>;
+
+    /// Runs one command beside the job's sandbox, in a throwaway one with the same files,
+    /// user and limits but the network `network` (setup commands with their own network).
+    async fn exec_beside(
+        &self,
+        record: &JobRecord,
+        request: &ExecRequest,
+        sink: &mut dyn OutputSink,
+        network: NetworkMode,
+    ) -> Result<ExecOutcome, RuntimeError>;
+}
+
+/// Warm sandboxes started ahead of jobs (see `crate::pool`).
+#[async_trait::async_trait]
+pub trait Pool: Send + Sync {
+    /// Why a job with `record`'s runtime cannot start in a slot of this pool, if it cannot.
+    fn unsupported(&self) -> Option<&'static str>;
+
+    /// Starts a slot's sandbox; returns its id.
+    async fn start_pool_slot(&self, slot: &PoolSlot) -> Result<String, RuntimeError>;
+
+    /// The host binds that make `record`'s files appear in a slot's sandbox, or why the
+    /// job cannot start in one.
+    fn pool_binds(&self, record: &JobRecord) -> Result<Vec<HostBind>, String>;
+
+    /// Makes a claimed slot's sandbox ready for the job: a local container sees its files by
+    /// propagation (nothing to do), a VM's guest mounts its share; a remote slot's container
+    /// is checked to still run (before the claim's fill writes its volumes).
+    async fn pool_claimed(&self, record: &JobRecord, slot: &PoolSlot) -> Result<(), RuntimeError>;
+
+    /// Hands a claimed slot's sandbox (the job's files already in it) to `record`: limits,
+    /// name, file owners. Returns the sandbox's id.
+    async fn adopt_pool_slot(
+        &self,
+        record: &JobRecord,
+        slot: &PoolSlot,
+    ) -> Result<String, RuntimeError>;
+
+    /// Removes a slot's sandbox (under its waiting name, or `job_name` once claimed), after
+    /// checking it carries this install's labels with the slot's id.
+    async fn remove_pool_slot(
+        &self,
+        slot: &PoolSlot,
+        job_name: Option<&str>,
+    ) -> Result<(), RuntimeError>;
+}
+
+/// Ports of a job reached through its engine's API (a remote job's: the host accepts, the
+/// engine carries), where the engine cannot publish them on this host.
+#[async_trait::async_trait]
+pub trait PortRelay: Send + Sync {
+    /// Carries one connection the host accepted to `port` of the job, until both ways ended.
+    async fn relay_port(
+        &self,
+        record: &JobRecord,
+        port: u16,
+        client: tokio::net::TcpStream,
+    ) -> Result<(), RuntimeError>;
+}
+
+/// A job's files and caches in an engine's volumes (a remote engine's; no host path is
+/// mounted there).
+#[async_trait::async_trait]
+pub trait EngineVolumes: Send + Sync {
+    /// Fills the job's volumes with `tip` checked out, its git dir staged on the host at
+    /// `staged_git` and the objects the engine's cache lacks.
+    async fn fill_files(
+        &self,
+        record: &JobRecord,
+        staged_git: &Path,
+        tip: &str,
+    ) -> Result<crate::engines::FillReport, RuntimeError>;
+
+    /// The outbox volume's sync files brought to the host's outbox (capped).
+    async fn collect_outbox(&self, record: &JobRecord) -> Result<(), RuntimeError>;
+
+    /// Removes the job's volumes (labels checked).
+    async fn remove_files(&self, record: &JobRecord) -> Result<(), RuntimeError>;
+
+    /// This install's cache volumes on the engine.
+    async fn cache_volumes(&self) -> Result<Vec<crate::engines::CacheVolume>, RuntimeError>;
+
+    /// Removes the cache volume `name` when it still carries this install's labels as a
+    /// cache (checked right before); false when it does not.
+    async fn remove_cache_volume(&self, name: &str) -> Result<bool, RuntimeError>;
+}

@@ -1,0 +1,42 @@
+//! What a runtime's `register` fills: the kinds it serves on this host, how its runtime is
+//! made on a remote engine, and whether it is the machine's image engine. A file apart from
+//! the list of runtimes (`registry.rs`), which imports every runtime's folder, so that no
+//! runtime's folder imports that list back.
+
+use std::sync::Arc;
+
+use super::{Runtime, RuntimeKind};
+use crate::store::PaddockHome;
+
+/// Makes the runtime of a kind on a remote engine of `engines:`.
+pub type RemoteMaker = fn(&PaddockHome, RuntimeKind, &str) -> Arc<dyn Runtime>;
+
+/// What the runtimes' `register` functions fill.
+#[derive(Default)]
+pub struct Registry {
+    pub(super) kinds: Vec<(RuntimeKind, Arc<dyn Runtime>)>,
+    /// The kinds whose jobs may live on a remote engine, and how their runtimes are made.
+    pub(super) remote: Vec<(RuntimeKind, RemoteMaker)>,
+    /// The kind whose runtime is this machine's image engine: it builds and lists images,
+    /// answers `doctor`'s engine rows, and keeps the containers the sweep lists.
+    pub(super) engine: Option<RuntimeKind>,
+}
+
+impl Registry {
+    /// `runtime` serves jobs of `kind` on this host.
+    pub fn add(&mut self, kind: RuntimeKind, runtime: Arc<dyn Runtime>) {
+        self.kinds.retain(|(k, _)| *k != kind);
+        self.kinds.push((kind, runtime));
+    }
+
+    /// Jobs of `kind` may also live on a remote engine; `make` builds their runtime there.
+    pub fn add_remote(&mut self, kind: RuntimeKind, make: RemoteMaker) {
+        self.remote.retain(|(k, _)| *k != kind);
+        self.remote.push((kind, make));
+    }
+
+    /// The runtime of `kind` is the image engine (see [`Registry::engine`]).
+    pub fn set_engine(&mut self, kind: RuntimeKind) {
+        self.engine = Some(kind);
+    }
+}
