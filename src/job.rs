@@ -166,18 +166,6 @@ pub enum RuntimeKind {
     Microvm,
 }
 
-impl RuntimeKind {
-    pub fn uses_docker(self) -> bool {
-        matches!(self, RuntimeKind::Docker | RuntimeKind::Runsc)
-    }
-
-    /// Whether the job's commands run in a sandbox that sees its files at paths of its own
-    /// (a container or a VM), as another uid when paddock is root, and syncs from inside.
-    pub fn sandboxed(self) -> bool {
-        self.uses_docker() || self == RuntimeKind::Microvm
-    }
-}
-
 /// The limits and settings a job was created with, frozen into its record so a container can
 /// be recreated identically later.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -113,28 +113,17 @@ pub fn driver() -> Result<Driver, OverlayError> {
     fuse()
 }
 
-/// Whether a job of `runtime` can use an overlay checkout mounted by `driver`. gVisor's
-/// gofer cannot open a FUSE mount as a bind source (`stat` answers EINVAL, creates EPERM),
-/// and a container needs `allow_other` (see [`fuse_shares`]). Checked at create, before
-/// anything is made.
-pub fn check_sandbox(driver: Driver, runtime: crate::job::RuntimeKind) -> Result<(), OverlayError> {
-    use crate::job::RuntimeKind;
-    let reason = match (driver, runtime) {
-        (Driver::Kernel, _) | (Driver::Fuse, RuntimeKind::Process) => return Ok(()),
-        (Driver::Fuse, RuntimeKind::Runsc) => {
-            "gVisor (runsc) cannot open a fuse-overlayfs checkout; use `--checkout worktree` (the default without root), or run paddock as root (kernel overlayfs)"
-        }
-        (Driver::Fuse, RuntimeKind::Docker) if !fuse_shares() => {
-            "not root and `/etc/fuse.conf` has no `user_allow_other`, so a container cannot open a fuse-overlayfs checkout (add that line, or use `--checkout worktree`)"
-        }
-        (Driver::Fuse, RuntimeKind::Docker) => return Ok(()),
-        (Driver::Fuse, RuntimeKind::Microvm) => {
-            "a microVM job's files are shared by virtiofsd, which does not serve a fuse-overlayfs checkout; use `--checkout worktree`, or run paddock as root (kernel overlayfs)"
-        }
-    };
-    Err(OverlayError::Unavailable {
-        reason: reason.to_string(),
-    })
+/// Whether a job can use an overlay checkout mounted by `driver`, given why its runtime's
+/// sandbox cannot open a FUSE one (`fuse_refusal`: gVisor's gofer cannot open a FUSE mount
+/// as a bind source, a container needs `allow_other` ([`fuse_shares`]), virtiofsd serves
+/// none). Checked at create, before anything is made.
+pub fn check_sandbox(driver: Driver, fuse_refusal: Option<&str>) -> Result<(), OverlayError> {
+    match (driver, fuse_refusal) {
+        (Driver::Fuse, Some(reason)) => Err(OverlayError::Unavailable {
+            reason: reason.to_string(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Whether fuse-overlayfs may mount for other uids (`allow_other`): always as root, else

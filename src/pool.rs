@@ -121,6 +121,7 @@ impl PoolSlot {
         repo_key: &str,
         (runtime, engine): (RuntimeKind, Option<&str>),
         limits: &Limits,
+        fixed_limits: bool,
     ) -> bool {
         self.state == SlotState::Ready
             && self.engine.as_deref() == engine
@@ -134,7 +135,7 @@ impl PoolSlot {
             && self.limits.network == limits.network
             && self.limits.env == limits.env
             // A VM's vCPUs and memory are fixed at its boot (a container's are updated).
-            && (runtime != RuntimeKind::Microvm
+            && (!fixed_limits
                 || (self.limits.memory, self.limits.cpus, self.limits.pids)
                     == (limits.memory, limits.cpus, limits.pids))
     }

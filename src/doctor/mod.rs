@@ -6,7 +6,6 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::job::RuntimeKind;
 use crate::runtime::{Runtime, Runtimes};
 use crate::store::PaddockHome;
 use crate::units::format_size;
@@ -80,10 +79,11 @@ pub async fn run(
     checks.push(overlay_check());
     checks.push(disk_limit_check());
     checks.push(microvm::microvm_check(&crate::runtime::microvm::assets_dir(home)).await);
+    // The runtime `auto` falls back to, and what it does not isolate.
     checks.push(check(
         "process runtime",
         Status::Ok,
-        runtimes.of(RuntimeKind::Process).describe().isolation,
+        runtimes.fallback().describe().isolation,
         None,
     ));
     checks

@@ -37,7 +37,7 @@ impl Paddock {
             .clone()
             .expect("create sets the job's git dir before building");
         let job_git = JobGitDir::create(&git_dir, repo, &record.branch, tip).await?;
-        if record.runtime.sandboxed()
+        if self.runtime_of(record).layout().sandboxed()
             && let Some(outbox) = record.outbox()
         {
             std::fs::create_dir_all(&outbox).map_err(|source| crate::store::StoreError::Io {
@@ -146,12 +146,12 @@ impl Paddock {
             &layers,
             &record.worktree,
             owner,
-            record.runtime.uses_docker(),
+            self.runtimes.in_engine(record.runtime),
         )
         .await?;
         crash_point("mounted");
         // Shared where the agent cannot write it: another uid, or no isolation to keep.
-        let share = owner.is_some() || !record.runtime.sandboxed();
+        let share = owner.is_some() || !self.runtime_of(record).layout().sandboxed();
         job_git.adopt_index(&pristine.join("index"), &record.worktree, owner, share)?;
         job_git.write_link(&record.worktree, link_target)?;
         if let Some((uid, gid)) = owner {

@@ -12,7 +12,7 @@ use super::failpoints::{crash_point, fail_point};
 use super::{CreateRequest, Created, Error, Paddock, Result};
 use crate::config::{CheckoutMode, NetworkMode, Profile, Source};
 use crate::git::{self, GitRepo};
-use crate::job::{JobId, JobRecord, JobState, Limits, RECORD_SCHEMA, RuntimeKind};
+use crate::job::{JobId, JobRecord, JobState, Limits, RECORD_SCHEMA};
 use crate::runtime::RuntimeError;
 use crate::store::StoreError;
 use crate::wire::EventKind;
@@ -80,9 +80,9 @@ fn checkout_of(profile: &Profile, kernel_overlay: bool) -> Result<CheckoutMode> 
 fn git_disk_of(
     profile: &Profile,
     disk: Option<crate::units::ByteSize>,
-    runtime: crate::job::RuntimeKind,
+    sandboxed: bool,
 ) -> Result<Option<crate::units::ByteSize>> {
-    if disk.is_some() || !runtime.sandboxed() || crate::disk::available().is_err() {
+    if disk.is_some() || !sandboxed || crate::disk::available().is_err() {
         return Ok(None);
     }
     let size = profile.git_disk.value;
@@ -212,19 +212,24 @@ impl Paddock {
                     .await?
             }
         };
-        super::ports::check_ports(&profile.ports.value, runtime.kind)?;
-        if runtime.kind == RuntimeKind::Microvm {
+        let described = self.runtimes.of(runtime.kind).describe();
+        super::ports::check_ports(&profile.ports.value, described.ports)?;
+        if !described.host_caches {
             refuse_host_caches(config.caches.value.iter().chain(&profile.caches.value))?;
         }
         if let Some(driver) = overlay_driver {
-            crate::overlay::check_sandbox(driver, runtime.kind)?;
+            crate::overlay::check_sandbox(driver, described.fuse_checkout)?;
         }
         // A reserve above a limit is refused before anything is reserved.
         let reserve = profile.reserve()?;
         // A remote job's files are volumes of its engine: no disk of the host's.
         let git_disk = match engine {
             Some(_) => None,
-            None => git_disk_of(&profile, disk, runtime.kind)?,
+            None => git_disk_of(
+                &profile,
+                disk,
+                self.runtimes.of(runtime.kind).layout().sandboxed(),
+            )?,
         };
         // With a disk of its own, the job's git dir (and its outbox beside it) live on it.
         let git_dir = if disk.is_some() || git_disk.is_some() {
@@ -337,7 +342,12 @@ impl Paddock {
             .cloned()
             .chain(super::devcontainer::volume_caches(&record))
             .collect();
-        let (setup, warning) = super::setup::commands_of(&config, &record, warning);
+        let (setup, warning) = super::setup::commands_of(
+            &config,
+            &record,
+            self.runtime_of(&record).layout().sandboxed(),
+            warning,
+        );
         let pool = config
             .select_profile(Some(&record.profile), &record.agent, record.task.as_deref())
             .map(|(_, profile)| profile.pool.value)
@@ -430,7 +440,7 @@ impl Paddock {
                 record.repo_key.clone(),
                 record.worktree.clone(),
                 cache_specs.to_vec(),
-                record.runtime.uses_docker(),
+                self.runtimes.in_engine(record.runtime),
             );
             record.caches = tokio::task::spawn_blocking(move || {
                 crate::cache::place(&caches_dir, &repo_key, &worktree, &specs, container)

@@ -361,7 +361,7 @@ impl Paddock {
         else {
             return Ok(());
         };
-        let container = record.runtime.uses_docker();
+        let container = self.runtimes.in_engine(record.runtime);
         if !container && !at_create {
             return Ok(());
         }

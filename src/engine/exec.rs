@@ -165,18 +165,15 @@ fn shell_words(cmd: &[String]) -> String {
 }
 
 /// What the exec ran on and under, from the job's record: the one place `meta` is made.
-fn exec_meta(record: &crate::job::JobRecord, image_id: Option<String>) -> crate::output::ExecMeta {
-    use crate::job::RuntimeKind;
+fn exec_meta(
+    runtime: &dyn crate::runtime::Runtime,
+    record: &crate::job::JobRecord,
+    image_id: Option<String>,
+) -> crate::output::ExecMeta {
     let limits = &record.limits;
-    let runtime = match record.runtime {
-        RuntimeKind::Docker => "runc",
-        RuntimeKind::Runsc => "runsc",
-        RuntimeKind::Process => "process",
-        RuntimeKind::Microvm => "microvm",
-    };
     crate::output::ExecMeta {
-        runtime: runtime.to_string(),
-        image: record.runtime.sandboxed().then(|| limits.image.clone()),
+        runtime: runtime.describe().name.to_string(),
+        image: runtime.layout().sandboxed().then(|| limits.image.clone()),
         image_id,
         paddock_version: env!("CARGO_PKG_VERSION").to_string(),
         checkout: record.checkout.to_string(),
@@ -337,7 +334,12 @@ impl Paddock {
         tee.log_end(&outcome);
         if let Ok(done) = &mut outcome {
             done.result.exec_id = Some(tee.recorder.id().to_string());
-            done.result.meta = Some(Box::new(exec_meta(&record, done.image_id.take())));
+            let runtime = self.runtime_of(&record);
+            done.result.meta = Some(Box::new(exec_meta(
+                runtime.as_ref(),
+                &record,
+                done.image_id.take(),
+            )));
         }
         let (container_id, oom_kills) = match &outcome {
             Ok(o) => (o.container_id.clone(), o.oom_kills),

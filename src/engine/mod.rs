@@ -181,7 +181,7 @@ impl Paddock {
     }
 
     /// The runtime of `record`'s job.
-    fn runtime_of(&self, record: &JobRecord) -> std::sync::Arc<dyn Runtime> {
+    pub(crate) fn runtime_of(&self, record: &JobRecord) -> std::sync::Arc<dyn Runtime> {
         self.runtimes
             .on_engine(record.runtime, record.engine.as_deref())
     }

@@ -37,6 +37,11 @@ impl Paddock {
         engine: Option<&str>,
     ) -> Result<Option<PoolSlot>> {
         let slots = self.slots();
+        let runtime = self.runtime_of(record);
+        let fixed_limits = runtime
+            .capabilities()
+            .pool
+            .is_some_and(crate::runtime::capabilities::Pool::fixed_limits);
         let claimed = blocking(|| -> Result<Option<PoolSlot>> {
             let _lock = slots.lock()?;
             for (_, slot) in slots.list() {
@@ -46,6 +51,7 @@ impl Paddock {
                     &record.repo_key,
                     (record.runtime, engine),
                     &record.limits,
+                    fixed_limits,
                 ) {
                     record.pool = Some(PoolStart::Warm {
                         slot: slot.id.clone(),
@@ -388,7 +394,7 @@ impl Paddock {
         self.request_refill(&record.profile, &record.repo, None);
         let Some(slot) = claimed else {
             // A waiting VM of this pool that does not fit: the job asked for other limits.
-            let other_limits = record.runtime == crate::job::RuntimeKind::Microvm
+            let other_limits = pool.fixed_limits()
                 && slots
                     .list()
                     .into_iter()

@@ -10,7 +10,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::time::Duration;
 
 use super::{Error, Paddock, Result};
-use crate::job::{JobRecord, PublishedPort, RuntimeKind};
+use crate::job::{JobRecord, PublishedPort};
 use crate::store::FileLock;
 
 /// How long a create waits for another one choosing ports.
@@ -19,14 +19,14 @@ const LOCK_WAIT: Duration = Duration::from_secs(30);
 const TRIES: usize = 64;
 
 /// Refuses ports a job cannot have: 0, one asked twice, or any on the process runtime.
-pub(super) fn check_ports(ports: &[u16], runtime: RuntimeKind) -> Result<()> {
+pub(super) fn check_ports(ports: &[u16], reachable: bool) -> Result<()> {
     let mut seen = BTreeSet::new();
     for &port in ports {
         let reason = if port == 0 {
             "0 is not a port"
         } else if !seen.insert(port) {
             "it is given twice"
-        } else if !runtime.uses_docker() {
+        } else if !reachable {
             "the process runtime runs the job on the host's own network, where ports cannot be mapped: use `--runtime docker`"
         } else {
             continue;
@@ -87,12 +87,12 @@ mod tests {
 
     #[test]
     fn ports_are_checked_before_anything_is_made() {
-        assert!(check_ports(&[3000, 8080], RuntimeKind::Docker).is_ok());
-        assert!(check_ports(&[], RuntimeKind::Process).is_ok());
+        assert!(check_ports(&[3000, 8080], true).is_ok());
+        assert!(check_ports(&[], false).is_ok());
         for (ports, runtime, needle) in [
-            (&[0][..], RuntimeKind::Docker, "0 is not a port"),
-            (&[3000, 3000][..], RuntimeKind::Runsc, "twice"),
-            (&[3000][..], RuntimeKind::Process, "process runtime"),
+            (&[0][..], true, "0 is not a port"),
+            (&[3000, 3000][..], true, "twice"),
+            (&[3000][..], false, "process runtime"),
         ] {
             let error = check_ports(ports, runtime).unwrap_err().to_string();
             assert!(error.contains(needle), "{error}");

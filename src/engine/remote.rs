@@ -8,7 +8,7 @@ use crate::config::{Config, Profile, RuntimeChoice};
 use crate::engines::EngineError;
 use crate::git::GitRepo;
 use crate::git::jobdir::JobGitDir;
-use crate::job::{JobId, JobRecord, RuntimeKind};
+use crate::job::{JobId, JobRecord};
 use crate::runtime::{Resolved, RuntimeError};
 
 /// Where the job git dir's alternates point inside a remote job's container: the objects of
@@ -81,10 +81,7 @@ impl Paddock {
     /// The runtime of a job on the remote engine `engine`: Docker (runc, or runsc when
     /// asked for), ready there with the job's image.
     pub(super) async fn resolve_remote(&self, engine: &str, profile: &Profile) -> Result<Resolved> {
-        let kind = match profile.runtime.value {
-            RuntimeChoice::Runsc => RuntimeKind::Runsc,
-            _ => RuntimeKind::Docker,
-        };
+        let kind = self.runtimes.remote_kind(profile.runtime.value);
         let runtime = self.runtimes.on_engine(kind, Some(engine));
         match runtime
             .check_ready(&profile.image.value, profile.network.value)

@@ -267,9 +267,9 @@ pub(super) fn setup_failed(
 pub(super) fn commands_of(
     config: &crate::config::Config,
     record: &crate::job::JobRecord,
+    sandboxed: bool,
     warning: Option<String>,
 ) -> (crate::config::JobSetup, Option<String>) {
-    let sandboxed = record.runtime != crate::job::RuntimeKind::Process;
     let mut setup = config.job_setup_where(&record.profile, sandboxed);
     let mut warning = warning;
     if !sandboxed && crate::config::setup_from_untrusted_repo(config, &record.profile) {

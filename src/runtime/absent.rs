@@ -32,6 +32,9 @@ impl Runtime for Absent {
             name: "absent",
             isolation: "none: no runtime of this kind is registered",
             engine: None,
+            ports: false,
+            host_caches: true,
+            fuse_checkout: None,
         }
     }
     fn layout(&self) -> &SandboxLayout {

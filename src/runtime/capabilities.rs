@@ -112,6 +112,10 @@ pub trait Pool: Send + Sync {
     /// Why a job with `record`'s runtime cannot start in a slot of this pool, if it cannot.
     fn unsupported(&self) -> Option<&'static str>;
 
+    /// Whether a slot's CPU, memory and pids are fixed when its sandbox starts (a VM's), so
+    /// only a job asking for the same limits can claim it.
+    fn fixed_limits(&self) -> bool;
+
     /// Starts a slot's sandbox; returns its id.
     async fn start_pool_slot(&self, slot: &PoolSlot) -> Result<String, RuntimeError>;
 

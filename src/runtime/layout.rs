@@ -119,9 +119,10 @@ pub fn agent_user(profile_uid: u32) -> (u32, u32) {
 /// What a job's commands learn about the job itself, the same in every runtime:
 /// `PADDOCK_JOB_ID`, `PADDOCK_CPUS` (the CPU limit as a decimal; the host's count where the
 /// runtime sets none, as the process runtime) and `PADDOCK_MEMORY_BYTES` (the memory limit
-/// in bytes; absent when it is 0, which Docker takes as no limit).
-pub fn job_env(record: &JobRecord) -> Vec<(String, String)> {
-    let cpus = if record.runtime.sandboxed() {
+/// in bytes; absent when it is 0, which Docker takes as no limit). `sandboxed`: the
+/// commands run in a sandbox of the job's own ([`SandboxLayout::sandboxed`]).
+pub fn job_env(record: &JobRecord, sandboxed: bool) -> Vec<(String, String)> {
+    let cpus = if sandboxed {
         record.limits.cpus.to_string()
     } else {
         std::thread::available_parallelism().map_or_else(|_| "1".into(), |n| n.to_string())
@@ -156,7 +157,7 @@ pub fn deadline_env(timeout: Duration) -> (String, String) {
 /// carry `paddock agent (<job>)` unless `PADDOCK_GIT_AUTHOR_NAME`/`_EMAIL` are set where
 /// paddock runs. In containers they are part of the container's environment, so even the
 /// first exec has them.
-pub fn agent_git_env(record: &JobRecord) -> Vec<(String, String)> {
+pub fn agent_git_env(record: &JobRecord, sandboxed: bool) -> Vec<(String, String)> {
     let job = record.id.as_str();
     let name = std::env::var("PADDOCK_GIT_AUTHOR_NAME")
         .unwrap_or_else(|_| format!("paddock agent ({job})"));
@@ -168,7 +169,7 @@ pub fn agent_git_env(record: &JobRecord) -> Vec<(String, String)> {
         ("GIT_AUTHOR_EMAIL".to_string(), email.clone()),
         ("GIT_COMMITTER_EMAIL".to_string(), email),
     ];
-    if record.runtime.sandboxed() {
+    if sandboxed {
         // The borrowed object store belongs to another uid; git must not refuse the job's
         // own files for that either.
         for (key, value) in [

@@ -140,6 +140,12 @@ pub struct Described<'a> {
     pub isolation: &'static str,
     /// The engine of `engines:` this runtime's jobs live on (`None`: this host).
     pub engine: Option<&'a str>,
+    /// Whether a job's ports can reach this host (published by the engine, or relayed).
+    pub ports: bool,
+    /// Whether its sandboxes can mount the host's shared cache directories.
+    pub host_caches: bool,
+    /// Why its sandboxes cannot open a checkout fuse-overlayfs mounted, if they cannot.
+    pub fuse_checkout: Option<&'static str>,
 }
 
 /// One way of running a job's commands: the core every runtime implements. What only some

@@ -17,9 +17,12 @@ pub struct Registry {
     pub(super) kinds: Vec<(RuntimeKind, Arc<dyn Runtime>)>,
     /// The kinds whose jobs may live on a remote engine, and how their runtimes are made.
     pub(super) remote: Vec<(RuntimeKind, RemoteMaker)>,
-    /// The kind whose runtime is this machine's image engine: it builds and lists images,
-    /// answers `doctor`'s engine rows, and keeps the containers the sweep lists.
-    pub(super) engine: Option<RuntimeKind>,
+    /// The kinds whose jobs run in containers of this machine's image engine; the first is
+    /// the engine's own runtime: it builds and lists images, answers `doctor`'s engine rows,
+    /// and lists the containers the sweep looks at.
+    pub(super) engine: Vec<RuntimeKind>,
+    /// The kind `auto` falls back to when the engine cannot take a job.
+    pub(super) fallback: Option<RuntimeKind>,
 }
 
 impl Registry {
@@ -35,8 +38,16 @@ impl Registry {
         self.remote.push((kind, make));
     }
 
-    /// The runtime of `kind` is the image engine (see [`Registry::engine`]).
-    pub fn set_engine(&mut self, kind: RuntimeKind) {
-        self.engine = Some(kind);
+    /// Jobs of `kind` run in the image engine's containers; the first kind added is the
+    /// engine's own runtime.
+    pub fn add_to_engine(&mut self, kind: RuntimeKind) {
+        if !self.engine.contains(&kind) {
+            self.engine.push(kind);
+        }
+    }
+
+    /// Jobs of `kind` are what `auto` gives when the engine cannot take one.
+    pub fn set_fallback(&mut self, kind: RuntimeKind) {
+        self.fallback = Some(kind);
     }
 }

@@ -56,18 +56,63 @@ impl Runtimes {
     /// This host's image engine (the runtime that builds images and keeps the containers
     /// the sweep lists), or one that refuses everything when none registered.
     pub fn with_sandboxes(&self) -> &dyn Runtime {
-        match self.registry.engine {
-            Some(kind) => self.of(kind),
+        match self.registry.engine.first() {
+            Some(kind) => self.of(*kind),
             None => &on_engine::ABSENT,
         }
     }
 
     /// The image engine on `engine` (`None`: this host's).
     pub fn engine(&self, engine: Option<&str>) -> Arc<dyn Runtime> {
-        match self.registry.engine {
-            Some(kind) => self.on_engine(kind, engine),
+        match self.registry.engine.first() {
+            Some(kind) => self.on_engine(*kind, engine),
             None => Arc::new(on_engine::Absent),
         }
+    }
+
+    /// Whether jobs of `kind` run in containers of the image engine (the sweep lists those
+    /// with [`with_sandboxes`](Self::with_sandboxes); a cache or a checkout is shared with
+    /// them as with a container).
+    pub fn in_engine(&self, kind: RuntimeKind) -> bool {
+        self.registry.engine.contains(&kind)
+    }
+
+    /// The kind a remote job of `choice` gets: the engine's gVisor when asked for, else its
+    /// runc.
+    pub fn remote_kind(&self, choice: RuntimeChoice) -> RuntimeKind {
+        match choice {
+            RuntimeChoice::Runsc => RuntimeKind::Runsc,
+            _ => RuntimeKind::Docker,
+        }
+    }
+
+    /// The kind of the image engine's own jobs (an orphan container's stand-in record).
+    pub fn engine_kind(&self) -> RuntimeKind {
+        self.registry
+            .engine
+            .first()
+            .copied()
+            .unwrap_or(RuntimeKind::Docker)
+    }
+
+    /// The runtime `auto` falls back to (the process runtime).
+    pub fn fallback(&self) -> &dyn Runtime {
+        match self.registry.fallback {
+            Some(kind) => self.of(kind),
+            None => &on_engine::ABSENT,
+        }
+    }
+
+    /// The runtimes of this host whose sandboxes are not the image engine's containers (a
+    /// microVM's), each listed and reaped by the sweep on its own.
+    pub fn apart_from_engine(&self) -> impl Iterator<Item = &dyn Runtime> {
+        self.registry
+            .kinds
+            .iter()
+            .filter(|(kind, runtime)| {
+                !self.registry.engine.contains(kind) && runtime.capabilities().sandboxes.is_some()
+            })
+            .map(|(_, runtime)| runtime.as_ref())
     }
 
     /// Every runtime registered on this host, once each.
@@ -94,21 +139,19 @@ impl Runtimes {
             RuntimeChoice::Runsc => RuntimeKind::Runsc,
             RuntimeChoice::Microvm => RuntimeKind::Microvm,
             RuntimeChoice::Auto => {
-                return match self
-                    .of(RuntimeKind::Docker)
-                    .check_ready(image, network)
-                    .await
-                {
+                let (engine, fallback) = (self.engine_kind(), self.registry.fallback);
+                return match self.of(engine).check_ready(image, network).await {
                     Ok(()) => Ok(Resolved {
-                        kind: RuntimeKind::Docker,
+                        kind: engine,
                         warning: None,
                     }),
                     Err(missing) => {
-                        self.of(RuntimeKind::Process)
-                            .check_ready(image, network)
-                            .await?;
+                        let Some(fallback) = fallback else {
+                            return Err(missing);
+                        };
+                        self.of(fallback).check_ready(image, network).await?;
                         Ok(Resolved {
-                            kind: RuntimeKind::Process,
+                            kind: fallback,
                             warning: Some(format!(
                                 "using the process runtime (no file or network isolation): {missing}"
                             )),

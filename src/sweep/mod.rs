@@ -35,7 +35,7 @@ use serde::Serialize;
 use crate::config::BranchPolicy;
 use crate::engine::SyncScope;
 use crate::engine::{Paddock, RemoveOptions, Result};
-use crate::job::{JobRecord, JobState, RuntimeKind};
+use crate::job::{JobRecord, JobState};
 use crate::runtime;
 use crate::store::FileLock;
 use crate::units::format_age;
@@ -209,7 +209,7 @@ impl Paddock {
             match crate::runtime::list_sandboxes(self.runtimes().with_sandboxes()).await {
                 Ok(containers) => Some(containers),
                 Err(error) => {
-                    if records.iter().any(|r| r.runtime.uses_docker()) {
+                    if records.iter().any(|r| self.runtimes().in_engine(r.runtime)) {
                         report.error("container", "*", "cannot list containers", error);
                     }
                     None
@@ -380,7 +380,8 @@ impl Paddock {
                     )
             })
         });
-        if record.runtime.uses_docker() && containers.is_some() && container.is_none() {
+        if self.runtimes().in_engine(record.runtime) && containers.is_some() && container.is_none()
+        {
             report.kept(
                 "job",
                 name,
@@ -418,7 +419,8 @@ impl Paddock {
         // repository at each sweep; a failure is recorded on the job.
         if !options.dry_run
             && !record.is_legacy()
-            && (record.runtime == RuntimeKind::Process || container.is_some_and(|c| c.running))
+            && (!self.runtime_of(record).layout().sandboxed()
+                || container.is_some_and(|c| c.running))
         {
             let _ = self.sync_job(record, SyncScope::Branch).await;
         }

@@ -23,20 +23,24 @@ impl Paddock {
         let containers = crate::runtime::list_sandboxes(self.runtimes().with_sandboxes())
             .await
             .ok();
-        // A microVM slot's sandbox is its VM (listed while its QEMU runs).
-        let vms =
-            crate::runtime::list_sandboxes(self.runtimes().of(crate::job::RuntimeKind::Microvm))
-                .await
-                .ok();
+        // A slot's sandbox apart from the engine is its runtime's own (a microVM's VM,
+        // listed while its QEMU runs).
+        // `None` when one of them did not answer.
+        let mut vms = Some(Vec::new());
+        for runtime in self.runtimes().apart_from_engine() {
+            let listed = crate::runtime::list_sandboxes(runtime).await.ok();
+            vms = vms.zip(listed).map(|(mut all, listed)| {
+                all.extend(listed);
+                all
+            });
+        }
         // Each remote engine with slots, listed once (`None`: it did not answer).
         let mut engines = std::collections::BTreeMap::new();
         for (_, slot) in slots.list() {
             if let Some(engine) = slot.ok().and_then(|s| s.engine)
                 && !engines.contains_key(&engine)
             {
-                let runtime = self
-                    .runtimes()
-                    .on_engine(crate::job::RuntimeKind::Docker, Some(&engine));
+                let runtime = self.runtimes().engine(Some(&engine));
                 let listed = crate::runtime::list_sandboxes(runtime.as_ref()).await.ok();
                 engines.insert(engine, listed);
             }
@@ -61,7 +65,7 @@ impl Paddock {
                         // Containers were listed before this slot may have been filled.
                         let listed = if let Some(engine) = &slot.engine {
                             engines.get(engine).and_then(Option::as_deref)
-                        } else if slot.runtime == crate::job::RuntimeKind::Microvm {
+                        } else if !self.runtimes().in_engine(slot.runtime) {
                             vms.as_deref()
                         } else {
                             containers.as_deref()

@@ -10,7 +10,7 @@ use chrono::Utc;
 use super::{SweepOptions, SweepReport, age};
 use crate::engine::{Paddock, Result, SyncScope};
 use crate::git::GitRepo;
-use crate::job::{JobRecord, JobState, RuntimeKind};
+use crate::job::{JobRecord, JobState};
 use crate::runtime::{self, SandboxRole};
 
 /// Longer than any sync may take (its own deadline is ten minutes).
@@ -317,7 +317,7 @@ impl Paddock {
             agent: "orphan".into(),
             task: None,
             profile: profile_name,
-            runtime: RuntimeKind::Docker,
+            runtime: self.runtimes().engine_kind(),
             limits: crate::job::Limits::from(&profile),
             reserve: None,
             container_id: None,

@@ -9,11 +9,23 @@
 
 use super::{SweepOptions, SweepReport};
 use crate::engine::Paddock;
-use crate::job::{JobState, RuntimeKind};
+use crate::job::JobState;
 
 impl Paddock {
     pub(super) async fn reap_orphan_vms(&self, options: &SweepOptions, report: &mut SweepReport) {
-        let runtime = self.runtimes().of(RuntimeKind::Microvm);
+        let runtimes = self.runtimes().clone();
+        for runtime in runtimes.apart_from_engine() {
+            self.reap_orphans_apart(runtime, options, report).await;
+        }
+    }
+
+    /// One runtime's sandboxes apart from the engine (a microVM's VMs), as above.
+    async fn reap_orphans_apart(
+        &self,
+        runtime: &dyn crate::runtime::Runtime,
+        options: &SweepOptions,
+        report: &mut SweepReport,
+    ) {
         let Ok(vms) = crate::runtime::list_sandboxes(runtime).await else {
             return;
         };

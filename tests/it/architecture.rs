@@ -1,7 +1,8 @@
 //! The crate's shape, checked: the top-level modules import each other without a cycle (and
 //! files without a circle: `import_graph`), the HTTP API does not reach into the CLI, no
 //! source file outgrows ~1,000 lines (functions are held to 100 by `clippy::too_many_lines`,
-//! each exception an `#[expect]` with its reason), and `unsafe` lives in one module. A
+//! each exception an `#[expect]` with its reason), `unsafe` lives in one module, and only a
+//! runtime's own folder names its kind (a new runtime is a folder and a registry line). A
 //! restructure that breaks one of these fails here, not in review.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -216,4 +217,61 @@ fn the_cli_prints_only_through_say() {
         printing.is_empty(),
         "print through cli::say (say!/tell!): {printing:?}"
     );
+}
+
+/// The files that may name a runtime kind's variant: each runtime's own folder, the record
+/// type that defines the kinds, and the resolution of a profile's choice into a kind.
+const KIND_NAMERS: &[&str] = &[
+    "src/runtime/docker/",
+    "src/runtime/microvm/",
+    "src/runtime/process/",
+    "src/runtime/fake/",
+    "src/job.rs",
+    "src/runtime/runtimes.rs",
+];
+
+/// The variants of `RuntimeKind` that `code` names.
+fn kinds_named(code: &str) -> Vec<&'static str> {
+    ["Docker", "Runsc", "Process", "Microvm"]
+        .into_iter()
+        .filter(|variant| code.contains(&format!("RuntimeKind::{variant}")))
+        .collect()
+}
+
+/// A new runtime is one folder under `src/runtime/` plus one line in its registry: the rest
+/// of the crate asks a runtime what it is and can do (its `describe`, `layout` and
+/// `capabilities`), never which kind it is.
+#[test]
+fn only_a_runtimes_folder_names_its_kind() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let named: Vec<String> = source_files()
+        .into_iter()
+        .filter_map(|file| {
+            let relative = file
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if KIND_NAMERS
+                .iter()
+                .any(|allowed| relative.starts_with(allowed))
+            {
+                return None;
+            }
+            let kinds = kinds_named(&code(&file));
+            (!kinds.is_empty()).then(|| format!("{relative}: {kinds:?}"))
+        })
+        .collect();
+    assert!(
+        named.is_empty(),
+        "ask the runtime (describe, layout, capabilities) instead: {named:?}"
+    );
+}
+
+/// The check above can fail: a planted line naming a kind is found.
+#[test]
+fn a_planted_kind_name_is_found() {
+    let planted = "if record.runtime == crate::job::RuntimeKind::Microvm { refuse() }";
+    assert_eq!(kinds_named(planted), ["Microvm"]);
+    assert!(kinds_named("runtime.describe().ports").is_empty());
 }

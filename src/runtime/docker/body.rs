@@ -31,7 +31,7 @@ pub(super) fn container_body(
     // Git's identity and settings are part of the container, so the first exec has them
     // (no entrypoint script that could race it).
     env.extend(
-        crate::runtime::agent_git_env(record)
+        crate::runtime::agent_git_env(record, true)
             .into_iter()
             .map(|(k, v)| format!("{k}={v}")),
     );
@@ -60,7 +60,7 @@ pub(super) fn container_body(
     mounts.extend(secret_mounts);
     // paddock's own facts last, so no profile variable can misstate them.
     env.extend(
-        crate::runtime::job_env(record)
+        crate::runtime::job_env(record, true)
             .into_iter()
             .map(|(k, v)| format!("{k}={v}")),
     );
@@ -133,7 +133,7 @@ pub(super) fn warm_env(record: &JobRecord) -> Vec<(String, String)> {
     if record.pool_slot().is_none() {
         return Vec::new();
     }
-    let mut env = crate::runtime::agent_git_env(record);
+    let mut env = crate::runtime::agent_git_env(record, true);
     env.extend(crate::cache::env_vars(&record.caches));
     env
 }

@@ -251,7 +251,7 @@ async fn exec_in(
     // container made before they existed still shows them).
     let (key, deadline) = crate::runtime::deadline_env(request.timeout);
     env.extend(
-        crate::runtime::job_env(record)
+        crate::runtime::job_env(record, true)
             .into_iter()
             .chain([(key, deadline)])
             .map(|(k, v)| format!("{k}={v}")),
@@ -480,7 +480,7 @@ pub fn interactive_shell(
     }
     for (key, value) in super::warm_env(record)
         .into_iter()
-        .chain(crate::runtime::job_env(record))
+        .chain(crate::runtime::job_env(record, true))
     {
         command.arg("-e").arg(format!("{key}={value}"));
     }

@@ -108,6 +108,7 @@ pub fn container_name(home: &PaddockHome, id: &JobId) -> String {
 pub(crate) fn register(registry: &mut crate::runtime::registration::Registry, home: &PaddockHome) {
     for kind in [RuntimeKind::Docker, RuntimeKind::Runsc] {
         registry.add(kind, std::sync::Arc::new(DockerRuntime::new(home, kind)));
+        registry.add_to_engine(kind);
         registry.add_remote(kind, |home, kind, engine| {
             std::sync::Arc::new(DockerRuntime::on_engine(
                 home,
@@ -116,7 +117,6 @@ pub(crate) fn register(registry: &mut crate::runtime::registration::Registry, ho
             ))
         });
     }
-    registry.set_engine(RuntimeKind::Docker);
 }
 
 /// The name of the job's container: the recorded one, else (a record from before names

@@ -56,7 +56,7 @@ impl Runtime for DockerRuntime {
             name: if self.kind == RuntimeKind::Runsc {
                 "runsc"
             } else {
-                "docker"
+                "runc"
             },
             isolation: if self.kind == RuntimeKind::Runsc {
                 "container (gVisor runsc): user-space kernel, own filesystem and network, resource limits, non-root"
@@ -64,6 +64,19 @@ impl Runtime for DockerRuntime {
                 "container (runc): own filesystem and network, resource limits, non-root"
             },
             engine: self.daemon.engine(),
+            ports: true,
+            host_caches: true,
+            fuse_checkout: if self.kind == RuntimeKind::Runsc {
+                Some(
+                    "gVisor (runsc) cannot open a fuse-overlayfs checkout; use `--checkout worktree` (the default without root), or run paddock as root (kernel overlayfs)",
+                )
+            } else if crate::overlay::fuse_shares() {
+                None
+            } else {
+                Some(
+                    "not root and `/etc/fuse.conf` has no `user_allow_other`, so a container cannot open a fuse-overlayfs checkout (add that line, or use `--checkout worktree`)",
+                )
+            },
         }
     }
 
@@ -296,6 +309,11 @@ impl Network for DockerRuntime {
 impl Pool for DockerRuntime {
     fn unsupported(&self) -> Option<&'static str> {
         super::pool::unsupported(self.kind)
+    }
+
+    fn fixed_limits(&self) -> bool {
+        // A container's limits are updated when a job adopts it.
+        false
     }
 
     async fn start_pool_slot(&self, slot: &PoolSlot) -> Result<String, RuntimeError> {

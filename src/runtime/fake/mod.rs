@@ -45,14 +45,12 @@ impl FakeRuntime {
     pub fn register(self: &Arc<Self>) -> impl Fn(&mut Registry, &PaddockHome) + Sync + use<> {
         let fake = self.clone();
         move |registry: &mut Registry, _home: &PaddockHome| {
-            for kind in [
-                RuntimeKind::Docker,
-                RuntimeKind::Runsc,
-                RuntimeKind::Process,
-            ] {
+            for kind in [RuntimeKind::Docker, RuntimeKind::Runsc] {
                 registry.add(kind, fake.clone());
+                registry.add_to_engine(kind);
             }
-            registry.set_engine(RuntimeKind::Docker);
+            registry.add(RuntimeKind::Process, fake.clone());
+            registry.set_fallback(RuntimeKind::Process);
         }
     }
 
@@ -70,6 +68,9 @@ impl Runtime for FakeRuntime {
             name: "fake",
             isolation: "fake: a test double running host processes",
             engine: None,
+            ports: false,
+            host_caches: true,
+            fuse_checkout: None,
         }
     }
 

@@ -240,7 +240,7 @@ impl MicrovmRuntime {
             .shell_env(record)
             .into_iter()
             .chain(request.env.clone())
-            .chain(crate::runtime::job_env(record))
+            .chain(crate::runtime::job_env(record, true))
             .chain([(key, deadline)])
             .collect();
         let user = if guest_root_for_tests() {
@@ -301,7 +301,7 @@ impl MicrovmRuntime {
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
-        .chain(crate::runtime::agent_git_env(record))
+        .chain(crate::runtime::agent_git_env(record, true))
         .chain(if record.limits.network == NetworkMode::Allowlist {
             egress::proxy_env()
         } else {
@@ -361,6 +361,12 @@ impl Runtime for MicrovmRuntime {
             name: "microvm",
             isolation: "microVM (QEMU): a kernel of its own, own filesystem and network, resource limits, non-root",
             engine: None,
+            ports: false,
+            // The VM sees only its own shares; a host cache is no directory it can mount.
+            host_caches: false,
+            fuse_checkout: Some(
+                "a microVM job's files are shared by virtiofsd, which does not serve a fuse-overlayfs checkout; use `--checkout worktree`, or run paddock as root (kernel overlayfs)",
+            ),
         }
     }
 
@@ -453,7 +459,7 @@ impl Runtime for MicrovmRuntime {
         for (key, value) in self
             .shell_env(record)
             .into_iter()
-            .chain(crate::runtime::job_env(record))
+            .chain(crate::runtime::job_env(record, true))
         {
             command.arg("--env").arg(format!("{key}={value}"));
         }
@@ -604,6 +610,11 @@ impl Network for MicrovmRuntime {
 impl Pool for MicrovmRuntime {
     fn unsupported(&self) -> Option<&'static str> {
         None
+    }
+
+    fn fixed_limits(&self) -> bool {
+        // A VM's vCPUs and memory are set at its boot.
+        true
     }
 
     async fn start_pool_slot(&self, slot: &PoolSlot) -> Result<String, RuntimeError> {

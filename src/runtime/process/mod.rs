@@ -59,12 +59,12 @@ pub(super) async fn exec(
     command
         .args(args)
         .current_dir(&dir)
-        .envs(super::agent_git_env(record))
+        .envs(super::agent_git_env(record, false))
         .envs(crate::cache::env_vars(&record.caches))
         .envs(&limits.env)
         .envs(&request.env)
         // paddock's own facts last, so no profile or exec variable can misstate them.
-        .envs(super::job_env(record))
+        .envs(super::job_env(record, false))
         .envs([super::deadline_env(request.timeout)])
         .env("PADDOCK_WORKSPACE", &record.worktree)
         .stdin(Stdio::null())
@@ -271,6 +271,10 @@ impl super::Runtime for ProcessRuntime {
             name: "process",
             isolation: "process: rlimits only; it isolates neither files nor network (the agent can read and write anything your user can)",
             engine: None,
+            // The job runs on the host's own network: a port is the host's, never mapped.
+            ports: false,
+            host_caches: true,
+            fuse_checkout: None,
         }
     }
 
@@ -364,4 +368,5 @@ pub(crate) fn register(
         crate::job::RuntimeKind::Process,
         std::sync::Arc::new(ProcessRuntime),
     );
+    registry.set_fallback(crate::job::RuntimeKind::Process);
 }
