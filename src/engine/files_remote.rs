@@ -18,7 +18,8 @@ use super::files::{FILE_CAP, too_large};
 use crate::error::{Error, Result};
 use crate::job::JobRecord;
 use crate::place::{Place, WorkspacePath};
-use crate::runtime::docker::{agent_user, archive, container_of};
+use crate::runtime::capabilities::EngineVolumes;
+use crate::runtime::{Runtime, agent_user};
 use crate::wire::{FileEntry, FileKind, FileList, FileWritten};
 
 /// Go's `os.FileMode` type bits, as the archive API reports a path's mode.
@@ -30,16 +31,24 @@ const MODE_TYPE: u32 =
 /// The most a directory listing reads through the engine (the tar of the whole directory).
 const LIST_CAP: u64 = 64 * 1024 * 1024;
 
-/// A remote job's files: volumes of engine `engine`, seen through its job container.
+/// A remote job's files: volumes of its engine, seen through its job container by its
+/// runtime's [`EngineVolumes`].
 pub struct EngineFiles {
-    engine: String,
+    runtime: std::sync::Arc<dyn Runtime>,
 }
 
 impl EngineFiles {
-    pub fn new(engine: &str) -> EngineFiles {
-        EngineFiles {
-            engine: engine.to_string(),
-        }
+    pub fn new(runtime: std::sync::Arc<dyn Runtime>) -> EngineFiles {
+        EngineFiles { runtime }
+    }
+
+    fn volumes(&self) -> Result<&dyn EngineVolumes> {
+        self.runtime.capabilities().volumes.ok_or_else(|| {
+            Error::Runtime(crate::runtime::lacks(
+                self.runtime.as_ref(),
+                "keep a job's files in volumes",
+            ))
+        })
     }
 }
 
@@ -61,12 +70,13 @@ fn container_path(record: &JobRecord, parts: &[OsString]) -> String {
 /// refused, and so is a component before the last that is not a directory. Returns the
 /// last component's mode, and how many components exist (a missing one ends the walk).
 async fn walk(
-    engine: &str,
-    container: &str,
+    volumes: &dyn EngineVolumes,
     record: &JobRecord,
     path: &WorkspacePath,
 ) -> Result<(Option<u32>, usize)> {
-    let mut mode = archive::stat(engine, container, &container_path(record, &[])).await?;
+    let mut mode = volumes
+        .stat_path(record, &container_path(record, &[]))
+        .await?;
     for depth in 1..=path.parts.len() {
         if mode.is_some_and(|m| m & MODE_DIR == 0) {
             return Err(Error::FileKind {
@@ -74,12 +84,9 @@ async fn walk(
                 what: "not a directory (or a part of its path is not)",
             });
         }
-        mode = archive::stat(
-            engine,
-            container,
-            &container_path(record, &path.parts[..depth]),
-        )
-        .await?;
+        mode = volumes
+            .stat_path(record, &container_path(record, &path.parts[..depth]))
+            .await?;
         match mode {
             None => return Ok((None, depth - 1)),
             Some(m) if m & MODE_SYMLINK != 0 => {
@@ -105,8 +112,8 @@ fn io_error(action: &'static str, path: &WorkspacePath) -> impl Fn(std::io::Erro
 #[async_trait::async_trait]
 impl Place for EngineFiles {
     async fn read_file(&self, record: &JobRecord, path: &WorkspacePath) -> Result<Vec<u8>> {
-        let (engine, container) = (self.engine.as_str(), container_of(record));
-        match walk(engine, &container, record, path).await? {
+        let volumes = self.volumes()?;
+        match walk(volumes, record, path).await? {
             (None, _) => {
                 return Err(Error::FileNotFound {
                     path: path.shown.clone(),
@@ -128,8 +135,9 @@ impl Place for EngineFiles {
         }
         let target = container_path(record, &path.parts);
         // The tar adds a header per entry and pads to 512-byte blocks: a little over the cap.
-        let Some(tar) =
-            archive::download(engine, &container, &target, FILE_CAP + 64 * 1024).await?
+        let Some(tar) = volumes
+            .download_path(record, &target, FILE_CAP + 64 * 1024)
+            .await?
         else {
             return Err(too_large(path, FILE_CAP + 1));
         };
@@ -174,8 +182,8 @@ impl Place for EngineFiles {
         bytes: Vec<u8>,
         _owner: Option<(u32, u32)>,
     ) -> Result<FileWritten> {
-        let (engine, container) = (self.engine.as_str(), container_of(record));
-        let (mode, existing) = walk(engine, &container, record, path).await?;
+        let volumes = self.volumes()?;
+        let (mode, existing) = walk(volumes, record, path).await?;
         let created = existing < path.parts.len();
         if let Some(mode) = mode.filter(|_| !created) {
             if mode & MODE_DIR != 0 {
@@ -221,13 +229,9 @@ impl Place for EngineFiles {
             .append_data(&mut header, relative, bytes.as_slice())
             .map_err(&write)?;
         let tar = builder.into_inner().map_err(&write)?;
-        archive::upload(
-            engine,
-            &container,
-            &container_path(record, &path.parts[..base]),
-            tar,
-        )
-        .await?;
+        volumes
+            .upload_into(record, &container_path(record, &path.parts[..base]), tar)
+            .await?;
         Ok(FileWritten {
             path: path.shown.clone(),
             size: bytes.len() as u64,
@@ -236,8 +240,8 @@ impl Place for EngineFiles {
     }
 
     async fn list_dir(&self, record: &JobRecord, path: &WorkspacePath) -> Result<FileList> {
-        let (engine, container) = (self.engine.as_str(), container_of(record));
-        match walk(engine, &container, record, path).await?.0 {
+        let volumes = self.volumes()?;
+        match walk(volumes, record, path).await?.0 {
             None => {
                 return Err(Error::FileNotFound {
                     path: path.shown.clone(),
@@ -252,7 +256,7 @@ impl Place for EngineFiles {
             Some(_) => {}
         }
         let target = container_path(record, &path.parts);
-        let Some(tar) = archive::download(engine, &container, &target, LIST_CAP).await? else {
+        let Some(tar) = volumes.download_path(record, &target, LIST_CAP).await? else {
             return Err(Error::FileKind {
                 path: path.shown.clone(),
                 what: "a directory holding more than 64 MiB, too much to list through the engine (list a directory below it)",

@@ -22,17 +22,14 @@ impl Paddock {
     /// Where `record`'s files live: this host, or volumes of its engine.
     pub(crate) fn place_of<'a>(&'a self, record: &JobRecord) -> Box<dyn JobFiles + 'a> {
         let runtime = self.runtime_of(record);
-        match (
-            runtime.capabilities().volumes.is_some(),
-            runtime.describe().engine,
-        ) {
-            (true, Some(engine)) => Box::new(OnEngine {
-                paddock: self,
-                files: EngineFiles::new(engine),
-                runtime: runtime.clone(),
-            }),
-            _ => Box::new(OnHost { paddock: self }),
+        if runtime.capabilities().volumes.is_none() {
+            return Box::new(OnHost { paddock: self });
         }
+        Box::new(OnEngine {
+            paddock: self,
+            files: EngineFiles::new(runtime.clone()),
+            runtime,
+        })
     }
 }
 

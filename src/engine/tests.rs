@@ -1,6 +1,8 @@
-//! The engine against a test double of [`Runtime`]: what create, rm and sweep do with a
-//! runtime that fails or holds sandboxes, with a real repository and a real state root and
-//! no Docker. (The integration tests prove the same paths against the real daemon.)
+//! The fast tier: the engine against the test double runtime (`runtime/fake/`), with a real
+//! repository and a real state root and no daemon. What create, exec and its sync, stop, rm
+//! and the sweep do, and what they leave when the runtime fails or holds sandboxes no record
+//! names, in milliseconds each. (The integration tests keep one end-to-end test per behaviour
+//! that needs the real engine: isolation, hostile agents, mounts, networks.)
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -161,4 +163,187 @@ async fn sweep_removes_sandboxes_no_record_names_and_keeps_the_others() {
     // removal cannot undo, so the job goes the way every job does.
     let options = crate::wire::RemoveOptions::from_flags(false, false, None, true);
     paddock.remove("alive", options).await.unwrap();
+}
+
+/// A job of the fake runtime with a worktree checkout (no mount a temp dir cannot undo).
+fn fake_job(repo: &Path, id: &str) -> CreateRequest {
+    CreateRequest {
+        checkout: Some(crate::config::CheckoutMode::Worktree),
+        ..docker_job(repo, id)
+    }
+}
+
+async fn run(paddock: &Paddock, id: &str, script: &str) -> crate::runtime::ExecResult {
+    let options = crate::wire::ExecOptions {
+        cmd: vec!["sh".into(), "-c".into(), script.into()],
+        ..crate::wire::ExecOptions::default()
+    };
+    paddock
+        .exec(id, options, &mut crate::runtime::exec::Discard)
+        .await
+        .expect("the exec runs")
+}
+
+fn sweep_options(idle: Duration) -> crate::sweep::SweepOptions {
+    crate::sweep::SweepOptions {
+        dry_run: false,
+        idle,
+        keep_finished: idle,
+        max_age: None,
+        branch_policy: super::BranchPolicy::default(),
+        now: chrono::Utc::now(),
+        health_check: false,
+        index_lock_age: Duration::from_secs(3600),
+        pristine_max_age: Duration::from_secs(3600),
+        merged: false,
+    }
+}
+
+#[tokio::test]
+async fn create_makes_the_branch_and_checkout_and_starts_the_sandbox_once() {
+    let fake = Arc::new(FakeRuntime::default());
+    let (_tmp, repo, paddock) = setup(&fake);
+    let created = paddock.create(fake_job(&repo, "one")).await.unwrap();
+    let record = created.record;
+    assert_eq!(*fake.started.lock().unwrap(), ["one"]);
+    assert!(fake.execs.lock().unwrap().is_empty(), "nothing ran yet");
+    assert_eq!(
+        git(&repo, &["rev-parse", &record.branch]),
+        git(&repo, &["rev-parse", "main"]),
+        "the branch starts at the base"
+    );
+    assert_eq!(
+        std::fs::read_to_string(record.worktree.join("README")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(record.container_id.as_deref(), Some("fake-one"));
+}
+
+#[tokio::test]
+async fn an_exec_reports_its_exit_code_and_its_commit_reaches_the_branch() {
+    let fake = Arc::new(FakeRuntime::default());
+    let (_tmp, repo, paddock) = setup(&fake);
+    let record = paddock
+        .create(fake_job(&repo, "work"))
+        .await
+        .unwrap()
+        .record;
+    let done = run(
+        &paddock,
+        "work",
+        "echo new > new.txt && git add new.txt && git commit -qm 'from the agent'",
+    )
+    .await;
+    assert_eq!(done.exit_code, 0);
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s", &record.branch]).trim(),
+        "from the agent",
+        "the exec's sync brought the commit to the branch"
+    );
+    let failed = run(&paddock, "work", "exit 3").await;
+    assert_eq!(failed.exit_code, 3);
+    let state = paddock.store().load("work").unwrap().state;
+    assert_eq!(state, crate::job::JobState::Exited);
+    assert_eq!(fake.execs.lock().unwrap().len(), 2, "one runtime call each");
+}
+
+#[tokio::test]
+async fn an_exec_the_runtime_cannot_run_fails_and_the_job_stays() {
+    let fake = Arc::new(FakeRuntime {
+        fail_exec: true,
+        ..FakeRuntime::default()
+    });
+    let (_tmp, repo, paddock) = setup(&fake);
+    paddock.create(fake_job(&repo, "stuck")).await.unwrap();
+    let options = crate::wire::ExecOptions {
+        cmd: vec!["true".into()],
+        ..crate::wire::ExecOptions::default()
+    };
+    let error = paddock
+        .exec("stuck", options, &mut crate::runtime::exec::Discard)
+        .await
+        .expect_err("the runtime fails");
+    assert!(error.to_string().contains("stopped answering"), "{error}");
+    let record = paddock.store().load("stuck").unwrap();
+    assert_eq!(record.state, crate::job::JobState::Failed);
+    assert!(record.worktree.exists(), "the job's files stay");
+}
+
+#[tokio::test]
+async fn rm_keeps_the_branch_with_its_commits_and_saves_uncommitted_work() {
+    let fake = Arc::new(FakeRuntime::default());
+    let (_tmp, repo, paddock) = setup(&fake);
+    let record = paddock
+        .create(fake_job(&repo, "keep"))
+        .await
+        .unwrap()
+        .record;
+    run(
+        &paddock,
+        "keep",
+        "echo a > a.txt && git add a.txt && git commit -qm kept && echo draft > draft.txt",
+    )
+    .await;
+    let options = crate::wire::RemoveOptions::from_flags(false, false, None, false);
+    let report = paddock.remove("keep", options).await.unwrap();
+    assert!(report.branch_kept);
+    assert_eq!(report.commits_ahead, 1);
+    assert!(
+        report.wip_commit.is_some(),
+        "the draft was saved: {report:?}"
+    );
+    assert_eq!(*fake.destroyed.lock().unwrap(), ["keep"]);
+    assert!(fake.stopped.lock().unwrap().contains(&"keep".to_string()));
+    assert!(!paddock.store().exists_str("keep"));
+    assert!(!record.worktree.exists(), "the checkout is gone");
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s", &record.branch]).trim(),
+        "kept"
+    );
+}
+
+#[tokio::test]
+async fn stop_asks_the_runtime_and_the_job_can_run_again() {
+    let fake = Arc::new(FakeRuntime::default());
+    let (_tmp, repo, paddock) = setup(&fake);
+    paddock.create(fake_job(&repo, "halt")).await.unwrap();
+    paddock.stop("halt", None).await.unwrap();
+    assert_eq!(*fake.stopped.lock().unwrap(), ["halt"]);
+    assert_eq!(run(&paddock, "halt", "true").await.exit_code, 0);
+}
+
+#[tokio::test]
+async fn sweep_removes_only_idle_jobs_and_keeps_their_commits() {
+    let fake = Arc::new(FakeRuntime::default());
+    let (_tmp, repo, paddock) = setup(&fake);
+    let idle = paddock
+        .create(fake_job(&repo, "idle"))
+        .await
+        .unwrap()
+        .record;
+    run(
+        &paddock,
+        "idle",
+        "echo b > b.txt && git add b.txt && git commit -qm idle-work",
+    )
+    .await;
+    paddock.create(fake_job(&repo, "fresh")).await.unwrap();
+    // "Now" an hour on: both are idle past a minute unless one was touched since.
+    let mut options = sweep_options(Duration::from_secs(60));
+    options.now = chrono::Utc::now() + chrono::Duration::hours(1);
+    let fresh = JobId::parse("fresh").unwrap();
+    paddock
+        .store()
+        .update(&fresh, |r| r.last_activity_at = options.now)
+        .unwrap();
+    let report = paddock.sweep(&options).await.unwrap();
+    let removed: Vec<&str> = report.removed.iter().map(|i| i.name.as_str()).collect();
+    assert!(removed.contains(&"idle"), "{report:?}");
+    assert!(!removed.contains(&"fresh"), "{report:?}");
+    assert!(paddock.store().exists_str("fresh"));
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s", &idle.branch]).trim(),
+        "idle-work",
+        "the idle job's work stays on its branch"
+    );
 }

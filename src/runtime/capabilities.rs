@@ -183,4 +183,25 @@ pub trait EngineVolumes: Send + Sync {
     /// Removes the cache volume `name` when it still carries this install's labels as a
     /// cache (checked right before); false when it does not.
     async fn remove_cache_volume(&self, name: &str) -> Result<bool, RuntimeError>;
+
+    /// The mode of `path` in the job's sandbox as the archive API reports it (Go's
+    /// `os.FileMode`; a link as a link); `None` when it does not exist. Works whether the
+    /// sandbox runs or not.
+    async fn stat_path(&self, record: &JobRecord, path: &str) -> Result<Option<u32>, RuntimeError>;
+
+    /// A tar of `path` in the job's sandbox, read up to `cap` bytes; `None` past the cap.
+    async fn download_path(
+        &self,
+        record: &JobRecord,
+        path: &str,
+        cap: u64,
+    ) -> Result<Option<Vec<u8>>, RuntimeError>;
+
+    /// Unpacks `tar` into the directory `dir` of the job's sandbox.
+    async fn upload_into(
+        &self,
+        record: &JobRecord,
+        dir: &str,
+        tar: Vec<u8>,
+    ) -> Result<(), RuntimeError>;
 }

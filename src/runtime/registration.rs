@@ -8,8 +8,14 @@ use std::sync::Arc;
 use super::{Runtime, RuntimeKind};
 use crate::store::PaddockHome;
 
-/// Makes the runtime of a kind on a remote engine of `engines:`.
-pub type RemoteMaker = fn(&PaddockHome, RuntimeKind, &str) -> Arc<dyn Runtime>;
+/// Makes the runtime of a kind on a remote engine of `engines:`, from the engine's entry as
+/// read (or why it could not be read).
+pub type RemoteMaker = fn(
+    &PaddockHome,
+    RuntimeKind,
+    &str,
+    &Result<crate::engines::EngineSpec, String>,
+) -> Arc<dyn Runtime>;
 
 /// What the runtimes' `register` functions fill.
 #[derive(Default)]

@@ -203,7 +203,7 @@ fn run_removes_the_job_and_keeps_a_branch_with_commits() {
 }
 
 /// The README's first command, run as written against a fixture repo (`--repo .` is the
-/// current directory), with the built binary standing in for `cargo run --release --`.
+/// current directory), with the built binary standing in for `cargo run --`.
 #[test]
 fn the_readme_first_command_runs_a_job_end_to_end() {
     crate::fixtures::each_checkout(|| {
@@ -211,9 +211,9 @@ fn the_readme_first_command_runs_a_job_end_to_end() {
             std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
         let line = readme
             .lines()
-            .find(|l| l.starts_with("cargo run --release -- run "))
-            .expect("the README starts with a `cargo run --release -- run` command");
-        let command = line.replacen("cargo run --release --", env!("CARGO_BIN_EXE_paddock"), 1);
+            .find(|l| l.starts_with("cargo run -- run "))
+            .expect("the README starts with a `cargo run -- run` command");
+        let command = line.replacen("cargo run --", env!("CARGO_BIN_EXE_paddock"), 1);
         let repo = FixtureRepo::new();
         // Force the process runtime: this test must pass on a machine without Docker too.
         let home = TestHome::new().env("PADDOCK_RUNTIME", "process");

@@ -13,11 +13,6 @@ use futures_util::StreamExt;
 use super::API_TIMEOUT;
 use crate::runtime::RuntimeError;
 
-/// A client for engine `engine`.
-fn docker(engine: &str) -> Result<Docker, RuntimeError> {
-    super::Daemon::of(Some(engine.to_string())).connect()
-}
-
 fn docker_error(
     action: &'static str,
     target: &str,
@@ -42,8 +37,12 @@ fn not_found(error: &bollard::errors::Error) -> bool {
 
 /// The mode of `path` in `container` on `engine`, as Go's `os.FileMode` bits (`None`: it
 /// does not exist).
-pub async fn stat(engine: &str, container: &str, path: &str) -> Result<Option<u32>, RuntimeError> {
-    let docker = docker(engine)?;
+pub async fn stat(
+    daemon: &super::Daemon,
+    container: &str,
+    path: &str,
+) -> Result<Option<u32>, RuntimeError> {
+    let docker = daemon.connect()?;
     Ok(stat_with(&docker, container, path)
         .await?
         .map(|stat| stat.file_mode))
@@ -77,12 +76,12 @@ pub(super) async fn stat_with(
 
 /// The tar of `path` in `container` on `engine`, read up to `cap` bytes (`None` past it).
 pub async fn download(
-    engine: &str,
+    daemon: &super::Daemon,
     container: &str,
     path: &str,
     cap: u64,
 ) -> Result<Option<Vec<u8>>, RuntimeError> {
-    let docker = docker(engine)?;
+    let docker = daemon.connect()?;
     let options = DownloadFromContainerOptionsBuilder::new()
         .path(path)
         .build();
@@ -115,12 +114,12 @@ pub async fn download(
 /// Unpacks `tar` into the directory `path` of `container` on `engine`, never replacing a
 /// directory with a file or the other way round.
 pub async fn upload(
-    engine: &str,
+    daemon: &super::Daemon,
     container: &str,
     path: &str,
     tar: Vec<u8>,
 ) -> Result<(), RuntimeError> {
-    let docker = docker(engine)?;
+    let docker = daemon.connect()?;
     let options = UploadToContainerOptions {
         path: path.to_string(),
         no_overwrite_dir_non_dir: Some("true".into()),

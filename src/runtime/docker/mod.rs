@@ -109,11 +109,11 @@ pub(crate) fn register(registry: &mut crate::runtime::registration::Registry, ho
     for kind in [RuntimeKind::Docker, RuntimeKind::Runsc] {
         registry.add(kind, std::sync::Arc::new(DockerRuntime::new(home, kind)));
         registry.add_to_engine(kind);
-        registry.add_remote(kind, |home, kind, engine| {
-            std::sync::Arc::new(DockerRuntime::on_engine(
+        registry.add_remote(kind, |home, kind, engine, spec| {
+            std::sync::Arc::new(DockerRuntime::on(
                 home,
                 kind,
-                Some(engine.to_string()),
+                Daemon::remote(engine, spec.clone()),
             ))
         });
     }

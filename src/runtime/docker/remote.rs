@@ -28,12 +28,21 @@ use crate::job::JobRecord;
 use crate::runtime::RuntimeError;
 use crate::store::PaddockHome;
 
-/// The Docker daemon a call goes to: this host's, or engine `name` of the user config's
-/// `engines:`. Each `DockerRuntime` holds one and passes it down to every call it makes, so
-/// which daemon a call reaches is a value, never ambient state.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// A remote engine: its name in `engines:` and its entry there, read once when its runtime
+/// was made (or why it could not be read, said at each call).
+#[derive(Debug)]
+pub struct RemoteEngine {
+    pub name: String,
+    pub spec: Result<EngineSpec, String>,
+}
+
+/// The Docker daemon a call goes to: this host's, or an engine of the user config's
+/// `engines:` with the entry it was made from. Each `DockerRuntime` holds one and passes it
+/// down to every call it makes, so which daemon a call reaches is a value, never ambient
+/// state, and no call reads the config again.
+#[derive(Debug, Clone, Default)]
 pub struct Daemon {
-    engine: Option<String>,
+    engine: Option<std::sync::Arc<RemoteEngine>>,
 }
 
 impl Daemon {
@@ -42,14 +51,19 @@ impl Daemon {
         Daemon::default()
     }
 
-    /// Engine `engine` of the user config (`None`: this host's daemon).
-    pub fn of(engine: Option<String>) -> Daemon {
-        Daemon { engine }
+    /// Engine `name` of the user config, with its entry as read (or why it was not).
+    pub fn remote(name: &str, spec: Result<EngineSpec, String>) -> Daemon {
+        Daemon {
+            engine: Some(std::sync::Arc::new(RemoteEngine {
+                name: name.to_string(),
+                spec,
+            })),
+        }
     }
 
     /// The engine's name in `engines:`, if this is a remote one.
     pub fn engine(&self) -> Option<&str> {
-        self.engine.as_deref()
+        self.engine.as_ref().map(|engine| engine.name.as_str())
     }
 
     pub fn is_remote(&self) -> bool {
@@ -69,25 +83,23 @@ impl Daemon {
     }
 }
 
-/// Engine `name` of the user config's `engines:`, read now.
-fn spec_of(name: &str) -> Result<EngineSpec, RuntimeError> {
-    let unavailable = |message: String| RuntimeError::DockerUnavailable {
-        message: format!("engine `{name}`: {message}"),
-    };
-    let config = crate::config::Config::load(None, &crate::env::ProcessEnv)
-        .map_err(|e| unavailable(e.to_string()))?;
-    Ok(crate::engines::find(&config.engines, name)
-        .map_err(|e| unavailable(e.to_string()))?
-        .clone())
+/// The entry of a remote engine, or why it could not be read.
+fn spec_of(engine: &RemoteEngine) -> Result<&EngineSpec, RuntimeError> {
+    engine
+        .spec
+        .as_ref()
+        .map_err(|message| RuntimeError::DockerUnavailable {
+            message: format!("engine `{}`: {message}", engine.name),
+        })
 }
 
 /// The `docker` CLI's global flags that reach the current call's engine over TLS (none for
 /// the local daemon): for what only the CLI does well, an interactive `exec -it`.
 pub(super) fn cli_flags(daemon: &Daemon) -> Result<Vec<std::ffi::OsString>, RuntimeError> {
-    let Some(name) = daemon.engine() else {
+    let Some(engine) = &daemon.engine else {
         return Ok(Vec::new());
     };
-    let spec = spec_of(name)?;
+    let (name, spec) = (engine.name.as_str(), spec_of(engine)?);
     // An ssh engine: the CLI goes through this process's relay, so `ssh_options` hold.
     if spec.host.starts_with("ssh://") {
         let socket = super::ssh::relay_socket(&spec.host, &spec.ssh_options)?;
@@ -113,14 +125,15 @@ pub(super) fn cli_flags(daemon: &Daemon) -> Result<Vec<std::ffi::OsString>, Runt
     Ok(flags)
 }
 
-/// A client for engine `name` of the user config's `engines:`, over TLS. Clients are kept
-/// per (name, settings), so a changed entry is read again.
-pub(super) fn connect_engine(name: &str) -> Result<Docker, RuntimeError> {
+/// A client for a remote engine, over TLS or ssh. Clients are kept per (name, settings), so
+/// a runtime made from a changed entry gets a client of its own.
+pub(super) fn connect_engine(engine: &RemoteEngine) -> Result<Docker, RuntimeError> {
+    let name = engine.name.as_str();
     static CLIENTS: OnceLock<Mutex<HashMap<String, Docker>>> = OnceLock::new();
     let unavailable = |message: String| RuntimeError::DockerUnavailable {
         message: format!("engine `{name}`: {message}"),
     };
-    let spec = spec_of(name)?;
+    let spec = spec_of(engine)?;
     let key = format!("{name} {spec:?}");
     let clients = CLIENTS.get_or_init(Default::default);
     if let Some(docker) = clients

@@ -31,19 +31,15 @@ pub struct DockerRuntime {
 
 impl DockerRuntime {
     pub fn new(home: &PaddockHome, kind: RuntimeKind) -> DockerRuntime {
-        DockerRuntime::on_engine(home, kind, None)
+        DockerRuntime::on(home, kind, super::Daemon::local())
     }
 
-    /// A runtime for jobs on engine `engine` of the user config (`None`: the local one).
-    pub fn on_engine(
-        home: &PaddockHome,
-        kind: RuntimeKind,
-        engine: Option<String>,
-    ) -> DockerRuntime {
+    /// A runtime for jobs on `daemon` (this host's, or a remote engine's).
+    pub fn on(home: &PaddockHome, kind: RuntimeKind, daemon: super::Daemon) -> DockerRuntime {
         DockerRuntime {
             home: home.clone(),
             kind,
-            daemon: super::Daemon::of(engine),
+            daemon,
             layout: SandboxLayout::named(home),
         }
     }
@@ -398,5 +394,27 @@ impl EngineVolumes for DockerRuntime {
 
     async fn remove_cache_volume(&self, name: &str) -> Result<bool, RuntimeError> {
         super::cache_volumes::remove(&self.daemon, &self.home, name).await
+    }
+
+    async fn stat_path(&self, record: &JobRecord, path: &str) -> Result<Option<u32>, RuntimeError> {
+        super::archive::stat(&self.daemon, &super::container_of(record), path).await
+    }
+
+    async fn download_path(
+        &self,
+        record: &JobRecord,
+        path: &str,
+        cap: u64,
+    ) -> Result<Option<Vec<u8>>, RuntimeError> {
+        super::archive::download(&self.daemon, &super::container_of(record), path, cap).await
+    }
+
+    async fn upload_into(
+        &self,
+        record: &JobRecord,
+        dir: &str,
+        tar: Vec<u8>,
+    ) -> Result<(), RuntimeError> {
+        super::archive::upload(&self.daemon, &super::container_of(record), dir, tar).await
     }
 }

@@ -334,8 +334,11 @@ fn remote_caches_are_volumes_shared_by_key_seeded_kept_by_rm_and_private_to_the_
 /// Median of three create times: a job whose cache volume is new and empty, one whose new
 /// volume is seeded (inside the engine) from a cache of 2,000 files (or
 /// `PADDOCK_TEST_CACHE_FILES`, in hundreds), and one that shares a
-/// volume that exists.
+/// volume that exists. A measurement, not a check (what seeding must do is asserted by
+/// `remote_caches_are_volumes_shared_by_key_seeded_kept_by_rm_and_private_to_the_repository`):
+/// run it on its own, on an idle machine.
 #[test]
+#[ignore = "a measurement (medians printed): cargo nextest run --run-ignored only -E 'test(remote_cache_seed_timing)'"]
 fn remote_cache_seed_timing() {
     if !available("remote_cache_seed_timing") {
         return;

@@ -231,8 +231,10 @@ fn ports_of_a_remote_job_are_relayed_through_its_engine() {
 }
 
 /// Time to first byte and a 10 MiB response through the relay, next to a local job's
-/// published port (3 runs each; medians printed).
+/// published port (3 runs each; medians printed). A measurement, not a check (the relay's
+/// behaviour is `ports_of_a_remote_job_are_relayed_through_its_engine`'s): run it on its own.
 #[test]
+#[ignore = "a measurement (medians printed): cargo nextest run --run-ignored only -E 'test(remote_ports_measured)'"]
 fn remote_ports_measured_against_local_ones() {
     if !available("remote_ports_measured_against_local_ones") {
         return;
