@@ -82,13 +82,13 @@ pub(super) async fn engine_checks(runtimes: &Runtimes, config: &Config, image: &
 
 /// Whether every remote job with ports has its relay running here (`engine::port_relay`);
 /// nothing to say without such jobs.
-pub(super) fn port_relay_check(home: &PaddockHome) -> Option<Check> {
+pub(super) fn port_relay_check(home: &PaddockHome, runtimes: &Runtimes) -> Option<Check> {
     let records = home
         .store()
         .list()
         .map(|(records, _)| records)
         .unwrap_or_default();
-    let relayed: Vec<_> = records.iter().filter(|r| relayed(r)).collect();
+    let relayed: Vec<_> = records.iter().filter(|r| relayed(runtimes, r)).collect();
     if relayed.is_empty() {
         return None;
     }

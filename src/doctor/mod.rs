@@ -69,7 +69,7 @@ pub async fn run(
         checks.push(job_ranges_check(runtimes.with_sandboxes(), &image).await);
     }
     checks.extend(engines::engine_checks(runtimes, config, &image).await);
-    checks.extend(engines::port_relay_check(home));
+    checks.extend(engines::port_relay_check(home, runtimes));
     checks.push(state_root_check(home, &crate::env::ProcessEnv));
     checks.push(access::object_store_check(repo, uid));
     checks.push(disk_check(home));

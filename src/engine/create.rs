@@ -406,7 +406,7 @@ impl Paddock {
                 .await?
         };
         crash_point("registered");
-        if record.engine.is_some() {
+        if self.runtime_of(record).capabilities().volumes.is_some() {
             // A warm slot's container and volumes become the job's before the fill writes them.
             self.claim_remote(record, pool, !cache_specs.is_empty())
                 .await?;

@@ -182,8 +182,7 @@ impl Paddock {
 
     /// The runtime of `record`'s job.
     pub(crate) fn runtime_of(&self, record: &JobRecord) -> std::sync::Arc<dyn Runtime> {
-        self.runtimes
-            .on_engine(record.runtime, record.engine.as_deref())
+        self.runtimes.of_job(record)
     }
 
     /// Records an event in the install's event log (which gives it its id) and publishes it

@@ -154,7 +154,9 @@ impl Paddock {
             return;
         };
         for record in records {
-            if record.engine.is_none() || record.limits.network != NetworkMode::Allowlist {
+            // Only a runtime whose proxy keeps the log elsewhere (a remote engine's) does
+            // anything here.
+            if record.limits.network != NetworkMode::Allowlist {
                 continue;
             }
             let runtime = self.runtime_of(&record);

@@ -366,7 +366,7 @@ impl Paddock {
         record: &mut JobRecord,
         settings: PoolSettings,
     ) -> Result<Option<String>> {
-        if record.engine.is_some() {
+        if self.runtime_of(record).capabilities().volumes.is_some() {
             // Claimed before its fill (`claim_remote`): the slot's container takes its limits.
             return self.adopt_remote(record).await;
         }

@@ -26,12 +26,9 @@ impl Paddock {
         if settings.size == 0 {
             return Ok(());
         }
-        let engine = record.engine.clone();
-        if let Some(reason) = crate::runtime::pool_refusal(
-            self.runtimes
-                .on_engine(record.runtime, engine.as_deref())
-                .as_ref(),
-        ) {
+        let runtime = self.runtime_of(record);
+        let engine = runtime.describe().engine.map(str::to_string);
+        if let Some(reason) = crate::runtime::pool_refusal(runtime.as_ref()) {
             record.pool = Some(PoolStart::Cold {
                 reason: reason.to_string(),
             });

@@ -27,9 +27,10 @@ const LOGGED_FAILURES: u64 = 20;
 /// How long a start waits for a new relay to listen, and a stop for one to end.
 const READY_WAIT: Duration = Duration::from_secs(15);
 
-/// Whether the job's ports are served by a relay process here (a remote job's).
-pub(crate) fn relayed(record: &JobRecord) -> bool {
-    record.engine.is_some() && !record.ports.is_empty()
+/// Whether the job's ports are served by a relay process here: it has ports, and its
+/// runtime reaches them through its engine (a remote job's) instead of publishing them.
+pub(crate) fn relayed(runtimes: &crate::runtime::Runtimes, record: &JobRecord) -> bool {
+    !record.ports.is_empty() && runtimes.of_job(record).capabilities().ports.is_some()
 }
 
 /// Job `id`'s relay process, when one runs now: the pid its file names, alive with the
@@ -57,7 +58,7 @@ impl Paddock {
     /// Starts the job's relay process unless it runs, and waits until it listens. Nothing
     /// for a job whose ports Docker publishes here.
     pub(super) async fn ensure_port_relay(&self, record: &JobRecord) -> Result<()> {
-        if !relayed(record) || self.port_relay_process(&record.id).is_some() {
+        if !relayed(&self.runtimes, record) || self.port_relay_process(&record.id).is_some() {
             return Ok(());
         }
         let failed = |reason: String| Error::Port {
@@ -131,7 +132,7 @@ impl Paddock {
     /// when the job is gone or on SIGTERM; at once when another relay of the job runs.
     pub async fn serve_port_relay(&self, id: &str) -> Result<()> {
         let mut record = self.load(id)?;
-        if !relayed(&record) {
+        if !relayed(&self.runtimes, &record) {
             return Ok(());
         }
         let Ok(_lock) =
@@ -206,7 +207,7 @@ impl Paddock {
                     });
                 }
                 _ = check.tick() => match self.store.load(record.id.as_str()) {
-                    Ok(now) if relayed(&now) => record = now,
+                    Ok(now) if relayed(&self.runtimes, &now) => record = now,
                     _ => break,
                 },
                 _ = terminate.recv() => break,

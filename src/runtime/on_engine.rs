@@ -72,6 +72,13 @@ impl Remote {
 }
 
 impl Runtimes {
+    /// The runtime of `record`'s job: its recorded kind on its recorded engine. The one
+    /// place outside a runtime that reads `JobRecord::engine` to decide anything; the rest
+    /// ask the runtime this returns (its `describe`, `layout` and `capabilities`).
+    pub fn of_job(&self, record: &crate::job::JobRecord) -> Arc<dyn Runtime> {
+        self.on_engine(record.runtime, record.engine.as_deref())
+    }
+
     /// The runtime of a job of `kind` on `engine` (`None`: this host, as [`of`](Self::of)).
     /// A kind that registered no remote maker answers for every engine with its local
     /// runtime (a test's double does).

@@ -23,14 +23,12 @@ pub(super) struct SavedOrphan {
 }
 
 impl Paddock {
-    /// The install's containers on a remote job's engine, or why that engine did not answer.
+    /// The install's containers on a remote job's engine (its `runtime`'s), or why that
+    /// engine did not answer.
     pub(super) async fn engine_sandboxes(
         &self,
-        record: &JobRecord,
+        runtime: &dyn crate::runtime::Runtime,
     ) -> Result<Vec<Sandbox>, String> {
-        let runtime = self
-            .runtimes()
-            .on_engine(record.runtime, record.engine.as_deref());
         match runtime.capabilities().sandboxes {
             Some(sandboxes) => sandboxes.list_sandboxes().await.map_err(|e| e.to_string()),
             None => Ok(Vec::new()),

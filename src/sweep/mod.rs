@@ -347,9 +347,10 @@ impl Paddock {
             return None;
         }
         let on_engine;
-        let containers = match &record.engine {
+        let runtime = self.runtime_of(record);
+        let containers = match runtime.describe().engine {
             None => containers,
-            Some(engine) => match self.engine_sandboxes(record).await {
+            Some(engine) => match self.engine_sandboxes(runtime.as_ref()).await {
                 Ok(listed) => {
                     on_engine = listed;
                     Some(on_engine.as_slice())
@@ -391,13 +392,7 @@ impl Paddock {
         }
         if options.health_check
             && container.is_some_and(|c| c.running)
-            && let Err(error) = crate::runtime::health_check(
-                self.runtimes()
-                    .on_engine(record.runtime, record.engine.as_deref())
-                    .as_ref(),
-                record,
-            )
-            .await
+            && let Err(error) = crate::runtime::health_check(runtime.as_ref(), record).await
         {
             if !options.dry_run {
                 // The kill policy's stop: SIGTERM, the grace period, SIGKILL.

@@ -275,3 +275,36 @@ fn a_planted_kind_name_is_found() {
     assert_eq!(kinds_named(planted), ["Microvm"]);
     assert!(kinds_named("runtime.describe().ports").is_empty());
 }
+
+/// Where a job's files live and how it runs are decided once, when its runtime is built
+/// (`Runtimes::of_job`); everything else asks that runtime. Only the Docker runtime's own
+/// folder (which still keeps a remote job's twins), the builder and the wire view (which
+/// shows the field) read the record's engine.
+#[test]
+fn the_records_engine_is_read_where_its_runtime_is_built() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let allowed = [
+        "src/runtime/docker/",
+        "src/runtime/on_engine.rs",
+        "src/wire.rs",
+    ];
+    let readers: Vec<String> = source_files()
+        .into_iter()
+        .filter_map(|file| {
+            let relative = file
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let reads = code(&file).matches("record.engine.").count()
+                + code(&file).matches("record.engine ").count()
+                + code(&file).matches("&record.engine").count();
+            (reads > 0 && !allowed.iter().any(|a| relative.starts_with(a)))
+                .then(|| format!("{relative} ({reads})"))
+        })
+        .collect();
+    assert!(
+        readers.is_empty(),
+        "ask the job's runtime (Paddock::runtime_of) instead: {readers:?}"
+    );
+}
