@@ -1,6 +1,6 @@
 //! Where a job's files live: a directory on this host (a local job's worktree, opened
 //! beneath a descriptor that follows no link; `engine::files`) or volumes of a remote
-//! engine, reached through that engine's API (`runtime::docker::archive`, `fill`,
+//! engine, reached through that engine's API (`runtime::docker::archive`, `remote::fill`,
 //! `remote`). A pod's filesystem is the next kind. `Place` is how the file API sees them;
 //! `JobFiles` their life around it: made at create, the sync's outbox brought back, removed
 //! with the job. The engine picks one per job (`engine/places.rs`); `Runtime` says how the

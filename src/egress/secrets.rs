@@ -5,7 +5,7 @@
 //! hosts, the roots to verify upstream servers with) over a Unix socket in a directory only
 //! the sidecar and paddock's user can reach (`/paddock/ctl/ctl.sock` inside; never mounted
 //! into the job; on a remote engine a tmpfs of the sidecar, reached by an exec of
-//! `paddock egress-load` whose stdin carries the load, see `runtime/docker/engine_secrets`),
+//! `paddock egress-load` whose stdin carries the load, see `runtime/docker/remote/secrets.rs`),
 //! each time it starts the sidecar. Nothing of it is written to disk: a
 //! restarted proxy holds no values until paddock sends them again (the job's next start), and
 //! until then refuses requests to secret hosts rather than send them without the secret.

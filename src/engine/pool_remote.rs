@@ -1,4 +1,4 @@
-//! The warm pool on a remote engine (see `crate::pool`, `runtime/docker/remote_pool.rs`): a
+//! The warm pool on a remote engine (see `crate::pool`, `runtime/docker/remote/pool.rs`): a
 //! create of a remote job claims a ready slot of its engine before its fill
 //! ([`claim_remote`](Paddock::claim_remote)), taking the slot's container name, so the fill
 //! writes the slot's volumes by the same stream as a cold create (the object cache makes it

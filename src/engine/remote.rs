@@ -51,8 +51,8 @@ impl Paddock {
             _ => {}
         }
         // An allowlist job's proxy runs on the engine from its proxy image (see
-        // `runtime/docker/engine_egress.rs`), and its secrets go to it there by an exec's
-        // stdin (`runtime/docker/engine_secrets.rs`).
+        // `runtime/docker/remote/egress.rs`), and its secrets go to it there by an exec's
+        // stdin (`runtime/docker/remote/secrets.rs`).
         if profile.disk.is_some() {
             return Err(unsupported(
                 name,

@@ -9,7 +9,7 @@
 //! job containers mount read-only, so the second job of a repository sends only what is new.
 //! Engines are named only in the user's own file: a repository's file could otherwise send
 //! its jobs, and the user's history, to a machine it names. This module holds no client (the
-//! connection is `runtime/docker/remote.rs`), so config and runtime can both use it.
+//! connection is `runtime/docker/remote/connect.rs`), so config and runtime can both use it.
 
 pub mod context;
 pub mod ssh;
@@ -222,7 +222,7 @@ pub fn staged_copies(job_dir: &std::path::Path) -> std::path::PathBuf {
     job_dir.join("stage-copy.tar")
 }
 
-/// What filling a remote job's files sent to its engine (`runtime/docker/fill.rs`).
+/// What filling a remote job's files sent to its engine (`runtime/docker/remote/fill.rs`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
 pub struct FillReport {
     /// The pack's size: what went over the wire for the repository's objects.

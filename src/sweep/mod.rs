@@ -312,10 +312,6 @@ impl Paddock {
         verdict
     }
 
-    #[expect(
-        clippy::too_many_lines,
-        reason = "the sweep's verdict on one job, rule by rule"
-    )]
     async fn stale_or_kept(
         &self,
         record: &JobRecord,

@@ -365,55 +365,21 @@ fn inner_edges(files: &[File], graph: &[BTreeSet<usize>], component: &[usize]) -
     lines.join("; ")
 }
 
-/// The one circle left (issue 42): fifteen files of the Docker runtime, whose local and
-/// remote twins import each other (`egress`/`engine_egress`, `secrets`/`engine_secrets`,
-/// `calls`/`remote`). Splitting where a job's files live into one trait with a local and a
-/// remote implementation cuts it; this list may only shrink: a file that leaves the circle
-/// must leave the list, and any other circle fails.
-const KNOWN_CIRCLE: &[&str] = &[
-    "runtime::docker::archive",
-    "runtime::docker::body",
-    "runtime::docker::build_cell",
-    "runtime::docker::cache_volumes",
-    "runtime::docker::calls",
-    "runtime::docker::egress",
-    "runtime::docker::engine_egress",
-    "runtime::docker::engine_secrets",
-    "runtime::docker::exec",
-    "runtime::docker::fill",
-    "runtime::docker::image",
-    "runtime::docker::port_relay",
-    "runtime::docker::ranges",
-    "runtime::docker::remote",
-    "runtime::docker::secrets",
-];
-
+/// No file reaches itself through the files it imports: each can be read from the ones
+/// below it. A circle is named with the edges inside it.
 #[test]
 fn no_files_import_each_other_in_a_circle() {
     let files = files();
     let graph = edges(&files);
     assert!(files.len() > 100, "the scan found the files");
-    let mut in_known = BTreeSet::new();
-    let mut found = Vec::new();
-    for component in circles(&graph) {
-        let names: BTreeSet<String> = (component.iter())
-            .map(|&i| files[i].module.join("::"))
-            .collect();
-        if names.iter().all(|n| KNOWN_CIRCLE.contains(&n.as_str())) {
-            in_known.extend(names);
-        } else {
-            let edges = inner_edges(&files, &graph, &component);
-            found.push(format!("{}: {edges}", describe(&files, &component)));
-        }
-    }
-    assert!(found.is_empty(), "files in import circles: {found:#?}");
-    let left: Vec<&&str> = (KNOWN_CIRCLE.iter())
-        .filter(|name| !in_known.contains(**name))
+    let found: Vec<String> = circles(&graph)
+        .iter()
+        .map(|component| {
+            let edges = inner_edges(&files, &graph, component);
+            format!("{}: {edges}", describe(&files, component))
+        })
         .collect();
-    assert!(
-        left.is_empty(),
-        "out of the known circle now, take them off KNOWN_CIRCLE: {left:?}"
-    );
+    assert!(found.is_empty(), "files in import circles: {found:#?}");
 }
 
 /// The rule can fail: two files planted to name each other are one circle.

@@ -133,3 +133,21 @@ pub async fn upload(
     )
     .await
 }
+
+/// A tar of one file `name` holding `bytes`, owned by `uid:gid` with `mode`.
+pub(crate) fn tar_of(
+    name: &str,
+    bytes: &[u8],
+    owner: (u32, u32),
+    mode: u32,
+) -> std::io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(bytes.len() as u64);
+    header.set_mode(mode);
+    header.set_uid(owner.0.into());
+    header.set_gid(owner.1.into());
+    header.set_mtime(chrono::Utc::now().timestamp().try_into().unwrap_or(0));
+    builder.append_data(&mut header, name, bytes)?;
+    builder.into_inner()
+}

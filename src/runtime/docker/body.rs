@@ -51,7 +51,7 @@ pub(super) fn container_body(
     let (secret_mounts, secret_env) = super::secrets::job_parts(home, record);
     env.extend(secret_env);
     let mut mounts = if record.engine.is_some() {
-        let mut mounts = super::remote::job_mounts(home, record);
+        let mut mounts = super::remote::volumes::job_mounts(home, record);
         mounts.extend(super::cache_volumes::job_mounts(record));
         mounts
     } else {
@@ -125,17 +125,6 @@ pub(super) fn container_body(
         networking_config,
         ..Default::default()
     })
-}
-
-/// What a warm-started job's execs add to their environment: the part of a job
-/// container's own environment that a pool slot's container, made before the job, lacks.
-pub(super) fn warm_env(record: &JobRecord) -> Vec<(String, String)> {
-    if record.pool_slot().is_none() {
-        return Vec::new();
-    }
-    let mut env = crate::runtime::agent_git_env(record, true);
-    env.extend(crate::cache::env_vars(&record.caches));
-    env
 }
 
 /// What every container of paddock's starts with in its environment.

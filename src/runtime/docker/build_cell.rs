@@ -25,7 +25,7 @@ use bollard::models::{ContainerCreateBody, HostConfig, SystemInfo};
 use bollard::query_parameters::{CreateImageOptionsBuilder, RemoveContainerOptionsBuilder};
 use futures_util::StreamExt;
 
-use super::image::LABEL_IMAGE;
+use super::LABEL_IMAGE;
 use super::{API_TIMEOUT, BUILD_TIMEOUT, LABEL_HOME, LABEL_ROLE, call, create_named, start_named};
 use crate::runtime::{BuildLimits, RuntimeError};
 

@@ -319,6 +319,6 @@ pub(super) async fn remove(
     if !ours {
         return Ok(false);
     }
-    super::remote::remove_volume(&docker, name).await?;
+    super::remote::volumes::remove_volume(&docker, name).await?;
     Ok(true)
 }

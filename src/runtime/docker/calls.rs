@@ -87,7 +87,7 @@ pub(super) async fn create_named(
     name: &str,
     body: ContainerCreateBody,
 ) -> Result<String, RuntimeError> {
-    super::remote::check_no_host_binds(daemon, name, &body)?;
+    check_no_host_binds(daemon, name, &body)?;
     let options = CreateContainerOptionsBuilder::new().name(name).build();
     let created = tokio::time::timeout(API_TIMEOUT, docker.create_container(Some(options), body));
     match created.await {
@@ -121,4 +121,32 @@ pub(super) async fn start_named(docker: &Docker, name: &str) -> Result<(), Runti
         docker.start_container(name, None),
     )
     .await
+}
+
+/// The test switch (`PADDOCK_TEST_FORBID_HOST_BINDS=1`): a container on a remote engine
+/// with a bind mount of a host path is refused before it is made.
+fn check_no_host_binds(
+    daemon: &super::Daemon,
+    name: &str,
+    body: &bollard::models::ContainerCreateBody,
+) -> Result<(), RuntimeError> {
+    if !daemon.is_remote() || !crate::engines::forbid_host_binds() {
+        return Ok(());
+    }
+    let host = body.host_config.as_ref();
+    let binds = host
+        .and_then(|h| h.binds.as_ref())
+        .is_some_and(|b| !b.is_empty());
+    let bind_mounts = host.and_then(|h| h.mounts.as_ref()).is_some_and(|m| {
+        m.iter()
+            .any(|m| m.typ == Some(bollard::models::MountTypeEnum::BIND))
+    });
+    if binds || bind_mounts {
+        return Err(RuntimeError::Docker {
+            action: "create container",
+            target: name.to_string(),
+            message: "a host path bind-mounted into a remote engine's container (PADDOCK_TEST_FORBID_HOST_BINDS)".into(),
+        });
+    }
+    Ok(())
 }

@@ -29,12 +29,12 @@
 //! `logs/<job>/egress.jsonl` (the proxy's decisions; the only file it can write).
 //!
 //! On a remote engine the sidecar is the same container with the differences kept in
-//! `engine_egress.rs`: its image holds the binary, the policy and the log are volumes there
+//! `remote/egress.rs`: its image holds the binary, the policy and the log are volumes there
 //! (the host files are their copies), and the guard runs on the engine's host.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use bollard::Docker;
 use bollard::models::{
@@ -43,6 +43,10 @@ use bollard::models::{
 };
 
 use super::mounts::bind;
+use super::sidecar::{
+    SIDECAR_BINARY, SIDECAR_LOG, SIDECAR_POLICY_DIR, helper_host_config, log_path, policy_dir,
+    sidecar_name,
+};
 use super::{
     API_TIMEOUT, LABEL_HOME, LABEL_JOB, LABEL_ROLE, agent_user, call, create_named, first_error,
     inspect_named, io_error, job_container, optional, remove_labelled_container, start_named,
@@ -57,18 +61,10 @@ use crate::store::PaddockHome;
 pub const PROXY_PORT: u16 = 3128;
 /// The bridge driver's option that leaves the host without an address on the network.
 const INHIBIT_HOST_ADDRESS: &str = "com.docker.network.bridge.inhibit_ipv4";
-pub(super) const SIDECAR_BINARY: &str = "/paddock/bin/paddock";
-pub(super) const SIDECAR_POLICY_DIR: &str = "/paddock/egress";
-pub(super) const SIDECAR_LOG: &str = "/paddock/log/egress.jsonl";
 
 /// The job's internal network, named after its container `base`.
 pub fn network_name(base: &str) -> String {
     format!("{base}-net")
-}
-
-/// The job's egress sidecar, named after its container `base`.
-pub fn sidecar_name(base: &str) -> String {
-    format!("{base}-egress")
 }
 
 /// First address of the range the job networks' subnets come from (198.18.0.0/15).
@@ -174,16 +170,6 @@ pub fn proxy_env(record: &JobRecord, address: Option<Ipv4Addr>) -> Vec<String> {
     env
 }
 
-/// Where the job's policy file lives on the host.
-pub fn policy_dir(home: &PaddockHome, id: &JobId) -> PathBuf {
-    home.job_dir(id).join("egress")
-}
-
-/// Where the proxy's decisions go on the host.
-pub fn log_path(home: &PaddockHome, id: &JobId) -> PathBuf {
-    home.logs_dir(id).join("egress.jsonl")
-}
-
 /// Writes the job's policy where its proxy reads it (atomically: the proxy never sees half
 /// a file). The next connection through the proxy follows it.
 pub fn write_policy(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
@@ -191,7 +177,7 @@ pub fn write_policy(home: &PaddockHome, record: &JobRecord) -> Result<(), Runtim
     std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
     // A remote job's proxy runs on its engine: the addresses to refuse are that host's.
     let host_addresses = if record.engine.is_some() {
-        super::engine_egress::engine_addresses(home, record)
+        super::remote::egress::engine_addresses(home, record)
     } else {
         crate::sys::host_addresses()
     };
@@ -251,14 +237,14 @@ pub async fn ensure(
     match inspect_named(docker, home, &name, record.id.as_str()).await? {
         Some(status) if status.running => {
             if remote {
-                super::engine_egress::push_policy(daemon, home, record).await?;
+                super::remote::egress::push_policy(daemon, home, record).await?;
             }
             super::secrets::send(daemon, home, record).await?;
             return Ok(Some(sealed));
         }
         Some(_) => {
             if remote {
-                super::engine_egress::prepare(docker, home, record).await?;
+                super::remote::egress::prepare(docker, home, record).await?;
             }
             if start_named(docker, &name).await.is_ok() {
                 super::secrets::send(daemon, home, record).await?;
@@ -269,7 +255,7 @@ pub async fn ensure(
         None => {}
     }
     let parts = if remote {
-        Some(super::engine_egress::sidecar_parts(daemon, docker, home, record).await?)
+        Some(super::remote::egress::sidecar_parts(daemon, docker, home, record).await?)
     } else {
         None
     };
@@ -281,7 +267,7 @@ pub async fn ensure(
     )
     .await?;
     if remote {
-        super::engine_egress::prepare(docker, home, record).await?;
+        super::remote::egress::prepare(docker, home, record).await?;
     }
     call(
         "connect network",
@@ -374,7 +360,7 @@ async fn ensure_network(
     // /proc/net/route when the route is there.
     if daemon.is_remote() {
         let addresses = super::ranges::ensure_on_engine(daemon, docker).await?;
-        super::engine_egress::keep_addresses(home, record, &addresses)?;
+        super::remote::egress::keep_addresses(home, record, &addresses)?;
     } else {
         super::ranges::ensure(daemon, docker, &record.limits.image).await?;
     }
@@ -482,7 +468,7 @@ fn host_mounts(
 }
 
 /// The sidecar's container; `remote`: its image and mounts on a remote engine
-/// (`engine_egress::sidecar_parts`), else the job's image and the host binds.
+/// (`remote::egress::sidecar_parts`), else the job's image and the host binds.
 fn sidecar_body(
     home: &PaddockHome,
     record: &JobRecord,
@@ -506,7 +492,7 @@ fn sidecar_body(
     let (control_mounts, control_args) = super::secrets::sidecar_parts(home, record, uid, gid)?;
     // On a remote engine the control socket's directory is the sidecar's own tmpfs.
     let tmpfs = (remote_parts && !control_args.is_empty())
-        .then(|| super::engine_secrets::control_tmpfs(uid, gid));
+        .then(|| super::remote::secrets::control_tmpfs(uid, gid));
     let host_config = HostConfig {
         mounts: Some(mounts.into_iter().chain(control_mounts).collect()),
         network_mode: Some("bridge".into()),
@@ -569,23 +555,6 @@ pub async fn remove(
     }
     .await;
     first_error([sidecar, network])
-}
-
-/// The hardening and limits of paddock's own helpers beside a job (its egress sidecar, a
-/// remote job's port relay): every capability dropped, `no-new-privileges`, a read-only
-/// root, 256 pids, 256 MiB without swap, one CPU, and an init that reaps.
-pub(super) fn helper_host_config() -> HostConfig {
-    HostConfig {
-        cap_drop: Some(vec!["ALL".into()]),
-        security_opt: Some(vec!["no-new-privileges".into()]),
-        readonly_rootfs: Some(true),
-        pids_limit: Some(256),
-        memory: Some(256 << 20),
-        memory_swap: Some(256 << 20),
-        nano_cpus: Some(1_000_000_000),
-        init: Some(true),
-        ..Default::default()
-    }
 }
 
 #[cfg(test)]

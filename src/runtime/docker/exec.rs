@@ -12,11 +12,8 @@ use bollard::models::ExecConfig;
 use futures_util::StreamExt;
 use tokio::time::sleep_until;
 
-use super::{
-    AFTER_KILL, API_TIMEOUT, LABEL_ROLE, call, container_body, create_named, ensure_running,
-    inspect_ours, job_container, remove_labelled_container, start_named,
-};
-use crate::config::{KillPolicy, NetworkMode};
+use super::{AFTER_KILL, API_TIMEOUT, call, ensure_running, job_container};
+use crate::config::KillPolicy;
 use crate::job::{JobRecord, random_hex};
 use crate::runtime::RuntimeError;
 use crate::runtime::exec::{CappedOutput, ExecRequest, ExecResult, OutputSink, StreamKind};
@@ -132,82 +129,12 @@ pub async fn exec(
     Ok((result, container_id, oom_count))
 }
 
-/// Runs the sync script (or any short paddock command) in the job's sandbox: its container
-/// when that runs, else a throwaway container with the same mounts, user and limits, so a
-/// stopped job is not started again and no agent process runs beside the command.
-pub async fn exec_in_sandbox(
-    daemon: &super::Daemon,
-    home: &PaddockHome,
-    record: &JobRecord,
-    request: &ExecRequest,
-    sink: &mut dyn OutputSink,
-) -> Result<ExecResult, RuntimeError> {
-    let docker = daemon.connect()?;
-    if inspect_ours(&docker, home, record)
-        .await?
-        .is_some_and(|status| status.running)
-    {
-        let name = job_container(record);
-        return Ok(exec_in(daemon, &name, record, request, sink).await?.0);
-    }
-    exec_beside(
-        daemon,
-        home,
-        record,
-        request,
-        sink,
-        NetworkMode::None,
-        "sync",
-    )
-    .await
-}
-
-/// Runs `request` in a throwaway container beside the job's: the same image, mounts, user
-/// and limits, but the network `network` (`none` or `open`: a container of its own, never
-/// the job's sealed network), no port and no proxy; removed afterwards. `role` labels it
-/// (`sync`: paddock's own sync of a stopped job; `setup`: setup commands with their own
-/// network policy), so a sweep reaps one a crash left behind.
-pub async fn exec_beside(
-    daemon: &super::Daemon,
-    home: &PaddockHome,
-    record: &JobRecord,
-    request: &ExecRequest,
-    sink: &mut dyn OutputSink,
-    network: NetworkMode,
-    role: &'static str,
-) -> Result<ExecResult, RuntimeError> {
-    let docker = daemon.connect()?;
-    let name = format!("{}-{role}-{}", job_container(record), random_hex(6));
-    let mut stand_in = record.clone();
-    stand_in.limits.network = match network {
-        NetworkMode::Open => NetworkMode::Open,
-        NetworkMode::None | NetworkMode::Allowlist => NetworkMode::None,
-    };
-    stand_in.ports.clear();
-    // Labelled with the job's id (not a pool slot's): it is the job's helper, removed below by that.
-    stand_in.pool = None;
-    let mut body = container_body(home, &stand_in, None)?;
-    if let Some(labels) = &mut body.labels {
-        labels.insert(LABEL_ROLE.to_string(), role.to_string());
-    }
-    create_named(daemon, &docker, &name, body).await?;
-    let result = async {
-        start_named(&docker, &name).await?;
-        exec_in(daemon, &name, record, request, sink).await
-    }
-    .await;
-    if let Err(error) = remove_labelled_container(daemon, home, &name, record.id.as_str()).await {
-        tracing::warn!(container = %name, %error, "failed to remove a throwaway container");
-    }
-    Ok(result?.0)
-}
-
 /// Runs one command in the running container `name` (see [`exec`]).
 #[expect(
     clippy::too_many_lines,
     reason = "one exec's life on the engine: create, attach, stream, deadline, sync (issue 42 splits it)"
 )]
-async fn exec_in(
+pub(super) async fn exec_in(
     daemon: &super::Daemon,
     name: &str,
     record: &JobRecord,
@@ -239,7 +166,7 @@ async fn exec_in(
         ],
     };
     cmd.extend(request.cmd.iter().cloned());
-    let warm = super::warm_env(record);
+    let warm = warm_env(record);
     let mut env: Vec<String> = warm
         .iter()
         .map(|(k, v)| (k, v))
@@ -472,13 +399,13 @@ pub fn interactive_shell(
     use std::io::IsTerminal as _;
     let mut command = tokio::process::Command::new("docker");
     // A job on a remote engine: the CLI reaches it as paddock's client does, over TLS.
-    command.args(super::remote::cli_flags(daemon)?);
+    command.args(daemon.cli_flags()?);
     // A terminal only when there is one: commands piped into `paddock shell` run too.
     command.args(["exec", "-i"]);
     if std::io::stdin().is_terminal() {
         command.arg("-t");
     }
-    for (key, value) in super::warm_env(record)
+    for (key, value) in warm_env(record)
         .into_iter()
         .chain(crate::runtime::job_env(record, true))
     {
@@ -493,4 +420,15 @@ pub fn interactive_shell(
         "command -v bash >/dev/null && exec bash || exec sh",
     ]);
     Ok(command)
+}
+
+/// What a warm-started job's execs add to their environment: the part of a job
+/// container's own environment that a pool slot's container, made before the job, lacks.
+pub(super) fn warm_env(record: &JobRecord) -> Vec<(String, String)> {
+    if record.pool_slot().is_none() {
+        return Vec::new();
+    }
+    let mut env = crate::runtime::agent_git_env(record, true);
+    env.extend(crate::cache::env_vars(&record.caches));
+    env
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 
-use super::{API_TIMEOUT, BUILD_TIMEOUT, LABEL_HOME};
+use super::{API_TIMEOUT, BUILD_TIMEOUT, LABEL_HOME, LABEL_IMAGE};
 use crate::runtime::RuntimeError;
 
 /// The Dockerfile and entrypoint built into the binary, so `paddock image build` works from
@@ -15,11 +15,6 @@ use crate::runtime::RuntimeError;
 const DOCKERFILE: &str = include_str!("../../../Dockerfile.agent");
 
 const ENTRYPOINT: &str = include_str!("../../../entrypoint.sh");
-
-/// Marks the images paddock built (`agent`: its agent layer; `devcontainer-base`: a
-/// repository's own build under it), beside the building install's [`LABEL_HOME`]: paddock
-/// removes only images carrying both, its own.
-pub const LABEL_IMAGE: &str = "dev.paddock.image";
 
 /// Builds the agent image from the Dockerfile built into paddock. `progress` receives each
 /// line of build output. Returns the image id.

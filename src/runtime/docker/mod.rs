@@ -39,17 +39,16 @@ use bollard::query_parameters::{
 };
 
 pub mod archive;
+mod beside;
 mod body;
 pub(crate) mod build_cell;
 mod cache_volumes;
 mod calls;
+mod daemon;
 mod egress;
-mod engine_egress;
-mod engine_secrets;
 mod exec;
 pub mod export;
 mod facts;
-mod fill;
 pub use facts::misconfiguration;
 mod image;
 mod mounts;
@@ -58,18 +57,18 @@ mod port_relay;
 mod ports;
 mod ranges;
 mod remote;
-mod remote_pool;
 mod sandbox;
 mod secrets;
-pub mod ssh;
+mod sidecar;
 mod stats;
 
-use body::{base_env, container_body, hardened_host_config, warm_env};
-pub(crate) use egress::{log_path as egress_log_path, write_policy as write_egress_policy};
+use body::{base_env, container_body, hardened_host_config};
+pub use daemon::Daemon;
+pub(crate) use egress::write_policy as write_egress_policy;
 pub(crate) use mounts::grant_agent_access;
 pub use ranges::Guard;
-pub use remote::Daemon;
 pub use sandbox::DockerRuntime;
+pub(crate) use sidecar::log_path as egress_log_path;
 
 use super::{RuntimeError, Sandbox, SandboxRole};
 use crate::config::NetworkMode;
@@ -77,6 +76,10 @@ use crate::job::{JobId, JobRecord, RuntimeKind};
 use crate::store::{JobStore, PaddockHome};
 use calls::{call, create_named, is_not_found, is_unreachable, optional, start_named};
 
+/// Marks the images paddock built (`agent`: its agent layer; `devcontainer-base`: a
+/// repository's own build under it), beside the building install's [`LABEL_HOME`]: paddock
+/// removes only images carrying both, its own.
+pub const LABEL_IMAGE: &str = "dev.paddock.image";
 pub const LABEL_JOB: &str = "dev.paddock.job";
 pub const LABEL_HOME: &str = "dev.paddock.home";
 // The sandbox layout every runtime shares, under the names this folder's code reads.
@@ -187,7 +190,7 @@ pub async fn check_ready(
         }
     }
     if network == NetworkMode::Allowlist && daemon.is_remote() {
-        engine_egress::check_proxy_image(&docker).await?;
+        remote::proxy_image::check_proxy_image(&docker).await?;
     }
     if kind == RuntimeKind::Runsc {
         let runtimes = registered_runtimes(&docker).await?;
@@ -499,7 +502,7 @@ pub async fn remove_job_container(
     let name = job_container(record);
     if record.engine.is_some() && egress::has_sealed_network(record) {
         // The proxy's decisions outlive the job on the host, as a local job's do.
-        if let Err(error) = engine_egress::pull_log(daemon, home, record).await {
+        if let Err(error) = remote::egress::pull_log(daemon, home, record).await {
             tracing::warn!(job = %record.id, %error, "cannot copy the egress log from the engine");
         }
     }

@@ -2,7 +2,7 @@
 //! `engine::port_relay`): a relay container, `<job container>-ports`, that joins the job
 //! container's network namespace (`network_mode: container:<job container>`) and runs
 //! nothing but `paddock port-bridge --hold` from the engine's proxy image (this very binary,
-//! `engine_egress`); each connection the host's relay accepts becomes an exec of
+//! `remote::proxy_image`); each connection the host's relay accepts becomes an exec of
 //! `paddock port-bridge PORT` in it, attached over the engine's API, whose stdin and stdout
 //! carry the connection's bytes to `127.0.0.1:PORT` in the job's namespace.
 //!
@@ -62,7 +62,7 @@ pub async fn restart(
     let base = job_container(record);
     let name = relay_name(&base);
     remove_labelled_container(daemon, home, &name, record.id.as_str()).await?;
-    let image = super::engine_egress::require_proxy_image(daemon, docker).await?;
+    let image = super::remote::proxy_image::require_proxy_image(daemon, docker).await?;
     let (uid, gid) = agent_user(record.limits.uid);
     let body = ContainerCreateBody {
         image: Some(image),
@@ -77,7 +77,7 @@ pub async fn restart(
         stop_signal: Some("SIGTERM".into()),
         host_config: Some(HostConfig {
             network_mode: Some(format!("container:{base}")),
-            ..super::egress::helper_host_config()
+            ..super::sidecar::helper_host_config()
         }),
         ..Default::default()
     };

@@ -11,7 +11,7 @@
 //! On a remote engine the host to guard is the engine's, whose route table paddock cannot
 //! read: the same container runs there every time a job's sidecar is made or started
 //! (`ensure_on_engine`; adding the route is a replace, harmless when it is there), from the
-//! proxy image (`engine_egress`), so no host binary is mounted, and it reports the engine
+//! proxy image (`remote::proxy_image`), so no host binary is mounted, and it reports the engine
 //! host's addresses for the job's policy.
 
 use std::path::Path;
@@ -77,7 +77,7 @@ pub async fn ensure_on_engine(
     daemon: &super::Daemon,
     docker: &Docker,
 ) -> Result<Vec<std::net::IpAddr>, RuntimeError> {
-    let image = super::engine_egress::require_proxy_image(daemon, docker).await?;
+    let image = super::remote::proxy_image::require_proxy_image(daemon, docker).await?;
     let output = run_guard_container(daemon, docker, &image, false).await?;
     Ok(output
         .lines()

@@ -115,7 +115,7 @@ impl Runtime for DockerRuntime {
         if self.daemon.is_remote() && super::egress::has_sealed_network(record) {
             // The proxy's decisions of this command, where the host's readers look.
             if let Err(error) =
-                super::engine_egress::pull_log(&self.daemon, &self.home, record).await
+                super::remote::egress::pull_log(&self.daemon, &self.home, record).await
             {
                 tracing::warn!(job = %record.id, %error, "cannot copy the egress log from the engine");
             }
@@ -135,7 +135,7 @@ impl Runtime for DockerRuntime {
         request: &ExecRequest,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult, RuntimeError> {
-        super::exec::exec_in_sandbox(&self.daemon, &self.home, record, request, sink).await
+        super::beside::exec_in_sandbox(&self.daemon, &self.home, record, request, sink).await
     }
 
     async fn shell_command(
@@ -211,7 +211,7 @@ impl Images for DockerRuntime {
             .await?;
         if self.daemon.is_remote() {
             // The egress proxy of the engine's allowlist jobs: this binary in an image.
-            super::engine_egress::build_proxy_image(
+            super::remote::proxy_image::build_proxy_image(
                 &self.daemon,
                 base_image,
                 self.home.id(),
@@ -253,7 +253,7 @@ impl Network for DockerRuntime {
     async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
         super::egress::write_policy(&self.home, record)?;
         if self.daemon.is_remote() {
-            super::engine_egress::push_policy(&self.daemon, &self.home, record).await?;
+            super::remote::egress::push_policy(&self.daemon, &self.home, record).await?;
         }
         Ok(())
     }
@@ -266,7 +266,7 @@ impl Network for DockerRuntime {
         if !self.daemon.is_remote() || !super::egress::has_sealed_network(record) {
             return Ok(());
         }
-        super::engine_egress::pull_log(&self.daemon, &self.home, record).await
+        super::remote::egress::pull_log(&self.daemon, &self.home, record).await
     }
 
     async fn guard_job_ranges(&self, image: &str) -> Option<Result<bool, RuntimeError>> {
@@ -282,7 +282,7 @@ impl Network for DockerRuntime {
         sink: &mut dyn OutputSink,
         network: NetworkMode,
     ) -> Result<ExecOutcome, RuntimeError> {
-        let result = super::exec::exec_beside(
+        let result = super::beside::exec_beside(
             &self.daemon,
             &self.home,
             record,
@@ -314,7 +314,7 @@ impl Pool for DockerRuntime {
 
     async fn start_pool_slot(&self, slot: &PoolSlot) -> Result<String, RuntimeError> {
         if self.daemon.is_remote() {
-            super::remote_pool::start_slot(&self.daemon, &self.home, slot).await
+            super::remote::pool::start_slot(&self.daemon, &self.home, slot).await
         } else {
             super::pool::start_slot(&self.daemon, &self.home, slot).await
         }
@@ -329,7 +329,7 @@ impl Pool for DockerRuntime {
         if !self.daemon.is_remote() {
             return Ok(());
         }
-        super::remote_pool::check_slot(&self.daemon, &self.home, slot).await
+        super::remote::pool::check_slot(&self.daemon, &self.home, slot).await
     }
 
     async fn adopt_pool_slot(
@@ -338,7 +338,7 @@ impl Pool for DockerRuntime {
         slot: &PoolSlot,
     ) -> Result<String, RuntimeError> {
         if self.daemon.is_remote() {
-            super::remote_pool::adopt_slot(&self.daemon, record, slot).await
+            super::remote::pool::adopt_slot(&self.daemon, record, slot).await
         } else {
             super::pool::adopt_slot(&self.daemon, record, slot).await
         }
@@ -350,7 +350,7 @@ impl Pool for DockerRuntime {
         job_name: Option<&str>,
     ) -> Result<(), RuntimeError> {
         if self.daemon.is_remote() {
-            super::remote_pool::remove_slot(&self.daemon, &self.home, slot).await
+            super::remote::pool::remove_slot(&self.daemon, &self.home, slot).await
         } else {
             super::pool::remove_slot_container(&self.daemon, &self.home, slot, job_name).await
         }
@@ -377,15 +377,15 @@ impl EngineVolumes for DockerRuntime {
         staged_git: &std::path::Path,
         tip: &str,
     ) -> Result<crate::engines::FillReport, RuntimeError> {
-        super::fill::fill(&self.daemon, &self.home, record, staged_git, tip).await
+        super::remote::fill::fill(&self.daemon, &self.home, record, staged_git, tip).await
     }
 
     async fn collect_outbox(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        super::remote::collect_outbox(&self.daemon, record).await
+        super::remote::outbox::collect_outbox(&self.daemon, record).await
     }
 
     async fn remove_files(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        super::remote::remove_job_volumes(&self.daemon, &self.home, record).await
+        super::remote::volumes::remove_job_volumes(&self.daemon, &self.home, record).await
     }
 
     async fn cache_volumes(&self) -> Result<Vec<crate::engines::CacheVolume>, RuntimeError> {

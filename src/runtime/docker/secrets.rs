@@ -10,7 +10,7 @@
 //! job is started again by paddock; it refuses secret hosts meanwhile.
 //!
 //! On a remote engine nothing of this is a host path: the bundle is a volume there and the
-//! values go through an exec's stdin (see `engine_secrets`).
+//! values go through an exec's stdin (see `remote::secrets`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,18 +19,15 @@ use bollard::models::Mount;
 
 use super::io_error;
 use super::mounts::bind;
+use super::sidecar::{
+    JOB_BUNDLE, SIDECAR_CONTROL, SIDECAR_CONTROL_DIR, bundle_pem, failed, has_secrets,
+};
 use crate::egress::ca::{InstallCa, host_roots_pem};
 use crate::egress::secrets::{Load, SecretRule};
 use crate::job::JobRecord;
 use crate::runtime::RuntimeError;
 use crate::store::PaddockHome;
 
-/// Where the control directory is inside the sidecar.
-pub const SIDECAR_CONTROL_DIR: &str = "/paddock/ctl";
-/// The control socket inside the sidecar.
-pub const SIDECAR_CONTROL: &str = "/paddock/ctl/ctl.sock";
-/// Where the job finds its CA bundle.
-pub const JOB_BUNDLE: &str = "/paddock/ca/bundle.pem";
 /// How long paddock waits for a started proxy's control socket and answer.
 const SEND_DEADLINE: Duration = Duration::from_secs(15);
 
@@ -50,14 +47,6 @@ pub fn rules(record: &JobRecord) -> Vec<SecretRule> {
         .collect()
 }
 
-pub(super) fn has_secrets(record: &JobRecord) -> bool {
-    record
-        .limits
-        .secrets
-        .as_ref()
-        .is_some_and(|s| !s.secrets.is_empty())
-}
-
 fn control_dir(home: &PaddockHome, record: &JobRecord) -> PathBuf {
     home.job_dir(&record.id).join("egress-ctl")
 }
@@ -66,14 +55,6 @@ fn bundle_path(home: &PaddockHome, record: &JobRecord) -> PathBuf {
     home.job_dir(&record.id)
         .join("egress-ca")
         .join("bundle.pem")
-}
-
-fn failed(record: &JobRecord, name: &str, message: impl Into<String>) -> RuntimeError {
-    RuntimeError::Secret {
-        job: record.id.to_string(),
-        name: name.to_string(),
-        message: message.into(),
-    }
 }
 
 /// The sidecar's extra mount and arguments for a job with secrets (its control directory,
@@ -89,7 +70,7 @@ pub fn sidecar_parts(
     }
     let args = vec!["--control".into(), SIDECAR_CONTROL.into()];
     if record.engine.is_some() {
-        // A tmpfs of the sidecar there (`engine_secrets::control_tmpfs`).
+        // A tmpfs of the sidecar there (`remote::secrets::control_tmpfs`).
         return Ok((Vec::new(), args));
     }
     use std::os::unix::fs::PermissionsExt;
@@ -118,7 +99,7 @@ pub fn job_parts(home: &PaddockHome, record: &JobRecord) -> (Vec<Mount>, Vec<Str
         return (Vec::new(), Vec::new());
     };
     let mount = if record.engine.is_some() {
-        super::engine_secrets::job_mount(record)
+        super::remote::secrets::job_mount(record)
     } else {
         bind(&bundle_path(home, record), Path::new(JOB_BUNDLE), true)
     };
@@ -145,33 +126,6 @@ pub async fn write_bundle(home: &PaddockHome, record: &JobRecord) -> Result<(), 
     })
     .await
     .expect("writing the bundle does not panic")
-}
-
-/// The CA bundle a job trusts: the host's roots and the install's CA (made the first time).
-fn bundle_pem(root: &Path) -> Result<String, String> {
-    let ca = InstallCa::load_or_create(root)?;
-    let mut bundle = host_roots_pem();
-    bundle.push_str(&ca.cert_pem);
-    Ok(bundle)
-}
-
-/// A remote job's CA bundle, uploaded into its CA volume through its sidecar `name`
-/// (created, before it starts); nothing for a job without secrets.
-pub async fn upload_bundle(
-    docker: &bollard::Docker,
-    home: &PaddockHome,
-    record: &JobRecord,
-    name: &str,
-) -> Result<(), RuntimeError> {
-    if !has_secrets(record) {
-        return Ok(());
-    }
-    let (root, job) = (home.root().to_path_buf(), record.clone());
-    let bundle = tokio::task::spawn_blocking(move || bundle_pem(&root))
-        .await
-        .expect("reading the roots does not panic")
-        .map_err(|e| failed(&job, "*", e))?;
-    super::engine_secrets::upload_bundle(docker, name, bundle.as_bytes()).await
 }
 
 /// Reads the job's values and sends them, with its certificate and the upstream roots, to
@@ -227,9 +181,9 @@ pub async fn send(
     drop(load);
     let answer = if record.engine.is_some() {
         // No path of this machine is in the sidecar there: an exec's stdin (see
-        // `engine_secrets`).
+        // `remote::secrets`).
         let docker = daemon.connect()?;
-        super::engine_secrets::deliver(&docker, record, &text).await
+        super::remote::secrets::deliver(&docker, record, &text).await
     } else {
         let socket = control_dir(home, record).join("ctl.sock");
         crate::egress::secrets::deliver(&socket, &text, SEND_DEADLINE).await

@@ -1,5 +1,5 @@
 //! A job's secrets on a remote engine (`engines:`), where no host path may be mounted (see
-//! `secrets` for the local side, `engine_egress` for the sidecar there).
+//! `docker::secrets` for the local side, `remote::egress` for the sidecar there).
 //!
 //! The CA bundle the job trusts lives in the volume `<container>-egress-ca`: mounted
 //! read-write at `/paddock/ca` in the sidecar only so paddock can upload it through the
@@ -27,27 +27,21 @@ use bollard::models::{ExecConfig, Mount, MountTypeEnum};
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 
-use super::egress::{SIDECAR_BINARY, sidecar_name};
-use super::secrets::{JOB_BUNDLE, SIDECAR_CONTROL, SIDECAR_CONTROL_DIR};
-use super::{API_TIMEOUT, call, io_error, job_container};
-use crate::engines::job_volume;
+use super::volumes::ca_volume;
 use crate::job::JobRecord;
 use crate::runtime::RuntimeError;
+use crate::runtime::docker::sidecar::{CA_DIR, SIDECAR_BINARY, sidecar_name};
+use crate::runtime::docker::sidecar::{
+    JOB_BUNDLE, SIDECAR_CONTROL, SIDECAR_CONTROL_DIR, bundle_pem, failed, has_secrets,
+};
+use crate::runtime::docker::{API_TIMEOUT, call, io_error, job_container};
+use crate::store::PaddockHome;
 
-/// The kind of the job's CA volume (`<container>-egress-ca`).
-const CA_KIND: &str = "egress-ca";
-/// Where the CA volume is mounted, in the sidecar and in the job.
-pub const CA_DIR: &str = "/paddock/ca";
 /// How long the exec that hands the values over may take (the sidecar has just started:
 /// `egress-load` waits up to 15 s for the proxy's socket).
 const DELIVER_DEADLINE: Duration = Duration::from_secs(25);
 /// Most of the exec's output kept (the proxy's answer is one short line).
 const ANSWER_CAP: usize = 4096;
-
-/// The name of the job's CA volume on its engine.
-pub fn ca_volume(record: &JobRecord) -> String {
-    job_volume(&job_container(record), CA_KIND)
-}
 
 /// The job container's mount of its CA volume: read-only where the bundle is expected.
 pub fn job_mount(record: &JobRecord) -> Mount {
@@ -72,10 +66,10 @@ pub fn control_tmpfs(uid: u32, gid: u32) -> HashMap<String, String> {
 
 /// Uploads the CA bundle `pem` into the job's CA volume through its sidecar `name` (created;
 /// running or not), as root's 0644 file.
-pub async fn upload_bundle(docker: &Docker, name: &str, pem: &[u8]) -> Result<(), RuntimeError> {
-    let tar = super::engine_egress::tar_of("bundle.pem", pem, (0, 0), 0o644)
+async fn upload_pem(docker: &Docker, name: &str, pem: &[u8]) -> Result<(), RuntimeError> {
+    let tar = crate::runtime::docker::archive::tar_of("bundle.pem", pem, (0, 0), 0o644)
         .map_err(io_error(std::path::Path::new(JOB_BUNDLE)))?;
-    super::remote::upload(docker, name, CA_DIR, tar).await
+    super::volumes::upload(docker, name, CA_DIR, tar).await
 }
 
 /// Hands `load` (one JSON line) to the proxy of the job's running sidecar: an exec of
@@ -83,7 +77,7 @@ pub async fn upload_bundle(docker: &Docker, name: &str, pem: &[u8]) -> Result<()
 /// could not be had (never naming a value).
 pub async fn deliver(docker: &Docker, record: &JobRecord, load: &[u8]) -> Result<String, String> {
     let name = sidecar_name(&job_container(record));
-    let (uid, gid) = super::agent_user(record.limits.uid);
+    let (uid, gid) = crate::runtime::docker::agent_user(record.limits.uid);
     let config = ExecConfig {
         attach_stdin: Some(true),
         attach_stdout: Some(true),
@@ -164,4 +158,23 @@ pub async fn deliver(docker: &Docker, record: &JobRecord, load: &[u8]) -> Result
             crate::text::line(answer.trim())
         )),
     }
+}
+
+/// A remote job's CA bundle, uploaded into its CA volume through its sidecar `name`
+/// (created, before it starts); nothing for a job without secrets.
+pub async fn upload_bundle(
+    docker: &bollard::Docker,
+    home: &PaddockHome,
+    record: &JobRecord,
+    name: &str,
+) -> Result<(), RuntimeError> {
+    if !has_secrets(record) {
+        return Ok(());
+    }
+    let (root, job) = (home.root().to_path_buf(), record.clone());
+    let bundle = tokio::task::spawn_blocking(move || bundle_pem(&root))
+        .await
+        .expect("reading the roots does not panic")
+        .map_err(|e| failed(&job, "*", e))?;
+    upload_pem(docker, name, bundle.as_bytes()).await
 }

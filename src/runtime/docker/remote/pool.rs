@@ -15,21 +15,21 @@
 //! it, as it removes a cold create's, before the job is ready.
 
 use super::fill::{helper_body, slot_helper};
-use super::remote::{ensure_volume, volume_mounts};
-use super::{
-    LABEL_HOME, LABEL_JOB, LABEL_ROLE, create_named, inspect_named, remove_labelled_container,
-    start_named,
-};
+use super::volumes::{ensure_volume, volume_mounts};
 use crate::engines::{JOB_VOLUMES, job_volume, object_cache};
 use crate::job::JobRecord;
 use crate::pool::PoolSlot;
 use crate::runtime::RuntimeError;
+use crate::runtime::docker::{
+    LABEL_HOME, LABEL_JOB, LABEL_ROLE, create_named, inspect_named, remove_labelled_container,
+    start_named,
+};
 use crate::store::PaddockHome;
 
 /// Makes a remote slot's volumes and the repository's object cache, then creates and starts
 /// its container on the current engine; returns the container's id.
 pub async fn start_slot(
-    daemon: &super::Daemon,
+    daemon: &crate::runtime::docker::Daemon,
     home: &PaddockHome,
     slot: &PoolSlot,
 ) -> Result<String, RuntimeError> {
@@ -57,13 +57,13 @@ pub async fn start_slot(
         &limits.workspace_dir,
         &slot.repo_key,
     );
-    let body = super::pool::slot_body(home, slot, mounts);
+    let body = crate::runtime::docker::pool::slot_body(home, slot, mounts);
     let id = create_named(daemon, &docker, &slot.container_name, body).await?;
     start_named(&docker, &slot.container_name).await?;
     // The claim's fill runs in this helper, waiting beside the slot (a pool container of the
     // slot's, so the sweep keeps it with its slot and reaps it with it).
     let helper = slot_helper(&slot.container_name);
-    let mut labels = super::remote::helper_labels(home, &slot.id);
+    let mut labels = super::volumes::helper_labels(home, &slot.id);
     labels.insert(LABEL_ROLE.to_string(), "pool".to_string());
     let body = helper_body(
         home,
@@ -80,7 +80,7 @@ pub async fn start_slot(
 /// Checks, before a claim fills it, that the slot's container still runs with the slot's
 /// labels on its engine.
 pub async fn check_slot(
-    daemon: &super::Daemon,
+    daemon: &crate::runtime::docker::Daemon,
     home: &PaddockHome,
     slot: &PoolSlot,
 ) -> Result<(), RuntimeError> {
@@ -98,13 +98,13 @@ pub async fn check_slot(
 /// Hands a claimed remote slot (its volumes filled) to `record`: the job's CPU, memory and
 /// pids limits. Its name stays (the job took it, and its volumes follow it).
 pub async fn adopt_slot(
-    daemon: &super::Daemon,
+    daemon: &crate::runtime::docker::Daemon,
     record: &JobRecord,
     slot: &PoolSlot,
 ) -> Result<String, RuntimeError> {
     let docker = daemon.connect()?;
     let name = slot.container_name.clone();
-    super::pool::limit_to_job(&docker, &name, record, slot).await?;
+    crate::runtime::docker::pool::limit_to_job(&docker, &name, record, slot).await?;
     Ok(slot.container_id.clone().unwrap_or(name))
 }
 
@@ -113,7 +113,7 @@ pub async fn adopt_slot(
 /// they are kept, as an orphaned remote job's are), its volumes: each only when it carries
 /// this install's labels with the slot's id, checked right before.
 pub async fn remove_slot(
-    daemon: &super::Daemon,
+    daemon: &crate::runtime::docker::Daemon,
     home: &PaddockHome,
     slot: &PoolSlot,
 ) -> Result<(), RuntimeError> {
@@ -130,7 +130,7 @@ pub async fn remove_slot(
                 info.labels.get(LABEL_HOME).map(String::as_str) == Some(home.id())
                     && info.labels.get(LABEL_JOB).map(String::as_str) == Some(slot.id.as_str())
             }
-            Err(error) if super::is_not_found(&error) => false,
+            Err(error) if crate::runtime::docker::is_not_found(&error) => false,
             Err(error) => {
                 return Err(RuntimeError::Docker {
                     action: "inspect volume",
@@ -140,7 +140,7 @@ pub async fn remove_slot(
             }
         };
         if ours {
-            super::remote::remove_volume(&docker, &name).await?;
+            super::volumes::remove_volume(&docker, &name).await?;
         }
     }
     Ok(())

@@ -14,27 +14,28 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::models::ContainerCreateBody;
 
-use super::remote::{ensure_volumes, helper_labels, upload, volume_mounts};
-use super::{
-    API_TIMEOUT, CONTAINER_GIT_DIR, CONTAINER_OBJECTS, agent_user, call, create_named,
-    hardened_host_config, inspect_named, job_container, remove_labelled_container, start_named,
-};
+use super::volumes::{ensure_volumes, helper_labels, upload, volume_mounts};
 use crate::engines::FillReport;
 use crate::job::{JobRecord, Limits, RuntimeKind, random_hex};
 use crate::runtime::RuntimeError;
+use crate::runtime::docker::{
+    API_TIMEOUT, CONTAINER_GIT_DIR, CONTAINER_OBJECTS, agent_user, call, create_named,
+    hardened_host_config, inspect_named, job_container, remove_labelled_container, start_named,
+};
 use crate::store::PaddockHome;
 
 /// Deadline of one step of the fill in the helper (an index-pack, a checkout of a large tree).
 const STEP_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// Runs `script` as root in the helper `name`; its exit code and output (capped at 64 KiB).
-pub(super) async fn run(
+pub(crate) async fn run(
     docker: &Docker,
     name: &str,
     script: &str,
 ) -> Result<(i64, String), RuntimeError> {
     let (ended, exec, text) =
-        super::exec::exec_collect(docker, name, script, STEP_TIMEOUT, 64 << 10).await?;
+        crate::runtime::docker::exec::exec_collect(docker, name, script, STEP_TIMEOUT, 64 << 10)
+            .await?;
     if !ended {
         return Err(RuntimeError::DockerTimeout {
             action: "fill the job's volumes",
@@ -71,14 +72,14 @@ fn tar_of_dir(dir: &Path) -> Result<Vec<u8>, std::io::Error> {
 }
 
 /// The name of the fill helper a remote pool slot keeps waiting beside its container.
-pub(super) fn slot_helper(container: &str) -> String {
+pub(crate) fn slot_helper(container: &str) -> String {
     format!("{container}-fill")
 }
 
 /// A fill helper for the volumes of the container `container` (root, with only the
 /// capabilities to hand files to the agent, every volume writable, no network), sleeping for
 /// `sleep` (seconds, or `infinity` for a pool slot's, which waits for its claim).
-pub(super) fn helper_body(
+pub(crate) fn helper_body(
     home: &PaddockHome,
     (limits, repo_key): (&Limits, &str),
     container: &str,
@@ -106,8 +107,8 @@ pub(super) fn helper_body(
 /// staged at `staged_git`; returns what the pack held. A warm job's slot has its helper
 /// waiting already (made with the slot, so the claim skips a container's create and start);
 /// without one (a cold job, or a slot whose helper went away) a helper is made now.
-pub(super) async fn fill(
-    daemon: &super::Daemon,
+pub(crate) async fn fill(
+    daemon: &crate::runtime::docker::Daemon,
     home: &PaddockHome,
     record: &JobRecord,
     staged_git: &Path,
@@ -128,7 +129,7 @@ pub(super) async fn fill(
     }
     // A job with caches never claims a slot (`claim_remote`), so a waiting helper has every
     // volume its fill needs.
-    let caches = super::cache_volumes::plan(daemon, &docker, home, record).await?;
+    let caches = crate::runtime::docker::cache_volumes::plan(daemon, &docker, home, record).await?;
     let (name, label, result) = match waiting {
         Some((name, label)) if caches.is_empty() => {
             let result = fill_in(&docker, &name, home, record, staged_git, tip, &caches).await;
@@ -144,10 +145,9 @@ pub(super) async fn fill(
                 "3600",
             );
             if let Some(host_config) = body.host_config.as_mut() {
-                host_config
-                    .mounts
-                    .get_or_insert_with(Vec::new)
-                    .extend(super::cache_volumes::helper_mounts(&caches));
+                host_config.mounts.get_or_insert_with(Vec::new).extend(
+                    crate::runtime::docker::cache_volumes::helper_mounts(&caches),
+                );
             }
             create_named(daemon, &docker, &name, body).await?;
             let result = async {
@@ -159,7 +159,7 @@ pub(super) async fn fill(
         }
     };
     if result.is_ok() {
-        super::cache_volumes::mark_used(daemon, home, &caches);
+        crate::runtime::docker::cache_volumes::mark_used(daemon, home, &caches);
     }
     // Gone before the job is ready: nothing of the job's runs beside a root helper.
     if let Err(error) = remove_labelled_container(daemon, home, &name, &label).await {
@@ -175,7 +175,7 @@ async fn fill_in(
     record: &JobRecord,
     staged_git: &Path,
     tip: &str,
-    caches: &[super::cache_volumes::Planned],
+    caches: &[crate::runtime::docker::cache_volumes::Planned],
 ) -> Result<FillReport, RuntimeError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -215,7 +215,7 @@ async fn fill_in(
         Err(e) => return Err(io(&copies)(e)),
     }
     let (uid, gid) = agent_user(record.limits.uid);
-    let caches = super::cache_volumes::script(caches, uid, gid);
+    let caches = crate::runtime::docker::cache_volumes::script(caches, uid, gid);
     let script = format!(
         r#"set -eu
 C={CONTAINER_OBJECTS}; P="$C/{incoming}"; B={tip}; W='{workspace}'; G={CONTAINER_GIT_DIR}
