@@ -58,6 +58,16 @@ def tests_tables(folder):
         )
         for took, test, bad, _ in sorted(ran, reverse=True)[:10]:
             print(f"{took:>8.1f} s  {test}{'  (FAILED)' if bad else ''}")
+        # Where the pass's test time goes, by module (a test's name up to its last `::`).
+        modules = {}
+        for took, test, _, _ in ran:
+            module = test.rsplit("::", 1)[0] if "::" in test else test
+            count, seconds = modules.get(module, (0, 0.0))
+            modules[module] = (count + 1, seconds + took)
+        print(f"   by module ({len(modules)}), the fifteen longest: tests, test time, share")
+        for module, (count, seconds) in sorted(modules.items(), key=lambda m: -m[1][1])[:15]:
+            share = 100 * seconds / busy if busy else 0
+            print(f"{seconds:>8.0f} s  {count:>4}  {share:>4.0f}%  {module}")
 
 
 def main():

@@ -4,7 +4,8 @@
 //! Every comparison interleaves paddock and its baseline run by run and reports medians and
 //! p95 over at least 5 runs. Results go to `target/bench/results.json` and
 //! `docs/BENCHMARKS.md`. Set `PADDOCK_BENCH_QUICK=1` for a smoke run (5,000-file repo only),
-//! `PADDOCK_BENCH_REPO=/path` to add a repository of your own, `PADDOCK_BENCH_ONLY=egress`
+//! `PADDOCK_BENCH_REPO=/path` to add a repository of your own, `PADDOCK_BENCH_ONLY=ab` with
+//! `PADDOCK_BENCH_AGAINST=PATH` for a same-run A/B against another build, `PADDOCK_BENCH_ONLY=egress`
 //! to run only the egress proxy rows (`=secrets`: the proxy's cost for a secret host, TLS
 //! terminated, against a tunnel and a direct request; `=queue`: the 100 queued runs;
 //! `=marks`: `ls` with the merged and conflicts marks; `=engines`: a remote engine's
@@ -14,6 +15,8 @@
 //! 1 and 5,000 files; `=microvm`: a microVM job's create to ready and exec round trip
 //! against runc), printed, not written.
 
+#[path = "paddock/ab.rs"]
+mod ab;
 #[path = "paddock/create.rs"]
 mod create;
 #[path = "paddock/daemon.rs"]
@@ -197,6 +200,7 @@ fn main() {
                 | "exec"
                 | "engines"
                 | "microvm"
+                | "ab"
         )
     }) {
         // A check of some rows alone; the results file and table are left as they are.
@@ -236,6 +240,13 @@ fn main() {
                 engines::engine_rows(&repo, "5,000 files", &mut rows);
             }
             "microvm" => microvm::rows(&FixtureRepo::new(), &mut rows),
+            "ab" => {
+                let against = std::env::var("PADDOCK_BENCH_AGAINST")
+                    .expect("PADDOCK_BENCH_AGAINST names the other paddock binary");
+                eprintln!("generating the 5,000-file fixture repository");
+                let repo = FixtureRepo::with_files(5_000, 2_000);
+                ab::rows(Path::new(&against), &repo, "5,000 files", &mut rows);
+            }
             _ => ls_with_marks(&mut rows),
         }
         for row in &rows {

@@ -399,7 +399,8 @@ impl Paddock {
         self.wait_for_turn(admission, &ticket.job, ticket.seq, gives_up_at, None)
             .await?;
         let record = self.store.load(ticket.job.as_str())?;
-        self.finish_create(record, None).await.map(drop)
+        let plan = self.plan_from_record(&record).await?;
+        self.finish_create(record, plan).await.map(drop)
     }
 }
 

@@ -294,10 +294,6 @@ impl Paddock {
             engine,
             engine_fill: None,
         };
-        let record = self
-            .admit_create(record, &request, &config.admission, client)
-            .await;
-        drop(placed);
         // What of the repository's file was refused is said once, at create.
         let warning = super::setup::join_warnings(
             runtime.warning,
@@ -306,28 +302,26 @@ impl Paddock {
                 .as_ref()
                 .and_then(crate::config::RepoTrust::warning),
         );
-        self.finish_create(record?, warning).await
+        // The build's plan is made now, from the repository and config in hand, and kept
+        // with the job while it waits for its turn.
+        let plan = self.plan_build(repo, &config, &record, warning);
+        let record = self
+            .admit_create(record, &request, &config.admission, client)
+            .await;
+        drop(placed);
+        self.finish_create(record?, plan).await
     }
 
-    /// The steps of `create` once the job is admitted (its record `creating`): build it, or
-    /// roll back everything a failed step made.
-    pub(super) async fn finish_create(
+    /// What building an admitted job takes, computed once: from the repository and config
+    /// that `create` already holds (kept with the job across its wait in the queue), or, for
+    /// a queued create another process left, from its record.
+    pub(super) fn plan_build(
         &self,
-        mut record: JobRecord,
+        repo: GitRepo,
+        config: &crate::config::Config,
+        record: &JobRecord,
         warning: Option<String>,
-    ) -> Result<Created> {
-        let _slot = match &self.build_slots {
-            Some(slots) => Some(
-                slots
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("the build semaphore is never closed"),
-            ),
-            None => None,
-        };
-        let repo = GitRepo::open(&record.repo, &self.home.locks_dir()).await?;
-        let config = self.config(Some(&repo.root))?;
+    ) -> BuildPlan {
         let cache_specs: Vec<crate::cache::CacheSpec> = config
             .caches
             .value
@@ -340,18 +334,59 @@ impl Paddock {
                     .unwrap_or_default(),
             )
             .cloned()
-            .chain(super::devcontainer::volume_caches(&record))
+            .chain(super::devcontainer::volume_caches(record))
             .collect();
         let (setup, warning) = super::setup::commands_of(
-            &config,
-            &record,
-            self.runtime_of(&record).layout().sandboxed(),
+            config,
+            record,
+            self.runtime_of(record).layout().sandboxed(),
             warning,
         );
         let pool = config
             .select_profile(Some(&record.profile), &record.agent, record.task.as_deref())
             .map(|(_, profile)| profile.pool.value)
             .unwrap_or_default();
+        BuildPlan {
+            repo,
+            cache_specs,
+            setup,
+            pool,
+            warning,
+        }
+    }
+
+    /// The plan of a queued create whose process is gone: its record names the repository,
+    /// whose config is read now.
+    pub(super) async fn plan_from_record(&self, record: &JobRecord) -> Result<BuildPlan> {
+        let repo = GitRepo::open(&record.repo, &self.home.locks_dir()).await?;
+        let config = self.config(Some(&repo.root))?;
+        Ok(self.plan_build(repo, &config, record, None))
+    }
+
+    /// The steps of `create` once the job is admitted (its record `creating`): build it by
+    /// its plan, or roll back everything a failed step made.
+    pub(super) async fn finish_create(
+        &self,
+        mut record: JobRecord,
+        plan: BuildPlan,
+    ) -> Result<Created> {
+        let _slot = match &self.build_slots {
+            Some(slots) => Some(
+                slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("the build semaphore is never closed"),
+            ),
+            None => None,
+        };
+        let BuildPlan {
+            repo,
+            cache_specs,
+            setup,
+            pool,
+            warning,
+        } = plan;
         match self
             .build(&repo, &mut record, &cache_specs, &setup, pool)
             .await
@@ -528,6 +563,16 @@ fn refuse_host_caches<'a>(specs: impl Iterator<Item = &'a crate::cache::CacheSpe
         }
     }
     Ok(())
+}
+
+/// A create's plan for building its admitted job: the repository, the caches, the setup
+/// commands (with their warning) and the pool settings, computed once (`plan_build`).
+pub(super) struct BuildPlan {
+    repo: GitRepo,
+    cache_specs: Vec<crate::cache::CacheSpec>,
+    setup: crate::config::JobSetup,
+    pool: crate::config::PoolSettings,
+    warning: Option<String>,
 }
 
 /// Fills a branch template. Without a task, `{task}` becomes the job id.

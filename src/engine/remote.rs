@@ -1,7 +1,7 @@
 //! `create --engine NAME`: a job on a Docker engine of the user config's `engines:`, whose
 //! files live in volumes there (see `crate::engines`). What such a job cannot have yet is
 //! refused before anything is reserved; its files are filled by the runtime's stream
-//! (`Runtime::fill_files`) from a git dir written here, on the host, before any agent ran.
+//! (`EngineVolumes::fill_files`) from a git dir written here, on the host, before any agent ran.
 
 use super::{CreateRequest, Error, Paddock, Result};
 use crate::config::{Config, Profile, RuntimeChoice};

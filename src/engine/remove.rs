@@ -40,8 +40,7 @@ impl Paddock {
         // Record the container's outcome and stop it first, so nothing writes to the
         // worktree while it is snapshotted.
         let record = self
-            .runtimes
-            .of(record.runtime)
+            .runtime_of(&record)
             .stop_for_removal(&self.store, record)
             .await?;
         self.stop_port_relay(&record).await;

@@ -1,0 +1,176 @@
+//! A same-run A/B of this build against another build of paddock
+//! (`PADDOCK_BENCH_ONLY=ab PADDOCK_BENCH_AGAINST=PATH`, e.g. the release binary of an earlier
+//! commit): the create and exec rows, both builds in one run, each pair interleaved with the
+//! order alternated, each build with an install of its own on the same fixture repository.
+//! The "baseline" column is the other build; a ratio above 1 means this build is slower.
+
+use super::*;
+
+/// How many pairs a row takes (creates are slower than execs, so fewer).
+const CREATE_PAIRS: usize = 9;
+const EXEC_PAIRS: usize = 15;
+
+/// One side of the A/B: a build and its own install.
+struct Side {
+    program: PathBuf,
+    home: TestHome,
+}
+
+impl Side {
+    fn cmd(&self, args: &[&str]) -> Command {
+        self.home.cmd_of(&self.program, args)
+    }
+
+    /// A create's time, its job removed afterwards (untimed).
+    fn create(&self, repo: &FixtureRepo, task: &str, runtime: &str) -> f64 {
+        let path = repo.path().display().to_string();
+        let image = test_image();
+        let mut args = vec![
+            "create",
+            "--repo",
+            &path,
+            "--task",
+            task,
+            "--runtime",
+            runtime,
+        ];
+        if runtime == "docker" {
+            args.extend(["--image", &image]);
+        }
+        args.push("--json");
+        let (took, out) = timed(&mut self.cmd(&args));
+        let id = serde_json::from_str::<Value>(&out).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        run(&mut self.cmd(&["rm", &id]));
+        ms(took)
+    }
+}
+
+/// `pairs` samples of each side, the order alternated pair by pair.
+fn paired(
+    pairs: usize,
+    mut ours: impl FnMut(usize) -> f64,
+    mut theirs: impl FnMut(usize) -> f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for i in 0..pairs {
+        if i % 2 == 0 {
+            a.push(ours(i));
+            b.push(theirs(i));
+        } else {
+            b.push(theirs(i));
+            a.push(ours(i));
+        }
+    }
+    (a, b)
+}
+
+fn row(name: String, ours: Vec<f64>, theirs: Vec<f64>, against: &Path) -> Row {
+    let ratio = median(&ours) / median(&theirs);
+    Row {
+        name,
+        note: format!(
+            "this build vs {} in the same run, order alternated; {:.2}× at the median",
+            against.display(),
+            ratio
+        ),
+        paddock: ours,
+        baseline: Some(theirs),
+        unit: "ms",
+        target: "≤ 1.05 × the other build".into(),
+        met: ratio <= 1.05,
+    }
+}
+
+/// The A/B rows: process and Docker creates, `exec -- true` and a committing exec.
+pub(super) fn rows(against: &Path, repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
+    let this = Side {
+        program: PathBuf::from(env!("CARGO_BIN_EXE_paddock")),
+        home: TestHome::new(),
+    };
+    let other = Side {
+        program: against.to_path_buf(),
+        home: TestHome::new(),
+    };
+    let (a, b) = paired(
+        CREATE_PAIRS,
+        |i| this.create(repo, &format!("a-proc-{i}"), "process"),
+        |i| other.create(repo, &format!("b-proc-{i}"), "process"),
+    );
+    rows.push(row(
+        format!("A/B: process runtime create ({label})"),
+        a,
+        b,
+        against,
+    ));
+    if !docker_ok() {
+        eprintln!("no Docker daemon or agent image: the Docker A/B rows are left out");
+        return;
+    }
+    let (a, b) = paired(
+        CREATE_PAIRS,
+        |i| this.create(repo, &format!("a-docker-{i}"), "docker"),
+        |i| other.create(repo, &format!("b-docker-{i}"), "docker"),
+    );
+    rows.push(row(
+        format!("A/B: cold job ready, Docker ({label})"),
+        a,
+        b,
+        against,
+    ));
+    let job = |side: &Side, task: &str| {
+        let path = repo.path().display().to_string();
+        let image = test_image();
+        let out = run(&mut side.cmd(&[
+            "create",
+            "--repo",
+            &path,
+            "--task",
+            task,
+            "--runtime",
+            "docker",
+            "--image",
+            &image,
+            "--json",
+        ]));
+        let id = serde_json::from_str::<Value>(&out).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        // One untimed exec first: the container's first execs page in sh and git.
+        run(&mut side.cmd(&["exec", &id, "--", "git", "status", "--short"]));
+        id
+    };
+    let (ours, theirs) = (job(&this, "a-exec"), job(&other, "b-exec"));
+    let exec = |side: &Side, id: &str, script: &str| {
+        ms(timed(&mut side.cmd(&["exec", id, "--", "sh", "-c", script])).0)
+    };
+    let (a, b) = paired(
+        EXEC_PAIRS,
+        |_| exec(&this, &ours, "true"),
+        |_| exec(&other, &theirs, "true"),
+    );
+    rows.push(row(
+        format!("A/B: exec true, Docker ({label})"),
+        a,
+        b,
+        against,
+    ));
+    let commit =
+        |i: usize| format!("echo {i} >> f.txt && git add f.txt && git commit -q -m 'f {i}'");
+    let (a, b) = paired(
+        EXEC_PAIRS,
+        |i| exec(&this, &ours, &commit(i)),
+        |i| exec(&other, &theirs, &commit(i)),
+    );
+    rows.push(row(
+        format!("A/B: exec with a commit, Docker ({label})"),
+        a,
+        b,
+        against,
+    ));
+    run(&mut this.cmd(&["rm", &ours]));
+    run(&mut other.cmd(&["rm", &theirs]));
+}
