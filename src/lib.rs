@@ -5,14 +5,13 @@
 //! (`src/main.rs`, [`cli`]) and the daemon are thin layers over it.
 
 pub mod admission;
-pub(crate) mod api;
 mod atomic;
 pub mod cache;
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod copy_files;
-pub(crate) mod dashboard;
+pub(crate) mod daemon;
 pub mod devcontainer;
 pub mod disk;
 pub(crate) mod doctor;
@@ -23,11 +22,11 @@ pub mod env;
 pub mod error;
 pub mod eventlog;
 pub(crate) mod git;
+pub mod helpers;
 pub mod idempotency;
 mod ids;
 pub mod job;
 pub mod mcp;
-mod metrics;
 pub mod ops;
 pub mod output;
 pub mod overlay;
@@ -35,7 +34,6 @@ pub mod place;
 pub mod pool;
 pub mod runtime;
 pub mod secrets;
-pub(crate) mod serve;
 pub mod store;
 pub mod sweep;
 mod sys;

@@ -25,13 +25,10 @@ mod create;
 mod dashboard;
 mod diff;
 mod doctor;
-mod egress_load;
-mod egress_proxy;
 mod events;
 mod exec;
 mod execs;
 pub mod exit;
-mod guard_ranges;
 mod image;
 mod log;
 mod logs;
@@ -41,8 +38,6 @@ mod merge;
 mod net;
 mod pool;
 mod port;
-mod port_bridge;
-mod port_relay;
 mod push;
 mod render;
 mod rm;
@@ -143,31 +138,6 @@ pub(crate) enum Command {
     Serve(serve::ServeArgs),
     /// Open the web dashboard of the running daemon on a loopback port and print its URL.
     Dashboard(dashboard::DashboardArgs),
-    /// The egress proxy of an allowlist job (run by its sidecar container).
-    #[command(hide = true)]
-    EgressProxy(egress_proxy::EgressProxyArgs),
-    /// Hand a job's secrets from stdin to its proxy (run in a remote engine's sidecar).
-    #[command(hide = true)]
-    EgressLoad(egress_load::EgressLoadArgs),
-    /// Add the job range's unreachable route (run by a short-lived container).
-    #[command(hide = true)]
-    GuardRanges,
-    /// Bridge stdio with a job's port (run in a remote job's relay container).
-    #[command(hide = true)]
-    PortBridge(port_bridge::PortBridgeArgs),
-    /// Serve a remote job's ports on this host's loopback (started by paddock, detached).
-    #[command(hide = true)]
-    PortRelay(port_relay::PortRelayArgs),
-    /// The guest agent of a microVM job (run by the VM's init, inside the VM).
-    #[command(hide = true)]
-    GuestAgent,
-    /// A shell in a microVM job over its agent's channel (run by `paddock shell`).
-    #[command(hide = true)]
-    VmShell(crate::runtime::microvm::shell::ShellArgs),
-    /// virtiofsd for a microVM's writable share, in a user namespace (run by paddock as
-    /// root, before its async runtime: see `main`).
-    #[command(hide = true)]
-    VmVirtiofsd(crate::runtime::microvm::jail::JailArgs),
     /// Shared dependency cache commands.
     Cache {
         #[command(subcommand)]
@@ -183,53 +153,9 @@ pub(crate) enum Command {
     },
 }
 
-impl Cli {
-    /// Runs the one command that must run before the async runtime starts (the virtiofsd
-    /// jail: a user namespace needs a process of one thread); `None` for any other.
-    pub fn run_single_threaded(&self) -> Option<i32> {
-        match &self.command {
-            Command::VmVirtiofsd(args) => Some(crate::runtime::microvm::jail::run(args)),
-            _ => None,
-        }
-    }
-}
-
 /// Runs one parsed command and returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
     let exec_like = matches!(cli.command, Command::Exec(_) | Command::Run(_));
-    // The sidecar's proxy has no paddock install to open.
-    if let Command::EgressProxy(args) = cli.command {
-        return match egress_proxy::run(args).await {
-            Ok(code) => code,
-            Err(error) => report(&error, false),
-        };
-    }
-    if let Command::EgressLoad(args) = cli.command {
-        return match egress_load::run(args).await {
-            Ok(code) => code,
-            Err(error) => report(&error, false),
-        };
-    }
-    if let Command::GuardRanges = cli.command {
-        return guard_ranges::run().unwrap_or_else(|error| report(&error, false));
-    }
-    // The relay container on an engine has no install either.
-    if let Command::PortBridge(args) = &cli.command {
-        return port_bridge::run(args).unwrap_or_else(|error| report(&error, false));
-    }
-    // Inside a microVM there is no install either: the agent serves the host's channel.
-    if let Command::GuestAgent = cli.command {
-        return tokio::task::spawn_blocking(crate::runtime::microvm::guest::serve)
-            .await
-            .unwrap_or(exit::INTERNAL);
-    }
-    if let Command::VmShell(args) = cli.command {
-        return crate::runtime::microvm::shell::attach(args).await;
-    }
-    // Handled by `main` before the async runtime starts (it needs a single thread).
-    if let Command::VmVirtiofsd(args) = cli.command {
-        return crate::runtime::microvm::jail::run(&args);
-    }
     let paddock = match Paddock::from_env() {
         Ok(paddock) => paddock,
         Err(error) => return report(&error, exec_like),
@@ -285,12 +211,6 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Pool { command } => pool::run(paddock, command).await,
         Command::Serve(args) => serve::run(paddock, args).await,
         Command::Dashboard(args) => dashboard::run(paddock, args).await,
-        Command::EgressProxy(args) => egress_proxy::run(args).await,
-        Command::EgressLoad(args) => egress_load::run(args).await,
-        Command::GuardRanges => guard_ranges::run(),
-        Command::PortBridge(args) => port_bridge::run(&args),
-        Command::PortRelay(args) => port_relay::run(paddock, args).await,
-        Command::GuestAgent | Command::VmShell(_) | Command::VmVirtiofsd(_) => Ok(exit::INTERNAL),
         Command::Cache { command } => cache::run(paddock, command).await,
         Command::Config { command } => config::run(paddock, command).await,
         Command::Trust(args) => trust::run(paddock, args).await,

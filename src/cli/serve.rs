@@ -34,7 +34,7 @@ pub struct ServeArgs {
 
 pub async fn run(paddock: &Paddock, args: ServeArgs) -> Result<i32> {
     let config = paddock.config(None)?;
-    let options = crate::serve::ServeOptions {
+    let options = crate::daemon::serve::ServeOptions {
         sweep_interval: args.sweep_interval.unwrap_or(config.sweep.interval.value).0,
         sweep: args.sweep.options(&config, true),
         socket: args.socket,
@@ -43,6 +43,6 @@ pub async fn run(paddock: &Paddock, args: ServeArgs) -> Result<i32> {
         max_concurrent_creates: args.max_concurrent_creates,
         shutdown_grace: std::time::Duration::from_secs(30),
     };
-    crate::serve::serve(options).await?;
+    crate::daemon::serve::serve(options).await?;
     Ok(exit::OK)
 }

@@ -5,7 +5,7 @@
 
 use clap::Args;
 
-use super::exit;
+use crate::cli::exit;
 use crate::error::{Error, Result};
 
 #[derive(Debug, Args)]

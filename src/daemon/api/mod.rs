@@ -37,7 +37,7 @@ const EXEC_MARGIN: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 pub struct ApiState {
     pub(crate) paddock: Arc<Paddock>,
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<crate::daemon::metrics::Metrics>,
     pub(crate) sweep_defaults: SweepOptions,
     /// Who may call this listener.
     pub(crate) access: auth::Access,
@@ -462,5 +462,9 @@ async fn metrics(State(state): State<ApiState>) -> ApiResult<Response> {
     let text = state
         .metrics
         .render(records.iter().map(|record| record.state));
-    Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
+    Ok((
+        [(header::CONTENT_TYPE, crate::daemon::metrics::CONTENT_TYPE)],
+        text,
+    )
+        .into_response())
 }

@@ -170,14 +170,14 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         None => None,
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let state = crate::api::ApiState::new(paddock.clone(), options.sweep.clone())?
+    let state = crate::daemon::api::ApiState::new(paddock.clone(), options.sweep.clone())?
         .with_stopping(stop_rx.clone());
     let shutdown = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
     let mut servers = Vec::new();
     // The API and the dashboard on each listener; the socket trusts its callers.
-    let app = crate::dashboard::app(state.clone());
+    let app = crate::daemon::dashboard::app(state.clone());
     servers.push(tokio::spawn(
         axum::serve(unix, app)
             .with_graceful_shutdown(shutdown(stop_rx.clone()))
@@ -188,7 +188,9 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         if let Ok(address) = tcp.local_addr() {
             eprintln!("paddock serve: dashboard at http://{address}/login?token={token}");
         }
-        let app = crate::dashboard::app(state.with_access(crate::api::auth::Access::token(token)));
+        let app = crate::daemon::dashboard::app(
+            state.with_access(crate::daemon::api::auth::Access::token(token)),
+        );
         servers.push(tokio::spawn(
             axum::serve(tcp, app)
                 .with_graceful_shutdown(shutdown(stop_rx.clone()))

@@ -4,7 +4,7 @@
 //! from the proxy image. It needs no paddock install. On success it prints the host's
 //! addresses as one JSON list (the egress policy of a remote engine's jobs refuses them).
 
-use super::exit;
+use crate::cli::exit;
 use crate::error::{Error, Result};
 
 pub fn run() -> Result<i32> {
@@ -16,6 +16,6 @@ pub fn run() -> Result<i32> {
     })?;
     let addresses =
         serde_json::to_string(&crate::sys::host_addresses()).expect("addresses serialize");
-    say!("{addresses}");
+    super::print_line(&addresses);
     Ok(exit::OK)
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::exit;
+use crate::cli::exit;
 use crate::error::{Error, Result};
 
 /// How long the proxy's socket and answer are waited for (the sidecar has just started).
@@ -33,7 +33,7 @@ pub async fn run(args: EgressLoadArgs) -> Result<i32> {
         .await
         .map_err(failed)?;
     drop(load);
-    say!("{answer}");
+    super::print_line(&answer);
     Ok(if answer == "ok" {
         exit::OK
     } else {

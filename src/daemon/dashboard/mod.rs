@@ -20,9 +20,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Router, http::HeaderName};
 
-use crate::api::auth::{self, Access, Caller};
-use crate::api::ids::JobIdPath;
-use crate::api::{ApiError, ApiState, REQUEST_TIMEOUT, with_deadline};
+use crate::daemon::api::auth::{self, Access, Caller};
+use crate::daemon::api::ids::JobIdPath;
+use crate::daemon::api::{ApiError, ApiState, REQUEST_TIMEOUT, with_deadline};
 use crate::ops::Operations;
 use crate::wire::RemoveOptions;
 
@@ -42,13 +42,15 @@ const OUTPUT_SHOWN: u64 = 256 * 1024;
 /// listener's caller check (`state.access`).
 pub fn app(state: ApiState) -> Router {
     let access = state.access.clone();
-    crate::api::router(state.clone())
+    crate::daemon::api::router(state.clone())
         .merge(routes(state))
         .layer(middleware::from_fn(move |request: Request, next: Next| {
             auth::authorize(access.clone(), request, next)
         }))
-        .layer(middleware::from_fn(crate::api::rejections::json_errors))
-        .layer(middleware::from_fn(crate::api::catch_panic))
+        .layer(middleware::from_fn(
+            crate::daemon::api::rejections::json_errors,
+        ))
+        .layer(middleware::from_fn(crate::daemon::api::catch_panic))
 }
 
 fn routes(state: ApiState) -> Router {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::exit;
+use crate::cli::exit;
 use crate::egress::proxy::{ProxyFiles, serve};
 use crate::egress::relay::{RelaySpec, default_gateway, serve_relay};
 use crate::error::{Error, Result};

@@ -18,8 +18,8 @@ use axum::http::{StatusCode, header};
 use axum::response::Response;
 use futures_util::StreamExt;
 
-use crate::api::auth::{Access, Caller, random_secret};
-use crate::api::{ApiError, ApiState};
+use crate::daemon::api::auth::{Access, Caller, random_secret};
+use crate::daemon::api::{ApiError, ApiState};
 use crate::wire::{DashboardLease, DashboardRequest};
 
 /// How often the lease stream writes, so a caller that went away is noticed.
