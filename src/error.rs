@@ -243,6 +243,21 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// The error with each of its causes it does not already quote, joined by `: `: the
+    /// one line a command or a helper prints for it.
+    pub fn with_causes(&self) -> String {
+        let mut message = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !message.contains(&text) {
+                message.push_str(&format!(": {text}"));
+            }
+            source = cause.source();
+        }
+        message
+    }
+
     /// The kind of this error (see [`ErrorKind`]).
     #[expect(clippy::too_many_lines, reason = "one table: every error's kind")]
     pub fn kind(&self) -> ErrorKind {

@@ -43,4 +43,13 @@ pub mod units;
 pub mod wire;
 
 pub use engine::{CreateRequest, Paddock, RemoveOptions};
+
+/// The async runtime a paddock process (a command or a helper) runs on: two worker threads,
+/// as many as the laptop paddock is sized for has cores, with every driver on.
+pub fn async_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
 pub use error::{Error, ErrorKind, Result};

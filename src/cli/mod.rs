@@ -243,15 +243,7 @@ async fn keyed_without_daemon(paddock: &Paddock, key: &str, command: Command) ->
 /// Prints an error with its causes and hint; returns the exit code.
 fn report(error: &Error, exec_like: bool) -> i32 {
     let (code, hint) = (exit::of(error.kind()), error.hint());
-    let mut message = format!("error: {error}");
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(&format!(": {text}"));
-        }
-        source = cause.source();
-    }
+    let message = format!("error: {}", error.with_causes());
     // Errors quote what they failed on (a path, a ref, an agent's message): shown safely.
     tell!("{}", crate::text::block(&message));
     if let Some(hint) = hint {

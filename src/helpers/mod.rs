@@ -96,11 +96,7 @@ pub fn run(line: HelperLine) -> i32 {
     if let Helper::VmVirtiofsd(args) = &line.helper {
         return crate::runtime::microvm::jail::run(args);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::async_runtime() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: failed to start the async runtime: {error}");
@@ -134,15 +130,7 @@ async fn run_async(helper: Helper) -> i32 {
 /// A helper's failure: one line on stderr (with its causes, shown safely) and the exit code
 /// of its kind.
 fn report(error: &Error) -> i32 {
-    let mut message = format!("error: {error}");
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(&format!(": {text}"));
-        }
-        source = cause.source();
-    }
+    let message = format!("error: {}", error.with_causes());
     eprintln!("{}", crate::text::block(&message));
     exit::of(error.kind())
 }

@@ -241,20 +241,24 @@ fn kinds_named(code: &str) -> Vec<&'static str> {
         .collect()
 }
 
+/// A source file's path from the package's root (`src/runtime/docker/mod.rs`).
+fn relative(file: &Path) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    file.strip_prefix(root)
+        .expect("a source file is under the package")
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// A new runtime is one folder under `src/runtime/` plus one line in its registry: the rest
 /// of the crate asks a runtime what it is and can do (its `describe`, `layout` and
 /// `capabilities`), never which kind it is.
 #[test]
 fn only_a_runtimes_folder_names_its_kind() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let named: Vec<String> = source_files()
         .into_iter()
         .filter_map(|file| {
-            let relative = file
-                .strip_prefix(root)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
+            let relative = relative(&file);
             if KIND_NAMERS
                 .iter()
                 .any(|allowed| relative.starts_with(allowed))
@@ -286,7 +290,6 @@ fn a_planted_kind_name_is_found() {
 /// kind alone (that is this host's runtime, whatever engine the job is on).
 #[test]
 fn the_records_engine_is_read_where_its_runtime_is_built() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let allowed = [
         "src/runtime/docker/",
         "src/runtime/on_engine.rs",
@@ -295,11 +298,7 @@ fn the_records_engine_is_read_where_its_runtime_is_built() {
     let readers: Vec<String> = source_files()
         .into_iter()
         .filter_map(|file| {
-            let relative = file
-                .strip_prefix(root)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
+            let relative = relative(&file);
             let text = code(&file);
             // The record's engine read directly, or its kind's runtime picked without it
             // (this host's runtime of that kind, whatever engine the job is on).
