@@ -7,13 +7,15 @@
 use super::*;
 
 /// How many pairs a row takes (creates are slower than execs, so fewer).
-const CREATE_PAIRS: usize = 9;
-const EXEC_PAIRS: usize = 15;
+const CREATE_PAIRS: usize = 15;
+const EXEC_PAIRS: usize = 31;
 
 /// One side of the A/B: a build and its own install.
 struct Side {
     program: PathBuf,
     home: TestHome,
+    /// CPU time (user + system of the command and its children) of each timed create.
+    cpu: std::cell::RefCell<Vec<f64>>,
 }
 
 impl Side {
@@ -21,8 +23,9 @@ impl Side {
         self.home.cmd_of(&self.program, args)
     }
 
-    /// A create's time, its job removed afterwards (untimed).
-    fn create(&self, repo: &FixtureRepo, task: &str, runtime: &str) -> f64 {
+    /// A create's time with the checkout kind `checkout`, its job removed afterwards
+    /// (untimed).
+    fn create(&self, repo: &FixtureRepo, task: &str, runtime: &str, checkout: &str) -> f64 {
         let path = repo.path().display().to_string();
         let image = test_image();
         let mut args = vec![
@@ -33,12 +36,16 @@ impl Side {
             task,
             "--runtime",
             runtime,
+            "--checkout",
+            checkout,
         ];
         if runtime == "docker" {
             args.extend(["--image", &image]);
         }
         args.push("--json");
+        let cpu = children_cpu();
         let (took, out) = timed(&mut self.cmd(&args));
+        self.cpu.borrow_mut().push(ms(children_cpu() - cpu));
         let id = serde_json::from_str::<Value>(&out).unwrap()["id"]
             .as_str()
             .unwrap()
@@ -89,37 +96,95 @@ pub(super) fn rows(against: &Path, repo: &FixtureRepo, label: &str, rows: &mut V
     let this = Side {
         program: PathBuf::from(env!("CARGO_BIN_EXE_paddock")),
         home: TestHome::new(),
+        cpu: std::cell::RefCell::default(),
     };
     let other = Side {
         program: against.to_path_buf(),
         home: TestHome::new(),
+        cpu: std::cell::RefCell::default(),
     };
-    let (a, b) = paired(
-        CREATE_PAIRS,
-        |i| this.create(repo, &format!("a-proc-{i}"), "process"),
-        |i| other.create(repo, &format!("b-proc-{i}"), "process"),
-    );
-    rows.push(row(
-        format!("A/B: process runtime create ({label})"),
-        a,
-        b,
-        against,
-    ));
+    // A worktree checkout writes every file of the tree; an overlay checkout after the
+    // first (which makes the shared pristine checkout) writes none.
+    for checkout in ["worktree", "overlay"] {
+        let (a, b) = paired(
+            CREATE_PAIRS,
+            |i| {
+                this.create(
+                    repo,
+                    &format!("a-process-{checkout}-{i}"),
+                    "process",
+                    checkout,
+                )
+            },
+            |i| {
+                other.create(
+                    repo,
+                    &format!("b-process-{checkout}-{i}"),
+                    "process",
+                    checkout,
+                )
+            },
+        );
+        let mut done = row(
+            format!("A/B: process runtime create, {checkout} ({label})"),
+            a,
+            b,
+            against,
+        );
+        // CPU time is far steadier than wall time on a shared disk: it shows whether a build
+        // does more work or only rides the noise.
+        let (ours, theirs) = (this.cpu.take(), other.cpu.take());
+        done.note.push_str(&format!(
+            "; CPU time median {:.0} vs {:.0} ms = {:.2}×",
+            median(&ours),
+            median(&theirs),
+            median(&ours) / median(&theirs)
+        ));
+        rows.push(done);
+    }
     if !docker_ok() {
         eprintln!("no Docker daemon or agent image: the Docker A/B rows are left out");
         return;
     }
-    let (a, b) = paired(
-        CREATE_PAIRS,
-        |i| this.create(repo, &format!("a-docker-{i}"), "docker"),
-        |i| other.create(repo, &format!("b-docker-{i}"), "docker"),
-    );
-    rows.push(row(
-        format!("A/B: cold job ready, Docker ({label})"),
-        a,
-        b,
-        against,
-    ));
+    docker_rows(&this, &other, against, repo, label, rows);
+}
+
+/// The Docker rows of the A/B: creates to ready, `exec -- true` and a committing exec.
+fn docker_rows(
+    this: &Side,
+    other: &Side,
+    against: &Path,
+    repo: &FixtureRepo,
+    label: &str,
+    rows: &mut Vec<Row>,
+) {
+    for checkout in ["worktree", "overlay"] {
+        let (a, b) = paired(
+            CREATE_PAIRS,
+            |i| {
+                this.create(
+                    repo,
+                    &format!("a-docker-{checkout}-{i}"),
+                    "docker",
+                    checkout,
+                )
+            },
+            |i| {
+                other.create(
+                    repo,
+                    &format!("b-docker-{checkout}-{i}"),
+                    "docker",
+                    checkout,
+                )
+            },
+        );
+        rows.push(row(
+            format!("A/B: cold job ready, Docker, {checkout} ({label})"),
+            a,
+            b,
+            against,
+        ));
+    }
     let job = |side: &Side, task: &str| {
         let path = repo.path().display().to_string();
         let image = test_image();
@@ -143,14 +208,14 @@ pub(super) fn rows(against: &Path, repo: &FixtureRepo, label: &str, rows: &mut V
         run(&mut side.cmd(&["exec", &id, "--", "git", "status", "--short"]));
         id
     };
-    let (ours, theirs) = (job(&this, "a-exec"), job(&other, "b-exec"));
+    let (ours, theirs) = (job(this, "a-exec"), job(other, "b-exec"));
     let exec = |side: &Side, id: &str, script: &str| {
         ms(timed(&mut side.cmd(&["exec", id, "--", "sh", "-c", script])).0)
     };
     let (a, b) = paired(
         EXEC_PAIRS,
-        |_| exec(&this, &ours, "true"),
-        |_| exec(&other, &theirs, "true"),
+        |_| exec(this, &ours, "true"),
+        |_| exec(other, &theirs, "true"),
     );
     rows.push(row(
         format!("A/B: exec true, Docker ({label})"),
@@ -162,8 +227,8 @@ pub(super) fn rows(against: &Path, repo: &FixtureRepo, label: &str, rows: &mut V
         |i: usize| format!("echo {i} >> f.txt && git add f.txt && git commit -q -m 'f {i}'");
     let (a, b) = paired(
         EXEC_PAIRS,
-        |i| exec(&this, &ours, &commit(i)),
-        |i| exec(&other, &theirs, &commit(i)),
+        |i| exec(this, &ours, &commit(i)),
+        |i| exec(other, &theirs, &commit(i)),
     );
     rows.push(row(
         format!("A/B: exec with a commit, Docker ({label})"),
