@@ -23,9 +23,15 @@ impl Side {
         self.home.cmd_of(&self.program, args)
     }
 
-    /// A create's time with the checkout kind `checkout`, its job removed afterwards
-    /// (untimed).
-    fn create(&self, repo: &FixtureRepo, task: &str, runtime: &str, checkout: &str) -> f64 {
+    /// A new job of `runtime` (with the checkout kind `checkout`, else the one paddock
+    /// picks): its id and how long the create took.
+    fn new_job(
+        &self,
+        repo: &FixtureRepo,
+        task: &str,
+        runtime: &str,
+        checkout: Option<&str>,
+    ) -> (String, Duration) {
         let path = repo.path().display().to_string();
         let image = test_image();
         let mut args = vec![
@@ -36,9 +42,10 @@ impl Side {
             task,
             "--runtime",
             runtime,
-            "--checkout",
-            checkout,
         ];
+        if let Some(checkout) = checkout {
+            args.extend(["--checkout", checkout]);
+        }
         if runtime == "docker" {
             args.extend(["--image", &image]);
         }
@@ -50,6 +57,13 @@ impl Side {
             .as_str()
             .unwrap()
             .to_string();
+        (id, took)
+    }
+
+    /// A create's time with the checkout kind `checkout`, its job removed afterwards
+    /// (untimed).
+    fn create(&self, repo: &FixtureRepo, task: &str, runtime: &str, checkout: &str) -> f64 {
+        let (id, took) = self.new_job(repo, task, runtime, Some(checkout));
         run(&mut self.cmd(&["rm", &id]));
         ms(took)
     }
@@ -186,24 +200,7 @@ fn docker_rows(
         ));
     }
     let job = |side: &Side, task: &str| {
-        let path = repo.path().display().to_string();
-        let image = test_image();
-        let out = run(&mut side.cmd(&[
-            "create",
-            "--repo",
-            &path,
-            "--task",
-            task,
-            "--runtime",
-            "docker",
-            "--image",
-            &image,
-            "--json",
-        ]));
-        let id = serde_json::from_str::<Value>(&out).unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let (id, _) = side.new_job(repo, task, "docker", None);
         // One untimed exec first: the container's first execs page in sh and git.
         run(&mut side.cmd(&["exec", &id, "--", "git", "status", "--short"]));
         id
