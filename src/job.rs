@@ -374,6 +374,13 @@ impl JobRecord {
         })
     }
 
+    /// Whether the job lives on engine `name` of `engines:`: for counting and listing an
+    /// engine's jobs. What serves the job (its runtime, where its files are) is never
+    /// decided from it but by `Runtimes::of_job`, once.
+    pub fn is_on_engine(&self, name: &str) -> bool {
+        self.engine.as_deref() == Some(name)
+    }
+
     /// The pool slot whose container and mounts the job holds, if it started warm.
     pub fn pool_slot(&self) -> Option<&str> {
         match &self.pool {

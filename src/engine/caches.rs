@@ -85,7 +85,7 @@ impl Paddock {
             for volume in volumes {
                 let jobs = records
                     .iter()
-                    .filter(|r| r.engine.as_deref() == Some(engine.as_str()))
+                    .filter(|r| r.is_on_engine(engine))
                     .filter(|r| {
                         r.caches
                             .iter()

@@ -35,10 +35,7 @@ pub(super) fn engine_held(
     live_slots: &[crate::pool::PoolSlot],
     name: &str,
 ) -> usize {
-    let jobs = records
-        .iter()
-        .filter(|r| r.engine.as_deref() == Some(name))
-        .count();
+    let jobs = records.iter().filter(|r| r.is_on_engine(name)).count();
     let slots = live_slots
         .iter()
         .filter(|s| s.engine.as_deref() == Some(name))

@@ -29,6 +29,18 @@ pub struct ExecRequest {
 
 pub use crate::output::{Discard, ExecResult, OutputSink, StreamKind};
 
+/// The shell that runs a command and then its [`ExecRequest::after`] snippet (`sh -c` of
+/// this, `$1` the snippet, the command after it). It stays the command's parent, so it is in
+/// the group a timeout signals, and it catches SIGTERM (a caught signal is the default again
+/// in the command it starts; an ignored one would stay ignored there): it outlives a
+/// graceful stop, the command gets its grace, then the command's own exit code comes back
+/// and the snippet runs. Killed by the TERM instead, it would end the exec at once with 143,
+/// and a command that ignores TERM would run on past its timeout with no one to kill it.
+/// The command runs in a subshell that `exec`s it with the wrapper's stderr (fd 3): the
+/// shell applies a command's redirections in itself too while it waits, and would then
+/// write its own "Terminated" there, into the command's stderr.
+pub const AFTER_WRAPPER: &str = r#"trap : TERM; after=$1; shift; exec 3>&2 2>/dev/null; (exec "$@" 2>&3 3>&-); rc=$?; exec 2>&3 3>&-; eval "$after"; exit $rc"#;
+
 /// Keeps at most `cap` bytes of a stream: the first half and the last half.
 #[derive(Debug)]
 pub struct CappedOutput {
@@ -175,5 +187,69 @@ mod tests {
         out.push(b"hello ");
         out.push(b"world");
         assert_eq!(out.finish(), ("hello world".to_string(), false));
+    }
+
+    /// Runs `command` under [`AFTER_WRAPPER`] with `dash` (the job image's `sh`) in a
+    /// process group of its own, sends the group SIGTERM after 300 ms as a graceful timeout
+    /// does, and SIGKILL `kill_after` later; returns the exit status, stdout and stderr.
+    fn wrapped_under_term(command: &str, kill_after: Duration) -> (Option<i32>, String, String) {
+        use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+        let child = std::process::Command::new("dash")
+            .args(["-c", AFTER_WRAPPER, "sh", "echo after", "sh", "-c", command])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("dash runs");
+        let pgid = i32::try_from(child.id()).expect("a pid fits");
+        std::thread::sleep(Duration::from_millis(300));
+        crate::sys::signal_group(pgid, libc::SIGTERM);
+        let (ended, ended_rx) = std::sync::mpsc::channel::<()>();
+        let killer = std::thread::spawn(move || {
+            if ended_rx.recv_timeout(kill_after).is_err() {
+                crate::sys::signal_group(pgid, libc::SIGKILL);
+            }
+        });
+        let out = child.wait_with_output().expect("the wrapper is waited for");
+        drop(ended.send(()));
+        killer.join().expect("the killer thread");
+        (
+            out.status.code().or(out.status.signal().map(|s| 128 + s)),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    #[test]
+    fn the_after_wrapper_outlives_a_term_and_gives_the_command_its_own_end() {
+        if std::process::Command::new("dash")
+            .arg("-c")
+            .arg(":")
+            .status()
+            .is_err()
+        {
+            eprintln!("skipped: no dash here");
+            return;
+        }
+        // A command that dies of the TERM: its 143 comes back, the snippet ran, and the
+        // shell's own "Terminated" is not in the command's stderr.
+        let (code, stdout, stderr) = wrapped_under_term("sleep 30", Duration::from_secs(5));
+        assert_eq!(code, Some(143));
+        assert_eq!(stdout, "after\n");
+        assert_eq!(stderr, "");
+        // One that ignores TERM runs on in its grace (the wrapper with it) until the KILL.
+        let started = std::time::Instant::now();
+        let (code, stdout, _) =
+            wrapped_under_term("trap '' TERM; sleep 30", Duration::from_millis(700));
+        assert_eq!(code, Some(137), "only the KILL ended it");
+        assert!(started.elapsed() >= Duration::from_millis(900));
+        assert_eq!(stdout, "", "the snippet of a killed exec does not run");
+        // A command's stderr and exit code pass through untouched.
+        let (code, stdout, stderr) =
+            wrapped_under_term("echo err >&2; exit 4", Duration::from_secs(5));
+        assert_eq!(
+            (code, stdout.as_str(), stderr.as_str()),
+            (Some(4), "after\n", "err\n")
+        );
     }
 }

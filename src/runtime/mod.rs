@@ -11,8 +11,10 @@
 //! `runtime/docker/` builds a bollard struct or talks to the daemon.
 
 mod absent;
+pub mod access;
 pub mod capabilities;
 pub(crate) mod docker;
+pub mod egress_files;
 mod error;
 pub mod exec;
 #[cfg(test)]

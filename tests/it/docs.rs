@@ -93,7 +93,7 @@ fn anchors(text: &str) -> BTreeSet<String> {
 
 /// Relative link targets (`[text](target)`, images too) of a markdown text, outside code.
 fn relative_links(text: &str) -> Vec<String> {
-    let link = regex::Regex::new(r"\]\(([^)\s]+)\)").unwrap();
+    let link = regex_lite::Regex::new(r"\]\(([^)\s]+)\)").unwrap();
     prose_lines(text)
         .into_iter()
         .flat_map(|line| {
@@ -219,7 +219,7 @@ fn listed_commands(help: &str) -> Vec<String> {
 
 /// The long flags a `--help` defines (its option lines, not flags its prose mentions).
 fn defined_flags(help: &str) -> Vec<String> {
-    let option = regex::Regex::new(r"^\s+(?:-[A-Za-z], )?(--[a-z][a-z0-9-]*)").unwrap();
+    let option = regex_lite::Regex::new(r"^\s+(?:-[A-Za-z], )?(--[a-z][a-z0-9-]*)").unwrap();
     help.lines()
         .filter_map(|line| option.captures(line).map(|c| c[1].to_string()))
         .filter(|flag| flag != "--help" && flag != "--version")
@@ -256,7 +256,8 @@ fn every_command_has_a_section_in_docs_commands_md_naming_its_flags() {
             missing.push(format!("no heading names {name}`"));
         }
         for flag in defined_flags(&help) {
-            let word = regex::Regex::new(&format!(r"{}\b", regex::escape(&flag))).unwrap();
+            let word =
+                regex_lite::Regex::new(&format!(r"{}\b", regex_lite::escape(&flag))).unwrap();
             if !word.is_match(&doc) {
                 missing.push(format!("paddock {}: {flag} is not in it", path.join(" ")));
             }
@@ -336,7 +337,8 @@ fn every_key_config_show_prints_is_in_docs_configuration_md() {
         let parts: Vec<&str> = key.split('.').collect();
         // `profiles.default.image`: `profiles:` and `image:` (the profile's name is an example).
         for part in [parts[0], parts[parts.len() - 1]] {
-            let written = regex::Regex::new(&format!(r"(?m)^\s*{}:", regex::escape(part))).unwrap();
+            let written =
+                regex_lite::Regex::new(&format!(r"(?m)^\s*{}:", regex_lite::escape(part))).unwrap();
             if !written.is_match(&doc) {
                 missing.insert(format!("{part}: (of {key})"));
             }
@@ -368,7 +370,7 @@ fn every_paddock_variable_the_code_names_is_documented() {
         rust_files(&root().join(dir), &mut files);
     }
     let this_file = root().join("tests/it/docs.rs");
-    let variable = regex::Regex::new(r#""(PADDOCK_[A-Z0-9_]+)""#).unwrap();
+    let variable = regex_lite::Regex::new(r#""(PADDOCK_[A-Z0-9_]+)""#).unwrap();
     let mut named: BTreeMap<String, PathBuf> = BTreeMap::new();
     for file in files.iter().filter(|f| **f != this_file) {
         let text = std::fs::read_to_string(file).unwrap();
@@ -386,7 +388,7 @@ fn every_paddock_variable_the_code_names_is_documented() {
     let missing: Vec<String> = named
         .iter()
         .filter(|(name, _)| {
-            !regex::Regex::new(&format!(r"\b{name}\b"))
+            !regex_lite::Regex::new(&format!(r"\b{name}\b"))
                 .unwrap()
                 .is_match(&docs)
         })
@@ -487,7 +489,7 @@ fn every_mcp_tool_is_in_docs_mcp_md() {
 #[test]
 fn every_exit_code_is_in_docs_commands_md() {
     let source = read("src/cli/exit.rs");
-    let constant = regex::Regex::new(r"(?m)^pub const [A-Z_]+: i32 = (\d+);").unwrap();
+    let constant = regex_lite::Regex::new(r"(?m)^pub const [A-Z_]+: i32 = (\d+);").unwrap();
     let codes: Vec<String> = constant
         .captures_iter(&source)
         .map(|c| c[1].to_string())

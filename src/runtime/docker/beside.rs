@@ -38,7 +38,7 @@ pub async fn exec_beside(
     stand_in.ports.clear();
     // Labelled with the job's id (not a pool slot's): it is the job's helper, removed below by that.
     stand_in.pool = None;
-    let mut body = container_body(home, &stand_in, None)?;
+    let mut body = container_body(daemon, home, &stand_in, None)?;
     if let Some(labels) = &mut body.labels {
         labels.insert(LABEL_ROLE.to_string(), role.to_string());
     }

@@ -20,6 +20,7 @@ use crate::store::PaddockHome;
 /// The container's configuration, derived from the record alone (and, for a job on a
 /// sealed network, that network's subnet) so a container can be recreated identically.
 pub(super) fn container_body(
+    daemon: &super::Daemon,
     home: &PaddockHome,
     record: &JobRecord,
     sealed: Option<&egress::SealedNetwork>,
@@ -48,9 +49,9 @@ pub(super) fn container_body(
     }
     env.extend(limits.env.iter().map(|(k, v)| format!("{k}={v}")));
     // Placeholders only: the values stay in the proxy (see `secrets.rs`).
-    let (secret_mounts, secret_env) = super::secrets::job_parts(home, record);
+    let (secret_mounts, secret_env) = super::secrets::job_parts(daemon, home, record);
     env.extend(secret_env);
-    let mut mounts = if record.engine.is_some() {
+    let mut mounts = if daemon.is_remote() {
         let mut mounts = super::remote::volumes::job_mounts(home, record);
         mounts.extend(super::cache_volumes::job_mounts(record));
         mounts
@@ -68,7 +69,7 @@ pub(super) fn container_body(
     // published on the engine's host.
     let published = if sealed.is_none()
         && limits.network == NetworkMode::Open
-        && !super::port_relay::relayed(record)
+        && !super::port_relay::relayed(daemon, record)
     {
         ports::job_container(&record.ports)
     } else {

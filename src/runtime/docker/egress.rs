@@ -52,7 +52,6 @@ use super::{
     inspect_named, io_error, job_container, optional, remove_labelled_container, start_named,
 };
 use crate::config::NetworkMode;
-use crate::egress::EgressPolicy;
 use crate::job::{JobId, JobRecord};
 use crate::runtime::RuntimeError;
 use crate::store::PaddockHome;
@@ -170,34 +169,29 @@ pub fn proxy_env(record: &JobRecord, address: Option<Ipv4Addr>) -> Vec<String> {
     env
 }
 
-/// Writes the job's policy where its proxy reads it (atomically: the proxy never sees half
-/// a file). The next connection through the proxy follows it.
-pub fn write_policy(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
-    let dir = policy_dir(home, &record.id);
-    std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
+/// Writes the job's policy where its proxy reads it (`runtime::egress_files`). The next
+/// connection through the proxy follows it.
+pub fn write_policy(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<(), RuntimeError> {
     // A remote job's proxy runs on its engine: the addresses to refuse are that host's.
-    let host_addresses = if record.engine.is_some() {
+    let host_addresses = if daemon.is_remote() {
         super::remote::egress::engine_addresses(home, record)
     } else {
         crate::sys::host_addresses()
     };
-    let policy = EgressPolicy {
-        allow: record.limits.allow.clone(),
-        host_addresses,
-        secrets: super::secrets::rules(record),
-    };
-    let path = dir.join("policy.json");
-    let text = serde_json::to_vec_pretty(&policy).expect("a policy serializes");
-    crate::atomic::write_atomic(&path, &text, false).map_err(io_error(&path))
+    crate::runtime::egress_files::write_policy(home, record, host_addresses)
 }
 
 /// Whether the job sits on its own sealed network with a sidecar: `allowlist` jobs, and
 /// `none` jobs with ports (the sidecar then only relays the ports).
-pub fn has_sealed_network(record: &JobRecord) -> bool {
+pub fn has_sealed_network(daemon: &super::Daemon, record: &JobRecord) -> bool {
     match record.limits.network {
         NetworkMode::Allowlist => true,
         // A remote job's ports go through its relay container instead (`port_relay`).
-        NetworkMode::None => !record.ports.is_empty() && record.engine.is_none(),
+        NetworkMode::None => !record.ports.is_empty() && !daemon.is_remote(),
         NetworkMode::Open => false,
     }
 }
@@ -218,15 +212,15 @@ pub async fn ensure(
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<Option<SealedNetwork>, RuntimeError> {
-    if !has_sealed_network(record) {
+    if !has_sealed_network(daemon, record) {
         return Ok(None);
     }
     let base = job_container(record);
     let network = network_name(&base);
     let subnet = ensure_network(daemon, docker, home, record, &network).await?;
     // After the network: on a remote engine its guard reports the addresses the policy names.
-    write_policy(home, record)?;
-    super::secrets::write_bundle(home, record).await?;
+    write_policy(daemon, home, record)?;
+    super::secrets::write_bundle(daemon, home, record).await?;
     let remote = daemon.is_remote();
     let sealed = SealedNetwork {
         name: network.clone(),
@@ -263,7 +257,7 @@ pub async fn ensure(
         daemon,
         docker,
         &name,
-        sidecar_body(home, record, subnet, parts)?,
+        sidecar_body(daemon, home, record, subnet, parts)?,
     )
     .await?;
     if remote {
@@ -300,7 +294,7 @@ pub async fn restart_sidecar(
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<(), RuntimeError> {
-    if !has_sealed_network(record) {
+    if !has_sealed_network(daemon, record) {
         return Ok(());
     }
     let docker = daemon.connect()?;
@@ -470,6 +464,7 @@ fn host_mounts(
 /// The sidecar's container; `remote`: its image and mounts on a remote engine
 /// (`remote::egress::sidecar_parts`), else the job's image and the host binds.
 fn sidecar_body(
+    daemon: &super::Daemon,
     home: &PaddockHome,
     record: &JobRecord,
     subnet: Option<JobSubnet>,
@@ -484,12 +479,13 @@ fn sidecar_body(
             host_mounts(home, record, (uid, gid))?,
         ),
     };
-    let relays = if super::port_relay::relayed(record) {
+    let relays = if super::port_relay::relayed(daemon, record) {
         super::ports::Published::default()
     } else {
         super::ports::sidecar_relays(&record.ports, subnet.map(JobSubnet::job))
     };
-    let (control_mounts, control_args) = super::secrets::sidecar_parts(home, record, uid, gid)?;
+    let (control_mounts, control_args) =
+        super::secrets::sidecar_parts(daemon, home, record, (uid, gid))?;
     // On a remote engine the control socket's directory is the sidecar's own tmpfs.
     let tmpfs = (remote_parts && !control_args.is_empty())
         .then(|| super::remote::secrets::control_tmpfs(uid, gid));

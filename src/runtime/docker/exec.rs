@@ -159,8 +159,10 @@ pub(super) async fn exec_in(
         Some(after) => vec![
             "sh".to_string(),
             "-c".to_string(),
-            r#"{ echo $$ > "$0"; } 2>/dev/null; after=$1; shift; "$@"; rc=$?; eval "$after"; exit $rc"#
-                .to_string(),
+            format!(
+                r#"{{ echo $$ > "$0"; }} 2>/dev/null; {}"#,
+                crate::runtime::exec::AFTER_WRAPPER
+            ),
             pidfile.clone(),
             after.clone(),
         ],

@@ -64,12 +64,10 @@ mod stats;
 
 use body::{base_env, container_body, hardened_host_config};
 pub use daemon::Daemon;
-pub(crate) use egress::write_policy as write_egress_policy;
-pub(crate) use mounts::grant_agent_access;
 pub use ranges::Guard;
 pub use sandbox::DockerRuntime;
-pub(crate) use sidecar::log_path as egress_log_path;
 
+use super::access::grant_agent_access;
 use super::{RuntimeError, Sandbox, SandboxRole};
 use crate::config::NetworkMode;
 use crate::job::{JobId, JobRecord, RuntimeKind};
@@ -234,7 +232,7 @@ pub async fn create_first_container(
     record: &JobRecord,
 ) -> Result<String, RuntimeError> {
     // A remote job's files are in volumes its fill gave the agent already.
-    if record.engine.is_some() {
+    if daemon.is_remote() {
         return create_job_container(daemon, home, record).await;
     }
     // A walk of the job's trees and the shared cache entries (which jobs write): on a
@@ -261,7 +259,7 @@ async fn create_job_container(
         daemon,
         &docker,
         &name,
-        container_body(home, record, sealed.as_ref())?,
+        container_body(daemon, home, record, sealed.as_ref())?,
     )
     .await?;
     super::failpoint("container-create")?;
@@ -375,7 +373,7 @@ pub async fn ensure_running(
     match status {
         Some(status) if status.running => Ok(status.id),
         Some(_)
-            if record.engine.is_none()
+            if !daemon.is_remote()
                 && record
                     .pool_slot()
                     .is_some_and(|slot| !slot_still_mounted(home, slot)) =>
@@ -500,7 +498,7 @@ pub async fn remove_job_container(
     record: &JobRecord,
 ) -> Result<(), RuntimeError> {
     let name = job_container(record);
-    if record.engine.is_some() && egress::has_sealed_network(record) {
+    if daemon.is_remote() && egress::has_sealed_network(daemon, record) {
         // The proxy's decisions outlive the job on the host, as a local job's do.
         if let Err(error) = remote::egress::pull_log(daemon, home, record).await {
             tracing::warn!(job = %record.id, %error, "cannot copy the egress log from the engine");

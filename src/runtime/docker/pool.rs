@@ -23,7 +23,7 @@ use bollard::models::{
 use bollard::query_parameters::RenameContainerOptionsBuilder;
 
 use super::calls::{call, create_named, start_named};
-use super::mounts::{bind, grant_agent_access, job_mounts, nested_object_mounts};
+use super::mounts::{bind, job_mounts, nested_object_mounts};
 use super::{
     API_TIMEOUT, CONTAINER_GIT_DIR, CONTAINER_OBJECTS, LABEL_HOME, LABEL_JOB, LABEL_ROLE,
     agent_user, base_env, hardened_host_config, job_container, remove_labelled_container,
@@ -32,6 +32,7 @@ use crate::config::NetworkMode;
 use crate::job::JobRecord;
 use crate::pool::{HostBind, PoolSlot, PoolSlots};
 use crate::runtime::RuntimeError;
+use crate::runtime::access::grant_agent_access;
 use crate::store::PaddockHome;
 
 /// The container paths a slot receives mounts under, with the slot's directory of each.

@@ -44,8 +44,8 @@ pub fn relay_name(base: &str) -> String {
 }
 
 /// Whether the job's ports are relayed through its engine (a remote job with ports).
-pub fn relayed(record: &JobRecord) -> bool {
-    record.engine.is_some() && !record.ports.is_empty()
+pub fn relayed(daemon: &super::Daemon, record: &JobRecord) -> bool {
+    daemon.is_remote() && !record.ports.is_empty()
 }
 
 /// After the job's container started: its relay container made anew in the container's
@@ -56,7 +56,7 @@ pub async fn restart(
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<(), RuntimeError> {
-    if !relayed(record) {
+    if !relayed(daemon, record) {
         return Ok(());
     }
     let base = job_container(record);

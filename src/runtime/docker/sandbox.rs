@@ -112,7 +112,7 @@ impl Runtime for DockerRuntime {
     ) -> Result<ExecOutcome, RuntimeError> {
         let (result, container_id, oom_kills) =
             super::exec::exec(&self.daemon, &self.home, record, request, sink).await?;
-        if self.daemon.is_remote() && super::egress::has_sealed_network(record) {
+        if self.daemon.is_remote() && super::egress::has_sealed_network(&self.daemon, record) {
             // The proxy's decisions of this command, where the host's readers look.
             if let Err(error) =
                 super::remote::egress::pull_log(&self.daemon, &self.home, record).await
@@ -251,7 +251,7 @@ impl Images for DockerRuntime {
 #[async_trait::async_trait]
 impl Network for DockerRuntime {
     async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        super::egress::write_policy(&self.home, record)?;
+        super::egress::write_policy(&self.daemon, &self.home, record)?;
         if self.daemon.is_remote() {
             super::remote::egress::push_policy(&self.daemon, &self.home, record).await?;
         }
@@ -263,7 +263,7 @@ impl Network for DockerRuntime {
     }
 
     async fn refresh_egress_log(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        if !self.daemon.is_remote() || !super::egress::has_sealed_network(record) {
+        if !self.daemon.is_remote() || !super::egress::has_sealed_network(&self.daemon, record) {
             return Ok(());
         }
         super::remote::egress::pull_log(&self.daemon, &self.home, record).await

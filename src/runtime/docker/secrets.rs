@@ -23,29 +23,13 @@ use super::sidecar::{
     JOB_BUNDLE, SIDECAR_CONTROL, SIDECAR_CONTROL_DIR, bundle_pem, failed, has_secrets,
 };
 use crate::egress::ca::{InstallCa, host_roots_pem};
-use crate::egress::secrets::{Load, SecretRule};
+use crate::egress::secrets::Load;
 use crate::job::JobRecord;
 use crate::runtime::RuntimeError;
 use crate::store::PaddockHome;
 
 /// How long paddock waits for a started proxy's control socket and answer.
 const SEND_DEADLINE: Duration = Duration::from_secs(15);
-
-/// The proxy's rules for the job's secrets.
-pub fn rules(record: &JobRecord) -> Vec<SecretRule> {
-    record
-        .limits
-        .secrets
-        .iter()
-        .flat_map(|s| &s.secrets)
-        .map(|s| SecretRule {
-            name: s.name.clone(),
-            placeholder: s.placeholder.clone(),
-            hosts: s.hosts.clone(),
-            header: s.header.clone(),
-        })
-        .collect()
-}
 
 fn control_dir(home: &PaddockHome, record: &JobRecord) -> PathBuf {
     home.job_dir(&record.id).join("egress-ctl")
@@ -60,16 +44,16 @@ fn bundle_path(home: &PaddockHome, record: &JobRecord) -> PathBuf {
 /// The sidecar's extra mount and arguments for a job with secrets (its control directory,
 /// made here); nothing for one without.
 pub fn sidecar_parts(
+    daemon: &super::Daemon,
     home: &PaddockHome,
     record: &JobRecord,
-    uid: u32,
-    gid: u32,
+    (uid, gid): (u32, u32),
 ) -> Result<(Vec<Mount>, Vec<String>), RuntimeError> {
     if !has_secrets(record) {
         return Ok((Vec::new(), Vec::new()));
     }
     let args = vec!["--control".into(), SIDECAR_CONTROL.into()];
-    if record.engine.is_some() {
+    if daemon.is_remote() {
         // A tmpfs of the sidecar there (`remote::secrets::control_tmpfs`).
         return Ok((Vec::new(), args));
     }
@@ -89,7 +73,11 @@ pub fn sidecar_parts(
 
 /// The job container's mount of its CA bundle (see [`write_bundle`]) and its variables:
 /// the placeholders and the bundle. Nothing for a job without secrets.
-pub fn job_parts(home: &PaddockHome, record: &JobRecord) -> (Vec<Mount>, Vec<String>) {
+pub fn job_parts(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> (Vec<Mount>, Vec<String>) {
     let Some(secrets) = record
         .limits
         .secrets
@@ -98,7 +86,7 @@ pub fn job_parts(home: &PaddockHome, record: &JobRecord) -> (Vec<Mount>, Vec<Str
     else {
         return (Vec::new(), Vec::new());
     };
-    let mount = if record.engine.is_some() {
+    let mount = if daemon.is_remote() {
         super::remote::secrets::job_mount(record)
     } else {
         bind(&bundle_path(home, record), Path::new(JOB_BUNDLE), true)
@@ -108,9 +96,13 @@ pub fn job_parts(home: &PaddockHome, record: &JobRecord) -> (Vec<Mount>, Vec<Str
 
 /// Writes the job's CA bundle (the host's roots and the install's CA, made the first time)
 /// before its container is made; on a blocking thread (a read of the host's roots).
-pub async fn write_bundle(home: &PaddockHome, record: &JobRecord) -> Result<(), RuntimeError> {
+pub async fn write_bundle(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<(), RuntimeError> {
     // A remote job's bundle is uploaded into its volume there (`upload_bundle`).
-    if !has_secrets(record) || record.engine.is_some() {
+    if !has_secrets(record) || daemon.is_remote() {
         return Ok(());
     }
     let (root, path, job) = (
@@ -179,7 +171,7 @@ pub async fn send(
     .expect("reading secrets does not panic")?;
     let text = serde_json::to_vec(&load).expect("a load serializes");
     drop(load);
-    let answer = if record.engine.is_some() {
+    let answer = if daemon.is_remote() {
         // No path of this machine is in the sidecar there: an exec's stdin (see
         // `remote::secrets`).
         let docker = daemon.connect()?;

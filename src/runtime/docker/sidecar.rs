@@ -3,14 +3,13 @@
 //! its binary, policy, log, control socket and CA bundle are inside, where their host copies
 //! are, and the hardening every helper of paddock's beside a job gets.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use bollard::models::HostConfig;
 
 use crate::egress::ca::{InstallCa, host_roots_pem};
-use crate::job::{JobId, JobRecord};
+use crate::job::JobRecord;
 use crate::runtime::RuntimeError;
-use crate::store::PaddockHome;
 
 pub(crate) const SIDECAR_BINARY: &str = "/paddock/bin/paddock";
 
@@ -23,15 +22,7 @@ pub fn sidecar_name(base: &str) -> String {
     format!("{base}-egress")
 }
 
-/// Where the job's policy file lives on the host.
-pub fn policy_dir(home: &PaddockHome, id: &JobId) -> PathBuf {
-    home.job_dir(id).join("egress")
-}
-
-/// Where the proxy's decisions go on the host.
-pub fn log_path(home: &PaddockHome, id: &JobId) -> PathBuf {
-    home.logs_dir(id).join("egress.jsonl")
-}
+pub use crate::runtime::egress_files::{log_path, policy_dir};
 
 /// Where the control directory is inside the sidecar.
 pub const SIDECAR_CONTROL_DIR: &str = "/paddock/ctl";

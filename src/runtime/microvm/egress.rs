@@ -45,9 +45,9 @@ pub async fn start_proxy(
     vm: &VmDir,
     record: &JobRecord,
 ) -> Result<String, MicrovmError> {
-    crate::runtime::docker::write_egress_policy(home, record)?;
+    crate::runtime::egress_files::write_policy(home, record, crate::sys::host_addresses())?;
     let policy = home.job_dir(&record.id).join("egress/policy.json");
-    let log = crate::runtime::docker::egress_log_path(home, &record.id);
+    let log = crate::runtime::egress_files::log_path(home, &record.id);
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
     }

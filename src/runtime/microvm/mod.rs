@@ -106,7 +106,7 @@ impl MicrovmRuntime {
     async fn boot(&self, record: &JobRecord, vm: &vm::VmDir) -> Result<i32, MicrovmError> {
         check_host()?;
         if let Some((uid, _)) = self.layout.files_owner(record) {
-            crate::runtime::docker::grant_agent_access(record, uid)?;
+            crate::runtime::access::grant_agent_access(record, uid)?;
         }
         let shares = vm::shares(record)?;
         let netdev = match record.limits.network {
@@ -224,7 +224,7 @@ impl MicrovmRuntime {
             Some(after) => vec![
                 "sh".into(),
                 "-c".into(),
-                r#"after=$1; shift; "$@"; rc=$?; eval "$after"; exit $rc"#.into(),
+                crate::runtime::exec::AFTER_WRAPPER.into(),
                 "sh".into(),
                 after.clone(),
             ],
@@ -574,7 +574,11 @@ impl Network for MicrovmRuntime {
     async fn apply_network(&self, record: &JobRecord) -> Result<(), RuntimeError> {
         // The proxy reads the policy file at each connection.
         if record.limits.network == NetworkMode::Allowlist {
-            crate::runtime::docker::write_egress_policy(&self.home, record)?;
+            crate::runtime::egress_files::write_policy(
+                &self.home,
+                record,
+                crate::sys::host_addresses(),
+            )?;
         }
         Ok(())
     }

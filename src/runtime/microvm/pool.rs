@@ -144,7 +144,7 @@ pub async fn adopt(
     if let Some((uid, _)) = runtime.layout.files_owner(record) {
         let granted = record.clone();
         tokio::task::spawn_blocking(move || {
-            crate::runtime::docker::grant_agent_access(&granted, uid)
+            crate::runtime::access::grant_agent_access(&granted, uid)
         })
         .await
         .expect("granting access does not panic")?;

@@ -326,13 +326,13 @@ pub async fn start(
     boot: &Boot<'_>,
 ) -> Result<i32, MicrovmError> {
     std::fs::create_dir_all(&vm.dir).map_err(io(&vm.dir))?;
-    let agent = crate::runtime::docker::agent_user(limits.uid);
+    let agent = crate::runtime::layout::agent_user(limits.uid);
     for share in shares {
         spawn_virtiofsd(vm, share, agent, boot.cgroup).await?;
     }
     let (memory, cpus) = size(limits);
     let memory_mb = memory >> 20;
-    let (uid, _) = crate::runtime::docker::agent_user(limits.uid);
+    let (uid, _) = crate::runtime::layout::agent_user(limits.uid);
     let mut append = format!(
         "console=ttyS0 quiet panic=-1 paddock.pids={} paddock.uid={uid} paddock.net={}",
         limits.pids,
