@@ -211,7 +211,7 @@ mod tests {
             }
         });
         let out = child.wait_with_output().expect("the wrapper is waited for");
-        drop(ended.send(()));
+        let _ = ended.send(());
         killer.join().expect("the killer thread");
         (
             out.status.code().or(out.status.signal().map(|s| 128 + s)),
