@@ -160,6 +160,11 @@ pub enum Error {
     NotOurs { path: PathBuf },
     #[error("job `{id}` is {state}: it cannot run commands")]
     NotRunnable { id: JobId, state: JobState },
+    #[error("job `{id}` is paused (since {since}): its processes are frozen")]
+    Paused {
+        id: JobId,
+        since: chrono::DateTime<chrono::Utc>,
+    },
     #[error("failed to write the log of job `{id}` at `{path}`")]
     Log {
         id: JobId,
@@ -295,7 +300,8 @@ impl Error {
             Error::BranchExists { .. }
             | Error::BranchHeld { .. }
             | Error::WorktreeExists { .. }
-            | Error::NotRunnable { .. } => K::Conflict,
+            | Error::NotRunnable { .. }
+            | Error::Paused { .. } => K::Conflict,
             Error::SnapshotFailed { .. }
             | Error::NotOurs { .. }
             | Error::Legacy { .. }
@@ -455,6 +461,9 @@ impl Error {
             Error::Cache(CacheError::Io { .. }) | Error::Copy(CopyError::Io { .. }) => return None,
             Error::Copy(_) => {
                 "check `copy` in .paddock.yaml: untracked files and directories of the repository, without links out of it"
+            }
+            Error::Paused { id, .. } => {
+                return Some(format!("`paddock resume {id}` thaws it first"));
             }
             Error::SetupFailed { log, .. } => {
                 return Some(format!(

@@ -258,6 +258,10 @@ pub struct JobRecord {
     pub created_at: DateTime<Utc>,
     pub last_activity_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// Since when the job's processes are frozen (`pause`); `None`: they run. A paused job
+    /// takes no exec and is never swept as idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<DateTime<Utc>>,
     pub exit_code: Option<i64>,
     pub oom_killed: bool,
     /// The container cgroup's OOM-kill count last seen, so a new kill can be told apart.

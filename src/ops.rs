@@ -16,8 +16,8 @@ use crate::output::OutputSink;
 use crate::wire::{
     AdmissionView, ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
     EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobDiff,
-    JobView, MergeReport, MergeRequest, NetworkChange, PushReport, PushRequest, RemoveOptions,
-    RemoveReport, RunReport,
+    JobView, MergeReport, MergeRequest, NetworkChange, PauseAnswer, PushReport, PushRequest,
+    RemoveOptions, RemoveReport, RunReport,
 };
 
 /// paddock's job operations (see the module docs).
@@ -64,6 +64,12 @@ pub trait Operations {
 
     /// Stops what runs in a job; true when something was running.
     fn stop(&self, id: &str, grace: Option<Duration>) -> impl Future<Output = Result<bool>>;
+
+    /// Freezes every process of a job in place (they keep their memory, use no CPU).
+    fn pause(&self, id: &str) -> impl Future<Output = Result<PauseAnswer>>;
+
+    /// Thaws a paused job's processes.
+    fn resume(&self, id: &str) -> impl Future<Output = Result<PauseAnswer>>;
 
     /// Changes what a live `allowlist` job may reach, from its next connection on.
     fn set_network(&self, id: &str, change: NetworkChange)
@@ -218,6 +224,14 @@ impl Operations for Paddock {
 
     async fn stop(&self, id: &str, grace: Option<Duration>) -> Result<bool> {
         Paddock::stop(self, id, grace).await
+    }
+
+    async fn pause(&self, id: &str) -> Result<PauseAnswer> {
+        Paddock::pause(self, id).await
+    }
+
+    async fn resume(&self, id: &str) -> Result<PauseAnswer> {
+        Paddock::resume(self, id).await
     }
 
     async fn set_network(&self, id: &str, change: NetworkChange) -> Result<JobView> {

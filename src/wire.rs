@@ -396,6 +396,9 @@ pub struct JobView {
     /// else `not running` (the next exec starts it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port_relay: Option<String>,
+    /// Since when the job's processes are frozen (`pause`); absent while they run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<DateTime<Utc>>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -438,8 +441,19 @@ impl From<&JobRecord> for JobView {
             engine: record.engine.clone(),
             engine_status: None,
             port_relay: None,
+            paused_at: record.paused_at,
         }
     }
+}
+
+/// What `pause` and `resume` left: whether the job's processes are frozen, and since when.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PauseAnswer {
+    pub id: String,
+    pub paused: bool,
+    /// When the job was paused; absent once it runs again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<DateTime<Utc>>,
 }
 
 /// What `paddock run` did: the job it made, the command's result and the branch's fate.
@@ -486,6 +500,12 @@ pub enum EventKind {
     /// oldest kept one (`detail.oldest`); the ones before it are gone.
     #[serde(rename = "reset")]
     Reset,
+    /// A job's processes were frozen (`pause`).
+    #[serde(rename = "job.paused")]
+    JobPaused,
+    /// A paused job's processes were thawed (`resume`).
+    #[serde(rename = "job.resumed")]
+    JobResumed,
 }
 
 impl EventKind {
@@ -505,6 +525,8 @@ impl EventKind {
             EventKind::JobPushed => "job.pushed",
             EventKind::PushFailed => "job.push_failed",
             EventKind::Reset => "reset",
+            EventKind::JobPaused => "job.paused",
+            EventKind::JobResumed => "job.resumed",
         }
     }
 }

@@ -36,6 +36,7 @@ mod ls;
 mod mcp;
 mod merge;
 mod net;
+mod pause;
 mod pool;
 mod port;
 mod push;
@@ -99,6 +100,10 @@ pub(crate) enum Command {
     Events(events::EventsArgs),
     /// Stop what runs in a job (SIGTERM, the grace period, then SIGKILL).
     Stop(stop::StopArgs),
+    /// Freeze a job's processes in place (memory kept, no CPU, no exec) until `resume`.
+    Pause(pause::PauseArgs),
+    /// Thaw a paused job's processes.
+    Resume(pause::PauseArgs),
     /// Change what a running allowlist job may reach (from its next connection).
     Net(net::NetArgs),
     /// Where a job's ports are served on the host (127.0.0.1:PORT).
@@ -192,6 +197,8 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Exec(args) => exec::run(ops, args).await,
         Command::Run(args) => run::run(ops, args).await,
         Command::Stop(args) => stop::run(ops, args).await,
+        Command::Pause(args) => pause::pause(ops, args).await,
+        Command::Resume(args) => pause::resume(ops, args).await,
         Command::Net(args) => net::run(ops, args).await,
         Command::Port(args) => port::run(ops, args).await,
         Command::Cp(args) => cp::run(ops, args).await,

@@ -21,8 +21,8 @@ use crate::store::PaddockHome;
 use crate::wire::{
     AdmissionView, ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
     EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobDiff,
-    JobView, MergeReport, MergeRequest, NetworkChange, PushReport, PushRequest, RemoveOptions,
-    RemoveReport,
+    JobView, MergeReport, MergeRequest, NetworkChange, PauseAnswer, PushReport, PushRequest,
+    RemoveOptions, RemoveReport,
 };
 
 mod streams;
@@ -471,6 +471,16 @@ impl Operations for DaemonClient {
             )
             .await?;
         Ok(value["stopped"].as_bool().unwrap_or(false))
+    }
+
+    async fn pause(&self, id: &str) -> Result<PauseAnswer, Error> {
+        let route = format!("/v1/jobs/{}/pause", encode(id));
+        self.call(Method::POST, &route, None::<&Value>).await
+    }
+
+    async fn resume(&self, id: &str) -> Result<PauseAnswer, Error> {
+        let route = format!("/v1/jobs/{}/resume", encode(id));
+        self.call(Method::POST, &route, None::<&Value>).await
     }
 
     async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, Error> {

@@ -266,6 +266,7 @@ impl Paddock {
             created_at: now,
             last_activity_at: now,
             finished_at: None,
+            paused_at: None,
             exit_code: None,
             oom_killed: false,
             oom_kills: 0,

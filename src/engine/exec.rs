@@ -241,6 +241,12 @@ impl Paddock {
                 state: record.state,
             });
         }
+        if let Some(since) = record.paused_at {
+            return Err(Error::Paused {
+                id: record.id,
+                since,
+            });
+        }
         // Held until the exec ends (the guard frees it on every path).
         let _slot = self
             .admit_exec(&record.id, options.no_wait, options.waiter.as_deref())
@@ -508,7 +514,8 @@ impl Paddock {
     /// Stops what runs in a job (its container) with a bounded grace; true when something was
     /// running. The job stays; the next exec starts the container again.
     pub async fn stop(&self, id: &str, grace: Option<std::time::Duration>) -> Result<bool> {
-        let record = self.load(id)?;
+        // A frozen process cannot act on the TERM that asks it to end.
+        let record = self.thaw(self.load(id)?).await?;
         let grace = grace.unwrap_or(record.limits.grace.0);
         let stopped = self.runtime_of(&record).stop(&record, grace).await?;
         self.stop_port_relay(&record).await;

@@ -152,6 +152,18 @@ impl Paddock {
             ),
             Ok(synced) => (synced.untracked, None),
             Err(error @ Error::Legacy { .. }) => return Err(error),
+            // A frozen sandbox is not looked into: the last sync's changes, said so (none
+            // when the job never synced).
+            Err(error @ Error::Paused { .. }) => {
+                let last = self
+                    .scratch_of(record)
+                    .changes(&record.base_commit, Default::default())
+                    .await;
+                return match last {
+                    Ok(changes) => Ok((changes, Some(error.to_string()))),
+                    Err(_) => Err(error),
+                };
+            }
             Err(error) => (Default::default(), Some(error.to_string())),
         };
         let changes = self
@@ -165,7 +177,11 @@ impl Paddock {
     /// the commits on the branch the job did not make.
     pub async fn diff(&self, id: &str, stat: bool) -> Result<JobDiff> {
         let record = self.load(id)?;
-        self.sync_job(&record, SyncScope::BranchAndWork).await?;
+        match self.sync_job(&record, SyncScope::BranchAndWork).await {
+            // A paused job's last synced changes stand.
+            Ok(_) | Err(Error::Paused { .. }) => {}
+            Err(error) => return Err(error),
+        }
         let diff = self
             .scratch_of(&record)
             .diff(&record.base_commit, stat)

@@ -37,6 +37,7 @@ mod events;
 mod exec;
 mod execs;
 mod files;
+mod freeze;
 mod history;
 mod inspect;
 mod merge;

@@ -35,6 +35,8 @@ impl Paddock {
                 unsaved_examples: Vec::new(),
             });
         }
+        // A paused job is thawed first: its frozen processes could not act on the stop.
+        let record = self.thaw(record).await?;
         let repo = self.repo_of(&record);
         let wip_ref = format!("refs/paddock/wip/{}", record.id);
         // Record the container's outcome and stop it first, so nothing writes to the

@@ -115,6 +115,14 @@ impl Paddock {
                 id: record.id.clone(),
             });
         }
+        // A frozen sandbox runs nothing, a sync's half inside it included (a stopped VM
+        // would not even answer): what was last synced stands, and it is no failed sync.
+        if let Some(since) = record.paused_at {
+            return Err(Error::Paused {
+                id: record.id.clone(),
+                since,
+            });
+        }
         let outcome = self.sync_unrecorded(record, scope, deadline).await;
         self.record_sync(record, &outcome);
         outcome

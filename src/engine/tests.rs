@@ -347,3 +347,73 @@ async fn sweep_removes_only_idle_jobs_and_keeps_their_commits() {
         "the idle job's work stays on its branch"
     );
 }
+
+#[tokio::test]
+async fn a_paused_job_takes_no_exec_is_kept_by_the_sweep_and_runs_again_after_resume() {
+    let fake = Arc::new(FakeRuntime::default());
+    let (_tmp, repo, paddock) = setup(&fake);
+    paddock.create(fake_job(&repo, "parked")).await.unwrap();
+    let paused = paddock.pause("parked").await.unwrap();
+    assert!(paused.paused && paused.since.is_some(), "{paused:?}");
+    assert_eq!(*fake.frozen.lock().unwrap(), ["parked"]);
+    // Again: the same answer, frozen once.
+    let again = paddock.pause("parked").await.unwrap();
+    assert_eq!(again.since, paused.since);
+    assert_eq!(fake.frozen.lock().unwrap().len(), 1);
+    let record = paddock
+        .store()
+        .load_id(&JobId::parse("parked").unwrap())
+        .unwrap();
+    assert_eq!(record.paused_at, paused.since);
+
+    let options = crate::wire::ExecOptions {
+        cmd: vec!["true".into()],
+        ..crate::wire::ExecOptions::default()
+    };
+    let refused = paddock
+        .exec("parked", options, &mut crate::runtime::exec::Discard)
+        .await
+        .expect_err("a paused job takes no exec");
+    assert!(
+        matches!(refused, crate::error::Error::Paused { .. }),
+        "{refused}"
+    );
+    assert_eq!(refused.kind(), crate::error::ErrorKind::Conflict);
+    assert!(fake.execs.lock().unwrap().is_empty(), "nothing ran");
+
+    // An hour on, idle past a minute: a paused job is kept.
+    let mut options = sweep_options(Duration::from_secs(60));
+    options.now = chrono::Utc::now() + chrono::Duration::hours(1);
+    let report = paddock.sweep(&options).await.unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    assert!(paddock.store().exists_str("parked"));
+
+    let resumed = paddock.resume("parked").await.unwrap();
+    assert!(!resumed.paused && resumed.since.is_none(), "{resumed:?}");
+    assert!(fake.frozen.lock().unwrap().is_empty(), "thawed");
+    assert_eq!(
+        paddock
+            .store()
+            .load_id(&JobId::parse("parked").unwrap())
+            .unwrap()
+            .paused_at,
+        None
+    );
+    assert_eq!(run(&paddock, "parked", "echo ran").await.stdout, "ran\n");
+    // Paused again, `rm` thaws it first and removes it.
+    paddock.pause("parked").await.unwrap();
+    paddock
+        .remove("parked", crate::wire::RemoveOptions::default())
+        .await
+        .unwrap();
+    assert!(fake.frozen.lock().unwrap().is_empty(), "rm thawed it");
+}
+
+#[tokio::test]
+async fn a_queued_or_unknown_job_cannot_be_paused_and_leaves_nothing() {
+    let fake = Arc::new(FakeRuntime::default());
+    let (_tmp, _repo, paddock) = setup(&fake);
+    let unknown = paddock.pause("nosuch").await.expect_err("no such job");
+    assert_eq!(unknown.kind(), crate::error::ErrorKind::NotFound);
+    assert!(fake.frozen.lock().unwrap().is_empty());
+}

@@ -208,6 +208,16 @@ pub fn list() -> Vec<Value> {
             schema::<StopArgs>(),
         ),
         tool(
+            "job_pause",
+            "Freeze every process of a job in place: it keeps its memory, uses no CPU and takes no exec until job_resume.",
+            schema::<JobArgs>(),
+        ),
+        tool(
+            "job_resume",
+            "Thaw a paused job's processes.",
+            schema::<JobArgs>(),
+        ),
+        tool(
             "job_remove",
             "Remove a job; the branch stays when it has commits, uncommitted work is kept in refs/paddock/wip/<job> of the wip store named by wip_store.",
             schema::<RemoveArgs>(),
@@ -405,7 +415,9 @@ async fn job_tool(
 ) -> Result<Result<Value, Failure>, RpcError> {
     // Parse before anything runs: wrong arguments are a protocol error, not a tool failure.
     let parsed = match name {
-        "job_show" | "job_log" => Parsed::Job(arguments::<JobArgs>(name, args)?),
+        "job_show" | "job_log" | "job_pause" | "job_resume" => {
+            Parsed::Job(arguments::<JobArgs>(name, args)?)
+        }
         "job_exec" => Parsed::Exec(arguments(name, args)?),
         "job_diff" => Parsed::Diff(arguments(name, args)?),
         "job_stop" => Parsed::Stop(arguments(name, args)?),
@@ -465,6 +477,8 @@ async fn run_job_tool(
     }
     Ok(match parsed {
         Parsed::Job(_) if name == "job_log" => json!({"job": job, "commits": ops.log(job).await?}),
+        Parsed::Job(_) if name == "job_pause" => value(ops.pause(job).await?),
+        Parsed::Job(_) if name == "job_resume" => value(ops.resume(job).await?),
         Parsed::Job(_) => value(ops.show(job).await?),
         Parsed::Exec(args) => {
             let options = ExecOptions {

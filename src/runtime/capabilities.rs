@@ -1,7 +1,7 @@
 //! What a runtime may offer beyond the core [`Runtime`](super::Runtime) contract, each a
 //! trait of its own that a runtime hands out through [`Capabilities`]: sandboxes to list
 //! and reap, an image engine, job networks, a warm pool, ports relayed through an engine,
-//! and files in an engine's volumes. A caller asks for the capability and handles `None`
+//! files in an engine's volumes, and freezing a job's processes in place. A caller asks for the capability and handles `None`
 //! itself, so no runtime answers "unsupported" in another's name, and a runtime that lacks
 //! one cannot misreport itself through a forgotten default.
 
@@ -23,6 +23,18 @@ pub struct Capabilities<'a> {
     pub pool: Option<&'a dyn Pool>,
     pub ports: Option<&'a dyn PortRelay>,
     pub volumes: Option<&'a dyn EngineVolumes>,
+    pub freeze: Option<&'a dyn Freeze>,
+}
+
+/// Freezing every process of a job's sandbox in place and thawing them again (`pause`,
+/// `resume`): frozen, they keep their memory and use no CPU, and nothing of the job ends.
+#[async_trait::async_trait]
+pub trait Freeze: Send + Sync {
+    /// Freezes the job's sandbox (it must run); freezing a frozen one is no error.
+    async fn freeze(&self, record: &JobRecord) -> Result<(), RuntimeError>;
+
+    /// Thaws the job's sandbox; thawing one that is not frozen is no error.
+    async fn thaw(&self, record: &JobRecord) -> Result<(), RuntimeError>;
 }
 
 /// Sandboxes this install keeps on the machine (containers, VMs), listed and reaped by the

@@ -9,7 +9,7 @@
 //! |---|---|
 //! | record still `creating` whose creating process is dead | remove the job (nothing ran in it) |
 //! | record whose worktree is gone | remove the job (branch under the policy) |
-//! | stale record (finished, idle, or too old) | remove the job exactly as `rm` does |
+//! | stale record (finished, idle, or too old; a paused job only when too old) | remove the job exactly as `rm` does |
 //! | with `merged`: a job whose branch is merged into its base branch | remove it as `rm` does, the branch too if still merged after the last sync |
 //! | record whose container is gone | keep; the next exec recreates it |
 //! | container with our labels and no record | remove it (both labels checked first) |
@@ -144,6 +144,11 @@ fn staleness(record: &JobRecord, options: &SweepOptions) -> Option<String> {
                 format_age(now - record.created_at)
             ));
         }
+    }
+    // A paused job was parked on purpose, its processes kept where they were: neither idle
+    // nor finished for long makes it stale (`max_age` above still does).
+    if record.paused_at.is_some() {
+        return None;
     }
     if record.state.is_finished()
         && let Some(finished) = record.finished_at

@@ -51,6 +51,7 @@ mod microvm_shell;
 mod microvm_user;
 mod net_ranges;
 mod objview_race;
+mod pause;
 mod pool;
 mod ports;
 mod process;

@@ -180,6 +180,8 @@ fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
             "job_diff",
             "job_log",
             "job_stop",
+            "job_pause",
+            "job_resume",
             "job_remove",
             "job_push",
             "file_read",
@@ -354,6 +356,8 @@ fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
         ("file_list", json!({"job": id})),
         ("job_diff", json!({"job": id})),
         ("job_stop", json!({"job": id})),
+        ("job_pause", json!({"job": id})),
+        ("job_resume", json!({"job": id})),
         ("job_push", json!({"job": id})),
         ("job_remove", json!({"job": id, "force": true})),
     ] {

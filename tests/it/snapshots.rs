@@ -26,6 +26,8 @@ const COMMANDS: &[&str] = &[
     "execs",
     "events",
     "stop",
+    "pause",
+    "resume",
     "net",
     "port",
     "cp",

@@ -257,6 +257,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/log", get(log_job))
         .route("/v1/jobs/{id}/logs", get(streams::logs_job))
         .route("/v1/jobs/{id}/stop", post(stop_job))
+        .route("/v1/jobs/{id}/pause", post(pause_job))
+        .route("/v1/jobs/{id}/resume", post(resume_job))
         .route("/v1/jobs/{id}/network", post(set_network))
         .route(
             "/v1/jobs/{id}/files",
@@ -379,6 +381,19 @@ async fn set_network(
 ) -> ApiResult<Response> {
     let view = with_deadline(REQUEST_TIMEOUT, state.paddock.set_network(&id, change)).await?;
     Ok(axum::Json(view).into_response())
+}
+
+async fn pause_job(State(state): State<ApiState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
+    let answer = with_deadline(REQUEST_TIMEOUT, state.paddock.pause(&id)).await?;
+    Ok(axum::Json(answer).into_response())
+}
+
+async fn resume_job(
+    State(state): State<ApiState>,
+    JobIdPath(id): JobIdPath,
+) -> ApiResult<Response> {
+    let answer = with_deadline(REQUEST_TIMEOUT, state.paddock.resume(&id)).await?;
+    Ok(axum::Json(answer).into_response())
 }
 
 async fn stop_job(

@@ -49,6 +49,7 @@ mod egress;
 mod exec;
 pub mod export;
 mod facts;
+mod freeze;
 pub use facts::misconfiguration;
 mod image;
 mod mounts;
@@ -274,6 +275,8 @@ async fn create_job_container(
 pub struct ContainerStatus {
     pub id: String,
     pub running: bool,
+    /// Frozen by a pause (Docker counts a paused container as running too).
+    pub paused: bool,
     pub exit_code: Option<i64>,
     pub oom_killed: bool,
 }
@@ -341,6 +344,7 @@ async fn inspect_named(
     Ok(Some(ContainerStatus {
         id: info.id.unwrap_or_default(),
         running: state.running.unwrap_or(false),
+        paused: state.paused.unwrap_or(false),
         exit_code: state.exit_code,
         oom_killed: state.oom_killed.unwrap_or(false),
     }))

@@ -12,7 +12,7 @@ use crate::config::NetworkMode;
 use crate::job::{JobRecord, RuntimeKind};
 use crate::pool::{HostBind, PoolSlot};
 use crate::runtime::capabilities::{
-    Capabilities, EngineVolumes, Images, Network, Pool, PortRelay, Sandboxes,
+    Capabilities, EngineVolumes, Freeze, Images, Network, Pool, PortRelay, Sandboxes,
 };
 use crate::runtime::{
     Described, EngineFacts, ExecOutcome, ExecRequest, ExecResult, OutputSink, Runtime,
@@ -91,6 +91,7 @@ impl Runtime for DockerRuntime {
             pool: Some(self),
             ports: remote.then_some(self as &dyn PortRelay),
             volumes: remote.then_some(self as &dyn EngineVolumes),
+            freeze: Some(self),
         }
     }
 
@@ -416,5 +417,16 @@ impl EngineVolumes for DockerRuntime {
         tar: Vec<u8>,
     ) -> Result<(), RuntimeError> {
         super::archive::upload(&self.daemon, &super::container_of(record), dir, tar).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Freeze for DockerRuntime {
+    async fn freeze(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        super::freeze::freeze(&self.daemon, &self.home, record).await
+    }
+
+    async fn thaw(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        super::freeze::thaw(&self.daemon, &self.home, record).await
     }
 }

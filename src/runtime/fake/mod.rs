@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::config::NetworkMode;
 use crate::job::{JobRecord, RuntimeKind};
-use crate::runtime::capabilities::{Capabilities, Sandboxes};
+use crate::runtime::capabilities::{Capabilities, Freeze, Sandboxes};
 use crate::runtime::registration::Registry;
 use crate::runtime::{
     Described, ExecOutcome, ExecRequest, ExecResult, OutputSink, Runtime, RuntimeError, Sandbox,
@@ -35,6 +35,8 @@ pub struct FakeRuntime {
     pub stopped: Mutex<Vec<String>>,
     /// Each exec's command, in order.
     pub execs: Mutex<Vec<Vec<String>>>,
+    /// The jobs frozen now (`freeze` adds, `thaw` takes away).
+    pub frozen: Mutex<Vec<String>>,
 }
 
 static HOST: SandboxLayout = SandboxLayout::Host;
@@ -81,6 +83,7 @@ impl Runtime for FakeRuntime {
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities {
             sandboxes: Some(self),
+            freeze: Some(self),
             ..Capabilities::default()
         }
     }
@@ -186,6 +189,25 @@ impl Sandboxes for FakeRuntime {
             .lock()
             .expect("a test's list is never poisoned")
             .retain(|s| s.name != sandbox.name);
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Freeze for FakeRuntime {
+    async fn freeze(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        let mut frozen = self.frozen.lock().expect("a test's log is never poisoned");
+        if !frozen.iter().any(|job| job == record.id.as_str()) {
+            frozen.push(record.id.to_string());
+        }
+        Ok(())
+    }
+
+    async fn thaw(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        self.frozen
+            .lock()
+            .expect("a test's log is never poisoned")
+            .retain(|job| job != record.id.as_str());
         Ok(())
     }
 }

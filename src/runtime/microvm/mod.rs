@@ -379,6 +379,7 @@ impl Runtime for MicrovmRuntime {
             sandboxes: Some(self),
             network: Some(self),
             pool: Some(self),
+            freeze: Some(self),
             ..Capabilities::default()
         }
     }
@@ -650,4 +651,39 @@ impl Pool for MicrovmRuntime {
     ) -> Result<(), RuntimeError> {
         pool::remove_slot(&self.home, slot).await
     }
+}
+
+/// A VM is frozen whole by stopping its QEMU (every vCPU and device thread with it); its
+/// virtiofsd helpers only answer the guest, so they idle meanwhile. A stopped QEMU keeps the
+/// guest's memory and state exactly; SIGCONT lets it run on (the guest's clock then jumps).
+#[async_trait::async_trait]
+impl crate::runtime::capabilities::Freeze for MicrovmRuntime {
+    async fn freeze(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        if signal_qemu(&vm::VmDir::of(&self.home, record), libc::SIGSTOP)? {
+            return Ok(());
+        }
+        Err(runtime_error(MicrovmError::Config {
+            message: "the job's VM is not running: nothing to freeze".into(),
+        }))
+    }
+
+    async fn thaw(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        // No QEMU runs: nothing is frozen.
+        signal_qemu(&vm::VmDir::of(&self.home, record), libc::SIGCONT).map(|_| ())
+    }
+}
+
+/// Sends `signal` to the VM's own QEMU (its pidfile, checked to name the VM's directory);
+/// false when none runs.
+fn signal_qemu(vm: &vm::VmDir, signal: i32) -> Result<bool, RuntimeError> {
+    let Some(pid) = vm.qemu_pid().and_then(rustix::process::Pid::from_raw) else {
+        return Ok(false);
+    };
+    let signal = rustix::process::Signal::from_named_raw(signal).expect("a signal of Linux");
+    rustix::process::kill_process(pid, signal).map_err(|e| {
+        runtime_error(MicrovmError::Config {
+            message: format!("cannot signal the job's VM: {e}"),
+        })
+    })?;
+    Ok(true)
 }
