@@ -42,6 +42,25 @@ pub(crate) fn vm_processes(root: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The state letter (`/proc/PID/stat`: `S`, `R`, `T` for stopped) of each QEMU of the
+/// install at `root`.
+fn qemu_states(root: &Path) -> Vec<char> {
+    let needle = root.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if !cmdline.contains(&needle) || !cmdline.contains("qemu-system") {
+                return None;
+            }
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            stat.rsplit(')').next()?.trim_start().chars().next()
+        })
+        .collect()
+}
+
 /// Ends the VMs of a test's install when the test fails half-way (a passing test has
 /// removed them and checked that nothing was left).
 pub(crate) struct KillVms(pub(crate) std::path::PathBuf);
@@ -159,6 +178,17 @@ fn a_microvm_job_runs_under_its_own_kernel_commits_holds_its_limits_and_leaves_n
     assert_eq!(bomb["timed_out"], true, "{bomb}");
     let after = exec(&home, &id, &[], "echo alive");
     assert_eq!(text(&after, "stdout").trim(), "alive", "{after}");
+
+    // `pause` stops the VM's QEMU whole; `resume` lets it run on, the guest as it was.
+    home.ok(&["pause", &id]);
+    assert_eq!(qemu_states(&home.root()), ['T'], "QEMU is stopped");
+    let refused = home.run(&["exec", &id, "--", "true"]);
+    assert_eq!(refused.status.code(), Some(125), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is paused"));
+    home.ok(&["resume", &id]);
+    assert!(!qemu_states(&home.root()).contains(&'T'), "QEMU runs again");
+    let resumed = exec(&home, &id, &[], "echo resumed");
+    assert_eq!(text(&resumed, "stdout").trim(), "resumed", "{resumed}");
 
     // `shell` over the same channel: commands from stdin, the shell's exit code back.
     let mut shell = home
