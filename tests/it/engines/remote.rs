@@ -88,6 +88,16 @@ fn a_job_on_a_remote_engine_commits_syncs_and_rm_keeps_its_work() {
     assert!(shown["job"]["sync_error"].is_null(), "{shown}");
     assert_eq!(shown["changes"]["commits_ahead"], 1, "{shown}");
 
+    // `pause` freezes the container on its engine (the engine says it is paused), `resume`
+    // thaws it there.
+    home.ok(&["pause", &id]);
+    let paused = engine.docker_ok(&["inspect", "-f", "{{.State.Paused}}", &container]);
+    assert_eq!(paused.trim(), "true");
+    home.ok(&["resume", &id]);
+    let paused = engine.docker_ok(&["inspect", "-f", "{{.State.Paused}}", &container]);
+    assert_eq!(paused.trim(), "false");
+    assert_eq!(home.sh(&id, "echo thawed"), "thawed\n");
+
     // rm keeps the commit and saves the uncommitted `wip.txt` (without `--force`, a failed
     // save fails the rm); the job's container and volumes on the engine are gone, the
     // repository's object cache stays.
