@@ -101,6 +101,13 @@ fn pause_and_resume(runtime: &str, test: &str) {
         said.contains("is paused") && said.contains(&format!("paddock resume {id}")),
         "{said}"
     );
+    // The dashboard's job page says so.
+    if runtime == "docker" {
+        let daemon = crate::api::Daemon::start_with_runtime(&home, &[], runtime);
+        let page = crate::flood::get_raw(&daemon.socket, &format!("/jobs/{id}"));
+        assert!(page.contains(r#"id="paused""#), "{page}");
+        daemon.stop();
+    }
     // Idle by any measure, yet kept by the sweep.
     home.ok(&["sweep", "--idle", "0s", "--keep-finished", "0s"]);
     assert!(

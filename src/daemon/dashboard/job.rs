@@ -43,6 +43,14 @@ pub fn render(job: &JobPage, now: DateTime<Utc>) -> String {
             esc(error)
         );
     }
+    if let Some(since) = view.paused_at {
+        let _ = write!(
+            body,
+            r#"<p class="note" id="paused"><strong>Paused</strong> {} ago: its processes are frozen and it takes no exec until <code>paddock resume {}</code>.</p>"#,
+            format_age(now - since),
+            esc(&id)
+        );
+    }
     body.push_str(&fields(&job.row, now));
     body.push_str(&actions(&id, &job.csrf));
 
