@@ -52,7 +52,7 @@ pub fn render(job: &JobPage, now: DateTime<Utc>) -> String {
         );
     }
     body.push_str(&fields(&job.row, now));
-    body.push_str(&actions(&id, &job.csrf));
+    body.push_str(&actions(&id, &job.csrf, view.paused_at.is_some()));
 
     body.push_str("<h2>Execs</h2>");
     match &job.execs {
@@ -207,10 +207,21 @@ fn fields(row: &JobRow, now: DateTime<Utc>) -> String {
     out
 }
 
-fn actions(id: &str, csrf: &str) -> String {
+fn actions(id: &str, csrf: &str, paused: bool) -> String {
     let id_url = seg(id);
+    // One of pause and resume, as the job is now.
+    let (action, button, hint) = if paused {
+        ("resume", "Resume", "thaws its processes.")
+    } else {
+        (
+            "pause",
+            "Pause",
+            "freezes its processes in place (memory kept, no CPU, no exec) until resumed.",
+        )
+    };
     format!(
         r#"<section class="actions"><form method="post" action="/jobs/{id_url}/stop">{csrf}<button type="submit" id="stop">Stop</button> <span class="hint">stops what runs; the job stays (a running job becomes failed).</span></form>
+<form method="post" action="/jobs/{id_url}/{action}">{csrf}<button type="submit" id="{action}">{button}</button> <span class="hint">{hint}</span></form>
 <form method="post" action="/jobs/{id_url}/remove">{csrf}<label>branch <select name="branch"><option value="default">delete only without commits</option><option value="keep">keep</option><option value="delete">delete</option></select></label> <label><input type="checkbox" name="force" value="on"> force</label> <button type="submit" class="danger" id="remove">Remove</button>
 <p class="hint">Before removing, paddock saves uncommitted work as <code>refs/paddock/wip/{id_html}</code> in its wip store of your repository (no job can read it; the answer says how to fetch it) and refuses to remove the job when that snapshot fails (unless forced). The branch is kept when it has commits, unless you choose to delete it.</p></form></section>"#,
         csrf = csrf_field(csrf),

@@ -60,6 +60,8 @@ fn routes(state: ApiState) -> Router {
         .route("/fragments/jobs", get(jobs_fragment))
         .route("/jobs/{id}", get(job_page))
         .route("/jobs/{id}/stop", post(stop))
+        .route("/jobs/{id}/pause", post(pause))
+        .route("/jobs/{id}/resume", post(resume))
         .route("/jobs/{id}/remove", post(remove))
         .route("/sweep", get(sweep_dry_run).post(sweep_now))
         .route("/assets/dashboard.js", get(script))
@@ -245,6 +247,36 @@ async fn stop(
     )
     .await
     {
+        Ok(_) => Redirect::to(&format!("/jobs/{}", html::seg(&id))).into_response(),
+        Err(error) => error_response(error),
+    }
+}
+
+async fn pause(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    JobIdPath(id): JobIdPath,
+    Form(fields): Fields,
+) -> Response {
+    if let Some(refused) = csrf_refused(&caller, &fields) {
+        return refused;
+    }
+    match with_deadline(REQUEST_TIMEOUT, Operations::pause(&*state.paddock, &id)).await {
+        Ok(_) => Redirect::to(&format!("/jobs/{}", html::seg(&id))).into_response(),
+        Err(error) => error_response(error),
+    }
+}
+
+async fn resume(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    JobIdPath(id): JobIdPath,
+    Form(fields): Fields,
+) -> Response {
+    if let Some(refused) = csrf_refused(&caller, &fields) {
+        return refused;
+    }
+    match with_deadline(REQUEST_TIMEOUT, Operations::resume(&*state.paddock, &id)).await {
         Ok(_) => Redirect::to(&format!("/jobs/{}", html::seg(&id))).into_response(),
         Err(error) => error_response(error),
     }
