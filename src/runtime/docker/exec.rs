@@ -335,12 +335,14 @@ pub(super) async fn exec_in(
                 }
             }
             match stopped {
-                Some(oom) => (137, Some(oom)),
+                Some(false) => (137, Some(oom_after_stop(&docker, &name).await)),
+                Some(true) => (137, Some(true)),
                 None => (code, None),
             }
         }
         Err(error) => match stopped_container(&docker, &name).await {
-            Some(oom) => (137, Some(oom)),
+            Some(false) => (137, Some(oom_after_stop(&docker, &name).await)),
+            Some(true) => (137, Some(true)),
             None => return Err(error),
         },
     };
@@ -383,6 +385,19 @@ const SANDBOX_CHECK: Duration = Duration::from_secs(2);
 
 /// When the container `name` is not running: whether the daemon says it was killed for
 /// memory. `None` while it runs (or cannot be inspected).
+/// The daemon's OOM flag of a container that stopped under a command, asked again for up to
+/// 2 s while it says no: the daemon may record the stop before the kernel's OOM event (seen
+/// under gVisor, whose sandbox dies whole when it overruns its memory).
+async fn oom_after_stop(docker: &Docker, name: &str) -> bool {
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if stopped_container(docker, name).await == Some(true) {
+            return true;
+        }
+    }
+    false
+}
+
 async fn stopped_container(docker: &Docker, name: &str) -> Option<bool> {
     let info = tokio::time::timeout(API_TIMEOUT, docker.inspect_container(name, None))
         .await
