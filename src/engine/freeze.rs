@@ -54,12 +54,13 @@ impl Paddock {
     /// Thaws a paused job's processes (see the module docs).
     pub async fn resume(&self, id: &str) -> Result<PauseAnswer> {
         let record = self.load(id)?;
+        let running = PauseAnswer {
+            id: record.id.to_string(),
+            paused: false,
+            since: None,
+        };
         if record.paused_at.is_none() {
-            return Ok(PauseAnswer {
-                id: record.id.to_string(),
-                paused: false,
-                since: None,
-            });
+            return Ok(running);
         }
         let record = self.thaw(record).await?;
         self.emit(
@@ -68,11 +69,7 @@ impl Paddock {
             None,
             serde_json::json!({}),
         );
-        Ok(PauseAnswer {
-            id: record.id.to_string(),
-            paused: false,
-            since: None,
-        })
+        Ok(running)
     }
 
     /// Thaws `record`'s sandbox when its record says it is paused, then clears that; the

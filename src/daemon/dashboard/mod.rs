@@ -247,9 +247,14 @@ async fn stop(
     )
     .await
     {
-        Ok(_) => Redirect::to(&format!("/jobs/{}", html::seg(&id))).into_response(),
+        Ok(_) => back_to_job(&id),
         Err(error) => error_response(error),
     }
+}
+
+/// The answer to a job page's form that worked: back to that page.
+fn back_to_job(id: &str) -> Response {
+    Redirect::to(&format!("/jobs/{}", html::seg(id))).into_response()
 }
 
 async fn pause(
@@ -262,7 +267,7 @@ async fn pause(
         return refused;
     }
     match with_deadline(REQUEST_TIMEOUT, Operations::pause(&*state.paddock, &id)).await {
-        Ok(_) => Redirect::to(&format!("/jobs/{}", html::seg(&id))).into_response(),
+        Ok(_) => back_to_job(&id),
         Err(error) => error_response(error),
     }
 }
@@ -277,7 +282,7 @@ async fn resume(
         return refused;
     }
     match with_deadline(REQUEST_TIMEOUT, Operations::resume(&*state.paddock, &id)).await {
-        Ok(_) => Redirect::to(&format!("/jobs/{}", html::seg(&id))).into_response(),
+        Ok(_) => back_to_job(&id),
         Err(error) => error_response(error),
     }
 }
