@@ -165,6 +165,20 @@ pub enum Error {
         id: JobId,
         since: chrono::DateTime<chrono::Utc>,
     },
+    #[error("invalid checkpoint name `{name}`: {why}")]
+    CheckpointName { name: String, why: &'static str },
+    #[error("job `{job}` has no checkpoint `{name}`")]
+    NoCheckpoint { job: String, name: String },
+    #[error("job `{job}` already has a checkpoint `{name}`")]
+    CheckpointExists { job: String, name: String },
+    #[error("checkpoint of job `{id}` refused: {message}")]
+    Checkpoint { id: JobId, message: String },
+    #[error("checkpoint `{checkpoint}` is of another repository (`{repo}`)")]
+    CheckpointRepo { checkpoint: String, repo: PathBuf },
+    #[error("restore of job `{id}` failed: {message}")]
+    Restore { id: JobId, message: String },
+    #[error("a fork makes 1 to {most} jobs, not {count}")]
+    ForkCount { count: u32, most: u32 },
     #[error("failed to write the log of job `{id}` at `{path}`")]
     Log {
         id: JobId,
@@ -301,7 +315,14 @@ impl Error {
             | Error::BranchHeld { .. }
             | Error::WorktreeExists { .. }
             | Error::NotRunnable { .. }
-            | Error::Paused { .. } => K::Conflict,
+            | Error::Paused { .. }
+            | Error::CheckpointExists { .. } => K::Conflict,
+            Error::CheckpointName { .. }
+            | Error::CheckpointRepo { .. }
+            | Error::ForkCount { .. } => K::InvalidInput,
+            Error::NoCheckpoint { .. } => K::NotFound,
+            Error::Checkpoint { .. } => K::Refused,
+            Error::Restore { .. } => K::Git,
             Error::SnapshotFailed { .. }
             | Error::NotOurs { .. }
             | Error::Legacy { .. }
@@ -464,6 +485,12 @@ impl Error {
             }
             Error::Paused { id, .. } => {
                 return Some(format!("`paddock resume {id}` thaws it first"));
+            }
+            Error::NoCheckpoint { job, .. } => {
+                return Some(format!("`paddock checkpoints {job}` lists them"));
+            }
+            Error::CheckpointExists { .. } => {
+                "choose another name (--name), or `paddock checkpoint rm` the old one"
             }
             Error::SetupFailed { log, .. } => {
                 return Some(format!(

@@ -344,6 +344,16 @@ pub struct JobRecord {
     /// What the create sent to the remote engine for the repository's objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_fill: Option<crate::engines::FillReport>,
+    /// The job and checkpoint this job started from (`fork`, `create --from-checkpoint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkedFrom>,
+}
+
+/// What a job was forked from: a checkpoint of another job (`JobView::forked_from`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ForkedFrom {
+    pub job: String,
+    pub checkpoint: String,
 }
 
 fn is_manual(push: &crate::config::PushPolicy) -> bool {

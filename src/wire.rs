@@ -24,6 +24,11 @@ use crate::job::{JobId, JobRecord, JobState, Limits};
 use crate::units::{ByteSize, Cpus, HumanDuration};
 
 pub use crate::git::merge::ConflictFile;
+pub use crate::job::ForkedFrom;
+pub use checkpoint::{
+    CheckpointList, CheckpointRemoved, CheckpointRequest, CheckpointView, ForkAnswer, ForkRequest,
+    MAX_FORKS, RestoreAnswer, RestoreRequest,
+};
 pub use dashboard::{DashboardLease, DashboardRequest};
 pub use files::{FileEntry, FileKind, FileList, FileWritten};
 pub use inspect::{JobDetails, JobDiff, OutsideHistory};
@@ -33,6 +38,7 @@ pub use merges::{
 };
 pub use remove::RemoveReport;
 
+mod checkpoint;
 mod dashboard;
 mod files;
 mod inspect;
@@ -168,6 +174,11 @@ pub struct CreateRequest {
     #[serde(default, with = "label_map")]
     #[schemars(with = "BTreeMap<String, String>")]
     pub labels: Vec<Label>,
+    /// Start from a checkpoint of a job, JOB:CHECKPOINT (its files, index and commits; the
+    /// base defaults to the checkpoint's HEAD): what `paddock fork` does for each new job.
+    #[arg(long, value_name = "JOB:CHECKPOINT")]
+    #[serde(default)]
+    pub from_checkpoint: Option<String>,
     /// Fail at once (exit 10; HTTP 429) instead of waiting in the queue when the host budget
     /// has no room for the job.
     #[arg(long)]
@@ -399,6 +410,9 @@ pub struct JobView {
     /// Since when the job's processes are frozen (`pause`); absent while they run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_at: Option<DateTime<Utc>>,
+    /// The job and checkpoint this job was forked from (`fork`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkedFrom>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -442,6 +456,7 @@ impl From<&JobRecord> for JobView {
             engine_status: None,
             port_relay: None,
             paused_at: record.paused_at,
+            forked_from: record.forked_from.clone(),
         }
     }
 }
@@ -500,6 +515,15 @@ pub enum EventKind {
     /// oldest kept one (`detail.oldest`); the ones before it are gone.
     #[serde(rename = "reset")]
     Reset,
+    /// A checkpoint of a job was saved (`checkpoint`, or the one a `fork` takes).
+    #[serde(rename = "job.checkpointed")]
+    JobCheckpointed,
+    /// A job's workspace was put back to a checkpoint (`restore`).
+    #[serde(rename = "job.restored")]
+    JobRestored,
+    /// New jobs were made from a checkpoint of a job (`fork`; the event is the source's).
+    #[serde(rename = "job.forked")]
+    JobForked,
     /// A job's processes were frozen (`pause`).
     #[serde(rename = "job.paused")]
     JobPaused,
@@ -525,6 +549,9 @@ impl EventKind {
             EventKind::JobPushed => "job.pushed",
             EventKind::PushFailed => "job.push_failed",
             EventKind::Reset => "reset",
+            EventKind::JobCheckpointed => "job.checkpointed",
+            EventKind::JobRestored => "job.restored",
+            EventKind::JobForked => "job.forked",
             EventKind::JobPaused => "job.paused",
             EventKind::JobResumed => "job.resumed",
         }

@@ -134,11 +134,19 @@ impl Paddock {
                 template: template.clone(),
             });
         }
-        let base = request
-            .base
-            .clone()
-            .or_else(|| config.base.as_ref().map(|b| b.value.clone()))
-            .unwrap_or_else(|| "HEAD".to_string());
+        let forked_from = request
+            .from_checkpoint
+            .as_deref()
+            .map(super::fork::parse_from)
+            .transpose()?;
+        let base = match (&request.base, &forked_from) {
+            (Some(base), _) => base.clone(),
+            (None, Some(from)) => self.fork_base(&repo, from).await?,
+            (None, None) => config
+                .base
+                .as_ref()
+                .map_or_else(|| "HEAD".to_string(), |b| b.value.clone()),
+        };
         let base_commit = repo.resolve_commit(&base).await?;
         let branch_exists = repo.branch_exists(&branch).await?;
         if branch_exists && !request.reuse_branch {
@@ -294,6 +302,7 @@ impl Paddock {
             devcontainer,
             engine,
             engine_fill: None,
+            forked_from,
         };
         // What of the repository's file was refused is said once, at create.
         let warning = super::setup::join_warnings(
@@ -508,6 +517,11 @@ impl Paddock {
         // A remote job's ports: this host's relay of them (see `port_relay`).
         self.ensure_port_relay(record).await?;
         crash_point("started");
+        // A fork's files become its checkpoint's before its setup runs (`engine/fork.rs`).
+        if let Some(from) = record.forked_from.clone() {
+            self.restore_fork(record, &from).await?;
+            crash_point("restored");
+        }
         // The job is `ready` only once its setup ran (a failure here is rolled back whole).
         self.run_setup(record, setup).await?;
         self.post_start(record, true).await?;

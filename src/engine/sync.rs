@@ -38,6 +38,9 @@ pub enum SyncScope {
     Branch,
     /// The branch and a snapshot of uncommitted work (for reads and removal).
     BranchAndWork,
+    /// The branch and a checkpoint: the snapshot's commit also holds the index and the
+    /// `copy` files, and the sandbox refuses what it cannot save whole (`checkpoint`).
+    Checkpoint,
 }
 
 /// What a sync found.
@@ -67,6 +70,21 @@ pub(super) struct SyncPlan {
     seed: Option<String>,
     /// The user's object store, which the scratch repository borrows.
     user_objects: std::path::PathBuf,
+}
+
+/// What a checkpoint's sandbox half is told besides the arguments: the most its changed files
+/// may take, and the `copy` files it keeps although they are ignored.
+fn checkpoint_env(record: &JobRecord, scope: SyncScope) -> Vec<(String, String)> {
+    if scope != SyncScope::Checkpoint {
+        return Vec::new();
+    }
+    vec![
+        (
+            "PADDOCK_CHECKPOINT_MAX".into(),
+            super::checkpoint::MAX_CHECKPOINT_BYTES.to_string(),
+        ),
+        ("PADDOCK_CHECKPOINT_COPY".into(), record.copied.join("\n")),
+    ]
 }
 
 /// Writes a sync's outcome into the job's record: its error, or when it last succeeded.
@@ -129,7 +147,7 @@ impl Paddock {
     }
 
     /// Notes a sync's outcome on the job and tells subscribers about failures and rewrites.
-    fn record_sync(&self, record: &JobRecord, outcome: &Result<Synced>) {
+    pub(super) fn record_sync(&self, record: &JobRecord, outcome: &Result<Synced>) {
         let _ = self
             .store()
             .update(&record.id, |r| note_sync(r, outcome, Utc::now()));
@@ -217,10 +235,10 @@ impl Paddock {
                 record.branch.clone(),
                 dash(&known_tip),
                 dash(&known_state),
-                if scope == SyncScope::BranchAndWork {
-                    "1"
-                } else {
-                    "0"
+                match scope {
+                    SyncScope::Branch => "0",
+                    SyncScope::BranchAndWork => "1",
+                    SyncScope::Checkpoint => "2",
                 }
                 .into(),
                 record.base_commit.clone(),
@@ -233,7 +251,10 @@ impl Paddock {
                 ("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()),
                 ("GIT_TERMINAL_PROMPT".into(), "0".into()),
                 ("LC_ALL".into(), "C".into()),
-            ],
+            ]
+            .into_iter()
+            .chain(checkpoint_env(record, scope))
+            .collect(),
             known_tip,
             seed,
             user_objects,
@@ -266,6 +287,22 @@ impl Paddock {
             })
         };
         let _lock = self.sync_lock_for(record, left(SYNC_LOCK_WAIT)).await?;
+        self.sync_under_lock(record, scope, deadline).await
+    }
+
+    /// A sync's two halves, for a caller that holds the job's sync lock (a checkpoint keeps
+    /// it until the snapshot it received is kept).
+    pub(super) async fn sync_under_lock(
+        &self,
+        record: &JobRecord,
+        scope: SyncScope,
+        deadline: Option<Instant>,
+    ) -> Result<Synced> {
+        let left = |most: Duration| {
+            deadline.map_or(most, |d| {
+                most.min(d.saturating_duration_since(Instant::now()))
+            })
+        };
         let plan = self.plan_sync(record, scope).await?;
         self.prepare_scratch(record, &plan).await?;
         let mut cmd = vec![
@@ -349,7 +386,7 @@ impl Paddock {
                         )
                         .await
                         .is_ok(),
-                    SyncScope::BranchAndWork => false,
+                    SyncScope::BranchAndWork | SyncScope::Checkpoint => false,
                 };
                 if !fast {
                     repo.publish(&scratch.path, &[(SCRATCH_BRANCH, branch_ref)])
@@ -412,7 +449,7 @@ impl Paddock {
 
     /// Makes the wip store if missing (in a temporary directory, renamed into place, so two
     /// removals at once never see half of one).
-    async fn ensure_wip_store(&self, record: &JobRecord) -> Result<GitRepo> {
+    pub(super) async fn ensure_wip_store(&self, record: &JobRecord) -> Result<GitRepo> {
         if let Some(repo) = self.wip_repo_of(record) {
             return Ok(repo);
         }

@@ -16,7 +16,7 @@ use crate::job::JobId;
 use crate::runtime::fake::FakeRuntime;
 use crate::runtime::{Runtimes, Sandbox};
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(super) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -28,7 +28,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// A repository with one commit, a state root, and an engine whose Docker runtime is `fake`.
-fn setup(fake: &Arc<FakeRuntime>) -> (tempfile::TempDir, PathBuf, Paddock) {
+pub(super) fn setup(fake: &Arc<FakeRuntime>) -> (tempfile::TempDir, PathBuf, Paddock) {
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
@@ -71,7 +71,7 @@ fn walk_names(root: &Path) -> Vec<String> {
     names
 }
 
-fn docker_job(repo: &Path, id: &str) -> CreateRequest {
+pub(super) fn docker_job(repo: &Path, id: &str) -> CreateRequest {
     CreateRequest {
         repo: repo.to_path_buf(),
         id: Some(id.to_string()),
@@ -166,14 +166,14 @@ async fn sweep_removes_sandboxes_no_record_names_and_keeps_the_others() {
 }
 
 /// A job of the fake runtime with a worktree checkout (no mount a temp dir cannot undo).
-fn fake_job(repo: &Path, id: &str) -> CreateRequest {
+pub(super) fn fake_job(repo: &Path, id: &str) -> CreateRequest {
     CreateRequest {
         checkout: Some(crate::config::CheckoutMode::Worktree),
         ..docker_job(repo, id)
     }
 }
 
-async fn run(paddock: &Paddock, id: &str, script: &str) -> crate::runtime::ExecResult {
+pub(super) async fn run(paddock: &Paddock, id: &str, script: &str) -> crate::runtime::ExecResult {
     let options = crate::wire::ExecOptions {
         cmd: vec!["sh".into(), "-c".into(), script.into()],
         ..crate::wire::ExecOptions::default()

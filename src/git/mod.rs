@@ -28,6 +28,7 @@ use sha2::{Digest, Sha256};
 use crate::store::FileLock;
 
 mod call;
+pub mod checkpoint;
 mod history;
 pub mod jobdir;
 mod land;

@@ -6,6 +6,12 @@
 # scratch repository of its own. GIT_DIR and GIT_WORK_TREE come from the host.
 #
 # Arguments: BRANCH KNOWN_TIP KNOWN_STATE SNAPSHOT BASE USER_OBJECTS ("-" for none)
+#   SNAPSHOT 0: the branch only; 1: and the uncommitted work; 2: a checkpoint, whose STATE
+#            commit has two parents, HEAD and a commit of the index's tree (as `git stash`
+#            makes), also holds the `copy` files named one per line in PADDOCK_CHECKPOINT_COPY,
+#            and is refused (exit 80-84, the reason on stderr) when part of the workspace
+#            cannot be read, its changed files are over PADDOCK_CHECKPOINT_MAX bytes in all,
+#            the index has unmerged paths, or the git dir is unusable
 # Header:    paddock-sync 1 TIP STATE BUNDLE UNTRACKED_BYTES (then the untracked list, then
 #            a v2 bundle whose pack may hold no object when the host has them all)
 #   TIP      the branch's commit, or -
@@ -30,15 +36,25 @@ tmp=${TMPDIR:-/tmp}
 untracked=$tmp/paddock-sync-untracked.$$
 index=$tmp/paddock-sync-index.$$
 fresh=$tmp/paddock-sync-git.$$
+warnings=$tmp/paddock-sync-warnings.$$
 # Only a snapshot makes temporary files (a branch sync, after every exec, starts no `rm`).
-if [ "$snapshot" = 1 ]; then
-  trap 'rm -rf "$untracked" "$index" "$index.lock" "$fresh"' EXIT
+if [ "$snapshot" != 0 ]; then
+  trap 'rm -rf "$untracked" "$index" "$index.lock" "$fresh" "$warnings"' EXIT
   : >"$untracked" || exit 70
 fi
+# A checkpoint lists paths from the workspace's root (its size check reads them).
+if [ "$snapshot" = 2 ]; then cd "$GIT_WORK_TREE" || exit 80; fi
+refuse() {
+  code=$1
+  shift
+  echo "paddock: checkpoint refused: $*" >&2
+  exit "$code"
+}
 
 # The agent may have broken its own git dir. Its files are still work to keep: then they
 # are snapshotted through a fresh git dir that borrows the same objects.
 use_fresh_git_dir() {
+  [ "$snapshot" != 2 ] || refuse 80 "the job's git dir is unusable inside its sandbox (its index cannot be saved)"
   echo "paddock: the job's git dir is unusable inside its sandbox; snapshotting files only" >&2
   excludes=$GIT_DIR/info/exclude
   GIT_DIR=$fresh
@@ -55,7 +71,7 @@ use_fresh_git_dir() {
 # shellcheck disable=SC2046 # one word per resolved name
 set -- $(resolve "refs/heads/$branch" HEAD "$base" "$known_tip" "$known_state")
 if [ "$#" -ne 5 ]; then
-  [ "$snapshot" = 1 ] || { echo "paddock: the job's git dir is unusable inside its sandbox" >&2; exit 79; }
+  [ "$snapshot" != 0 ] || { echo "paddock: the job's git dir is unusable inside its sandbox" >&2; exit 79; }
   use_fresh_git_dir
   # shellcheck disable=SC2046
   set -- - - $(resolve "$base") - -
@@ -64,8 +80,32 @@ tip=$1 head=$2 have_base=$3 have_tip=$4 have_state=$5
 [ "$branch" != - ] || tip=-
 [ "$head" != - ] || head=
 
+# A checkpoint's own checks, before anything is hashed: git skips what it cannot read (a
+# tree deeper than PATH_MAX) with a warning only, and a sparse file of a terabyte would be
+# read whole.
+check_checkpoint() {
+  [ -n "$head" ] || refuse 84 "the job's HEAD names no commit"
+  if [ -s "$warnings" ]; then
+    refuse 81 "git cannot read part of the workspace (a path too deep or unreadable): $(head -c 300 "$warnings" | tr '\n' ' ')"
+  fi
+  over=$({ cat "$untracked"; g diff-files --name-only -z 2>/dev/null; } |
+    xargs -0 -r stat -c '%s' -- 2>/dev/null |
+    awk -v max="${PADDOCK_CHECKPOINT_MAX:-2147483648}" '{ sum += $1 } sum > max { print sum; exit }')
+  [ -z "$over" ] || refuse 82 "its changed files take over ${PADDOCK_CHECKPOINT_MAX:-2147483648} bytes"
+  itree=$(g write-tree 2>/dev/null) || refuse 83 "the index has unmerged paths or names objects that are gone"
+}
+# The `copy` files a checkpoint keeps although they are ignored.
+add_copies() {
+  [ "$snapshot" = 2 ] && [ -n "${PADDOCK_CHECKPOINT_COPY:-}" ] || return 0
+  printf '%s\n' "$PADDOCK_CHECKPOINT_COPY" | while IFS= read -r path; do
+    if [ -e "$path" ] || [ -L "$path" ]; then
+      GIT_INDEX_FILE=$index g add -f -- "$path" >&2 || exit 1
+    fi
+  done
+}
+
 state=-
-if [ "$snapshot" = 1 ]; then
+if [ "$snapshot" != 0 ]; then
   # The copy keeps the index's mtime, which git's racy-clean check compares file mtimes
   # with: a fresh mtime would hide a same-size edit made in the second of the last index
   # write (`git add -A` would trust the stale stat data).
@@ -75,8 +115,9 @@ if [ "$snapshot" = 1 ]; then
     rm -f "$index"
     if [ -n "$head" ]; then GIT_INDEX_FILE=$index g read-tree "$head" 2>/dev/null || rm -f "$index"; fi
   fi
-  g ls-files -z --others --exclude-standard -- ':/' >"$untracked" 2>/dev/null || : >"$untracked"
-  if ! GIT_INDEX_FILE=$index g add -A -- ':/' >&2 ||
+  g ls-files -z --others --exclude-standard -- ':/' >"$untracked" 2>"$warnings" || : >"$untracked"
+  [ "$snapshot" != 2 ] || check_checkpoint
+  if ! GIT_INDEX_FILE=$index g add -A -- ':/' >&2 || ! add_copies ||
     ! tree=$(GIT_INDEX_FILE=$index g write-tree 2>/dev/null); then
     # Objects the index names are gone, or the git dir takes no writes: hash the whole
     # worktree afresh into a snapshot without a parent.
@@ -91,7 +132,7 @@ if [ "$snapshot" = 1 ]; then
     GIT_INDEX_FILE=$index g add -A -- ':/' >&2 || exit 73
     tree=$(GIT_INDEX_FILE=$index g write-tree) || exit 74
   fi
-  if [ -n "$head" ] && [ "$tree" = "$(g rev-parse "$head^{tree}")" ]; then
+  if [ "$snapshot" = 1 ] && [ -n "$head" ] && [ "$tree" = "$(g rev-parse "$head^{tree}")" ]; then
     state=clean
   else
     # The date of HEAD makes the snapshot of unchanged work the same commit every time.
@@ -100,7 +141,12 @@ if [ "$snapshot" = 1 ]; then
     export GIT_AUTHOR_NAME=paddock GIT_AUTHOR_EMAIL=paddock@localhost \
       GIT_COMMITTER_NAME=paddock GIT_COMMITTER_EMAIL=paddock@localhost \
       GIT_AUTHOR_DATE="@$when +0000" GIT_COMMITTER_DATE="@$when +0000"
-    state=$(g commit-tree "$tree" ${head:+-p "$head"} -m "paddock: uncommitted work") || exit 75
+    if [ "$snapshot" = 2 ]; then
+      index_commit=$(g commit-tree "$itree" -p "$head" -m "paddock: index") || exit 75
+      state=$(g commit-tree "$tree" -p "$head" -p "$index_commit" -m "paddock: checkpoint") || exit 75
+    else
+      state=$(g commit-tree "$tree" ${head:+-p "$head"} -m "paddock: uncommitted work") || exit 75
+    fi
     g update-ref refs/paddock/state "$state" || exit 76
   fi
 fi

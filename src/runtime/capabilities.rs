@@ -35,6 +35,20 @@ pub trait Freeze: Send + Sync {
 
     /// Thaws the job's sandbox; thawing one that is not frozen is no error.
     async fn thaw(&self, record: &JobRecord) -> Result<(), RuntimeError>;
+
+    /// Whether paddock's own commands (a checkpoint's sync) can read the job's files while
+    /// its sandbox is frozen: they run beside it (Docker's throwaway container with the
+    /// same mounts). A frozen microVM runs nothing, the guest's agent included.
+    fn reads_while_frozen(&self) -> bool {
+        false
+    }
+
+    /// Freezes the sandbox for a moment (a checkpoint) when it runs; false when nothing
+    /// runs (nothing to freeze) or the runtime cannot read files while frozen.
+    async fn freeze_if_running(&self, record: &JobRecord) -> Result<bool, RuntimeError> {
+        let _ = record;
+        Ok(false)
+    }
 }
 
 /// Sandboxes this install keeps on the machine (containers, VMs), listed and reaped by the

@@ -350,6 +350,7 @@ impl Paddock {
             devcontainer: None,
             engine: engine.map(str::to_string),
             engine_fill: None,
+            forked_from: None,
         })
     }
 

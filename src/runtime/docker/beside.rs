@@ -56,7 +56,8 @@ pub async fn exec_beside(
 
 /// Runs the sync script (or any short paddock command) in the job's sandbox: its container
 /// when that runs, else a throwaway container with the same mounts, user and limits, so a
-/// stopped job is not started again and no agent process runs beside the command.
+/// stopped job is not started again and no agent process runs beside the command (a
+/// paused job's container stays frozen while the command runs beside it).
 pub async fn exec_in_sandbox(
     daemon: &Daemon,
     home: &PaddockHome,
@@ -65,9 +66,11 @@ pub async fn exec_in_sandbox(
     sink: &mut dyn OutputSink,
 ) -> Result<ExecResult, RuntimeError> {
     let docker = daemon.connect()?;
+    // A paused container runs nothing, an exec into it included (a checkpoint reads a
+    // frozen job's files): then the throwaway container beside it does.
     if inspect_ours(&docker, home, record)
         .await?
-        .is_some_and(|status| status.running)
+        .is_some_and(|status| status.running && !status.paused)
     {
         let name = job_container(record);
         return Ok(exec_in(daemon, &name, record, request, sink).await?.0);

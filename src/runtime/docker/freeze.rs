@@ -38,6 +38,30 @@ pub async fn freeze(
     }
 }
 
+/// Pauses the job's container when it runs (a checkpoint's moment); false when it does
+/// not run or is paused already (then nothing is the caller's to thaw).
+pub async fn freeze_if_running(
+    daemon: &Daemon,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<bool, RuntimeError> {
+    let docker = daemon.connect()?;
+    let name = job_container(record);
+    match inspect_ours(&docker, home, record).await? {
+        Some(status) if status.running && !status.paused => {
+            call(
+                "pause container",
+                &name,
+                API_TIMEOUT,
+                docker.pause_container(&name),
+            )
+            .await?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
 /// Unpauses the job's container when it is paused.
 pub async fn thaw(
     daemon: &Daemon,

@@ -429,4 +429,12 @@ impl Freeze for DockerRuntime {
     async fn thaw(&self, record: &JobRecord) -> Result<(), RuntimeError> {
         super::freeze::thaw(&self.daemon, &self.home, record).await
     }
+
+    fn reads_while_frozen(&self) -> bool {
+        true
+    }
+
+    async fn freeze_if_running(&self, record: &JobRecord) -> Result<bool, RuntimeError> {
+        super::freeze::freeze_if_running(&self.daemon, &self.home, record).await
+    }
 }

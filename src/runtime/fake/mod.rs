@@ -37,6 +37,8 @@ pub struct FakeRuntime {
     pub execs: Mutex<Vec<Vec<String>>>,
     /// The jobs frozen now (`freeze` adds, `thaw` takes away).
     pub frozen: Mutex<Vec<String>>,
+    /// The jobs frozen for a checkpoint's moment, in order.
+    pub checkpoint_freezes: Mutex<Vec<String>>,
 }
 
 static HOST: SandboxLayout = SandboxLayout::Host;
@@ -209,5 +211,15 @@ impl Freeze for FakeRuntime {
             .expect("a test's log is never poisoned")
             .retain(|job| job != record.id.as_str());
         Ok(())
+    }
+
+    fn reads_while_frozen(&self) -> bool {
+        true
+    }
+
+    async fn freeze_if_running(&self, record: &JobRecord) -> Result<bool, RuntimeError> {
+        Self::log(&self.checkpoint_freezes, record.id.as_str());
+        self.freeze(record).await?;
+        Ok(true)
     }
 }

@@ -1,0 +1,46 @@
+# paddock restore: puts a job's workspace back to a checkpoint, inside the job's sandbox (its
+# container, a throwaway one with the same mounts, or the process runtime's own
+# environment), as the agent's user. The host wrote the checkpoint's objects as a bundle
+# into the workspace; nothing here runs on the host. GIT_DIR and GIT_WORK_TREE come from
+# the host.
+#
+# Arguments: BUNDLE STATE BRANCH MOVE_BRANCH
+#   BUNDLE       the bundle's path (removed before anything else happens to the workspace)
+#   STATE        the checkpoint commit: its tree is the workspace, its first parent HEAD,
+#                its second parent a commit of the index's tree (see sync.sh, SNAPSHOT 2)
+#   MOVE_BRANCH  1: the branch moves to the checkpoint's HEAD too
+# Exit codes 70-76 name the step that failed; its reason is on stderr.
+set -u
+bundle=$1 state=$2 branch=$3 move_branch=$4
+g() {
+  git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c gc.auto=0 \
+    -c maintenance.auto=false -c core.untrackedCache=false "$@"
+}
+fail() {
+  code=$1
+  shift
+  echo "paddock: restore failed: $*" >&2
+  exit "$code"
+}
+trap 'rm -f "$bundle"' EXIT
+cd "$GIT_WORK_TREE" || fail 70 "the workspace is gone"
+g bundle unbundle "$bundle" >/dev/null || fail 71 "the checkpoint's objects could not be unpacked"
+rm -f "$bundle"
+# The objects stay reachable here, so an agent's `git gc` keeps them.
+g update-ref refs/paddock/restored "$state" || fail 72 "the job's git dir takes no writes"
+head=$(g rev-parse -q --verify "$state^1^{commit}") &&
+  index_tree=$(g rev-parse -q --verify "$state^2^{tree}") ||
+  fail 72 "the checkpoint is not a checkpoint commit"
+if [ "$move_branch" = 1 ]; then
+  g update-ref -m "paddock: restore" "refs/heads/$branch" "$head" || fail 73 "the branch could not move"
+  g symbolic-ref HEAD "refs/heads/$branch" || fail 73 "HEAD could not name the branch"
+fi
+# The workspace becomes the checkpoint's tree: what the index tracks and the checkpoint
+# lacks goes, anything in the way is overwritten. An index the agent broke is dropped first.
+if ! g read-tree --reset -u "$state^{tree}" 2>/dev/null; then
+  rm -f "$GIT_DIR/index" "$GIT_DIR/index.lock"
+  g read-tree --reset -u "$state^{tree}" || fail 74 "the workspace could not be written"
+fi
+# Files made since (untracked, not ignored) go; ignored files (caches, builds) stay.
+g clean -fdq -- . || fail 75 "files made since the checkpoint could not be removed"
+g read-tree "$index_tree" || fail 76 "the index could not be written"
