@@ -14,10 +14,12 @@ use crate::Paddock;
 use crate::error::Result;
 use crate::output::OutputSink;
 use crate::wire::{
-    AdmissionView, ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
+    AdmissionView, ApplyReport, CheckpointList, CheckpointRemoved, CheckpointRequest,
+    CheckpointView, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
     EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobDiff,
-    JobView, MergeReport, MergeRequest, NetworkChange, PauseAnswer, PushReport, PushRequest,
-    RemoveOptions, RemoveReport, RunReport,
+    ForkAnswer, ForkRequest, JobView, MergeReport, MergeRequest, NetworkChange, PauseAnswer,
+    PushReport, PushRequest, RemoveOptions, RemoveReport, RestoreAnswer, RestoreRequest,
+    RunReport,
 };
 
 /// paddock's job operations (see the module docs).
@@ -70,6 +72,31 @@ pub trait Operations {
 
     /// Thaws a paused job's processes.
     fn resume(&self, id: &str) -> impl Future<Output = Result<PauseAnswer>>;
+
+    /// Saves a job's state (branch tip, index, changes, untracked and `copy` files) as a
+    /// named checkpoint.
+    fn checkpoint(
+        &self,
+        id: &str,
+        request: CheckpointRequest,
+    ) -> impl Future<Output = Result<CheckpointView>>;
+
+    /// A job's checkpoints, oldest first (the job may be gone).
+    fn checkpoints(&self, id: &str) -> impl Future<Output = Result<CheckpointList>>;
+
+    /// Removes one checkpoint of a job.
+    fn checkpoint_remove(
+        &self,
+        id: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<CheckpointRemoved>>;
+
+    /// Puts a checkpoint back into its job.
+    fn restore(&self, id: &str, request: RestoreRequest)
+    -> impl Future<Output = Result<RestoreAnswer>>;
+
+    /// Makes new jobs from a checkpoint of a job.
+    fn fork(&self, id: &str, request: ForkRequest) -> impl Future<Output = Result<ForkAnswer>>;
 
     /// Changes what a live `allowlist` job may reach, from its next connection on.
     fn set_network(&self, id: &str, change: NetworkChange)
@@ -232,6 +259,26 @@ impl Operations for Paddock {
 
     async fn resume(&self, id: &str) -> Result<PauseAnswer> {
         Paddock::resume(self, id).await
+    }
+
+    async fn checkpoint(&self, id: &str, request: CheckpointRequest) -> Result<CheckpointView> {
+        Paddock::checkpoint(self, id, &request).await
+    }
+
+    async fn checkpoints(&self, id: &str) -> Result<CheckpointList> {
+        Paddock::checkpoints(self, id).await
+    }
+
+    async fn checkpoint_remove(&self, id: &str, name: &str) -> Result<CheckpointRemoved> {
+        Paddock::checkpoint_remove(self, id, name).await
+    }
+
+    async fn restore(&self, id: &str, request: RestoreRequest) -> Result<RestoreAnswer> {
+        Paddock::restore(self, id, &request).await
+    }
+
+    async fn fork(&self, id: &str, request: ForkRequest) -> Result<ForkAnswer> {
+        Paddock::fork(self, id, &request).await
     }
 
     async fn set_network(&self, id: &str, change: NetworkChange) -> Result<JobView> {

@@ -18,6 +18,7 @@ mod say;
 mod apply;
 mod cache;
 mod cat;
+mod checkpoint;
 mod config;
 mod conflicts;
 mod cp;
@@ -104,6 +105,15 @@ pub(crate) enum Command {
     Pause(pause::PauseArgs),
     /// Thaw a paused job's processes.
     Resume(pause::PauseArgs),
+    /// Save a job's state as a named checkpoint (branch tip, index, changes, untracked and
+    /// `copy` files); `checkpoint rm JOB NAME` removes one.
+    Checkpoint(checkpoint::CheckpointArgs),
+    /// A job's checkpoints (also of a removed job).
+    Checkpoints(checkpoint::CheckpointsArgs),
+    /// Put a job's workspace back to a checkpoint (files made since are removed).
+    Restore(checkpoint::RestoreArgs),
+    /// Make new jobs, each on its own branch, from a checkpoint of a job.
+    Fork(checkpoint::ForkArgs),
     /// Change what a running allowlist job may reach (from its next connection).
     Net(net::NetArgs),
     /// Where a job's ports are served on the host (127.0.0.1:PORT).
@@ -199,6 +209,10 @@ async fn dispatch(ops: &impl Operations, paddock: &Paddock, command: Command) ->
         Command::Stop(args) => stop::run(ops, args).await,
         Command::Pause(args) => pause::pause(ops, args).await,
         Command::Resume(args) => pause::resume(ops, args).await,
+        Command::Checkpoint(args) => checkpoint::checkpoint(ops, args).await,
+        Command::Checkpoints(args) => checkpoint::checkpoints(ops, args).await,
+        Command::Restore(args) => checkpoint::restore(ops, args).await,
+        Command::Fork(args) => checkpoint::fork(ops, args).await,
         Command::Net(args) => net::run(ops, args).await,
         Command::Port(args) => port::run(ops, args).await,
         Command::Cp(args) => cp::run(ops, args).await,
@@ -237,7 +251,10 @@ async fn keyed_without_daemon(paddock: &Paddock, key: &str, command: Command) ->
         | Command::Merge(_)
         | Command::Apply(_)
         | Command::Push(_)
-        | Command::Net(_) => {
+        | Command::Net(_)
+        | Command::Checkpoint(_)
+        | Command::Restore(_)
+        | Command::Fork(_) => {
             tell!(
                 "error: --idempotency-key needs a running daemon (`paddock serve`) for this command"
             );

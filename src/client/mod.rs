@@ -21,7 +21,9 @@ use crate::store::PaddockHome;
 use crate::wire::{
     AdmissionView, ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
     EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobDiff,
+    CheckpointList, CheckpointRemoved, CheckpointRequest, CheckpointView, ForkAnswer, ForkRequest,
     JobView, MergeReport, MergeRequest, NetworkChange, PauseAnswer, PushReport, PushRequest,
+    RestoreAnswer, RestoreRequest,
     RemoveOptions, RemoveReport,
 };
 
@@ -481,6 +483,39 @@ impl Operations for DaemonClient {
     async fn resume(&self, id: &str) -> Result<PauseAnswer, Error> {
         let route = format!("/v1/jobs/{}/resume", encode(id));
         self.call(Method::POST, &route, None::<&Value>).await
+    }
+
+    async fn checkpoint(
+        &self,
+        id: &str,
+        request: CheckpointRequest,
+    ) -> Result<CheckpointView, Error> {
+        let route = format!("/v1/jobs/{}/checkpoints", encode(id));
+        let body = serde_json::to_value(&request).expect("requests serialize");
+        self.call(Method::POST, &route, Some(&body)).await
+    }
+
+    async fn checkpoints(&self, id: &str) -> Result<CheckpointList, Error> {
+        let route = format!("/v1/jobs/{}/checkpoints", encode(id));
+        self.call(Method::GET, &route, None::<&Value>).await
+    }
+
+    async fn checkpoint_remove(&self, id: &str, name: &str) -> Result<CheckpointRemoved, Error> {
+        let route = format!("/v1/jobs/{}/checkpoints/{}", encode(id), encode(name));
+        self.call(Method::DELETE, &route, None::<&Value>).await
+    }
+
+    async fn restore(&self, id: &str, request: RestoreRequest) -> Result<RestoreAnswer, Error> {
+        let route = format!("/v1/jobs/{}/restore", encode(id));
+        let body = serde_json::to_value(&request).expect("requests serialize");
+        self.call(Method::POST, &route, Some(&body)).await
+    }
+
+    async fn fork(&self, id: &str, request: ForkRequest) -> Result<ForkAnswer, Error> {
+        let route = format!("/v1/jobs/{}/fork", encode(id));
+        let body = serde_json::to_value(&request).expect("requests serialize");
+        self.call_waiting(Method::POST, &route, Some(&body), request.waiter.as_deref())
+            .await
     }
 
     async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, Error> {

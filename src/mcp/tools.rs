@@ -22,7 +22,10 @@ use crate::error::Error;
 use crate::ops::Operations;
 use crate::output::Discard;
 use crate::units::HumanDuration;
-use crate::wire::{CreateRequest, ExecOptions, Label, PushRequest, RemoveOptions};
+use crate::wire::{
+    CheckpointRequest, CreateRequest, ExecOptions, ForkRequest, Label, PushRequest, RemoveOptions,
+    RestoreRequest,
+};
 
 /// Arguments naming one job.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -30,6 +33,47 @@ use crate::wire::{CreateRequest, ExecOptions, Label, PushRequest, RemoveOptions}
 pub struct JobArgs {
     /// The job's id.
     pub job: String,
+}
+
+/// `job_checkpoint`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointArgs {
+    /// The job's id.
+    pub job: String,
+    /// The checkpoint's name (letters, digits, `.`, `_`, `-`; default: `cp-` and the time).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// `job_restore`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreArgs {
+    /// The job's id.
+    pub job: String,
+    /// The checkpoint to put back.
+    pub checkpoint: String,
+    /// Move the job's branch back to the checkpoint's commit too.
+    #[serde(default)]
+    pub branch: bool,
+}
+
+/// `job_fork`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkArgs {
+    /// The job's id.
+    pub job: String,
+    /// The checkpoint to start from (default: a new checkpoint of the job now).
+    #[serde(default)]
+    pub from: Option<String>,
+    /// How many jobs to make (1 to 64; default 1).
+    #[serde(default)]
+    pub count: Option<u32>,
+    /// The new jobs' task (default: the source job's).
+    #[serde(default)]
+    pub task: Option<String>,
 }
 
 /// `job_list`.
@@ -216,6 +260,26 @@ pub fn list() -> Vec<Value> {
             "job_resume",
             "Thaw a paused job's processes.",
             schema::<JobArgs>(),
+        ),
+        tool(
+            "job_checkpoint",
+            "Save a job's state (branch tip, index, changes, untracked files) as a named checkpoint; job_restore puts it back, job_fork starts new jobs from it.",
+            schema::<CheckpointArgs>(),
+        ),
+        tool(
+            "job_checkpoints",
+            "A job's checkpoints, oldest first: name, time, branch tip, changed files and bytes.",
+            schema::<JobArgs>(),
+        ),
+        tool(
+            "job_restore",
+            "Put a job's workspace back to a checkpoint (files made since are removed; with branch, the branch moves back too).",
+            schema::<RestoreArgs>(),
+        ),
+        tool(
+            "job_fork",
+            "Make new jobs of this session, each on its own branch, from a checkpoint of a job (best-of-N attempts).",
+            schema::<ForkArgs>(),
         ),
         tool(
             "job_remove",
@@ -415,13 +479,16 @@ async fn job_tool(
 ) -> Result<Result<Value, Failure>, RpcError> {
     // Parse before anything runs: wrong arguments are a protocol error, not a tool failure.
     let parsed = match name {
-        "job_show" | "job_log" | "job_pause" | "job_resume" => {
+        "job_show" | "job_log" | "job_pause" | "job_resume" | "job_checkpoints" => {
             Parsed::Job(arguments::<JobArgs>(name, args)?)
         }
         "job_exec" => Parsed::Exec(arguments(name, args)?),
         "job_diff" => Parsed::Diff(arguments(name, args)?),
         "job_stop" => Parsed::Stop(arguments(name, args)?),
         "job_remove" => Parsed::Remove(arguments(name, args)?),
+        "job_checkpoint" => Parsed::Checkpoint(arguments(name, args)?),
+        "job_restore" => Parsed::Restore(arguments(name, args)?),
+        "job_fork" => Parsed::Fork(arguments(name, args)?),
         "job_push" => Parsed::Push(arguments(name, args)?),
         "file_read" => Parsed::Read(arguments(name, args)?),
         "file_list" => Parsed::List(arguments(name, args)?),
@@ -446,6 +513,9 @@ enum Parsed {
     Diff(DiffArgs),
     Stop(StopArgs),
     Remove(RemoveArgs),
+    Checkpoint(CheckpointArgs),
+    Restore(RestoreArgs),
+    Fork(ForkArgs),
     Push(PushArgs),
     Read(FileArgs),
     List(ListFilesArgs),
@@ -459,6 +529,9 @@ impl Parsed {
             | Parsed::Diff(DiffArgs { job, .. })
             | Parsed::Stop(StopArgs { job, .. })
             | Parsed::Remove(RemoveArgs { job, .. })
+            | Parsed::Checkpoint(CheckpointArgs { job, .. })
+            | Parsed::Restore(RestoreArgs { job, .. })
+            | Parsed::Fork(ForkArgs { job, .. })
             | Parsed::Push(PushArgs { job, .. })
             | Parsed::Read(FileArgs { job, .. })
             | Parsed::List(ListFilesArgs { job, .. }) => job,
@@ -479,6 +552,27 @@ async fn run_job_tool(
         Parsed::Job(_) if name == "job_log" => json!({"job": job, "commits": ops.log(job).await?}),
         Parsed::Job(_) if name == "job_pause" => value(ops.pause(job).await?),
         Parsed::Job(_) if name == "job_resume" => value(ops.resume(job).await?),
+        Parsed::Job(_) if name == "job_checkpoints" => value(ops.checkpoints(job).await?),
+        Parsed::Checkpoint(args) => {
+            value(ops.checkpoint(job, CheckpointRequest { name: args.name }).await?)
+        }
+        Parsed::Restore(args) => {
+            let request = RestoreRequest {
+                checkpoint: args.checkpoint,
+                branch: args.branch,
+            };
+            value(ops.restore(job, request).await?)
+        }
+        // The forks keep the source's labels, this session's among them: they are its jobs.
+        Parsed::Fork(args) => {
+            let request = ForkRequest {
+                from: args.from,
+                count: args.count.unwrap_or(1),
+                task: args.task,
+                ..ForkRequest::default()
+            };
+            value(ops.fork(job, request).await?)
+        }
         Parsed::Job(_) => value(ops.show(job).await?),
         Parsed::Exec(args) => {
             let options = ExecOptions {

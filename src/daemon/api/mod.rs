@@ -148,6 +148,7 @@ impl IntoResponse for ApiError {
 }
 
 pub mod auth;
+mod checkpoints;
 mod files;
 mod idempotency;
 pub(crate) mod ids;
@@ -259,6 +260,16 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/stop", post(stop_job))
         .route("/v1/jobs/{id}/pause", post(pause_job))
         .route("/v1/jobs/{id}/resume", post(resume_job))
+        .route(
+            "/v1/jobs/{id}/checkpoints",
+            post(checkpoints::take).get(checkpoints::list),
+        )
+        .route(
+            "/v1/jobs/{id}/checkpoints/{name}",
+            axum::routing::delete(checkpoints::remove),
+        )
+        .route("/v1/jobs/{id}/restore", post(checkpoints::restore))
+        .route("/v1/jobs/{id}/fork", post(checkpoints::fork))
         .route("/v1/jobs/{id}/network", post(set_network))
         .route(
             "/v1/jobs/{id}/files",
