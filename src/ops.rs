@@ -15,11 +15,10 @@ use crate::error::Result;
 use crate::output::OutputSink;
 use crate::wire::{
     AdmissionView, ApplyReport, CheckpointList, CheckpointRemoved, CheckpointRequest,
-    CheckpointView, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
-    EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobDiff,
-    ForkAnswer, ForkRequest, JobView, MergeReport, MergeRequest, NetworkChange, PauseAnswer,
-    PushReport, PushRequest, RemoveOptions, RemoveReport, RestoreAnswer, RestoreRequest,
-    RunReport,
+    CheckpointView, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event, EventQuery,
+    ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, ForkAnswer, ForkRequest, JobDetails,
+    JobDiff, JobView, MergeReport, MergeRequest, NetworkChange, PauseAnswer, PushReport,
+    PushRequest, RemoveOptions, RemoveReport, RestoreAnswer, RestoreRequest, RunReport,
 };
 
 /// paddock's job operations (see the module docs).
@@ -92,8 +91,11 @@ pub trait Operations {
     ) -> impl Future<Output = Result<CheckpointRemoved>>;
 
     /// Puts a checkpoint back into its job.
-    fn restore(&self, id: &str, request: RestoreRequest)
-    -> impl Future<Output = Result<RestoreAnswer>>;
+    fn restore(
+        &self,
+        id: &str,
+        request: RestoreRequest,
+    ) -> impl Future<Output = Result<RestoreAnswer>>;
 
     /// Makes new jobs from a checkpoint of a job.
     fn fork(&self, id: &str, request: ForkRequest) -> impl Future<Output = Result<ForkAnswer>>;

@@ -4,7 +4,7 @@
 use clap::{Args, Subcommand};
 
 use super::exit;
-use super::render::{print_json, print_job_table, print_table};
+use super::render::{print_job_table, print_json, print_table};
 use crate::error::Result;
 use crate::ops::Operations;
 use crate::wire::{CheckpointRequest, CheckpointView, ForkRequest, RestoreRequest};
@@ -28,8 +28,10 @@ pub struct CheckpointArgs {
 enum CheckpointAction {
     /// Remove a checkpoint (its ref in the wip store and its record).
     Rm {
+        /// The job (it may have been removed).
         #[arg(value_parser = super::job_id)]
         job: String,
+        /// The checkpoint's name.
         name: String,
         /// Print the answer as JSON.
         #[arg(long)]
@@ -45,7 +47,11 @@ pub async fn checkpoint(ops: &impl Operations, args: CheckpointArgs) -> Result<i
         } else if removed.removed {
             say!("removed checkpoint {} of job {}", removed.name, removed.job);
         } else {
-            say!("job {} has no checkpoint {}: nothing to remove", removed.job, removed.name);
+            say!(
+                "job {} has no checkpoint {}: nothing to remove",
+                removed.job,
+                removed.name
+            );
         }
         return Ok(exit::OK);
     }
@@ -62,13 +68,19 @@ pub async fn checkpoint(ops: &impl Operations, args: CheckpointArgs) -> Result<i
             crate::units::format_size(view.bytes),
             short(&view.commit)
         );
-        say!("restore it with `paddock restore {} {}`; fetch it with `{}`", view.job, view.name, view.fetch_command());
+        say!(
+            "restore it with `paddock restore {} {}`; fetch it with `{}`",
+            view.job,
+            view.name,
+            view.fetch_command()
+        );
     }
     Ok(exit::OK)
 }
 
 #[derive(Debug, Args)]
 pub struct CheckpointsArgs {
+    /// The job (it may have been removed).
     #[arg(value_parser = super::job_id)]
     job: String,
     /// Print the list as JSON.
@@ -107,6 +119,7 @@ fn short(commit: &str) -> String {
 
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
+    /// The job to restore.
     #[arg(value_parser = super::job_id)]
     job: String,
     #[command(flatten)]
@@ -133,12 +146,17 @@ pub async fn restore(ops: &impl Operations, args: RestoreArgs) -> Result<i32> {
     } else {
         String::new()
     };
-    say!("restored job {} to checkpoint {}{branch}", answer.job, answer.checkpoint);
+    say!(
+        "restored job {} to checkpoint {}{branch}",
+        answer.job,
+        answer.checkpoint
+    );
     Ok(exit::OK)
 }
 
 #[derive(Debug, Args)]
 pub struct ForkArgs {
+    /// The job to fork.
     #[arg(value_parser = super::job_id)]
     job: String,
     #[command(flatten)]

@@ -19,12 +19,11 @@ use crate::ops::Operations;
 use crate::output::OutputSink;
 use crate::store::PaddockHome;
 use crate::wire::{
-    AdmissionView, ApplyReport, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event,
-    EventQuery, ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, JobDetails, JobDiff,
-    CheckpointList, CheckpointRemoved, CheckpointRequest, CheckpointView, ForkAnswer, ForkRequest,
-    JobView, MergeReport, MergeRequest, NetworkChange, PauseAnswer, PushReport, PushRequest,
-    RestoreAnswer, RestoreRequest,
-    RemoveOptions, RemoveReport,
+    AdmissionView, ApplyReport, CheckpointList, CheckpointRemoved, CheckpointRequest,
+    CheckpointView, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event, EventQuery,
+    ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, ForkAnswer, ForkRequest, JobDetails,
+    JobDiff, JobView, MergeReport, MergeRequest, NetworkChange, PauseAnswer, PushReport,
+    PushRequest, RemoveOptions, RemoveReport, RestoreAnswer, RestoreRequest,
 };
 
 mod streams;

@@ -35,8 +35,8 @@ use crate::wire::{
 const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a checkpoint waits for another sync of the job.
 const LOCK_WAIT: Duration = Duration::from_secs(120);
-/// The most a checkpoint's changed files may take, in all (a sparse file counts whole).
-pub const MAX_CHECKPOINT_BYTES: u64 = crate::git::sync::MAX_SYNC_BYTES;
+#[cfg(test)]
+pub use crate::git::sync::MAX_CHECKPOINT_BYTES;
 const RECORD_SCHEMA: u32 = 1;
 
 /// A checkpoint's record on disk: what `checkpoints` shows, plus which repository it is of.

@@ -81,7 +81,7 @@ fn checkpoint_env(record: &JobRecord, scope: SyncScope) -> Vec<(String, String)>
     vec![
         (
             "PADDOCK_CHECKPOINT_MAX".into(),
-            super::checkpoint::MAX_CHECKPOINT_BYTES.to_string(),
+            crate::git::sync::MAX_CHECKPOINT_BYTES.to_string(),
         ),
         ("PADDOCK_CHECKPOINT_COPY".into(), record.copied.join("\n")),
     ]

@@ -25,6 +25,9 @@ pub const SYNC_SCRIPT: &str = include_str!("sync.sh");
 
 /// The most a sync may send (untracked list plus bundle) before it is refused.
 pub const MAX_SYNC_BYTES: u64 = 2 << 30;
+/// The most a checkpoint's changed files may take, in all (a sparse file counts whole): the
+/// sandbox half refuses past it before hashing anything.
+pub const MAX_CHECKPOINT_BYTES: u64 = MAX_SYNC_BYTES;
 /// The most the untracked list may take.
 pub const MAX_UNTRACKED_BYTES: u64 = 8 << 20;
 /// The longest header line.

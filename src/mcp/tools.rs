@@ -553,9 +553,10 @@ async fn run_job_tool(
         Parsed::Job(_) if name == "job_pause" => value(ops.pause(job).await?),
         Parsed::Job(_) if name == "job_resume" => value(ops.resume(job).await?),
         Parsed::Job(_) if name == "job_checkpoints" => value(ops.checkpoints(job).await?),
-        Parsed::Checkpoint(args) => {
-            value(ops.checkpoint(job, CheckpointRequest { name: args.name }).await?)
-        }
+        Parsed::Checkpoint(args) => value(
+            ops.checkpoint(job, CheckpointRequest { name: args.name })
+                .await?,
+        ),
         Parsed::Restore(args) => {
             let request = RestoreRequest {
                 checkpoint: args.checkpoint,

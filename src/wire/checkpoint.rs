@@ -12,6 +12,7 @@ use super::JobView;
 /// The inputs of `checkpoint`: `paddock checkpoint` flags, the body of
 /// `POST /v1/jobs/{id}/checkpoints`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, clap::Args, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CheckpointRequest {
     /// The checkpoint's name: letters, digits, `.`, `_` and `-`, at most 64, not starting
     /// with `.` or `-` (default: `cp-` and the time, e.g. `cp-20261202-142501`).
@@ -69,6 +70,7 @@ pub struct CheckpointRemoved {
 
 /// The inputs of `restore`: `paddock restore` args, the body of `POST /v1/jobs/{id}/restore`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, clap::Args, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RestoreRequest {
     /// The checkpoint to put back.
     pub checkpoint: String,
@@ -97,6 +99,7 @@ pub const MAX_FORKS: u32 = 64;
 
 /// The inputs of `fork`: `paddock fork` flags, the body of `POST /v1/jobs/{id}/fork`.
 #[derive(Debug, Clone, Serialize, Deserialize, clap::Args, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ForkRequest {
     /// The checkpoint to start from (default: a new checkpoint of the job now, named
     /// `fork-` and the time).

@@ -8,8 +8,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::{ApiError, ApiJson, ApiResult, ApiState, REQUEST_TIMEOUT, with_deadline};
 use super::ids::JobIdPath;
+use super::{ApiError, ApiJson, ApiResult, ApiState, REQUEST_TIMEOUT, with_deadline};
 use crate::wire::{CheckpointRequest, ForkRequest, RestoreRequest};
 
 pub(super) async fn take(
@@ -34,8 +34,8 @@ pub(super) async fn remove(
     JobIdPath(id): JobIdPath,
     Path((_, name)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    let removed = with_deadline(REQUEST_TIMEOUT, state.paddock.checkpoint_remove(&id, &name))
-        .await?;
+    let removed =
+        with_deadline(REQUEST_TIMEOUT, state.paddock.checkpoint_remove(&id, &name)).await?;
     Ok(axum::Json(removed).into_response())
 }
 
