@@ -262,6 +262,10 @@ pub struct JobRecord {
     /// takes no exec and is never swept as idle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_at: Option<DateTime<Utc>>,
+    /// Set with `paused_at` while a checkpoint freezes the job for a moment: the process
+    /// doing it. A sweep thaws a job whose freezer is gone (killed mid-checkpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen_by: Option<ProcessId>,
     pub exit_code: Option<i64>,
     pub oom_killed: bool,
     /// The container cgroup's OOM-kill count last seen, so a new kill can be told apart.

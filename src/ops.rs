@@ -268,7 +268,7 @@ impl Operations for Paddock {
     }
 
     async fn checkpoints(&self, id: &str) -> Result<CheckpointList> {
-        Paddock::checkpoints(self, id).await
+        Paddock::checkpoints(self, id)
     }
 
     async fn checkpoint_remove(&self, id: &str, name: &str) -> Result<CheckpointRemoved> {

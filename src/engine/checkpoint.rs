@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
+use super::failpoints::crash_point;
 use super::sync::SyncScope;
 use super::{Error, Paddock, Result};
 use crate::git::GitRepo;
@@ -161,6 +162,7 @@ impl Paddock {
         }
         let lock = self.sync_lock_for(record, LOCK_WAIT).await?;
         let frozen = self.freeze_briefly(record).await?;
+        crash_point("checkpoint-frozen");
         let deadline = Instant::now() + CHECKPOINT_TIMEOUT;
         let outcome = self
             .sync_under_lock(record, SyncScope::Checkpoint, Some(deadline))
@@ -191,6 +193,7 @@ impl Paddock {
                 &[(SCRATCH_STATE, refname.clone())],
             )
             .await?;
+        crash_point("checkpoint-published");
         drop(lock);
         let kept = async {
             let facts = store.checkpoint_facts(commit).await?;
@@ -262,7 +265,7 @@ impl Paddock {
     }
 
     /// The checkpoints of a job, oldest first; the job itself may be gone.
-    pub async fn checkpoints(&self, job: &str) -> Result<CheckpointList> {
+    pub fn checkpoints(&self, job: &str) -> Result<CheckpointList> {
         let dir = self.checkpoints_dir(job);
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
@@ -347,15 +350,22 @@ impl Paddock {
             return Ok(false);
         }
         let now = Utc::now();
-        self.store.update(&record.id, |r| r.paused_at = Some(now))?;
+        self.store.update(&record.id, |r| {
+            r.paused_at = Some(now);
+            r.frozen_by = crate::job::ProcessId::current();
+        })?;
+        let clear = |r: &mut JobRecord| {
+            r.paused_at = None;
+            r.frozen_by = None;
+        };
         match freeze.freeze_if_running(record).await {
             Ok(true) => Ok(true),
             Ok(false) => {
-                self.store.update(&record.id, |r| r.paused_at = None)?;
+                self.store.update(&record.id, clear)?;
                 Ok(false)
             }
             Err(error) => {
-                let _ = self.store.update(&record.id, |r| r.paused_at = None);
+                let _ = self.store.update(&record.id, clear);
                 Err(error.into())
             }
         }
@@ -365,8 +375,25 @@ impl Paddock {
         if let Some(freeze) = self.runtime_of(record).capabilities().freeze {
             freeze.thaw(record).await?;
         }
-        self.store.update(&record.id, |r| r.paused_at = None)?;
+        self.store.update(&record.id, |r| {
+            r.paused_at = None;
+            r.frozen_by = None;
+        })?;
         Ok(())
+    }
+
+    /// Thaws a job a checkpoint froze for a moment when the process that froze it is gone
+    /// (killed mid-checkpoint); the record as it is now, or `None` when there was nothing to
+    /// do. A job its user paused (`frozen_by` unset) stays paused.
+    pub(crate) async fn thaw_abandoned(&self, record: &JobRecord) -> Result<Option<JobRecord>> {
+        let Some(freezer) = record.frozen_by else {
+            return Ok(None);
+        };
+        if record.paused_at.is_none() || freezer.is_alive() {
+            return Ok(None);
+        }
+        self.thaw_briefly(record).await?;
+        Ok(Some(self.load(record.id.as_str())?))
     }
 }
 

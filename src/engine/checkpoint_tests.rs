@@ -130,7 +130,7 @@ async fn restore_puts_back_every_byte_mode_link_and_the_index_and_with_branch_th
     // The checkpoint outlives the job, in the wip store only.
     let options = RemoveOptions::from_flags(false, false, None, false);
     paddock.remove("cp", options).await.unwrap();
-    let listed = paddock.checkpoints("cp").await.unwrap();
+    let listed = paddock.checkpoints("cp").unwrap();
     assert_eq!(listed.checkpoints.len(), 1);
     let store = &listed.checkpoints[0].wip_store;
     assert_eq!(
@@ -150,10 +150,7 @@ async fn restore_puts_back_every_byte_mode_link_and_the_index_and_with_branch_th
     );
     let removed = paddock.checkpoint_remove("cp", "built").await.unwrap();
     assert!(removed.removed);
-    assert!(matches!(
-        paddock.checkpoints("cp").await,
-        Err(Error::Store(_))
-    ));
+    assert!(matches!(paddock.checkpoints("cp"), Err(Error::Store(_))));
 }
 
 fn walk(root: &Path) -> Vec<String> {
@@ -270,10 +267,7 @@ async fn bad_names_unknown_checkpoints_and_fork_counts_are_refused_and_leave_not
     assert!(matches!(err, Error::CheckpointExists { .. }), "{err}");
     // Only the one job and the one checkpoint exist.
     assert_eq!(paddock.store().list().unwrap().0.len(), 1);
-    assert_eq!(
-        paddock.checkpoints("bad").await.unwrap().checkpoints.len(),
-        1
-    );
+    assert_eq!(paddock.checkpoints("bad").unwrap().checkpoints.len(), 1);
     drop(tmp);
 }
 
@@ -326,7 +320,6 @@ async fn a_huge_sparse_file_or_a_tree_git_cannot_read_is_refused_cleanly() {
     assert!(
         paddock
             .checkpoints("hostile")
-            .await
             .unwrap()
             .checkpoints
             .is_empty()

@@ -127,7 +127,13 @@ impl Paddock {
             None => JobId::generate(request.task.as_deref().unwrap_or(&agent)),
         };
         let template = &config.branch_template.value;
-        let branch = render_branch(template, &agent, request.task.as_deref(), &id);
+        let mut branch = render_branch(template, &agent, request.task.as_deref(), &id);
+        if request.from_checkpoint.is_some() {
+            // A fork's task is its source's: the template alone would name the source's
+            // branch (and each sibling's) again.
+            let suffix = id.as_str().rsplit('-').next().unwrap_or(id.as_str());
+            branch = format!("{branch}-fork-{suffix}");
+        }
         if !git::is_valid_branch_name(&branch) {
             return Err(Error::InvalidBranch {
                 branch,
@@ -275,6 +281,7 @@ impl Paddock {
             last_activity_at: now,
             finished_at: None,
             paused_at: None,
+            frozen_by: None,
             exit_code: None,
             oom_killed: false,
             oom_kills: 0,

@@ -57,3 +57,15 @@ pub const CRASH_POINTS: &[&str] = &[
     "pool-mounted",
     "started",
 ];
+
+/// The points `PADDOCK_CRASH_AT` accepts in checkpoints, restores and forks: with the job
+/// frozen for a checkpoint, before its sync (`checkpoint-frozen`); after the checkpoint's
+/// ref is in the wip store, before its record (`checkpoint-published`); after a restore's
+/// bundle is in the workspace, before it is checked out (`restore-bundled`); after a fork's
+/// checkpoint is in its new job, before its setup (`restored`).
+pub const CHECKPOINT_CRASH_POINTS: &[&str] = &[
+    "checkpoint-frozen",
+    "checkpoint-published",
+    "restore-bundled",
+    "restored",
+];

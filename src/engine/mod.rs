@@ -70,7 +70,7 @@ mod tests;
 pub use create::render_branch;
 pub use events::EventFeed;
 pub use execs::{ExecOutput, OUTPUT_LIMIT};
-pub use failpoints::{CRASH_POINTS, FAIL_POINTS};
+pub use failpoints::{CHECKPOINT_CRASH_POINTS, CRASH_POINTS, FAIL_POINTS};
 pub use files::FILE_CAP;
 pub use inspect::LiveStatus;
 pub use sync::{SyncScope, Synced};

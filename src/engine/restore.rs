@@ -14,6 +14,7 @@
 use std::time::Duration;
 
 use super::checkpoint::{Stored, made};
+use super::failpoints::crash_point;
 use super::sync::SyncScope;
 use super::{Error, Paddock, Result};
 use crate::config::KillPolicy;
@@ -121,6 +122,7 @@ impl Paddock {
         self.place_of(record)
             .write_file(record, &path, bundle, layout.files_owner(record))
             .await?;
+        crash_point("restore-bundled");
         let request = ExecRequest {
             cmd: vec![
                 "sh".into(),

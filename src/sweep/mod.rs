@@ -224,6 +224,14 @@ impl Paddock {
         for (done, record) in records.iter().enumerate() {
             let name = record.id.to_string();
             progress(done, records.len(), &name);
+            let thawed;
+            let record = match self.thaw_if_abandoned(record, options, &mut report).await {
+                Some(now) => {
+                    thawed = now;
+                    &thawed
+                }
+                None => record,
+            };
             let reason = self
                 .job_verdict(record, options, containers.as_deref(), &mut report)
                 .await;
@@ -290,6 +298,35 @@ impl Paddock {
     /// Decides what to do with one recorded job: `Some((reason, merged))` to remove it
     /// (`merged`: because its branch is merged); `None` to keep it (recorded in the report
     /// with why).
+    /// A job a checkpoint froze for a moment, whose process was killed before it thawed it:
+    /// thawed (see `Paddock::thaw_abandoned`); the record as it is now, when it changed.
+    async fn thaw_if_abandoned(
+        &self,
+        record: &JobRecord,
+        options: &SweepOptions,
+        report: &mut SweepReport,
+    ) -> Option<JobRecord> {
+        if options.dry_run || record.frozen_by.is_none() {
+            return None;
+        }
+        match self.thaw_abandoned(record).await {
+            Ok(Some(now)) => {
+                tracing::info!(job = %record.id, "thawed: a checkpoint froze it and was killed before thawing it");
+                Some(now)
+            }
+            Ok(None) => None,
+            Err(error) => {
+                report.error(
+                    "job",
+                    record.id.to_string(),
+                    "thawing after a killed checkpoint",
+                    error,
+                );
+                None
+            }
+        }
+    }
+
     async fn job_verdict(
         &self,
         record: &JobRecord,

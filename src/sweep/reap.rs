@@ -327,6 +327,7 @@ impl Paddock {
             last_activity_at: now,
             finished_at: None,
             paused_at: None,
+            frozen_by: None,
             exit_code: None,
             oom_killed: false,
             oom_kills: 0,

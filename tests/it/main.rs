@@ -13,6 +13,7 @@ mod architecture;
 mod bounded_reads;
 mod browser;
 mod cache;
+mod checkpoint;
 mod core_commands;
 mod core_records;
 mod dashboard;

@@ -25,7 +25,7 @@ pub(super) async fn list(
     State(state): State<ApiState>,
     JobIdPath(id): JobIdPath,
 ) -> ApiResult<Response> {
-    let list = with_deadline(REQUEST_TIMEOUT, state.paddock.checkpoints(&id)).await?;
+    let list = state.paddock.checkpoints(&id)?;
     Ok(axum::Json(list).into_response())
 }
 
