@@ -13,10 +13,13 @@
 //! repository; `=ready`: job ready and first exec, cold and warm, on 1, 5,000 and 50,000
 //! files; `=exec`: an exec's cost against `docker exec` and the warm pool's first exec, on
 //! 1 and 5,000 files; `=microvm`: a microVM job's create to ready and exec round trip
-//! against runc), printed, not written.
+//! against runc; `=checkpoint`: checkpoint, restore, fork -n 4, pause and resume on the
+//! 50,000-file repository with an overlay checkout), printed, not written.
 
 #[path = "paddock/ab.rs"]
 mod ab;
+#[path = "paddock/checkpoint.rs"]
+mod checkpoint;
 #[path = "paddock/create.rs"]
 mod create;
 #[path = "paddock/daemon.rs"]
@@ -200,6 +203,7 @@ fn main() {
                 | "exec"
                 | "engines"
                 | "microvm"
+                | "checkpoint"
                 | "ab"
         )
     }) {
@@ -240,6 +244,12 @@ fn main() {
                 engines::engine_rows(&repo, "5,000 files", &mut rows);
             }
             "microvm" => microvm::rows(&FixtureRepo::new(), &mut rows),
+            "checkpoint" => {
+                let files = if quick { 5_000 } else { 50_000 };
+                eprintln!("generating the {files}-file fixture repository");
+                let repo = FixtureRepo::with_files(files, 2_000);
+                checkpoint::rows(&repo, &format!("{files} files"), &mut rows);
+            }
             "ab" => {
                 let against = std::env::var("PADDOCK_BENCH_AGAINST")
                     .expect("PADDOCK_BENCH_AGAINST names the other paddock binary");
@@ -282,6 +292,10 @@ fn main() {
             exec_cost(repo, label, &mut rows);
             eprintln!("remote engine: create to ready, exec, {label}");
             engines::engine_rows(repo, label, &mut rows);
+            if label.starts_with("50,000") {
+                eprintln!("checkpoint, restore, fork, pause, resume, {label}");
+                checkpoint::rows(repo, label, &mut rows);
+            }
         }
     }
     if let Some(path) = extra {

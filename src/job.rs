@@ -348,6 +348,10 @@ pub struct JobRecord {
     /// What the create sent to the remote engine for the repository's objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_fill: Option<crate::engines::FillReport>,
+    /// `checkpoint: {before_exec: true}` of its profile: a checkpoint before each exec, the
+    /// newest this many kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_checkpoints: Option<u32>,
     /// The job and checkpoint this job started from (`fork`, `create --from-checkpoint`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkedFrom>,

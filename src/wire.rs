@@ -285,6 +285,9 @@ pub struct ExecOptions {
     /// (`admission.max_running_execs`).
     #[serde(default)]
     pub no_wait: bool,
+    /// A paused job is resumed first (else the exec is refused).
+    #[serde(default)]
+    pub resume: bool,
     /// Per-stream cap on the output kept in the result (default 1 MiB); not on the wire.
     #[serde(skip)]
     pub output_cap: Option<usize>,

@@ -147,14 +147,18 @@ pub struct Held {
 
 impl Held {
     /// Adds up the reserves of the records that hold one: every state but `queued` and
-    /// `removed`.
+    /// `removed`. A paused job holds its memory but no CPU: its processes are frozen.
     pub fn of(records: &[JobRecord], execs: usize) -> Held {
         let mut held = Held {
             execs,
             ..Held::default()
         };
         for record in records.iter().filter(|r| holds_share(r.state)) {
-            held.hold(&Demand::of_job(&record.reserve()));
+            let mut reserve = record.reserve();
+            if record.paused_at.is_some() {
+                reserve.cpus = crate::units::Cpus(0.0);
+            }
+            held.hold(&Demand::of_job(&reserve));
         }
         held
     }

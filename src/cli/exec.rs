@@ -26,6 +26,9 @@ pub struct ExecArgs {
     /// (`admission.max_running_execs`); like every error of paddock's own, exit 125.
     #[arg(long)]
     no_wait: bool,
+    /// Resume the job first when it is paused (without it, an exec on a paused job fails).
+    #[arg(long)]
+    resume: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     cmd: Vec<String>,
@@ -62,6 +65,7 @@ impl ExecFlags {
             env,
             workdir: self.workdir.clone(),
             no_wait: false,
+            resume: false,
             output_cap: None,
             waiter: None,
         })
@@ -73,6 +77,7 @@ pub async fn run(ops: &impl Operations, args: ExecArgs) -> Result<i32> {
     let options = match args.exec.options(args.cmd, args.timeout) {
         Ok(options) => ExecOptions {
             no_wait: args.no_wait,
+            resume: args.resume,
             waiter: tag.clone(),
             ..options
         },

@@ -182,6 +182,13 @@ pub fn print_details(details: &JobDetails) {
         &v.base_commit[..v.base_commit.len().min(10)]
     );
     say!("worktree  {}", path(&v.worktree.display().to_string()));
+    if let Some(from) = &v.forked_from {
+        say!(
+            "forked    from job {}, checkpoint {}",
+            line(&from.job),
+            line(&from.checkpoint)
+        );
+    }
     say!("profile   {}", v.profile);
     say!("runtime   {}", details.isolation);
     let limits = &v.limits;

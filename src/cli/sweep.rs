@@ -70,6 +70,7 @@ impl SweepArgs {
             merged: self.merged || sweep.merged.value,
             index_lock_age: std::time::Duration::from_secs(600),
             pristine_max_age: sweep.pristine_max_age.value.0,
+            paused_max_age: sweep.paused_max_age.value.map(|d| d.0),
         }
     }
 }

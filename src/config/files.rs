@@ -33,6 +33,8 @@ pub(super) struct SweepFile {
     pub(super) merged: Option<bool>,
     /// Unused pristine checkouts (overlay jobs) go after this long.
     pub(super) pristine_max_age: Option<HumanDuration>,
+    /// `off`, or a duration: a job paused this long is stale.
+    pub(super) paused_max_age: Option<String>,
 }
 
 /// The on-disk shape of both the user file and the repo file.

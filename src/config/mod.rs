@@ -152,6 +152,9 @@ pub struct SweepSettings {
     /// A pristine checkout (of `checkout: overlay` jobs) that no job uses goes once it was
     /// last used this long ago.
     pub pristine_max_age: Sourced<HumanDuration>,
+    /// A job paused this long is stale; `None` (the default): a paused job is never swept
+    /// but by `max_age`.
+    pub paused_max_age: Sourced<Option<HumanDuration>>,
 }
 
 impl Default for SweepSettings {
@@ -165,6 +168,7 @@ impl Default for SweepSettings {
             interval: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(300))),
             merged: Sourced::default_value(false),
             pristine_max_age: Sourced::default_value(hour),
+            paused_max_age: Sourced::default_value(None),
         }
     }
 }
@@ -356,15 +360,23 @@ impl Config {
                     source: source.clone(),
                 };
             }
-            if let Some(text) = sweep.max_age {
+            for (text, key, target) in [
+                (sweep.max_age, "sweep.max_age", &mut self.sweep.max_age),
+                (
+                    sweep.paused_max_age,
+                    "sweep.paused_max_age",
+                    &mut self.sweep.paused_max_age,
+                ),
+            ] {
+                let Some(text) = text else { continue };
                 let value = crate::units::parse_optional_duration(&text).map_err(|e| {
                     ConfigError::Value {
                         origin: origin.clone(),
-                        key: "sweep.max_age".into(),
+                        key: key.into(),
                         message: format!("{e} (or `off`)"),
                     }
                 })?;
-                self.sweep.max_age = Sourced {
+                *target = Sourced {
                     value,
                     source: source.clone(),
                 };

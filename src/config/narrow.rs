@@ -380,6 +380,7 @@ fn layer_of(profile: &Profile) -> ProfileLayer {
         pool: Some(profile.pool.value),
         secrets: Some(profile.secrets.value.clone()),
         push: Some(profile.push.value),
+        checkpoint: None,
         environment: None,
         build_network: profile.build_network.as_ref().map(|n| n.value),
     }

@@ -81,6 +81,8 @@ pub struct ProfileLayer {
     pub secrets: Option<Vec<String>>,
     /// `on-sync`: push the job's branch after each exec that moved it (user config only).
     pub push: Option<PushPolicy>,
+    /// Automatic checkpoints: one before each exec, the newest `keep` kept.
+    pub checkpoint: Option<CheckpointPolicy>,
     /// Whether the repository's devcontainer.json defines the job's environment.
     pub environment: Option<EnvironmentChoice>,
     /// The network of an image build from the repository's Dockerfile (a devcontainer's
@@ -97,6 +99,43 @@ pub struct PoolSettings {
     /// No claim for this long and the pool drains (default 30m).
     #[serde(default = "default_pool_idle")]
     pub idle: HumanDuration,
+}
+
+/// `checkpoint:` of a profile: a checkpoint before every exec (`auto-…`), so an orchestrator
+/// can roll back any exec; the newest `keep` (1 to 50) stay, older ones are removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointPolicy {
+    #[serde(default)]
+    pub before_exec: bool,
+    #[serde(default = "default_keep", deserialize_with = "keep_in_range")]
+    pub keep: u32,
+}
+
+/// The most automatic checkpoints a job keeps.
+pub const MAX_AUTO_CHECKPOINTS: u32 = 50;
+
+fn default_keep() -> u32 {
+    10
+}
+
+fn keep_in_range<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+    let keep = u32::deserialize(deserializer)?;
+    if keep == 0 || keep > MAX_AUTO_CHECKPOINTS {
+        return Err(serde::de::Error::custom(format!(
+            "checkpoint.keep takes 1 to {MAX_AUTO_CHECKPOINTS}, not {keep}"
+        )));
+    }
+    Ok(keep)
+}
+
+impl Default for CheckpointPolicy {
+    fn default() -> Self {
+        CheckpointPolicy {
+            before_exec: false,
+            keep: default_keep(),
+        }
+    }
 }
 
 /// `reserve:` of a profile in one layer: either part may be set alone.
@@ -196,6 +235,7 @@ pub struct Profile {
     /// Names of user-config secrets its jobs get.
     pub secrets: Sourced<Vec<String>>,
     pub push: Sourced<PushPolicy>,
+    pub checkpoint: Sourced<CheckpointPolicy>,
     pub environment: Sourced<EnvironmentChoice>,
     /// Unset: builds of the repository's Dockerfile have no network.
     pub build_network: Option<Sourced<NetworkMode>>,
@@ -234,6 +274,7 @@ impl Default for Profile {
             pool: Sourced::default_value(PoolSettings::default()),
             secrets: Sourced::default_value(Vec::new()),
             push: Sourced::default_value(PushPolicy::Manual),
+            checkpoint: Sourced::default_value(CheckpointPolicy::default()),
             environment: Sourced::default_value(EnvironmentChoice::Auto),
             build_network: None,
         }
@@ -271,6 +312,7 @@ impl Profile {
             setup,
             pool,
             secrets,
+            checkpoint,
             environment
         );
         let sourced = |value| Sourced {
@@ -522,6 +564,16 @@ impl Profile {
                     self.pool.value.size, self.pool.value.idle
                 ),
                 &self.pool.source,
+            ));
+        }
+        if self.checkpoint.value.before_exec {
+            rows.push((
+                "checkpoint".into(),
+                format!(
+                    "before each exec, the newest {} kept",
+                    self.checkpoint.value.keep
+                ),
+                &self.checkpoint.source,
             ));
         }
         if self.push.value != PushPolicy::Manual {

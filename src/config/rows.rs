@@ -87,6 +87,14 @@ impl Config {
                 sweep.pristine_max_age.value.to_string(),
                 &sweep.pristine_max_age.source,
             ),
+            (
+                "paused_max_age",
+                sweep
+                    .paused_max_age
+                    .value
+                    .map_or_else(|| "off".into(), |d| d.to_string()),
+                &sweep.paused_max_age.source,
+            ),
         ] {
             rows.push((format!("sweep.{key}"), value, source.clone()));
         }

@@ -79,6 +79,7 @@ pub async fn run(
     checks.push(overlay_check());
     checks.push(disk_limit_check());
     checks.push(microvm::microvm_check(&crate::runtime::microvm::assets_dir(home)).await);
+    checks.push(checkpoints_check(runtimes));
     // The runtime `auto` falls back to, and what it does not isolate.
     checks.push(check(
         "process runtime",
@@ -87,6 +88,26 @@ pub async fn run(
         None,
     ));
     checks
+}
+
+/// What each runtime gives of checkpoints and pause (issue 43): a checkpoint of a frozen
+/// job, or one taken live, and whether `pause` can freeze it.
+fn checkpoints_check(runtimes: &Runtimes) -> Check {
+    let mut seen = std::collections::BTreeMap::new();
+    for runtime in runtimes.all() {
+        let what = match runtime.capabilities().freeze {
+            Some(freeze) if freeze.reads_while_frozen() => "checkpoints of the frozen job; pause",
+            Some(_) => "checkpoints taken live (a frozen VM runs nothing to read them); pause",
+            None => "checkpoints between execs (nothing runs then); no pause",
+        };
+        seen.insert(runtime.describe().name, what);
+    }
+    let detail = seen
+        .iter()
+        .map(|(name, what)| format!("{name}: {what}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    check("checkpoints", Status::Ok, detail, None)
 }
 
 /// Whether the job networks' range is unreachable from the host (`egress::ranges`); doctor

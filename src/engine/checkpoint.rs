@@ -209,6 +209,7 @@ impl Paddock {
                 wip_store: self.wip_store_of(record),
                 files: facts.files,
                 bytes: facts.bytes,
+                frozen,
             };
             self.write_checkpoint(record, &view)?;
             Ok::<_, Error>(view)
@@ -218,6 +219,37 @@ impl Paddock {
             let _ = store.delete_paddock_ref(&refname).await;
         }
         kept
+    }
+
+    /// The automatic checkpoint before an exec (`checkpoint: {before_exec: true}` of the
+    /// job's profile), named `auto-` and the time; then all but the newest `keep` automatic
+    /// ones are removed. One that fails fails the exec: a rollback point is never silently
+    /// missing.
+    pub(super) async fn auto_checkpoint(&self, record: &JobRecord, keep: u32) -> Result<()> {
+        let view = self.take_checkpoint(record, &default_name("auto")).await?;
+        self.emit(
+            EventKind::JobCheckpointed,
+            Some(&record.id),
+            None,
+            serde_json::json!({
+                "checkpoint": view.name,
+                "commit": view.commit,
+                "files": view.files,
+                "bytes": view.bytes,
+            }),
+        );
+        let autos: Vec<String> = self
+            .checkpoints(record.id.as_str())?
+            .checkpoints
+            .into_iter()
+            .filter(|c| c.name.starts_with("auto-"))
+            .map(|c| c.name)
+            .collect();
+        let surplus = autos.len().saturating_sub(keep as usize);
+        for name in &autos[..surplus] {
+            self.checkpoint_remove(record.id.as_str(), name).await?;
+        }
+        Ok(())
     }
 
     /// Writes a checkpoint's record, once: a name another checkpoint took in the meantime

@@ -330,3 +330,109 @@ async fn a_huge_sparse_file_or_a_tree_git_cannot_read_is_refused_cleanly() {
     );
     assert!(fake.frozen.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_paused_job_holds_memory_but_no_cpu_resumes_for_exec_and_is_swept_past_paused_max_age() {
+    let fake = Arc::new(FakeRuntime::default());
+    let (_tmp, repo, paddock) = setup(&fake);
+    paddock.create(fake_job(&repo, "parked")).await.unwrap();
+    let before = paddock.admission_view().unwrap().held;
+    assert!(before.cpus > 0.0);
+    paddock.pause("parked").await.unwrap();
+    let paused = paddock.admission_view().unwrap().held;
+    assert_eq!(paused.cpus, 0.0, "a paused job holds no CPU");
+    assert_eq!(paused.memory, before.memory, "but its memory");
+
+    // An exec with resume thaws it first; without, it is refused.
+    let mut options = crate::wire::ExecOptions {
+        cmd: vec!["true".into()],
+        ..crate::wire::ExecOptions::default()
+    };
+    let err = paddock
+        .exec(
+            "parked",
+            options.clone(),
+            &mut crate::runtime::exec::Discard,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Paused { .. }), "{err}");
+    options.resume = true;
+    let result = paddock
+        .exec("parked", options, &mut crate::runtime::exec::Discard)
+        .await
+        .unwrap();
+    assert_eq!(result.exit_code, 0);
+    assert!(paddock.load("parked").unwrap().paused_at.is_none());
+    assert!(fake.frozen.lock().unwrap().is_empty());
+
+    // Paused past sweep.paused_max_age: stale; before it, kept.
+    paddock.pause("parked").await.unwrap();
+    let mut options = super::tests::sweep_options(std::time::Duration::from_secs(3600));
+    options.paused_max_age = Some(std::time::Duration::from_secs(600));
+    options.now = chrono::Utc::now() + chrono::TimeDelta::seconds(300);
+    paddock.sweep(&options).await.unwrap();
+    assert!(
+        paddock.store().exists_str("parked"),
+        "paused 5 minutes: kept"
+    );
+    options.now = chrono::Utc::now() + chrono::TimeDelta::seconds(7200);
+    let report = paddock.sweep(&options).await.unwrap();
+    assert!(!paddock.store().exists_str("parked"), "{report:?}");
+}
+
+#[tokio::test]
+async fn a_profile_checkpoints_before_each_exec_and_keeps_the_newest() {
+    let fake = Arc::new(FakeRuntime::default());
+    let (_tmp, repo, paddock) = setup(&fake);
+    std::fs::write(
+        repo.join(".paddock.yaml"),
+        "profiles:\n  default:\n    checkpoint: {before_exec: true, keep: 2}\n",
+    )
+    .unwrap();
+    git(&repo, &["add", ".paddock.yaml"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "config",
+        ],
+    );
+    let record = paddock
+        .create(fake_job(&repo, "auto"))
+        .await
+        .unwrap()
+        .record;
+    for round in 1..=3 {
+        let result = run(&paddock, "auto", &format!("echo {round} > round.txt")).await;
+        assert_eq!(result.exit_code, 0);
+    }
+    let autos = paddock.checkpoints("auto").unwrap().checkpoints;
+    assert_eq!(autos.len(), 2, "the newest two: {autos:?}");
+    // The newest was taken before the third exec: round.txt said 2 then.
+    let newest = autos.last().unwrap();
+    let before_third = git(
+        &newest.wip_store,
+        &["show", &format!("{}:round.txt", newest.commit)],
+    );
+    assert_eq!(before_third, "2\n");
+    paddock
+        .restore(
+            "auto",
+            &RestoreRequest {
+                checkpoint: newest.name.clone(),
+                branch: false,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(record.worktree.join("round.txt")).unwrap(),
+        "2\n"
+    );
+}

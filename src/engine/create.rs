@@ -310,6 +310,11 @@ impl Paddock {
             engine,
             engine_fill: None,
             forked_from,
+            auto_checkpoints: profile
+                .checkpoint
+                .value
+                .before_exec
+                .then_some(profile.checkpoint.value.keep),
         };
         // What of the repository's file was refused is said once, at create.
         let warning = super::setup::join_warnings(

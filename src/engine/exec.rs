@@ -241,12 +241,16 @@ impl Paddock {
                 state: record.state,
             });
         }
-        if let Some(since) = record.paused_at {
-            return Err(Error::Paused {
-                id: record.id,
-                since,
-            });
-        }
+        let record = match record.paused_at {
+            Some(_) if options.resume => self.resume_for_exec(record).await?,
+            Some(since) => {
+                return Err(Error::Paused {
+                    id: record.id,
+                    since,
+                });
+            }
+            None => record,
+        };
         // Held until the exec ends (the guard frees it on every path).
         let _slot = self
             .admit_exec(&record.id, options.no_wait, options.waiter.as_deref())
@@ -256,6 +260,10 @@ impl Paddock {
         self.post_start(&mut record.clone(), false).await?;
         // A remote job's ports are served by a relay here, started again when it is gone.
         self.ensure_port_relay(&record).await?;
+        // `checkpoint: {before_exec: true}`: the state before this exec, kept to roll back to.
+        if let Some(keep) = record.auto_checkpoints {
+            self.auto_checkpoint(&record, keep).await?;
+        }
         // The branch sync rides along in the exec's own sandbox session when it can.
         let piggyback = self.piggyback_sync(&record).await;
         clock.mark("plan");

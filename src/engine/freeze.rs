@@ -72,6 +72,18 @@ impl Paddock {
         Ok(running)
     }
 
+    /// `exec --resume` on a paused job: thawed as `resume` does; the record as it is now.
+    pub(super) async fn resume_for_exec(&self, record: JobRecord) -> Result<JobRecord> {
+        let record = self.thaw(record).await?;
+        self.emit(
+            EventKind::JobResumed,
+            Some(&record.id),
+            None,
+            serde_json::json!({}),
+        );
+        Ok(record)
+    }
+
     /// Thaws `record`'s sandbox when its record says it is paused, then clears that; the
     /// record as it is now. `stop` and `rm` call it before they signal anything.
     pub(super) async fn thaw(&self, record: JobRecord) -> Result<JobRecord> {

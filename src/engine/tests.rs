@@ -139,6 +139,7 @@ async fn sweep_removes_sandboxes_no_record_names_and_keeps_the_others() {
         health_check: false,
         index_lock_age: Duration::from_secs(3600),
         pristine_max_age: Duration::from_secs(3600),
+        paused_max_age: None,
         merged: false,
     };
     let report = paddock.sweep(&options).await.unwrap();
@@ -184,7 +185,7 @@ pub(super) async fn run(paddock: &Paddock, id: &str, script: &str) -> crate::run
         .expect("the exec runs")
 }
 
-fn sweep_options(idle: Duration) -> crate::sweep::SweepOptions {
+pub(super) fn sweep_options(idle: Duration) -> crate::sweep::SweepOptions {
     crate::sweep::SweepOptions {
         dry_run: false,
         idle,
@@ -195,6 +196,7 @@ fn sweep_options(idle: Duration) -> crate::sweep::SweepOptions {
         health_check: false,
         index_lock_age: Duration::from_secs(3600),
         pristine_max_age: Duration::from_secs(3600),
+        paused_max_age: None,
         merged: false,
     }
 }

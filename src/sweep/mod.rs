@@ -71,6 +71,8 @@ pub struct SweepOptions {
     pub merged: bool,
     /// A pristine checkout no record names is removed once unused for this long.
     pub pristine_max_age: Duration,
+    /// A job paused this long is stale (`None`: a paused job is kept but for `max_age`).
+    pub paused_max_age: Option<Duration>,
 }
 
 /// One thing the sweep found.
@@ -146,9 +148,19 @@ fn staleness(record: &JobRecord, options: &SweepOptions) -> Option<String> {
         }
     }
     // A paused job was parked on purpose, its processes kept where they were: neither idle
-    // nor finished for long makes it stale (`max_age` above still does).
-    if record.paused_at.is_some() {
-        return None;
+    // nor finished for long makes it stale (`max_age` above still does, and
+    // `paused_max_age` when set).
+    if let Some(since) = record.paused_at {
+        return options
+            .paused_max_age
+            .filter(|most| age(now, since) > *most)
+            .map(|most| {
+                format!(
+                    "paused {} ago (paused_max_age {})",
+                    format_age(now - since),
+                    crate::units::HumanDuration(most)
+                )
+            });
     }
     if record.state.is_finished()
         && let Some(finished) = record.finished_at

@@ -352,6 +352,7 @@ impl Paddock {
             engine: engine.map(str::to_string),
             engine_fill: None,
             forked_from: None,
+            auto_checkpoints: None,
         })
     }
 

@@ -43,6 +43,10 @@ pub struct CheckpointView {
     /// Files that differ from HEAD (changed, added, staged or untracked), and their bytes.
     pub files: u64,
     pub bytes: u64,
+    /// The job's processes were frozen while it was taken; false: taken live (a microVM,
+    /// or no sandbox was running).
+    #[serde(default)]
+    pub frozen: bool,
 }
 
 impl CheckpointView {

@@ -327,6 +327,8 @@ fn run_case(machine: &Machine, runtime: &str, checkout: &str) {
         "the commit is on the branch in the user's repository"
     );
 
+    checkpoint_case(machine, &id, runtime);
+
     let removed = machine.json(&["rm", "--json", &id]);
     assert_eq!(removed["branch_kept"], true, "{removed}");
     assert!(!record.exists(), "rm removed the record");
@@ -339,6 +341,34 @@ fn run_case(machine: &Machine, runtime: &str, checkout: &str) {
         before,
         "no file of the repository changed owner or mode"
     );
+}
+
+/// Issue 43 on the default state root: a checkpoint of an untracked file, its restore after
+/// the file is gone, a fork that has it, and (where the runtime freezes) pause and resume.
+fn checkpoint_case(machine: &Machine, id: &str, runtime: &str) {
+    let sh = |job: &str, script: &str| -> String {
+        let result = machine.json(&["exec", "--json", job, "--", "sh", "-c", script]);
+        assert_eq!(result["exit_code"], 0, "{result}");
+        text(&result, "stdout")
+    };
+    sh(id, "echo draft > draft.txt");
+    let cp = machine.json(&["checkpoint", id, "--name", "here", "--json"]);
+    assert!(
+        PathBuf::from(text(&cp, "wip_store")).starts_with(machine.state_root()),
+        "{cp}"
+    );
+    sh(id, "rm draft.txt");
+    machine.json(&["restore", id, "here", "--json"]);
+    assert_eq!(sh(id, "cat draft.txt"), "draft\n");
+    let forked = machine.json(&["fork", id, "--from", "here", "--json"]);
+    let fork = text(&forked["jobs"][0], "id");
+    assert_eq!(sh(&fork, "cat draft.txt"), "draft\n");
+    machine.json(&["rm", "--json", "--force", &fork]);
+    if runtime != "process" {
+        machine.json(&["pause", id, "--json"]);
+        machine.json(&["resume", id, "--json"]);
+    }
+    sh(id, "rm draft.txt");
 }
 
 /// The runtime word a create answers with for a `--runtime` flag.

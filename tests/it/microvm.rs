@@ -190,6 +190,22 @@ fn a_microvm_job_runs_under_its_own_kernel_commits_holds_its_limits_and_leaves_n
     let resumed = exec(&home, &id, &[], "echo resumed");
     assert_eq!(text(&resumed, "stdout").trim(), "resumed", "{resumed}");
 
+    // A checkpoint is taken live (a frozen VM would run nothing to read it), restored inside
+    // the guest through its shares, and forked into a VM of its own.
+    exec(&home, &id, &[], "echo cp > cp.txt && ln -s cp.txt cp.link");
+    let cp = home.json(&["checkpoint", &id, "--name", "vm", "--json"]);
+    assert_eq!(cp["frozen"], false, "{cp}");
+    exec(&home, &id, &[], "rm cp.txt cp.link; echo junk > junk.txt");
+    home.ok(&["restore", &id, "vm"]);
+    let probe = "cat cp.txt; readlink cp.link; test -e junk.txt && echo junk || echo clean";
+    let back = exec(&home, &id, &[], probe);
+    assert_eq!(text(&back, "stdout"), "cp\ncp.txt\nclean\n", "{back}");
+    let forked = home.json(&["fork", &id, "--from", "vm", "--json"]);
+    let fork = text(&forked["jobs"][0], "id");
+    let there = exec(&home, &fork, &[], probe);
+    assert_eq!(text(&there, "stdout"), "cp\ncp.txt\nclean\n", "{there}");
+    home.ok(&["rm", &fork, "--force"]);
+
     // `shell` over the same channel: commands from stdin, the shell's exit code back.
     let mut shell = home
         .cmd(&["shell", &id])

@@ -22,6 +22,7 @@ pub struct JobPage {
     pub diff: Result<crate::wire::JobDiff, String>,
     /// The last decisions of the job's egress proxy (`allowlist` jobs).
     pub egress: Vec<Decision>,
+    pub checkpoints: Result<Vec<crate::wire::CheckpointView>, String>,
     pub csrf: String,
 }
 
@@ -53,6 +54,11 @@ pub fn render(job: &JobPage, now: DateTime<Utc>) -> String {
     }
     body.push_str(&fields(&job.row, now));
     body.push_str(&actions(&id, &job.csrf, view.paused_at.is_some()));
+    body.push_str(&super::checkpoints::section(
+        &id,
+        &job.csrf,
+        &job.checkpoints,
+    ));
 
     body.push_str("<h2>Execs</h2>");
     match &job.execs {
@@ -161,6 +167,13 @@ fn fields(row: &JobRow, now: DateTime<Utc>) -> String {
         ),
         ("repository", view.repo.display().to_string()),
         ("runtime", view.runtime.clone()),
+        (
+            "forked from",
+            view.forked_from.as_ref().map_or_else(
+                || "—".into(),
+                |from| format!("job {}, checkpoint {}", from.job, from.checkpoint),
+            ),
+        ),
         ("profile", view.profile.clone()),
         (
             "limits",

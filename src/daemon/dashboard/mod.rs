@@ -26,6 +26,7 @@ use crate::daemon::api::{ApiError, ApiState, REQUEST_TIMEOUT, with_deadline};
 use crate::ops::Operations;
 use crate::wire::RemoveOptions;
 
+mod checkpoints;
 mod html;
 mod job;
 mod lease;
@@ -63,6 +64,9 @@ fn routes(state: ApiState) -> Router {
         .route("/jobs/{id}/pause", post(pause))
         .route("/jobs/{id}/resume", post(resume))
         .route("/jobs/{id}/remove", post(remove))
+        .route("/jobs/{id}/checkpoint", post(checkpoints::checkpoint))
+        .route("/jobs/{id}/restore", post(checkpoints::restore))
+        .route("/jobs/{id}/fork", post(checkpoints::fork))
         .route("/sweep", get(sweep_dry_run).post(sweep_now))
         .route("/assets/dashboard.js", get(script))
         .route("/assets/dashboard.css", get(style))
@@ -211,6 +215,10 @@ async fn job_page(
         commits,
         diff,
         egress: paddock.egress_decisions(&id, 50).await.unwrap_or_default(),
+        checkpoints: Operations::checkpoints(paddock, &id)
+            .await
+            .map(|list| list.checkpoints)
+            .map_err(|e| ApiError::from(e).message),
         csrf: caller.csrf().to_string(),
     };
     html(StatusCode::OK, job::render(&page, chrono::Utc::now()))
