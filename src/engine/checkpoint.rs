@@ -111,13 +111,15 @@ pub(super) fn made(record: &JobRecord) -> Result<()> {
 }
 
 impl Paddock {
-    /// Where a job's checkpoint records are (they outlive the job's own directory).
-    fn checkpoints_dir(&self, job: &str) -> PathBuf {
-        self.home().root().join("checkpoints").join(job)
+    /// Where a job's checkpoint records are (they outlive the job's own directory); `job`
+    /// is checked with the one id rule first, whoever asks (a path of it is built here).
+    fn checkpoints_dir(&self, job: &str) -> Result<PathBuf> {
+        let id = JobId::parse(job)?;
+        Ok(self.home().root().join("checkpoints").join(id.as_str()))
     }
 
-    fn checkpoint_path(&self, job: &str, name: &str) -> PathBuf {
-        self.checkpoints_dir(job).join(format!("{name}.json"))
+    fn checkpoint_path(&self, job: &str, name: &str) -> Result<PathBuf> {
+        Ok(self.checkpoints_dir(job)?.join(format!("{name}.json")))
     }
 
     /// Saves the job's state as a checkpoint (see the module docs).
@@ -153,7 +155,7 @@ impl Paddock {
         record: &JobRecord,
         name: &str,
     ) -> Result<CheckpointView> {
-        let path = self.checkpoint_path(record.id.as_str(), name);
+        let path = self.checkpoint_path(record.id.as_str(), name)?;
         if path.exists() {
             return Err(Error::CheckpointExists {
                 job: record.id.to_string(),
@@ -209,7 +211,7 @@ impl Paddock {
                 wip_store: self.wip_store_of(record),
                 files: facts.files,
                 bytes: facts.bytes,
-                frozen,
+                frozen: frozen || record.paused_at.is_some(),
             };
             self.write_checkpoint(record, &view)?;
             Ok::<_, Error>(view)
@@ -255,7 +257,7 @@ impl Paddock {
     /// Writes a checkpoint's record, once: a name another checkpoint took in the meantime
     /// fails here.
     fn write_checkpoint(&self, record: &JobRecord, view: &CheckpointView) -> Result<()> {
-        let path = self.checkpoint_path(record.id.as_str(), &view.name);
+        let path = self.checkpoint_path(record.id.as_str(), &view.name)?;
         let stored = Stored {
             schema: RECORD_SCHEMA,
             repo_key: record.repo_key.clone(),
@@ -280,7 +282,7 @@ impl Paddock {
     /// Checkpoint `name` of job `job` (which may be gone).
     pub(super) fn load_checkpoint(&self, job: &str, name: &str) -> Result<Stored> {
         let name = check_name(name)?;
-        let path = self.checkpoint_path(job, &name);
+        let path = self.checkpoint_path(job, &name)?;
         let missing = || Error::NoCheckpoint {
             job: job.to_string(),
             name: name.clone(),
@@ -298,7 +300,7 @@ impl Paddock {
 
     /// The checkpoints of a job, oldest first; the job itself may be gone.
     pub fn checkpoints(&self, job: &str) -> Result<CheckpointList> {
-        let dir = self.checkpoints_dir(job);
+        let dir = self.checkpoints_dir(job)?;
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -345,13 +347,13 @@ impl Paddock {
                 .delete_paddock_ref(&stored.view.refname)
                 .await?;
         }
-        let path = self.checkpoint_path(job, &stored.view.name);
+        let path = self.checkpoint_path(job, &stored.view.name)?;
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
             Err(error) => return Err(crate::store::io_err(&path)(error).into()),
         }
-        let _ = std::fs::remove_dir(self.checkpoints_dir(job));
+        let _ = std::fs::remove_dir(self.checkpoints_dir(job)?);
         Ok(CheckpointRemoved {
             job: job.to_string(),
             name: stored.view.name,

@@ -116,6 +116,7 @@ impl Paddock {
             &stored,
             false,
             std::slice::from_ref(&record.base_commit),
+            true,
         )
         .await
     }

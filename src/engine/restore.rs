@@ -52,6 +52,7 @@ impl Paddock {
             &stored,
             request.branch,
             std::slice::from_ref(&record.base_commit),
+            false,
         )
         .await?;
         drop(lock);
@@ -94,6 +95,7 @@ impl Paddock {
         stored: &Stored,
         move_branch: bool,
         have: &[String],
+        fresh: bool,
     ) -> Result<()> {
         if stored.repo_key != record.repo_key {
             return Err(Error::CheckpointRepo {
@@ -133,6 +135,7 @@ impl Paddock {
                 stored.view.commit.clone(),
                 record.branch.clone(),
                 if move_branch { "1" } else { "0" }.into(),
+                if fresh { "1" } else { "0" }.into(),
             ],
             env: [
                 ("GIT_DIR", git_dir.display().to_string()),

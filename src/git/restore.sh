@@ -4,14 +4,16 @@
 # into the workspace; nothing here runs on the host. GIT_DIR and GIT_WORK_TREE come from
 # the host.
 #
-# Arguments: BUNDLE STATE BRANCH MOVE_BRANCH
+# Arguments: BUNDLE STATE BRANCH MOVE_BRANCH FRESH
 #   BUNDLE       the bundle's path (removed before anything else happens to the workspace)
 #   STATE        the checkpoint commit: its tree is the workspace, its first parent HEAD,
 #                its second parent a commit of the index's tree (see sync.sh, SNAPSHOT 2)
 #   MOVE_BRANCH  1: the branch moves to the checkpoint's HEAD too
+#   FRESH        1: a new job's checkout, untouched since its create (a fork): nothing was
+#                made since, so the walk for untracked files is skipped
 # Exit codes 70-76 name the step that failed; its reason is on stderr.
 set -u
-bundle=$1 state=$2 branch=$3 move_branch=$4
+bundle=$1 state=$2 branch=$3 move_branch=$4 fresh=${5:-0}
 g() {
   git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c gc.auto=0 \
     -c maintenance.auto=false -c core.untrackedCache=false "$@"
@@ -42,5 +44,9 @@ if ! g read-tree --reset -u "$state^{tree}" 2>/dev/null; then
   g read-tree --reset -u "$state^{tree}" || fail 74 "the workspace could not be written"
 fi
 # Files made since (untracked, not ignored) go; ignored files (caches, builds) stay.
-g clean -fdq -- . || fail 75 "files made since the checkpoint could not be removed"
-g read-tree "$index_tree" || fail 76 "the index could not be written"
+if [ "$fresh" != 1 ]; then
+  g clean -fdq -- . || fail 75 "files made since the checkpoint could not be removed"
+fi
+# The index becomes the checkpoint's; entries that match keep their stat data (`-m`), so the
+# next `git status` does not hash every file again.
+g read-tree -m "$index_tree" || fail 76 "the index could not be written"

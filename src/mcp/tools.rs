@@ -407,6 +407,11 @@ async fn job_create(
         if request.reuse_branch {
             return Err(refused("an MCP session cannot reuse an existing branch"));
         }
+        // A checkpoint holds its job's work: only this session's jobs' are its to start from.
+        if let Some(from) = &request.from_checkpoint {
+            let job = from.split_once(':').map_or(from.as_str(), |(job, _)| job);
+            check_owner(ops, session, job).await?;
+        }
         super::lanes::check_lane(ops, session, &request).await?;
         match request.runtime {
             Some(RuntimeChoice::Process) => {

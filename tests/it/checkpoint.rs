@@ -165,7 +165,9 @@ fn checkpoint_restore_and_fork_process_runtime() {
     round_trip(&["--runtime", "process"], false);
 }
 
-/// A paused job can be checkpointed (read beside its frozen container) and stays paused.
+/// An idle job's checkpoint runs in its container (nothing of the agent's runs to freeze);
+/// one with a process the agent left running freezes it for the moment and thaws it; a
+/// paused job's is read beside its frozen container, and it stays paused.
 #[test]
 fn a_paused_runc_job_is_checkpointed_and_stays_paused() {
     if !docker_available("a_paused_runc_job_is_checkpointed_and_stays_paused") {
@@ -176,9 +178,20 @@ fn a_paused_runc_job_is_checkpointed_and_stays_paused() {
     let image = test_image();
     let id = text(&home.create(&repo, &["--image", &image]), "id");
     home.sh(&id, "echo draft > draft.txt");
+    let idle = home.json(&["checkpoint", &id, "--name", "idle", "--json"]);
+    assert_eq!(idle["frozen"], false, "{idle}");
+    home.sh(&id, "setsid sleep 600 >/dev/null 2>&1 </dev/null &");
+    let busy = home.json(&["checkpoint", &id, "--name", "busy", "--json"]);
+    assert_eq!(busy["frozen"], true, "{busy}");
+    assert!(
+        record(&home, &id).get("paused_at").is_none(),
+        "thawed after"
+    );
+    assert_eq!(home.sh(&id, "echo alive"), "alive\n");
     home.ok(&["pause", &id]);
     let cp = home.json(&["checkpoint", &id, "--name", "while-paused", "--json"]);
     assert_eq!(cp["files"], 1, "{cp}");
+    assert_eq!(cp["frozen"], true, "{cp}");
     let view = record(&home, &id);
     assert!(view["paused_at"].is_string(), "still paused: {view}");
     home.ok(&["resume", &id]);
@@ -253,6 +266,8 @@ fn a_paddock_killed_in_checkpoint_restore_or_fork_is_converged_by_one_sweep() {
     home.sh(&id, "echo work > work.txt");
     home.ok(&["checkpoint", &id, "--name", "good"]);
     let before = home.sh(&id, STATE);
+    // Something of the agent's runs, so the checkpoint freezes the job.
+    home.sh(&id, "setsid sleep 600 >/dev/null 2>&1 </dev/null &");
 
     killed_at(
         &home,

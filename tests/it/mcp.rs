@@ -343,8 +343,28 @@ fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
     assert_eq!(mcp.request("ping", &json!({}))["result"], json!({}));
 
+    // Its own checkpoint, restored, and forked into a job of this session.
+    let cp = mcp.ok("job_checkpoint", &json!({"job": id, "name": "mine"}));
+    assert_eq!(cp["name"], "mine", "{cp}");
+    let listed = mcp.ok("job_checkpoints", &json!({"job": id}));
+    assert_eq!(listed["checkpoints"][0]["name"], "mine", "{listed}");
+    mcp.ok("job_restore", &json!({"job": id, "checkpoint": "mine"}));
+    let forked = mcp.ok("job_fork", &json!({"job": id, "from": "mine"}));
+    let fork = forked["jobs"][0]["id"].as_str().unwrap().to_string();
+    assert!(forked["jobs"][0]["labels"]["mcp-session"] == job["labels"]["mcp-session"]);
+    mcp.ok("job_show", &json!({"job": fork}));
+    mcp.ok("job_remove", &json!({"job": fork, "force": true}));
+
     // Another session sees none of it, and cannot touch it.
     let mut other = McpClient::start(&home, &[]);
+    let stolen = other.call(
+        "job_create",
+        &json!({"repo": repo.path(), "image": test_image(), "from_checkpoint": format!("{id}:mine")}),
+    );
+    assert_eq!(
+        stolen["structuredContent"]["error"]["code"], "refused",
+        "another session's checkpoint: {stolen}"
+    );
     assert_eq!(other.ok("job_list", &json!({}))["jobs"], json!([]));
     for (tool, arguments) in [
         ("job_show", json!({"job": id})),

@@ -38,8 +38,10 @@ pub async fn freeze(
     }
 }
 
-/// Pauses the job's container when it runs (a checkpoint's moment); false when it does
-/// not run or is paused already (then nothing is the caller's to thaw).
+/// Pauses the job's container when something of the agent's runs in it (a checkpoint's
+/// moment); false when it does not run, is paused already, or runs only its idle processes
+/// (then nothing is the caller's to thaw, and the checkpoint's sync runs in it: a frozen
+/// container would need a throwaway one beside it, half a second more).
 pub async fn freeze_if_running(
     daemon: &Daemon,
     home: &PaddockHome,
@@ -49,6 +51,9 @@ pub async fn freeze_if_running(
     let name = job_container(record);
     match inspect_ours(&docker, home, record).await? {
         Some(status) if status.running && !status.paused => {
+            if record.state != crate::job::JobState::Running && idle(&docker, record, &name).await {
+                return Ok(false);
+            }
             call(
                 "pause container",
                 &name,
@@ -60,6 +65,31 @@ pub async fn freeze_if_running(
         }
         _ => Ok(false),
     }
+}
+
+/// Whether a runc container runs only what an idle job container runs: its init, the
+/// entrypoint's loop and that loop's `sleep` (`entrypoint.sh`). Anything else (a process
+/// the agent left running, an exec), a list that cannot be read, or a gVisor sandbox (whose
+/// processes the engine's `top` does not list) counts as busy.
+async fn idle(docker: &bollard::Docker, record: &JobRecord, name: &str) -> bool {
+    if record.runtime != crate::job::RuntimeKind::Docker {
+        return false;
+    }
+    let options = bollard::query_parameters::TopOptionsBuilder::default()
+        .ps_args("-o pid,args")
+        .build();
+    let listed = tokio::time::timeout(API_TIMEOUT, docker.top_processes(name, Some(options))).await;
+    let Ok(Ok(top)) = listed else {
+        return false;
+    };
+    let processes = top.processes.unwrap_or_default();
+    !processes.is_empty()
+        && processes.iter().all(|row| {
+            let args = row.last().map_or("", String::as_str);
+            args.starts_with("/sbin/docker-init -- ")
+                || args == "/bin/sh /usr/local/bin/paddock-entrypoint"
+                || args == "sleep 3600"
+        })
 }
 
 /// Unpauses the job's container when it is paused.
