@@ -53,51 +53,7 @@ impl Config {
         )) {
             rows.push((key, value, source.clone()));
         }
-        let sweep = &self.sweep;
-        let max_age = sweep.max_age.value.map(|d| d.to_string());
-        for (key, value, source) in [
-            ("idle", sweep.idle.value.to_string(), &sweep.idle.source),
-            (
-                "keep_finished",
-                sweep.keep_finished.value.to_string(),
-                &sweep.keep_finished.source,
-            ),
-            (
-                "max_age",
-                max_age.unwrap_or_else(|| "off".into()),
-                &sweep.max_age.source,
-            ),
-            (
-                "branch_policy",
-                sweep.branch_policy.value.to_string(),
-                &sweep.branch_policy.source,
-            ),
-            (
-                "interval",
-                sweep.interval.value.to_string(),
-                &sweep.interval.source,
-            ),
-            (
-                "merged",
-                sweep.merged.value.to_string(),
-                &sweep.merged.source,
-            ),
-            (
-                "pristine_max_age",
-                sweep.pristine_max_age.value.to_string(),
-                &sweep.pristine_max_age.source,
-            ),
-            (
-                "paused_max_age",
-                sweep
-                    .paused_max_age
-                    .value
-                    .map_or_else(|| "off".into(), |d| d.to_string()),
-                &sweep.paused_max_age.source,
-            ),
-        ] {
-            rows.push((format!("sweep.{key}"), value, source.clone()));
-        }
+        rows.extend(self.sweep_rows());
         rows.extend(self.admission_rows());
         rows.extend(super::trust::config_rows(self));
 
@@ -163,5 +119,58 @@ impl Config {
                 AdmissionSettings::DEFAULT_MAX_WAIT.to_string(),
             ),
         ]
+    }
+}
+
+impl Config {
+    /// The `sweep:` settings as rows.
+    fn sweep_rows(&self) -> Vec<(String, String, Source)> {
+        let mut rows = Vec::new();
+        let sweep = &self.sweep;
+        let max_age = sweep.max_age.value.map(|d| d.to_string());
+        for (key, value, source) in [
+            ("idle", sweep.idle.value.to_string(), &sweep.idle.source),
+            (
+                "keep_finished",
+                sweep.keep_finished.value.to_string(),
+                &sweep.keep_finished.source,
+            ),
+            (
+                "max_age",
+                max_age.unwrap_or_else(|| "off".into()),
+                &sweep.max_age.source,
+            ),
+            (
+                "branch_policy",
+                sweep.branch_policy.value.to_string(),
+                &sweep.branch_policy.source,
+            ),
+            (
+                "interval",
+                sweep.interval.value.to_string(),
+                &sweep.interval.source,
+            ),
+            (
+                "merged",
+                sweep.merged.value.to_string(),
+                &sweep.merged.source,
+            ),
+            (
+                "pristine_max_age",
+                sweep.pristine_max_age.value.to_string(),
+                &sweep.pristine_max_age.source,
+            ),
+            (
+                "paused_max_age",
+                sweep
+                    .paused_max_age
+                    .value
+                    .map_or_else(|| "off".into(), |d| d.to_string()),
+                &sweep.paused_max_age.source,
+            ),
+        ] {
+            rows.push((format!("sweep.{key}"), value, source.clone()));
+        }
+        rows
     }
 }

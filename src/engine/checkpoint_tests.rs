@@ -329,6 +329,32 @@ async fn a_huge_sparse_file_or_a_tree_git_cannot_read_is_refused_cleanly() {
         "thawed"
     );
     assert!(fake.frozen.lock().unwrap().is_empty());
+    std::fs::remove_dir_all(record.worktree.join("deep")).unwrap();
+
+    // 20,000 levels (made relative to each parent's descriptor: no call names the path).
+    let top = record.worktree.join("levels");
+    nest(&top, 20_000);
+    let started = std::time::Instant::now();
+    let err = paddock
+        .checkpoint("hostile", &named("levels"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Checkpoint { .. }), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    assert!(
+        paddock
+            .checkpoints("hostile")
+            .unwrap()
+            .checkpoints
+            .is_empty()
+    );
+    // `rm -rf` walks it without a descriptor per level (the temp dir's own removal would not).
+    let removed = std::process::Command::new("rm")
+        .arg("-rf")
+        .arg(&top)
+        .status()
+        .unwrap();
+    assert!(removed.success());
 }
 
 #[tokio::test]
@@ -435,4 +461,16 @@ async fn a_profile_checkpoints_before_each_exec_and_keeps_the_newest() {
         std::fs::read_to_string(record.worktree.join("round.txt")).unwrap(),
         "2\n"
     );
+}
+
+/// `depth` directories `d`, each in the last, under `top`.
+fn nest(top: &Path, depth: usize) {
+    use std::os::fd::{AsFd as _, OwnedFd};
+    std::fs::create_dir(top).unwrap();
+    let mut dir: OwnedFd = std::fs::File::open(top).unwrap().into();
+    let name = std::ffi::OsStr::new("d");
+    for _ in 0..depth {
+        crate::sys::mkdirat(dir.as_fd(), name, 0o755).unwrap();
+        dir = crate::sys::openat(dir.as_fd(), name, libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    }
 }

@@ -128,7 +128,7 @@ impl Paddock {
         };
         let template = &config.branch_template.value;
         let mut branch = render_branch(template, &agent, request.task.as_deref(), &id);
-        if request.from_checkpoint.is_some() {
+        if request.from_checkpoint.is_some() && !branch.contains(id.as_str()) {
             // A fork's task is its source's: the template alone would name the source's
             // branch (and each sibling's) again.
             let suffix = id.as_str().rsplit('-').next().unwrap_or(id.as_str());

@@ -39,7 +39,11 @@ if [ "$move_branch" = 1 ]; then
 fi
 # The workspace becomes the checkpoint's tree: what the index tracks and the checkpoint
 # lacks goes, anything in the way is overwritten. An index the agent broke is dropped first.
-if ! g read-tree --reset -u "$state^{tree}" 2>/dev/null; then
+# A fresh checkout (a fork's, at the checkpoint's HEAD) takes only the paths that differ
+# (a two-tree merge from HEAD), not a check of every file.
+if [ "$fresh" = 1 ] && g read-tree -m -u HEAD "$state^{tree}" 2>/dev/null; then
+  :
+elif ! g read-tree --reset -u "$state^{tree}" 2>/dev/null; then
   rm -f "$GIT_DIR/index" "$GIT_DIR/index.lock"
   g read-tree --reset -u "$state^{tree}" || fail 74 "the workspace could not be written"
 fi

@@ -206,6 +206,7 @@ fn a_hostile_workspace_is_refused_cleanly_runc() {
     }
     let repo = FixtureRepo::new();
     let home = TestHome::new();
+    let _cleanup = crate::hostile_ids::DeepCleanup(home.root());
     let image = test_image();
     let id = text(&home.create(&repo, &["--image", &image]), "id");
     home.sh(&id, "truncate -s 3G sparse.img");
@@ -226,6 +227,16 @@ fn a_hostile_workspace_is_refused_cleanly_runc() {
     let refused = home.run(&["checkpoint", &id, "--name", "deep"]);
     assert_eq!(refused.status.code(), Some(9), "{refused:?}");
     assert!(started.elapsed() < Duration::from_secs(30));
+    home.sh(&id, "rm -rf deep");
+    // 20,000 levels, as deep_trees.rs makes them.
+    home.sh(
+        &id,
+        "perl -e 'mkdir \"zz\"; chdir \"zz\"; $n = 0; while ($n < 20000) { mkdir \"d\" or last; chdir \"d\" or last; $n++ }'",
+    );
+    let started = Instant::now();
+    let refused = home.run(&["checkpoint", &id, "--name", "levels"]);
+    assert_eq!(refused.status.code(), Some(9), "{refused:?}");
+    assert!(started.elapsed() < Duration::from_secs(60));
     let listed = home.json(&["checkpoints", &id, "--json"]);
     assert!(
         listed["checkpoints"].as_array().unwrap().is_empty(),

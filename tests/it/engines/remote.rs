@@ -98,19 +98,7 @@ fn a_job_on_a_remote_engine_commits_syncs_and_rm_keeps_its_work() {
     assert_eq!(paused.trim(), "false");
     assert_eq!(home.sh(&id, "echo thawed"), "thawed\n");
 
-    // A checkpoint comes out of the engine as the checked stream (frozen for it), goes back
-    // into its volumes as a bundle, and forks into a job on the same engine.
-    let cp = home.json(&["checkpoint", &id, "--name", "remote", "--json"]);
-    assert_eq!(cp["frozen"], true, "{cp}");
-    home.sh(&id, "rm wip.txt && echo junk > junk.txt");
-    home.ok(&["restore", &id, "remote"]);
-    let probe = "cat wip.txt; test -e junk.txt && echo junk || echo clean";
-    assert_eq!(home.sh(&id, probe), "wip\nclean\n");
-    let forked = home.json(&["fork", &id, "--from", "remote", "--json"]);
-    let fork = text(&forked["jobs"][0], "id");
-    assert_eq!(forked["jobs"][0]["engine"], "eng1", "{forked}");
-    assert_eq!(home.sh(&fork, probe), "wip\nclean\n");
-    home.ok(&["rm", &fork, "--force"]);
+    checkpoint_on_the_engine(&home, &id);
 
     // rm keeps the commit and saves the uncommitted `wip.txt` (without `--force`, a failed
     // save fails the rm); the job's container and volumes on the engine are gone, the
@@ -136,6 +124,23 @@ fn a_job_on_a_remote_engine_commits_syncs_and_rm_keeps_its_work() {
         "{volumes}"
     );
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
+}
+
+/// A checkpoint comes out of the engine as the checked stream (the idle job is read in its
+/// container, nothing of the agent's running to freeze), goes back into its volumes as a
+/// bundle, and forks into a job on the same engine.
+fn checkpoint_on_the_engine(home: &TestHome, id: &str) {
+    let cp = home.json(&["checkpoint", id, "--name", "remote", "--json"]);
+    assert_eq!(cp["frozen"], false, "{cp}");
+    home.sh(id, "rm wip.txt && echo junk > junk.txt");
+    home.ok(&["restore", id, "remote"]);
+    let probe = "cat wip.txt; test -e junk.txt && echo junk || echo clean";
+    assert_eq!(home.sh(id, probe), "wip\nclean\n");
+    let forked = home.json(&["fork", id, "--from", "remote", "--json"]);
+    let fork = text(&forked["jobs"][0], "id");
+    assert_eq!(forked["jobs"][0]["engine"], "eng1", "{forked}");
+    assert_eq!(home.sh(&fork, probe), "wip\nclean\n");
+    home.ok(&["rm", &fork, "--force"]);
 }
 
 #[test]
