@@ -14,7 +14,8 @@
 //! files; `=exec`: an exec's cost against `docker exec` and the warm pool's first exec, on
 //! 1 and 5,000 files; `=microvm`: a microVM job's create to ready and exec round trip
 //! against runc; `=checkpoint`: checkpoint, restore, fork -n 4, pause and resume on the
-//! 50,000-file repository with an overlay checkout), printed, not written.
+//! 50,000-file repository with an overlay checkout; `=microvm-checkpoint`: checkpoint,
+//! restore and fork -n 4 of a microVM job against runc), printed, not written.
 
 #[path = "paddock/ab.rs"]
 mod ab;
@@ -204,6 +205,7 @@ fn main() {
                 | "engines"
                 | "microvm"
                 | "checkpoint"
+                | "microvm-checkpoint"
                 | "ab"
         )
     }) {
@@ -244,6 +246,7 @@ fn main() {
                 engines::engine_rows(&repo, "5,000 files", &mut rows);
             }
             "microvm" => microvm::rows(&FixtureRepo::new(), &mut rows),
+            "microvm-checkpoint" => microvm::checkpoint_rows(&FixtureRepo::new(), &mut rows),
             "checkpoint" => {
                 let files = if quick { 5_000 } else { 50_000 };
                 eprintln!("generating the {files}-file fixture repository");

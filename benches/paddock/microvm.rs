@@ -212,3 +212,105 @@ fn waiting_vm_rss_kib(root: &std::path::Path) -> f64 {
     let total = total as f64;
     total
 }
+
+/// Checkpoint, restore and fork -n 4 of a microVM job under the accelerator the host gives
+/// (the emulator here), against the same under runc, alternated run by run: the job changes
+/// 10 files before each checkpoint and restore (`PADDOCK_BENCH_ONLY=microvm-checkpoint`).
+pub fn checkpoint_rows(repo: &FixtureRepo, rows: &mut Vec<Row>) {
+    let home = TestHome::new();
+    let image = test_image();
+    let accel = std::fs::read_to_string(std::path::Path::new(concat!(
+        env!("CARGO_TARGET_TMPDIR"),
+        "/microvm-assets/accel"
+    )))
+    .unwrap_or_default()
+    .lines()
+    .nth(1)
+    .unwrap_or("?")
+    .to_string();
+    create_with(
+        &home,
+        repo,
+        "vm-cp",
+        &["--runtime", "microvm", "--image", &image],
+    );
+    create_with(
+        &home,
+        repo,
+        "runc-cp",
+        &["--runtime", "docker", "--image", &image],
+    );
+    let change = |id: &str, round: usize| {
+        run(&mut home.cmd(&[
+            "exec",
+            id,
+            "--",
+            "sh",
+            "-c",
+            &format!("for i in 0 1 2 3 4 5 6 7 8 9; do echo {round} > changed-$i.txt; done"),
+        ]));
+    };
+    let timed = |args: &[&str]| {
+        settle();
+        let started = Instant::now();
+        run(&mut home.cmd(args));
+        ms(started.elapsed())
+    };
+    let mut samples: [(Vec<f64>, Vec<f64>); 3] = Default::default();
+    for i in 0..VM_RUNS {
+        let order: [&str; 2] = if i % 2 == 0 {
+            ["vm-cp", "runc-cp"]
+        } else {
+            ["runc-cp", "vm-cp"]
+        };
+        for id in order {
+            let slot = |s: &mut (Vec<f64>, Vec<f64>), v| {
+                if id == "vm-cp" {
+                    s.0.push(v)
+                } else {
+                    s.1.push(v)
+                }
+            };
+            change(id, i);
+            let name = format!("b{i}");
+            slot(&mut samples[0], timed(&["checkpoint", id, "--name", &name]));
+            change(id, i + 100);
+            slot(&mut samples[1], timed(&["restore", id, &name]));
+        }
+    }
+    // fork -n 4 timed apart: four VM boots each, two runs.
+    for i in 0..2 {
+        for id in ["vm-cp", "runc-cp"] {
+            let started = Instant::now();
+            let out =
+                run(&mut home.cmd(&["fork", id, "--from", &format!("b{i}"), "-n", "4", "--json"]));
+            let took = ms(started.elapsed());
+            if id == "vm-cp" {
+                samples[2].0.push(took)
+            } else {
+                samples[2].1.push(took)
+            }
+            let answer: serde_json::Value = serde_json::from_str(&out).expect("fork --json");
+            for job in answer["jobs"].as_array().expect("jobs") {
+                run(&mut home.cmd(&["rm", job["id"].as_str().expect("id"), "--force"]));
+            }
+        }
+    }
+    for (name, (vm, runc)) in ["checkpoint", "restore", "fork -n 4"]
+        .into_iter()
+        .zip(samples)
+    {
+        rows.push(Row {
+            name: format!("microVM {name}, small repository ({accel})"),
+            met: true,
+            paddock: vm,
+            baseline: Some(runc),
+            unit: "ms",
+            target: "reported: under the emulator".into(),
+            note: format!("accelerator here: {accel}; baseline: the same under runc; a microVM's checkpoint is taken live"),
+        });
+    }
+    for id in ["vm-cp", "runc-cp"] {
+        run(&mut home.cmd(&["rm", id, "--force"]));
+    }
+}

@@ -160,6 +160,11 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         .socket
         .clone()
         .unwrap_or_else(|| paddock.home().root().join("paddock.sock"));
+    // SIGTERM is ours before a client can reach the socket: a caller that connects and then
+    // stops the daemon at once (as a test does) must get the graceful stop, not a death by
+    // the signal's default while the queue and the watcher are still being set up.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| serve_error(format!("cannot handle SIGTERM: {e}")))?;
     let unix = bind_socket(&socket).await?;
     let tcp = match &options.listen {
         Some(addr) => Some(
@@ -207,8 +212,6 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
     let mut egress_read = std::collections::BTreeMap::new();
     let mut flush = tokio::time::interval(ACTIVITY_FLUSH);
     let mut sweep = tokio::time::interval(options.sweep_interval);
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| serve_error(format!("cannot handle SIGTERM: {e}")))?;
     eprintln!("paddock serve: listening on {}", socket.display());
     loop {
         tokio::select! {

@@ -77,6 +77,14 @@ struct Target {
 fn target() -> Target {
     let repo = FixtureRepo::new();
     let home = TestHome::new();
+    // A fork asks for up to 64 jobs per request: at most 12 jobs at once, and a short wait
+    // for room, keep the fuzzed forks from piling up (one past the cap answers 429, which
+    // the document describes, and removes the forks it made).
+    std::fs::write(
+        home.user_config(),
+        "admission:\n  memory: 1024g\n  cpus: 1000\n  max_running_execs: 1000\n  max_jobs: 12\n  max_wait: 2s\n",
+    )
+    .unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
