@@ -45,6 +45,19 @@ fn create_with(home: &TestHome, repo: &FixtureRepo, id: &str, flags: &[&str]) ->
     elapsed
 }
 
+/// The accelerator the microVM assets recorded (`kvm`, or the emulator `tcg`).
+fn accelerator() -> String {
+    std::fs::read_to_string(std::path::Path::new(concat!(
+        env!("CARGO_TARGET_TMPDIR"),
+        "/microvm-assets/accel"
+    )))
+    .unwrap_or_default()
+    .lines()
+    .nth(1)
+    .unwrap_or("?")
+    .to_string()
+}
+
 fn exec_true(home: &TestHome, id: &str) -> f64 {
     settle();
     let started = Instant::now();
@@ -57,15 +70,7 @@ pub fn rows(repo: &FixtureRepo, rows: &mut Vec<Row>) {
     // The root disk is made once per image and binary: before the clock starts.
     let warm_up = create(&home, repo, "microvm", "vm-warmup");
     run(&mut home.cmd(&["rm", "vm-warmup", "--force"]));
-    let accel = std::fs::read_to_string(std::path::Path::new(concat!(
-        env!("CARGO_TARGET_TMPDIR"),
-        "/microvm-assets/accel"
-    )))
-    .unwrap_or_default()
-    .lines()
-    .nth(1)
-    .unwrap_or("?")
-    .to_string();
+    let accel = accelerator();
     let (mut vm_ready, mut runc_ready, mut vm_exec, mut runc_exec) =
         (vec![], vec![], vec![], vec![]);
     for i in 0..VM_RUNS {
@@ -219,15 +224,7 @@ fn waiting_vm_rss_kib(root: &std::path::Path) -> f64 {
 pub fn checkpoint_rows(repo: &FixtureRepo, rows: &mut Vec<Row>) {
     let home = TestHome::new();
     let image = test_image();
-    let accel = std::fs::read_to_string(std::path::Path::new(concat!(
-        env!("CARGO_TARGET_TMPDIR"),
-        "/microvm-assets/accel"
-    )))
-    .unwrap_or_default()
-    .lines()
-    .nth(1)
-    .unwrap_or("?")
-    .to_string();
+    let accel = accelerator();
     create_with(
         &home,
         repo,

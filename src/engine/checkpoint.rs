@@ -134,22 +134,11 @@ impl Paddock {
             Some(name) => check_name(name)?,
             None => default_name("cp"),
         };
-        let view = self.take_checkpoint(&record, &name).await?;
-        self.emit(
-            EventKind::JobCheckpointed,
-            Some(&record.id),
-            None,
-            serde_json::json!({
-                "checkpoint": view.name,
-                "commit": view.commit,
-                "files": view.files,
-                "bytes": view.bytes,
-            }),
-        );
-        Ok(view)
+        self.take_checkpoint(&record, &name).await
     }
 
-    /// Takes checkpoint `name` of `record`: frozen where the runtime allows, synced, kept.
+    /// Takes checkpoint `name` of `record`: frozen where the runtime allows, synced, kept,
+    /// announced (`job.checkpointed`).
     pub(super) async fn take_checkpoint(
         &self,
         record: &JobRecord,
@@ -217,8 +206,21 @@ impl Paddock {
             Ok::<_, Error>(view)
         }
         .await;
-        if kept.is_err() {
-            let _ = store.delete_paddock_ref(&refname).await;
+        match &kept {
+            Ok(view) => self.emit(
+                EventKind::JobCheckpointed,
+                Some(&record.id),
+                None,
+                serde_json::json!({
+                    "checkpoint": view.name,
+                    "commit": view.commit,
+                    "files": view.files,
+                    "bytes": view.bytes,
+                }),
+            ),
+            Err(_) => {
+                let _ = store.delete_paddock_ref(&refname).await;
+            }
         }
         kept
     }
@@ -228,18 +230,7 @@ impl Paddock {
     /// ones are removed. One that fails fails the exec: a rollback point is never silently
     /// missing.
     pub(super) async fn auto_checkpoint(&self, record: &JobRecord, keep: u32) -> Result<()> {
-        let view = self.take_checkpoint(record, &default_name("auto")).await?;
-        self.emit(
-            EventKind::JobCheckpointed,
-            Some(&record.id),
-            None,
-            serde_json::json!({
-                "checkpoint": view.name,
-                "commit": view.commit,
-                "files": view.files,
-                "bytes": view.bytes,
-            }),
-        );
+        self.take_checkpoint(record, &default_name("auto")).await?;
         let autos: Vec<String> = self
             .checkpoints(record.id.as_str())?
             .checkpoints

@@ -33,18 +33,7 @@ impl Paddock {
             Some(name) => self.load_checkpoint(record.id.as_str(), name)?,
             None => {
                 let name = super::checkpoint::default_name("fork");
-                let view = self.take_checkpoint(&record, &name).await?;
-                self.emit(
-                    EventKind::JobCheckpointed,
-                    Some(&record.id),
-                    None,
-                    serde_json::json!({
-                        "checkpoint": view.name,
-                        "commit": view.commit,
-                        "files": view.files,
-                        "bytes": view.bytes,
-                    }),
-                );
+                self.take_checkpoint(&record, &name).await?;
                 self.load_checkpoint(record.id.as_str(), &name)?
             }
         };

@@ -87,6 +87,13 @@ fn checkpoint_env(record: &JobRecord, scope: SyncScope) -> Vec<(String, String)>
     ]
 }
 
+/// `most`, or what is left until `deadline` when that is sooner.
+fn left_of(deadline: Option<Instant>, most: Duration) -> Duration {
+    deadline.map_or(most, |d| {
+        most.min(d.saturating_duration_since(Instant::now()))
+    })
+}
+
 /// Writes a sync's outcome into the job's record: its error, or when it last succeeded.
 pub(super) fn note_sync(record: &mut JobRecord, outcome: &Result<Synced>, now: DateTime<Utc>) {
     match outcome {
@@ -281,11 +288,7 @@ impl Paddock {
         scope: SyncScope,
         deadline: Option<Instant>,
     ) -> Result<Synced> {
-        let left = |most: Duration| {
-            deadline.map_or(most, |d| {
-                most.min(d.saturating_duration_since(Instant::now()))
-            })
-        };
+        let left = |most: Duration| left_of(deadline, most);
         let _lock = self.sync_lock_for(record, left(SYNC_LOCK_WAIT)).await?;
         self.sync_under_lock(record, scope, deadline).await
     }
@@ -298,11 +301,7 @@ impl Paddock {
         scope: SyncScope,
         deadline: Option<Instant>,
     ) -> Result<Synced> {
-        let left = |most: Duration| {
-            deadline.map_or(most, |d| {
-                most.min(d.saturating_duration_since(Instant::now()))
-            })
-        };
+        let left = |most: Duration| left_of(deadline, most);
         let plan = self.plan_sync(record, scope).await?;
         self.prepare_scratch(record, &plan).await?;
         let mut cmd = vec![
