@@ -81,7 +81,7 @@ pub struct ProfileLayer {
     pub secrets: Option<Vec<String>>,
     /// `on-sync`: push the job's branch after each exec that moved it (user config only).
     pub push: Option<PushPolicy>,
-    /// Automatic checkpoints: one before each exec, the newest `keep` kept.
+    /// Automatic checkpoints: one before each exec, the newest `keep` kept (user config only).
     pub checkpoint: Option<CheckpointPolicy>,
     /// Whether the repository's devcontainer.json defines the job's environment.
     pub environment: Option<EnvironmentChoice>,
@@ -312,7 +312,6 @@ impl Profile {
             setup,
             pool,
             secrets,
-            checkpoint,
             environment
         );
         let sourced = |value| Sourced {
@@ -328,6 +327,17 @@ impl Profile {
             }
             if let Some(value) = reserve.memory {
                 self.reserve_memory = Sourced {
+                    value,
+                    source: source.clone(),
+                };
+            }
+        }
+        // Nor make paddock keep up to 50 checkpoints of every job (its disk, the user's host).
+        if let Some(value) = layer.checkpoint {
+            if matches!(source, Source::RepoFile(_)) {
+                tracing::warn!(%source, "`checkpoint` is honoured only outside the repository's file");
+            } else {
+                self.checkpoint = Sourced {
                     value,
                     source: source.clone(),
                 };

@@ -410,12 +410,11 @@ async fn a_paused_job_holds_memory_but_no_cpu_resumes_for_exec_and_is_swept_past
 #[tokio::test]
 async fn a_profile_checkpoints_before_each_exec_and_keeps_the_newest() {
     let fake = Arc::new(FakeRuntime::default());
-    let (_tmp, repo, paddock) = setup(&fake);
-    std::fs::write(
-        repo.join(".paddock.yaml"),
-        "profiles:\n  default:\n    checkpoint: {before_exec: true, keep: 2}\n",
-    )
-    .unwrap();
+    let (tmp, repo, untrusting) = setup(&fake);
+    let policy = "profiles:\n  default:\n    checkpoint: {before_exec: true, keep: 2}\n";
+    // A repository's file cannot turn it on: it would make paddock keep up to 50
+    // checkpoints of every job on the user's disk.
+    std::fs::write(repo.join(".paddock.yaml"), policy).unwrap();
     git(&repo, &["add", ".paddock.yaml"]);
     git(
         &repo,
@@ -429,6 +428,31 @@ async fn a_profile_checkpoints_before_each_exec_and_keeps_the_newest() {
             "config",
         ],
     );
+    untrusting
+        .create(fake_job(&repo, "repo-says"))
+        .await
+        .unwrap();
+    assert_eq!(run(&untrusting, "repo-says", "true").await.exit_code, 0);
+    assert!(
+        untrusting
+            .checkpoints("repo-says")
+            .unwrap()
+            .checkpoints
+            .is_empty()
+    );
+    // The user's file can.
+    let user = tmp.path().join("user.yaml");
+    std::fs::write(&user, policy).unwrap();
+    let env = BTreeMap::from([
+        (
+            "PADDOCK_HOME".to_string(),
+            tmp.path().join("home").display().to_string(),
+        ),
+        ("PADDOCK_CONFIG".to_string(), user.display().to_string()),
+    ]);
+    let paddock = super::Paddock::with_env(Box::new(env)).unwrap();
+    let runtimes = crate::runtime::Runtimes::registered(paddock.home(), &[&fake.register()]);
+    let paddock = paddock.with_runtimes(runtimes);
     let record = paddock
         .create(fake_job(&repo, "auto"))
         .await
