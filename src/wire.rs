@@ -269,6 +269,12 @@ pub struct NetworkChange {
     pub network: Option<NetworkMode>,
 }
 
+/// The content type of an exec whose standard input streams in the request's body: the
+/// body's first line is the exec's [`ExecOptions`] as JSON, and every byte after that
+/// line's `\n` is the command's standard input, fed to it as it arrives (the end of the
+/// body is the end of the input).
+pub const STDIN_STREAM_TYPE: &str = "application/x-paddock-exec-stdin";
+
 /// The inputs of `exec` beyond the job id: the body of `POST /v1/jobs/{id}/exec`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -288,6 +294,18 @@ pub struct ExecOptions {
     /// A paused job is resumed first (else the exec is refused).
     #[serde(default)]
     pub resume: bool,
+    /// The command's standard input, as text (at most the body limit, 1 MiB; larger input
+    /// is streamed: see [`STDIN_STREAM_TYPE`]). Without it the command reads end-of-file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    /// The command's standard input as base64, for bytes that are not text (not with
+    /// `stdin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_base64: Option<String>,
+    /// A standard input streamed as it comes (the CLI's `-i`, the API's streamed body);
+    /// not on the wire as a field.
+    #[serde(skip)]
+    pub stdin_stream: crate::runtime::exec::ExecStdin,
     /// Per-stream cap on the output kept in the result (default 1 MiB); not on the wire.
     #[serde(skip)]
     pub output_cap: Option<usize>,

@@ -7,6 +7,7 @@ use super::render::{Terminal, command_exit_code, explain_result, print_json};
 use crate::error::Result;
 use crate::ops::Operations;
 use crate::output::Discard;
+use crate::runtime::exec::ExecStdin;
 use crate::units::HumanDuration;
 use crate::wire::ExecOptions;
 
@@ -29,6 +30,10 @@ pub struct ExecArgs {
     /// Resume the job first when it is paused (without it, an exec on a paused job fails).
     #[arg(long)]
     resume: bool,
+    /// Pass this command's standard input to the command, as it comes (a pipe, a file or
+    /// the terminal, line by line); without it the command reads end-of-file.
+    #[arg(short = 'i', long)]
+    interactive: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     cmd: Vec<String>,
@@ -64,10 +69,7 @@ impl ExecFlags {
             timeout,
             env,
             workdir: self.workdir.clone(),
-            no_wait: false,
-            resume: false,
-            output_cap: None,
-            waiter: None,
+            ..ExecOptions::default()
         })
     }
 }
@@ -79,6 +81,11 @@ pub async fn run(ops: &impl Operations, args: ExecArgs) -> Result<i32> {
             no_wait: args.no_wait,
             resume: args.resume,
             waiter: tag.clone(),
+            stdin_stream: if args.interactive {
+                ExecStdin::reader(Box::pin(tokio::io::stdin()))
+            } else {
+                ExecStdin::default()
+            },
             ..options
         },
         Err(message) => {

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
@@ -126,6 +127,22 @@ impl DaemonClient {
         accept: &str,
         waiter: Option<&str>,
     ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+        let full = Full::new(body.0)
+            .map_err(|never| match never {})
+            .boxed_unsync();
+        self.send_body(method, path, (full, body.1), accept, waiter)
+            .await
+    }
+
+    /// A request whose body streams (an exec's standard input after its options).
+    async fn send_body(
+        &self,
+        method: Method,
+        path: &str,
+        body: (UnsyncBoxBody<Bytes, std::io::Error>, &str),
+        accept: &str,
+        waiter: Option<&str>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
         let stream = tokio::net::UnixStream::connect(&self.socket)
             .await
             .map_err(|e| {
@@ -152,7 +169,7 @@ impl DaemonClient {
             .header("host", "paddock")
             .header("content-type", body.1)
             .header("accept", accept)
-            .body(Full::new(body.0))
+            .body(body.0)
             .map_err(|e| failed(e.to_string()))?;
         sender
             .send_request(request)
@@ -331,7 +348,8 @@ impl Operations for DaemonClient {
     ) -> Result<ExecResult, Error> {
         let body = serde_json::to_value(&options).expect("exec options serialize");
         let path = format!("/v1/jobs/{}/exec", encode(id));
-        self.exec_streamed(&path, &body, options.waiter.as_deref(), sink)
+        let stdin = options.stdin_stream.take();
+        self.exec_streamed(&path, &body, stdin, options.waiter.as_deref(), sink)
             .await
     }
 

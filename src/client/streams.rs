@@ -11,26 +11,45 @@ use serde_json::Value;
 use super::{DaemonClient, daemon_error, failed, refusal};
 use crate::error::Error;
 use crate::output::{OutputSink, StreamKind};
-use crate::wire::ExecResult;
+use crate::runtime::exec::StdinReader;
+use crate::wire::{ExecResult, STDIN_STREAM_TYPE};
+use futures_util::StreamExt as _;
 
 impl DaemonClient {
     /// An exec with output streamed as it comes (NDJSON), then the result.
+    /// With `stdin`, the body is [`STDIN_STREAM_TYPE`]: the options' line, then the input
+    /// as it is read (the answer streams back meanwhile).
     pub(super) async fn exec_streamed(
         &self,
         path: &str,
         body: &Value,
+        stdin: Option<StdinReader>,
         waiter: Option<&str>,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult, Error> {
-        let response = self
-            .send_json(
-                Method::POST,
-                path,
-                Some(body),
-                "application/x-ndjson",
-                waiter,
-            )
-            .await?;
+        let accept = "application/x-ndjson";
+        let response = match stdin {
+            None => {
+                self.send_json(Method::POST, path, Some(body), accept, waiter)
+                    .await?
+            }
+            Some(stdin) => {
+                let first = bytes::Bytes::from(format!("{body}\n"));
+                let rest = tokio_util::io::ReaderStream::new(stdin);
+                let frames = futures_util::stream::once(async { Ok(first) })
+                    .chain(rest)
+                    .map(|chunk| chunk.map(hyper::body::Frame::data));
+                let streamed = http_body_util::StreamBody::new(frames).boxed_unsync();
+                self.send_body(
+                    Method::POST,
+                    path,
+                    (streamed, STDIN_STREAM_TYPE),
+                    accept,
+                    waiter,
+                )
+                .await?
+            }
+        };
         if !response.status().is_success() {
             return Err(refusal(response).await);
         }
@@ -54,7 +73,19 @@ impl DaemonClient {
                     } else {
                         StreamKind::Stdout
                     };
-                    sink.write(kind, value["data"].as_str().unwrap_or_default().as_bytes());
+                    // A chunk that is not UTF-8 has its exact bytes beside the text.
+                    let exact = value["base64"].as_str().and_then(|encoded| {
+                        use base64::Engine as _;
+                        base64::engine::general_purpose::STANDARD
+                            .decode(encoded)
+                            .ok()
+                    });
+                    match exact {
+                        Some(bytes) => sink.write(kind, &bytes),
+                        None => {
+                            sink.write(kind, value["data"].as_str().unwrap_or_default().as_bytes())
+                        }
+                    }
                 } else if value.get("result").is_some() {
                     return serde_json::from_value(value["result"].clone())
                         .map_err(|e| failed(format!("bad exec result: {e}")));

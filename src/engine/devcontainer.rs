@@ -403,6 +403,7 @@ impl Paddock {
             grace: record.limits.grace.0,
             output_cap: 1024,
             after: None,
+            stdin: Default::default(),
         };
         let mut discard = crate::output::Discard;
         self.runtime_of(record)

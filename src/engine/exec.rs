@@ -209,7 +209,33 @@ fn check_exec_request(options: &ExecOptions) -> Result<()> {
     if options.workdir.as_deref().is_some_and(|w| w.contains('\0')) {
         return bad("the working directory holds a NUL byte");
     }
+    let inputs = [
+        options.stdin.is_some(),
+        options.stdin_base64.is_some(),
+        options.stdin_stream.is_some(),
+    ];
+    if inputs.into_iter().filter(|given| *given).count() > 1 {
+        return bad("give one standard input: `stdin`, `stdin_base64` or a streamed body");
+    }
     Ok(())
+}
+
+/// The command's standard input, from whichever of the options gave one.
+fn exec_stdin(options: &mut ExecOptions) -> Result<crate::runtime::exec::ExecStdin> {
+    use crate::runtime::exec::ExecStdin;
+    use base64::Engine as _;
+    if let Some(text) = options.stdin.take() {
+        return Ok(ExecStdin::bytes(text.into_bytes()));
+    }
+    if let Some(encoded) = options.stdin_base64.take() {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded.as_bytes())
+            .map_err(|error| Error::BadExec {
+                reason: format!("`stdin_base64` is not base64: {error}"),
+            })?;
+        return Ok(ExecStdin::bytes(bytes));
+    }
+    Ok(std::mem::take(&mut options.stdin_stream))
 }
 
 impl Paddock {
@@ -228,6 +254,8 @@ impl Paddock {
     ) -> Result<ExecResult> {
         let mut clock = StageClock::start();
         check_exec_request(&options)?;
+        let mut options = options;
+        let stdin = exec_stdin(&mut options)?;
         let record = self.load(id)?;
         if record.is_legacy() {
             return Err(Error::Legacy { id: record.id });
@@ -276,6 +304,7 @@ impl Paddock {
             grace: record.limits.grace.0,
             output_cap: options.output_cap.unwrap_or(DEFAULT_OUTPUT_CAP),
             after: piggyback.as_ref().map(|p| p.snippet.clone()),
+            stdin,
         };
         let started_at = Utc::now();
         let command_deadline = std::time::Instant::now() + request.timeout + request.grace;

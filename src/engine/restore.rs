@@ -154,6 +154,7 @@ impl Paddock {
             grace: Duration::ZERO,
             output_cap: 16 << 10,
             after: None,
+            stdin: Default::default(),
         };
         let result = runtime
             .exec_in_sandbox(record, &request, &mut Discard)

@@ -161,6 +161,7 @@ impl Paddock {
             grace: record.limits.grace.0,
             output_cap: SETUP_OUTPUT_CAP,
             after: None,
+            stdin: Default::default(),
         };
         let execs = self.home.execs_dir(&record.id);
         let recorder = ExecRecorder::start(&execs, &record.id, &cmd, timeout + request.grace);

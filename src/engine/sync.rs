@@ -320,6 +320,7 @@ impl Paddock {
             grace: Duration::ZERO,
             output_cap: 4096,
             after: None,
+            stdin: Default::default(),
         };
         let bundle = self.home().job_dir(&record.id).join("incoming.bundle");
         let mut capture = SyncCapture::new(bundle.clone());

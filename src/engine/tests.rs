@@ -250,6 +250,80 @@ async fn an_exec_reports_its_exit_code_and_its_commit_reaches_the_branch() {
 }
 
 #[tokio::test]
+async fn an_execs_stdin_comes_inline_as_text_or_base64_or_streamed_and_bad_input_runs_nothing() {
+    use crate::runtime::exec::ExecStdin;
+    let fake = Arc::new(FakeRuntime::default());
+    let (_tmp, repo, paddock) = setup(&fake);
+    paddock.create(fake_job(&repo, "input")).await.unwrap();
+    let exec = |options: crate::wire::ExecOptions| {
+        let paddock = &paddock;
+        async move {
+            let options = crate::wire::ExecOptions {
+                cmd: vec!["od".into(), "-An".into(), "-tx1".into()],
+                ..options
+            };
+            paddock
+                .exec("input", options, &mut crate::runtime::exec::Discard)
+                .await
+        }
+    };
+    let text = exec(crate::wire::ExecOptions {
+        stdin: Some("hi".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(text.stdout.trim(), "68 69");
+    let bytes = exec(crate::wire::ExecOptions {
+        stdin_base64: Some("AP8=".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(bytes.stdout.trim(), "00 ff");
+    let (mut writer, reader) = tokio::io::duplex(64);
+    let feeder = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt as _;
+        writer.write_all(&[7u8; 3]).await.unwrap();
+    });
+    let streamed = exec(crate::wire::ExecOptions {
+        stdin_stream: ExecStdin::reader(Box::pin(reader)),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    feeder.await.unwrap();
+    assert_eq!(streamed.stdout.trim(), "07 07 07");
+    let none = exec(crate::wire::ExecOptions::default()).await.unwrap();
+    assert_eq!(none.stdout.trim(), "", "no stdin: end-of-file at once");
+    let runs = fake.execs.lock().unwrap().len();
+    let two = exec(crate::wire::ExecOptions {
+        stdin: Some("a".into()),
+        stdin_base64: Some("YQ==".into()),
+        ..Default::default()
+    })
+    .await;
+    assert!(
+        matches!(two, Err(crate::error::Error::BadExec { .. })),
+        "{two:?}"
+    );
+    let not_base64 = exec(crate::wire::ExecOptions {
+        stdin_base64: Some("not base64!".into()),
+        ..Default::default()
+    })
+    .await;
+    assert!(matches!(
+        not_base64,
+        Err(crate::error::Error::BadExec { .. })
+    ));
+    assert_eq!(
+        fake.execs.lock().unwrap().len(),
+        runs,
+        "a refused exec ran nothing"
+    );
+}
+
+#[tokio::test]
 async fn an_exec_the_runtime_cannot_run_fails_and_the_job_stays() {
     let fake = Arc::new(FakeRuntime {
         fail_exec: true,

@@ -103,6 +103,9 @@ pub struct ExecArgs {
     /// The working directory inside the job (default: the workspace).
     #[serde(default)]
     pub workdir: Option<String>,
+    /// Text for the command's standard input (default: none; the command reads end-of-file).
+    #[serde(default)]
+    pub stdin: Option<String>,
 }
 
 /// `job_diff`.
@@ -586,6 +589,7 @@ async fn run_job_tool(
                 timeout: args.timeout,
                 env: args.env,
                 workdir: args.workdir,
+                stdin: args.stdin,
                 ..ExecOptions::default()
             };
             // The live output is dropped: the result carries it (capped), and it stays

@@ -1,9 +1,14 @@
-//! The exec contract shared by every runtime: the request, the [`ExecResult`], live output
-//! sinks, and the per-stream output cap that keeps the head and tail of a long output and
-//! cuts the middle with a visible marker.
+//! The exec contract shared by every runtime: the request (with the command's standard
+//! input, [`ExecStdin`]), the [`ExecResult`], live output sinks, and the per-stream output
+//! cap that keeps the head and tail of a long output and cuts the middle with a visible
+//! marker.
 
 use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
 
 use crate::config::KillPolicy;
 
@@ -25,6 +30,73 @@ pub struct ExecRequest {
     /// its outcome, unless it was killed), for paddock's own bookkeeping: the job's sync.
     /// Runtimes that cannot do this ignore it, and the caller notices the missing result.
     pub after: Option<String>,
+    /// What the command reads on its standard input (nothing: it reads an empty stdin).
+    pub stdin: ExecStdin,
+}
+
+/// A reader of an exec's standard input.
+pub type StdinReader = Pin<Box<dyn AsyncRead + Send>>;
+
+/// The standard input of one exec: none (the command reads end-of-file at once), or a
+/// reader that the runtime takes once and copies to the command until it ends or the
+/// command does. It is `Clone` because requests are; every clone names the same reader, so
+/// only one runtime call can feed it (a retried exec reads an empty stdin).
+#[derive(Clone, Default)]
+pub struct ExecStdin(Option<Arc<Mutex<Option<StdinReader>>>>);
+
+impl std::fmt::Debug for ExecStdin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "ExecStdin(..)"
+        } else {
+            "ExecStdin(none)"
+        })
+    }
+}
+
+impl ExecStdin {
+    /// Bytes known up front (the API's inline `stdin`).
+    pub fn bytes(bytes: Vec<u8>) -> ExecStdin {
+        ExecStdin::reader(Box::pin(std::io::Cursor::new(bytes)))
+    }
+
+    /// A stream (the CLI's `-i`, the API's streamed body).
+    pub fn reader(reader: StdinReader) -> ExecStdin {
+        ExecStdin(Some(Arc::new(Mutex::new(Some(reader)))))
+    }
+
+    /// Whether the command gets a standard input to read.
+    pub fn is_some(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// The reader, the first time it is asked for.
+    pub fn take(&self) -> Option<StdinReader> {
+        self.0
+            .as_ref()
+            .and_then(|shared| shared.lock().expect("no panics hold the lock").take())
+    }
+}
+
+/// An exec's stdin feed on a task of its own: it copies the input to the command's stdin,
+/// then closes that (the command reads end-of-file). A command that stops reading (or
+/// exits) ends the copy, and what it did not read is dropped, as a pipe would drop it.
+/// Dropping the feed stops it: no feed outlives its exec.
+pub struct StdinFeed(tokio::task::JoinHandle<()>);
+
+impl StdinFeed {
+    pub fn start(mut input: StdinReader, mut to: impl AsyncWrite + Send + Unpin + 'static) -> Self {
+        StdinFeed(tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut input, &mut to).await;
+            let _ = to.shutdown().await;
+        }))
+    }
+}
+
+impl Drop for StdinFeed {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 pub use crate::output::{Discard, ExecResult, OutputSink, StreamKind};
@@ -38,8 +110,9 @@ pub use crate::output::{Discard, ExecResult, OutputSink, StreamKind};
 /// and a command that ignores TERM would run on past its timeout with no one to kill it.
 /// The command runs in a subshell that `exec`s it with the wrapper's stderr (fd 3): the
 /// shell applies a command's redirections in itself too while it waits, and would then
-/// write its own "Terminated" there, into the command's stderr.
-pub const AFTER_WRAPPER: &str = r#"trap : TERM; after=$1; shift; exec 3>&2 2>/dev/null; (exec "$@" 2>&3 3>&-); rc=$?; exec 2>&3 3>&-; eval "$after"; exit $rc"#;
+/// write its own "Terminated" there, into the command's stderr. The snippet reads no stdin:
+/// what the command left unread of its input is not paddock's to take.
+pub const AFTER_WRAPPER: &str = r#"trap : TERM; after=$1; shift; exec 3>&2 2>/dev/null; (exec "$@" 2>&3 3>&-); rc=$?; exec 2>&3 3>&-; eval "$after" </dev/null; exit $rc"#;
 
 /// Keeps at most `cap` bytes of a stream: the first half and the last half.
 #[derive(Debug)]

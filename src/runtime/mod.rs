@@ -245,6 +245,7 @@ pub async fn health_check(runtime: &dyn Runtime, record: &JobRecord) -> Result<(
         grace: Duration::ZERO,
         output_cap: 4096,
         after: None,
+        stdin: Default::default(),
     };
     let outcome = tokio::time::timeout(
         Duration::from_secs(10),

@@ -63,6 +63,7 @@ mod secrets;
 mod secrets_upstream;
 mod setup_network;
 mod snapshots;
+mod stdin;
 mod sweep;
 mod terminal;
 mod truth;

@@ -37,6 +37,24 @@ fn refusal(status: StatusCode, code: &'static str, message: String) -> Response 
     .into_response()
 }
 
+/// A streamed input is not kept to be compared or replayed: such a request with a key is
+/// refused.
+fn streamed_input(request: &Request) -> Option<Response> {
+    let streamed = request
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with(crate::wire::STDIN_STREAM_TYPE));
+    streamed.then(|| {
+        refusal(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            "an exec whose stdin streams takes no Idempotency-Key (its input cannot be replayed)"
+                .into(),
+        )
+    })
+}
+
 /// The middleware: passes requests without a key (and reads) through untouched.
 pub async fn idempotent(store: Arc<IdempotencyStore>, request: Request, next: Next) -> Response {
     if !matches!(*request.method(), Method::POST | Method::DELETE) {
@@ -57,6 +75,9 @@ pub async fn idempotent(store: Arc<IdempotencyStore>, request: Request, next: Ne
             "Idempotency-Key must be 1 to 255 visible ASCII characters".into(),
         );
     };
+    if let Some(refused) = streamed_input(&request) {
+        return refused;
+    }
     let (parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, BODY_LIMIT).await else {
         return refusal(

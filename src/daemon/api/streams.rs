@@ -18,7 +18,7 @@ use super::ids::JobIdPath;
 use super::{ApiError, ApiJson, ApiResult, ApiState, EXEC_MARGIN, with_deadline};
 use crate::engine::{EventQuery, ExecOptions};
 use crate::output::{OutputSink, StreamKind};
-use crate::wire::ExecResult;
+use crate::wire::{ExecResult, STDIN_STREAM_TYPE};
 
 /// An event stream ends after this; the client reconnects with `Last-Event-ID` and misses
 /// nothing.
@@ -53,6 +53,55 @@ impl OutputSink for ChannelSink {
     }
 }
 
+/// The exec's options: the JSON body, or with [`STDIN_STREAM_TYPE`] the body's first line,
+/// the rest of the body then streaming to the command's stdin as it arrives (never held
+/// whole: its size is bounded by what the command reads).
+async fn exec_options(request: axum::extract::Request) -> ApiResult<ExecOptions> {
+    use axum::extract::FromRequest as _;
+    let streamed = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with(STDIN_STREAM_TYPE));
+    if !streamed {
+        let ApiJson(options) = ApiJson::<ExecOptions>::from_request(request, &()).await?;
+        return Ok(options);
+    }
+    let mut body = request.into_body().into_data_stream();
+    let mut head = Vec::new();
+    let rest = loop {
+        let Some(chunk) = body.next().await else {
+            return Err(ApiError::bad_request(
+                "a streamed exec's body must start with its options as one JSON line",
+            ));
+        };
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("the body broke off: {e}")))?;
+        if let Some(end) = chunk.iter().position(|b| *b == b'\n') {
+            head.extend_from_slice(&chunk[..end]);
+            break chunk.slice(end + 1..);
+        }
+        head.extend_from_slice(&chunk);
+        if head.len() > super::BODY_LIMIT {
+            return Err(ApiError::bad_request(
+                "a streamed exec's options line is over 1 MiB",
+            ));
+        }
+    };
+    let mut options: ExecOptions = serde_json::from_slice(&head)
+        .map_err(|e| ApiError::bad_request(format!("the exec's options line: {e}")))?;
+    if options.stdin.is_some() || options.stdin_base64.is_some() {
+        return Err(ApiError::bad_request(
+            "a streamed exec's stdin is its body: its options take no `stdin` or `stdin_base64`",
+        ));
+    }
+    let chunks = tokio_stream::once(Ok::<_, std::io::Error>(rest))
+        .chain(body.map(|chunk| chunk.map_err(std::io::Error::other)));
+    options.stdin_stream = crate::runtime::exec::ExecStdin::reader(Box::pin(
+        tokio_util::io::StreamReader::new(chunks),
+    ));
+    Ok(options)
+}
+
 /// The exec's task ended without saying how (it panicked).
 fn no_result() -> ApiError {
     ApiError {
@@ -70,9 +119,10 @@ fn no_result() -> ApiError {
 pub(super) async fn exec_job(
     State(state): State<ApiState>,
     JobIdPath(id): JobIdPath,
-    headers: HeaderMap,
-    ApiJson(mut options): ApiJson<ExecOptions>,
+    request: axum::extract::Request,
 ) -> ApiResult<Response> {
+    let headers = request.headers().clone();
+    let mut options = exec_options(request).await?;
     options.waiter = super::waiter_tag(&headers);
     if options.cmd.is_empty() {
         return Err(ApiError::bad_request("`cmd` must name a program"));

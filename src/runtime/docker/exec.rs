@@ -191,6 +191,7 @@ pub(super) async fn exec_in(
         None => workspace.to_path_buf(),
     };
     let config = ExecConfig {
+        attach_stdin: Some(request.stdin.is_some()),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         cmd: Some(cmd),
@@ -213,12 +214,22 @@ pub(super) async fn exec_in(
         docker.start_exec(&created.id, None::<StartExecOptions>),
     )
     .await?;
-    let StartExecResults::Attached { mut output, .. } = start else {
+    let StartExecResults::Attached { mut output, input } = start else {
         return Err(RuntimeError::Docker {
             action: "start exec",
             target: name,
             message: "the daemon detached the exec".into(),
         });
+    };
+    // The input goes on its own while the output is read; it ends with the exec (a command
+    // that exits before reading all of it drops the rest, as a pipe does). Without input
+    // the attached stdin is closed now: the command reads end-of-file.
+    let feeding = match request.stdin.take() {
+        Some(stdin) => Some(crate::runtime::exec::StdinFeed::start(stdin, input)),
+        None => {
+            drop(input);
+            None
+        }
     };
 
     let mut stdout = CappedOutput::new(request.output_cap);
@@ -301,6 +312,7 @@ pub(super) async fn exec_in(
             _ = sleep_until(give_up_at) => break,
         }
     }
+    drop(feeding);
     let duration_ms = crate::units::millis(started_at.elapsed());
     let inspect = call(
         "inspect exec",

@@ -9,6 +9,8 @@
 
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
+use futures_util::StreamExt as _;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::UnixStream;
 use tokio::time::sleep_until;
@@ -120,9 +122,19 @@ pub async fn run(
         workdir,
         uid,
         gid,
-        stdin: false,
+        stdin: request.stdin.is_some(),
     };
     channel.stream.write_all(&encode(&exec)).await?;
+    // Frames are read by one stream that lives through the loop (a read cut midway by
+    // another branch would lose its bytes), and the input comes in chunks read on a task
+    // of its own, each sent as a stdin frame; an empty one closes the command's stdin.
+    let (reader, mut writer) = channel.stream.split();
+    let mut frames = std::pin::pin!(futures_util::stream::unfold(reader, |mut reader| async {
+        let frame = read_frame_async::<FromGuest>(&mut reader).await;
+        Some((frame, reader))
+    }));
+    let (mut input, _feeding) = stdin_chunks(request);
+    let mut input_open = input.is_some();
     let mut stdout = CappedOutput::new(request.output_cap);
     let mut stderr = CappedOutput::new(request.output_cap);
     let deadline = tokio::time::Instant::now() + request.timeout;
@@ -132,7 +144,13 @@ pub async fn run(
     let mut give_up_at = far;
     let end = loop {
         tokio::select! {
-            frame = read_frame_async::<FromGuest>(&mut channel.stream) => match frame? {
+            chunk = next_chunk(&mut input), if input_open => {
+                let chunk = chunk.unwrap_or_default();
+                input_open = !chunk.is_empty();
+                let data = base64::engine::general_purpose::STANDARD.encode(&chunk);
+                writer.write_all(&encode(&ToGuest::Stdin { id, data })).await?;
+            }
+            frame = frames.next() => match frame.expect("the frame stream never ends")? {
                 FromGuest::Stdout { id: got, data } if got == id => {
                     let bytes = decode(&data);
                     sink.write(StreamKind::Stdout, &bytes);
@@ -159,7 +177,7 @@ pub async fn run(
                     }
                     _ => (libc::SIGKILL, far),
                 };
-                channel.stream.write_all(&encode(&ToGuest::Signal { id, signal })).await?;
+                writer.write_all(&encode(&ToGuest::Signal { id, signal })).await?;
                 if signal == libc::SIGKILL {
                     give_up_at = tokio::time::Instant::now() + AFTER_KILL;
                 } else {
@@ -168,12 +186,18 @@ pub async fn run(
             }
             _ = sleep_until(kill_at) => {
                 kill_at = far;
-                channel.stream.write_all(&encode(&ToGuest::Signal { id, signal: libc::SIGKILL })).await?;
+                writer.write_all(&encode(&ToGuest::Signal { id, signal: libc::SIGKILL })).await?;
                 give_up_at = tokio::time::Instant::now() + AFTER_KILL;
             }
             _ = sleep_until(give_up_at) => break None,
         }
     };
+    // Input frames the guest has not read yet would be cut wherever QEMU drops the
+    // connection, and the guest would take the next client's bytes for the rest of a frame:
+    // a ping, and its answer, first (it comes after everything sent before it).
+    if request.stdin.is_some() {
+        drain(&mut writer, &mut frames, channel.next_id).await?;
+    }
     let (exit_code, oom_killed) = end.unwrap_or((137, false));
     Ok(crate::runtime::exec::exec_result(
         exit_code,
@@ -183,6 +207,81 @@ pub async fn run(
         stdout,
         stderr,
     ))
+}
+
+/// Pings the guest and reads until its answer: then it has read every frame sent before.
+async fn drain(
+    writer: &mut (impl tokio::io::AsyncWrite + Unpin),
+    frames: &mut (
+             impl futures_util::Stream<Item = Result<FromGuest, super::protocol::FrameError>> + Unpin
+         ),
+    ping: u64,
+) -> Result<(), MicrovmError> {
+    writer
+        .write_all(&encode(&ToGuest::Ping { id: ping }))
+        .await?;
+    let drained = tokio::time::timeout(AFTER_KILL * 6, async {
+        while let Some(frame) = frames.next().await {
+            match frame {
+                Ok(FromGuest::Pong { id: got, .. }) if got == ping => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    })
+    .await;
+    if !matches!(drained, Ok(true)) {
+        tracing::warn!("the guest agent did not answer the ping after an exec's input");
+    }
+    Ok(())
+}
+
+/// How much of an exec's input goes in one stdin frame (its base64 stays far below the cap
+/// on frames).
+const STDIN_CHUNK: usize = 64 << 10;
+
+/// The exec's input as chunks read on a task of their own (the task stops when dropped);
+/// the last chunk is empty: the input's end.
+fn stdin_chunks(
+    request: &ExecRequest,
+) -> (
+    Option<tokio::sync::mpsc::Receiver<Vec<u8>>>,
+    Option<AbortTask>,
+) {
+    use tokio::io::AsyncReadExt as _;
+    let Some(mut stdin) = request.stdin.take() else {
+        return (None, None);
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let task = tokio::spawn(async move {
+        loop {
+            let mut chunk = vec![0u8; STDIN_CHUNK];
+            let n = stdin.read(&mut chunk).await.unwrap_or(0);
+            chunk.truncate(n);
+            if tx.send(chunk).await.is_err() || n == 0 {
+                return;
+            }
+        }
+    });
+    (Some(rx), Some(AbortTask(task)))
+}
+
+/// The next chunk of input (`None`: the reader failed, taken as the end).
+async fn next_chunk(input: &mut Option<tokio::sync::mpsc::Receiver<Vec<u8>>>) -> Option<Vec<u8>> {
+    match input {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Aborts its task when dropped: no input reader outlives its exec.
+struct AbortTask(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Sends the guest agent one order without an answer (power off, kill the job's

@@ -86,7 +86,30 @@ type Inputs = Arc<Mutex<HashMap<u64, Input>>>;
 
 enum Input {
     Pending(Vec<u8>, bool),
-    Open(std::process::ChildStdin),
+    /// The queue of the command's stdin writer thread: the connection's loop never blocks
+    /// on a command that does not read (it must still take the exec's signals).
+    Open(std::sync::mpsc::Sender<Vec<u8>>),
+}
+
+/// Writes what comes for a command's stdin, `first` first, until the queue closes (the
+/// input's end) or the command stops reading; then closes its stdin.
+fn start_stdin_writer(
+    mut stdin: std::process::ChildStdin,
+    first: Vec<u8>,
+) -> std::sync::mpsc::Sender<Vec<u8>> {
+    use std::io::Write as _;
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        if stdin.write_all(&first).is_err() {
+            return;
+        }
+        for chunk in rx {
+            if stdin.write_all(&chunk).is_err() {
+                return;
+            }
+        }
+    });
+    tx
 }
 
 fn serve_connection(
@@ -153,10 +176,9 @@ fn serve_connection(
                     Some(Input::Open(_)) if bytes.is_empty() => {
                         inputs.remove(&id);
                     }
-                    Some(Input::Open(input)) => {
-                        use std::io::Write as _;
+                    Some(Input::Open(queue)) => {
                         // A command that stopped reading loses what it did not read.
-                        let _ = input.write_all(&bytes).and_then(|()| input.flush());
+                        let _ = queue.send(bytes);
                     }
                     None => {}
                 }
@@ -284,13 +306,12 @@ fn run(
         }
     };
     let pid = child.id().cast_signed();
-    if let Some(mut stdin) = child.stdin.take() {
+    if let Some(stdin) = child.stdin.take() {
         let mut inputs = inputs.lock().expect("no panics hold the lock");
         if let Some(Input::Pending(buffered, closed)) = inputs.remove(&id) {
-            use std::io::Write as _;
-            let _ = stdin.write_all(&buffered);
+            let queue = start_stdin_writer(stdin, buffered);
             if !closed {
-                inputs.insert(id, Input::Open(stdin));
+                inputs.insert(id, Input::Open(queue));
             }
         }
     }

@@ -67,7 +67,11 @@ pub(super) async fn exec(
         .envs(super::job_env(record, false))
         .envs([super::deadline_env(request.timeout)])
         .env("PADDOCK_WORKSPACE", &record.worktree)
-        .stdin(Stdio::null())
+        .stdin(if request.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -98,6 +102,10 @@ pub(super) async fn exec(
         },
     };
     let pgid = child.id().and_then(|pid| i32::try_from(pid).ok());
+    let _feeding = match (request.stdin.take(), child.stdin.take()) {
+        (Some(input), Some(to)) => Some(crate::runtime::exec::StdinFeed::start(input, to)),
+        _ => None,
+    };
 
     let (tx, mut rx) = mpsc::channel::<(StreamKind, Vec<u8>)>(64);
     if let Some(stdout) = child.stdout.take() {
