@@ -50,6 +50,9 @@ pub enum ErrorKind {
     SetupFailed,
     /// A file is over the file API's size cap.
     TooLarge,
+    /// The job's own user may not read or write that file (the file API answers as the
+    /// sandbox would).
+    PermissionDenied,
     /// Anything else: a bug, an I/O error, a daemon failure without a kind.
     Internal,
 }
@@ -67,6 +70,7 @@ impl ErrorKind {
             ErrorKind::QueueFull => "queue_full",
             ErrorKind::SetupFailed => "setup_failed",
             ErrorKind::TooLarge => "too_large",
+            ErrorKind::PermissionDenied => "permission_denied",
             ErrorKind::Internal => "internal",
         }
     }
@@ -83,6 +87,7 @@ impl ErrorKind {
             "queue_full" => ErrorKind::QueueFull,
             "setup_failed" => ErrorKind::SetupFailed,
             "too_large" => ErrorKind::TooLarge,
+            "permission_denied" => ErrorKind::PermissionDenied,
             _ => ErrorKind::Internal,
         }
     }
@@ -177,7 +182,9 @@ pub enum Error {
     CheckpointRepo { checkpoint: String, repo: PathBuf },
     #[error("restore of job `{id}` failed: {message}")]
     Restore { id: JobId, message: String },
-    #[error("a fork makes 1 to {most} jobs, not {count}")]
+    #[error(
+        "a fork makes 1 to {most} jobs here (at most 64, and no more than admission.max_jobs), not {count}"
+    )]
     ForkCount { count: u32, most: u32 },
     #[error("failed to write the log of job `{id}` at `{path}`")]
     Log {
@@ -226,6 +233,8 @@ pub enum Error {
     FileKind { path: String, what: &'static str },
     #[error("`{path}` is {size} bytes, over the file API's cap of {cap} bytes")]
     FileTooLarge { path: String, size: u64, cap: u64 },
+    #[error("permission denied: the job's user may not {action} `{path}`")]
+    FilePermission { path: String, action: &'static str },
     #[error("failed to {action} `{path}` in the job")]
     FileIo {
         action: &'static str,
@@ -339,6 +348,7 @@ impl Error {
             }
             Error::FileKind { .. } | Error::LocalFile { .. } => K::InvalidInput,
             Error::FileTooLarge { .. } => K::TooLarge,
+            Error::FilePermission { .. } => K::PermissionDenied,
             Error::FileIo { .. } => K::Internal,
             Error::Network { .. } | Error::Port { .. } => K::InvalidInput,
             Error::Daemon { kind, .. } => *kind,

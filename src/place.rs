@@ -30,11 +30,18 @@ pub struct WorkspacePath {
 /// The files of a job, wherever they live.
 #[async_trait::async_trait]
 pub trait Place: Send + Sync {
-    /// The bytes of a regular file of the workspace.
-    async fn read_file(&self, record: &JobRecord, path: &WorkspacePath) -> Result<Vec<u8>>;
+    /// The bytes of a regular file of the workspace, as the job's user `who` (uid, gid)
+    /// would be let read it, when given (paddock as root reading for the agent).
+    async fn read_file(
+        &self,
+        record: &JobRecord,
+        path: &WorkspacePath,
+        who: Option<(u32, u32)>,
+    ) -> Result<Vec<u8>>;
 
     /// Writes (creates or replaces) a regular file of the workspace, making missing
-    /// directories, owned by `owner` (uid, gid) when given.
+    /// directories, owned by `owner` (uid, gid) when given, and only where `owner` may
+    /// write (the job's user: a read-only file is not written).
     async fn write_file(
         &self,
         record: &JobRecord,

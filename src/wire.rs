@@ -30,7 +30,7 @@ pub use checkpoint::{
     MAX_FORKS, RestoreAnswer, RestoreRequest,
 };
 pub use dashboard::{DashboardLease, DashboardRequest};
-pub use files::{FileEntry, FileKind, FileList, FileWritten};
+pub use files::{FILE_CAP, FileEntry, FileKind, FileList, FileWritten};
 pub use inspect::{JobDetails, JobDiff, OutsideHistory};
 pub use merges::{
     ApplyReport, ConflictsQuery, ConflictsReport, JobConflicts, JobPair, MergeReport, MergeRequest,

@@ -19,6 +19,8 @@ pub const SETUP_FAILED: i32 = 11;
 /// `show`: the job's changes could not be read now (its sync failed, a cap was hit, the
 /// sandbox did not answer); what was printed is marked stale.
 pub const STATE_UNKNOWN: i32 = 12;
+/// The file API: the job's own user may not read or write that file.
+pub const PERMISSION_DENIED: i32 = 13;
 /// `exec`/`run`: the command ran out of time.
 pub const TIMED_OUT: i32 = 124;
 /// `exec`/`run`: paddock itself failed (the command's own codes pass through).
@@ -38,6 +40,7 @@ pub fn of(kind: ErrorKind) -> i32 {
         ErrorKind::RuntimeUnavailable => RUNTIME_UNAVAILABLE,
         ErrorKind::QueueFull => QUEUE_FULL,
         ErrorKind::SetupFailed => SETUP_FAILED,
+        ErrorKind::PermissionDenied => PERMISSION_DENIED,
         ErrorKind::Internal => INTERNAL,
     }
 }

@@ -1,5 +1,6 @@
 //! The file API: read, write and list files of a job's workspace by the path the agent sees
-//! (`/workspace/src/x.rs`) or relative to the workspace (`src/x.rs`).
+//! (`/workspace/src/x.rs`) or relative to the workspace (`src/x.rs`). Paths outside the
+//! workspace of a job with a sandbox are its sandbox's own (`files_inside`).
 //!
 //! The worktree is agent-writable, so any of its directories may become a symlink between two
 //! calls. Paths are therefore never resolved by the host's path lookup on strings
@@ -20,6 +21,10 @@
 //!   the workspace; a new file or directory is given the owner of the worktree root (the
 //!   agent's uid, when paddock runs as root), so the checkout stays the agent's.
 //! - Files are bytes (binary-safe) and capped at [`FILE_CAP`] either way.
+//! - Reads and writes answer as the job's user would be answered in its sandbox: paddock as
+//!   root (which the kernel lets read and write anything) checks the agent's permission
+//!   bits on the file and every directory on the way first; as the agent's uid, the kernel
+//!   does. A read-only file is not written, a file the agent cannot read is not read.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -34,8 +39,7 @@ use crate::job::JobRecord;
 use crate::place::{Place, WorkspacePath};
 use crate::wire::{FileEntry, FileKind, FileList, FileWritten};
 
-/// The largest file the file API reads or writes: 16 MiB.
-pub const FILE_CAP: u64 = 16 * 1024 * 1024;
+pub use crate::wire::FILE_CAP;
 
 /// Every resolution step stays beneath the root, follows no link, crosses no mount.
 const RESOLVE: u64 = libc::RESOLVE_BENEATH
@@ -92,6 +96,14 @@ fn open_error(path: &WorkspacePath, action: &'static str, error: std::io::Error)
         Some(libc::EISDIR) => Error::FileKind {
             path,
             what: "a directory",
+        },
+        Some(libc::EACCES | libc::EPERM) => Error::FilePermission {
+            path,
+            action: if action == "read" || action == "open" {
+                "open"
+            } else {
+                action
+            },
         },
         _ => Error::FileIo {
             action,
@@ -215,8 +227,87 @@ pub(crate) fn too_large(path: &WorkspacePath, size: u64) -> Error {
     }
 }
 
-fn read_blocking(record: &JobRecord, path: &WorkspacePath) -> Result<Vec<u8>> {
+/// Permission bits: read, write, search.
+pub(crate) const READ: u32 = 4;
+pub(crate) const WRITE: u32 = 2;
+const SEARCH: u32 = 1;
+
+/// Whether the job's user `who` (uid, gid; no other groups, no capabilities, as in its
+/// sandbox) may `want` the file of `meta`, by its mode bits as the kernel decides.
+fn may(meta: &std::fs::Metadata, who: (u32, u32), want: u32) -> bool {
+    may_mode(meta.mode(), (meta.uid(), meta.gid()), who, want)
+}
+
+/// [`may`] of a file's mode bits and owner (uid, gid).
+pub(crate) fn may_mode(mode: u32, owner: (u32, u32), (uid, gid): (u32, u32), want: u32) -> bool {
+    let (file_uid, file_gid) = owner;
+    let bits = if file_uid == uid {
+        mode >> 6
+    } else if file_gid == gid {
+        mode >> 3
+    } else {
+        mode
+    };
+    bits & want == want
+}
+
+pub(crate) fn denied(path: &WorkspacePath, action: &'static str) -> Error {
+    Error::FilePermission {
+        path: path.shown.clone(),
+        action,
+    }
+}
+
+/// Checks that `who` may search every directory on the way to `path` (the workspace's
+/// own root first), as its sandbox would before opening the file; a directory not there
+/// yet ends the walk (a write makes it).
+fn check_way(
+    root: &OwnedFd,
+    path: &WorkspacePath,
+    who: (u32, u32),
+    action: &'static str,
+) -> Result<()> {
+    let io = |source| Error::FileIo {
+        action: "look at the directories of",
+        path: path.shown.clone(),
+        source,
+    };
+    let mut dir = root.try_clone().map_err(io)?;
+    let dirs = &path.parts[..path.parts.len().saturating_sub(1)];
+    for part in std::iter::once(None).chain(dirs.iter().map(Some)) {
+        if let Some(part) = part {
+            match open_beneath(
+                dir.as_fd(),
+                std::slice::from_ref(part),
+                libc::O_PATH | libc::O_DIRECTORY,
+                0,
+            ) {
+                Ok(next) => dir = next,
+                Err(error) if error.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+                Err(error) => return Err(open_error(path, "open", error)),
+            }
+        }
+        let meta = std::fs::File::from(dir.try_clone().map_err(io)?)
+            .metadata()
+            .map_err(io)?;
+        if !may(&meta, who, SEARCH) {
+            return Err(denied(path, action));
+        }
+    }
+    Ok(())
+}
+
+/// Reads a file as the job's user `who` would be let (`None`: paddock's own identity,
+/// which the kernel checks, is the job's).
+fn read_blocking(
+    record: &JobRecord,
+    path: &WorkspacePath,
+    who: Option<(u32, u32)>,
+) -> Result<Vec<u8>> {
     let root = open_root(record)?;
+    if let Some(who) = who {
+        check_way(&root, path, who, "read")?;
+    }
     let fd = open_beneath(
         root.as_fd(),
         &path.parts,
@@ -232,6 +323,9 @@ fn read_blocking(record: &JobRecord, path: &WorkspacePath) -> Result<Vec<u8>> {
     };
     let meta = file.metadata().map_err(io)?;
     check_regular(path, &meta)?;
+    if who.is_some_and(|who| !may(&meta, who, READ)) {
+        return Err(denied(path, "read"));
+    }
     // By size and by allocated blocks, before a byte is read: the job may have made it a
     // sparse terabyte.
     if super::outbox::over_cap(&meta, FILE_CAP) {
@@ -296,6 +390,9 @@ fn parent_dir(root: &OwnedFd, path: &WorkspacePath, owner: Option<(u32, u32)>) -
         let one = std::slice::from_ref(part);
         let next = match open_beneath(dir.as_fd(), one, dir_flags, 0) {
             Err(error) if error.raw_os_error() == Some(libc::ENOENT) => {
+                if owner.is_some_and(|who| !may_fd(&dir, who, WRITE | SEARCH)) {
+                    return Err(denied(&step, "make a directory in the parent of"));
+                }
                 match crate::sys::mkdirat(dir.as_fd(), part, 0o755) {
                     Err(e) if e.raw_os_error() != Some(libc::EEXIST) => {
                         return Err(open_error(&step, "make the directory", e));
@@ -314,6 +411,13 @@ fn parent_dir(root: &OwnedFd, path: &WorkspacePath, owner: Option<(u32, u32)>) -
     Ok(dir)
 }
 
+/// [`may`] of the file a descriptor names (false when it cannot be looked at).
+fn may_fd(fd: &OwnedFd, who: (u32, u32), want: u32) -> bool {
+    fd.try_clone()
+        .and_then(|fd| std::fs::File::from(fd).metadata())
+        .is_ok_and(|meta| may(&meta, who, want))
+}
+
 /// Gives a file paddock made to `owner` (root making files for the agent's uid).
 fn give(fd: &OwnedFd, owner: Option<(u32, u32)>, path: &WorkspacePath) -> Result<()> {
     if let Some((uid, gid)) = owner {
@@ -326,6 +430,40 @@ fn give(fd: &OwnedFd, owner: Option<(u32, u32)>, path: &WorkspacePath) -> Result
     Ok(())
 }
 
+/// The agent may replace an existing file it may write, or make one in a directory it
+/// may write; a link or a missing file here is left to the open, which says what it is.
+fn check_write_here(
+    dir: &OwnedFd,
+    name: &[OsString],
+    path: &WorkspacePath,
+    who: (u32, u32),
+) -> Result<()> {
+    match open_beneath(dir.as_fd(), name, libc::O_PATH, 0) {
+        Ok(existing) => {
+            let meta =
+                std::fs::File::from(existing)
+                    .metadata()
+                    .map_err(|source| Error::FileIo {
+                        action: "look at",
+                        path: path.shown.clone(),
+                        source,
+                    })?;
+            if meta.is_file() && !may(&meta, who, WRITE) {
+                return Err(denied(path, "write"));
+            }
+            Ok(())
+        }
+        Err(error) if error.raw_os_error() == Some(libc::ENOENT) => {
+            if may_fd(dir, who, WRITE | SEARCH) {
+                Ok(())
+            } else {
+                Err(denied(path, "create"))
+            }
+        }
+        Err(_) => Ok(()),
+    }
+}
+
 fn write_blocking(
     record: &JobRecord,
     path: &WorkspacePath,
@@ -333,9 +471,17 @@ fn write_blocking(
     owner: Option<(u32, u32)>,
 ) -> Result<FileWritten> {
     let root = open_root(record)?;
+    // As root, paddock writes as the agent would be let: `owner` is the agent. Otherwise
+    // paddock is the agent's uid and the kernel says.
+    if let Some(who) = owner {
+        check_way(&root, path, who, "write")?;
+    }
     let dir = parent_dir(&root, path, owner)?;
     let name = std::slice::from_ref(path.parts.last().expect("checked: not the workspace"));
     let flags = libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOCTTY;
+    if let Some(who) = owner {
+        check_write_here(&dir, name, path, who)?;
+    }
     let (fd, created) = match open_beneath(
         dir.as_fd(),
         name,
@@ -438,6 +584,14 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Paddock {
+    /// The job, when `path` is one its sandbox answers for (outside the workspace, in a
+    /// job that has a sandbox: see `files_inside`).
+    fn sandbox_path(&self, id: &str, path: &str) -> Result<Option<JobRecord>> {
+        let record = self.load(id)?;
+        let sandboxed = self.runtime_of(&record).layout().sandboxed();
+        Ok((sandboxed && super::files_inside::is_inside_path(&record, path)).then_some(record))
+    }
+
     fn job_path(&self, id: &str, path: &str) -> Result<(JobRecord, WorkspacePath)> {
         let record = self.load(id)?;
         let path = workspace_path(
@@ -450,12 +604,27 @@ impl Paddock {
 
     /// The bytes of a file of the job's workspace (see the module docs for what is refused).
     pub async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
+        if let Some(record) = self.sandbox_path(id, path)? {
+            return self.read_inside(&record, path).await;
+        }
         let (record, path) = self.job_path(id, path)?;
-        self.place_of(&record).read_file(&record, &path).await
+        // As root paddock could read what the agent cannot: it reads as the agent would.
+        let who = self.runtime_of(&record).layout().files_owner(&record);
+        self.place_of(&record).read_file(&record, &path, who).await
     }
 
     /// Writes (creates or replaces) a file of the job's workspace, making missing directories.
     pub async fn write_file(&self, id: &str, path: &str, bytes: Vec<u8>) -> Result<FileWritten> {
+        if let Some(record) = self.sandbox_path(id, path)? {
+            if bytes.len() as u64 > FILE_CAP {
+                return Err(Error::FileTooLarge {
+                    path: path.to_string(),
+                    size: bytes.len() as u64,
+                    cap: FILE_CAP,
+                });
+            }
+            return self.write_inside(&record, path, bytes).await;
+        }
         let (record, path) = self.job_path(id, path)?;
         // Wherever the files live: no write into `.git` or a cache, nothing over the cap.
         check_writable(&record, &path)?;
@@ -470,6 +639,9 @@ impl Paddock {
 
     /// The entries of a directory of the job's workspace.
     pub async fn list_files(&self, id: &str, path: &str) -> Result<FileList> {
+        if let Some(record) = self.sandbox_path(id, path)? {
+            return self.list_inside(&record, path).await;
+        }
         let (record, path) = self.job_path(id, path)?;
         self.place_of(&record).list_dir(&record, &path).await
     }
@@ -480,9 +652,14 @@ pub(super) struct HostDir;
 
 #[async_trait::async_trait]
 impl Place for HostDir {
-    async fn read_file(&self, record: &JobRecord, path: &WorkspacePath) -> Result<Vec<u8>> {
+    async fn read_file(
+        &self,
+        record: &JobRecord,
+        path: &WorkspacePath,
+        who: Option<(u32, u32)>,
+    ) -> Result<Vec<u8>> {
         let (record, path) = (record.clone(), path.clone());
-        blocking(move || read_blocking(&record, &path)).await
+        blocking(move || read_blocking(&record, &path, who)).await
     }
 
     async fn write_file(
@@ -529,6 +706,20 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// The agent's permission, as its sandbox's kernel decides it: owner bits for its own
+    /// files, group bits for its group's, other bits for the rest; no capability.
+    #[test]
+    fn permission_bits_decide_as_for_the_agent_without_capabilities() {
+        let agent = (1000, 1000);
+        assert!(may_mode(0o644, agent, agent, READ | WRITE));
+        assert!(!may_mode(0o444, agent, agent, WRITE), "a read-only file of its own");
+        assert!(!may_mode(0o200, agent, agent, READ), "a write-only file of its own");
+        assert!(may_mode(0o640, (0, 1000), agent, READ), "its group's");
+        assert!(!may_mode(0o640, (0, 0), agent, READ), "root's, not for others");
+        assert!(!may_mode(0o077, agent, agent, READ), "owner bits, even if others may");
+        assert!(may_mode(0o755, (0, 0), agent, SEARCH));
     }
 
     /// The walk for kernels without `openat2` refuses links where `openat2` does.

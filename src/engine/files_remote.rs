@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 
-use super::files::{FILE_CAP, too_large};
+use super::files::{FILE_CAP, READ, denied, may_mode, too_large};
 use crate::error::{Error, Result};
 use crate::job::JobRecord;
 use crate::place::{Place, WorkspacePath};
@@ -111,7 +111,12 @@ fn io_error(action: &'static str, path: &WorkspacePath) -> impl Fn(std::io::Erro
 
 #[async_trait::async_trait]
 impl Place for EngineFiles {
-    async fn read_file(&self, record: &JobRecord, path: &WorkspacePath) -> Result<Vec<u8>> {
+    async fn read_file(
+        &self,
+        record: &JobRecord,
+        path: &WorkspacePath,
+        _who: Option<(u32, u32)>,
+    ) -> Result<Vec<u8>> {
         let volumes = self.volumes()?;
         match walk(volumes, record, path).await? {
             (None, _) => {
@@ -163,6 +168,24 @@ impl Place for EngineFiles {
                 what: "not a regular file",
             });
         }
+        // The engine reads as root: the file is given only when the agent could read it.
+        let header = entry.header();
+        let owner = (
+            header
+                .uid()
+                .ok()
+                .and_then(|u| u32::try_from(u).ok())
+                .unwrap_or(0),
+            header
+                .gid()
+                .ok()
+                .and_then(|g| u32::try_from(g).ok())
+                .unwrap_or(0),
+        );
+        let mode = header.mode().unwrap_or(0);
+        if !may_mode(mode, owner, agent_user(record.limits.uid), READ) {
+            return Err(denied(path, "read"));
+        }
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(
             &mut std::io::Read::take(&mut entry, FILE_CAP + 1),
@@ -197,6 +220,11 @@ impl Place for EngineFiles {
                     path: path.shown.clone(),
                     what: "not a regular file",
                 });
+            }
+            // The engine writes as root; the workspace's files are the agent's, so a file
+            // its owner may not write (one the agent made read-only) is not written.
+            if mode & 0o200 == 0 {
+                return Err(denied(path, "write"));
             }
         }
         // The engine's container runs the agent as this uid, whoever runs paddock here.

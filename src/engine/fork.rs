@@ -27,6 +27,20 @@ impl Paddock {
                 most: MAX_FORKS,
             });
         }
+        // A fork is all or none: more forks than `admission.max_jobs` allows in all can
+        // never be made, and is refused before anything is (not after a wait).
+        if let Some(most) = self
+            .admission()?
+            .budget()
+            .max_jobs
+            .and_then(|most| u32::try_from(most).ok())
+            .filter(|most| request.count > *most)
+        {
+            return Err(Error::ForkCount {
+                count: request.count,
+                most,
+            });
+        }
         let record = self.load(id)?;
         made(&record)?;
         let stored = match &request.from {
@@ -51,13 +65,15 @@ impl Paddock {
             }
         }
         if let Some(error) = failure {
-            // All or none: the forks that were made hold nothing but the checkpoint.
-            for job in &jobs {
-                let options = crate::wire::RemoveOptions::from_flags(true, false, None, true);
+            // All or none: the forks that were made hold nothing but the checkpoint. They go
+            // at once, as they were made, so a refused fork answers soon.
+            let options = crate::wire::RemoveOptions::from_flags(true, false, None, true);
+            let removals = jobs.iter().map(|job| async move {
                 if let Err(cleanup) = self.remove(job.id.as_str(), options).await {
                     tracing::warn!(job = %job.id, error = %cleanup, "removing a fork after another failed");
                 }
-            }
+            });
+            futures_util::future::join_all(removals).await;
             return Err(error);
         }
         let views: Vec<JobView> = jobs.iter().map(|job| self.view_of(job)).collect();

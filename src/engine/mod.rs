@@ -38,6 +38,7 @@ mod events;
 mod exec;
 mod execs;
 mod files;
+mod files_inside;
 mod fork;
 mod freeze;
 mod history;

@@ -58,8 +58,13 @@ impl OnEngine<'_> {
 
 #[async_trait::async_trait]
 impl Place for OnHost<'_> {
-    async fn read_file(&self, record: &JobRecord, path: &WorkspacePath) -> Result<Vec<u8>> {
-        HostDir.read_file(record, path).await
+    async fn read_file(
+        &self,
+        record: &JobRecord,
+        path: &WorkspacePath,
+        who: Option<(u32, u32)>,
+    ) -> Result<Vec<u8>> {
+        HostDir.read_file(record, path, who).await
     }
 
     async fn write_file(
@@ -114,8 +119,13 @@ impl JobFiles for OnHost<'_> {
 
 #[async_trait::async_trait]
 impl Place for OnEngine<'_> {
-    async fn read_file(&self, record: &JobRecord, path: &WorkspacePath) -> Result<Vec<u8>> {
-        self.files.read_file(record, path).await
+    async fn read_file(
+        &self,
+        record: &JobRecord,
+        path: &WorkspacePath,
+        who: Option<(u32, u32)>,
+    ) -> Result<Vec<u8>> {
+        self.files.read_file(record, path, who).await
     }
 
     async fn write_file(

@@ -1,6 +1,9 @@
 //! The file API's answers: a directory listing and what a write did.
 
 use schemars::JsonSchema;
+
+/// The largest file the file API reads or writes: 16 MiB.
+pub const FILE_CAP: u64 = 16 * 1024 * 1024;
 use serde::{Deserialize, Serialize};
 
 /// What an entry of a job's workspace is (`file_list`, `GET /v1/jobs/{id}/files?list=true`).

@@ -328,6 +328,7 @@ fn run_case(machine: &Machine, runtime: &str, checkout: &str) {
     );
 
     checkpoint_case(machine, &id, runtime);
+    files_case(machine, &id, runtime);
 
     let removed = machine.json(&["rm", "--json", &id]);
     assert_eq!(removed["branch_kept"], true, "{removed}");
@@ -369,6 +370,38 @@ fn checkpoint_case(machine: &Machine, id: &str, runtime: &str) {
         machine.json(&["resume", id, "--json"]);
     }
     sh(id, "rm draft.txt");
+}
+
+/// Issue 44 on the default state root: the file API answers as the job's user would be
+/// answered (root's paddock checks the agent's permission bits, a user's paddock is the
+/// agent's uid and its kernel says), and a path outside the workspace of a sandboxed job is
+/// the sandbox's own.
+fn files_case(machine: &Machine, id: &str, runtime: &str) {
+    let result = machine.json(&[
+        "exec",
+        "--json",
+        id,
+        "--",
+        "sh",
+        "-c",
+        "echo x > wo.txt && chmod 0200 wo.txt && hostname > /tmp/h 2>/dev/null; true",
+    ]);
+    assert_eq!(result["exit_code"], 0, "{result}");
+    let read = machine.run(&["cat", id, "wo.txt"]);
+    if runtime == "process" && machine.who == Who::Root {
+        // A root paddock's process job runs its commands as root, who may read it.
+        assert!(read.status.success(), "{read:?}");
+    } else {
+        assert_eq!(read.status.code(), Some(13), "{read:?}");
+    }
+    if runtime != "process" {
+        let inside = machine.run(&["cat", id, "/etc/hostname"]);
+        assert!(inside.status.success(), "{inside:?}");
+        let host = std::fs::read("/etc/hostname").unwrap_or_default();
+        assert_ne!(inside.stdout, host, "the sandbox's file, not the host's");
+    }
+    let result = machine.json(&["exec", "--json", id, "--", "rm", "-f", "wo.txt"]);
+    assert_eq!(result["exit_code"], 0, "{result}");
 }
 
 /// The runtime word a create answers with for a `--runtime` flag.

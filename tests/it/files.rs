@@ -345,3 +345,141 @@ fn a_container_agents_links_are_refused_and_new_files_are_the_agents() {
         home.ok(&["rm", &id, "--force"]);
     });
 }
+
+/// Issue 44, part 3: the file API answers as the job's sandbox would. In the workspace a
+/// file the agent made read-only is not written and one it cannot read is not read (exit
+/// 13, HTTP 403 `permission_denied`), though paddock as root could; outside the workspace
+/// a path is the sandbox's own (`/etc/hostname` is the container's, `/tmp/x` is written
+/// there and never on the host), read and written as the agent, whole or not at all.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
+fn as_the_sandbox_sees_it(runtime: &str, test: &str) {
+    if !docker_available(test) {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let image = crate::fixtures::test_image();
+    let job = home.create(&repo, &["--runtime", runtime, "--image", &image]);
+    let id = text(&job, "id");
+    let worktree = std::path::PathBuf::from(text(&job, "worktree"));
+    home.sh(
+        &id,
+        "echo keep > ro.txt && chmod 0444 ro.txt && echo hidden > wo.txt && chmod 0200 wo.txt \
+         && mkdir shut && echo in > shut/f && chmod 0000 shut",
+    );
+    let payload = home.dir.path().join("payload");
+    std::fs::write(&payload, "OVERWRITTEN").unwrap();
+    let put =
+        |target: &str| home.run(&["cp", payload.to_str().unwrap(), &format!("{id}:{target}")]);
+    let refused = put("ro.txt");
+    assert_eq!(refused.status.code(), Some(13), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("permission denied"));
+    assert_eq!(home.sh(&id, "cat ro.txt"), "keep\n");
+    for unreadable in ["wo.txt", "shut/f"] {
+        let refused = home.run(&["cat", &id, unreadable]);
+        assert_eq!(
+            refused.status.code(),
+            Some(13),
+            "cat {unreadable}: {refused:?}"
+        );
+        assert!(refused.stdout.is_empty());
+    }
+    assert_eq!(put("shut/new.txt").status.code(), Some(13));
+    home.sh(&id, "chmod 0755 shut");
+    assert!(!worktree.join("shut/new.txt").exists());
+
+    // Outside the workspace: the sandbox's files.
+    let hostname = home.ok(&["cat", &id, "/etc/hostname"]);
+    assert_eq!(hostname, home.sh(&id, "cat /etc/hostname"));
+    assert_ne!(
+        hostname,
+        std::fs::read_to_string("/etc/hostname").unwrap_or_default()
+    );
+    let host_tmp = Path::new("/tmp/paddock-file-api-probe");
+    let _ = std::fs::remove_file(host_tmp);
+    let written = home.json(&[
+        "cp",
+        "--json",
+        payload.to_str().unwrap(),
+        &format!("{id}:{}", host_tmp.display()),
+    ]);
+    assert_eq!(written["created"], true, "{written}");
+    assert_eq!(written["size"], 11, "{written}");
+    assert_eq!(
+        home.sh(&id, &format!("cat {}", host_tmp.display())),
+        "OVERWRITTEN"
+    );
+    assert!(!host_tmp.exists(), "the host's /tmp is not the job's");
+    assert_eq!(
+        home.ok(&["cat", &id, &host_tmp.display().to_string()]),
+        "OVERWRITTEN"
+    );
+    // The sandbox's rules: a read-only root, root's files, a directory, nothing there.
+    assert_eq!(put("/etc/hostname-new").status.code(), Some(13));
+    assert_eq!(
+        home.run(&["cat", &id, "/etc/shadow"]).status.code(),
+        Some(13)
+    );
+    assert_eq!(home.run(&["cat", &id, "/etc"]).status.code(), Some(4));
+    assert_eq!(home.run(&["cat", &id, "/nope/x"]).status.code(), Some(5));
+    home.sh(&id, "echo mine > /tmp/ro && chmod 0444 /tmp/ro");
+    assert_eq!(put("/tmp/ro").status.code(), Some(13));
+    assert_eq!(home.sh(&id, "cat /tmp/ro"), "mine\n");
+    // Through the API too, and the listing is the sandbox's directory.
+    let daemon = Daemon::start_with_runtime(&home, &[], "docker");
+    let (status, body) = http_bytes(
+        &daemon.socket,
+        "GET",
+        &format!("/v1/jobs/{id}/files?path=/etc/shadow"),
+        b"",
+    );
+    assert_eq!(status, 403, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("permission_denied"));
+    let (status, body) = http_bytes(
+        &daemon.socket,
+        "PUT",
+        &format!("/v1/jobs/{id}/files?path=/tmp/api.bin"),
+        &all_bytes(),
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let (status, body) = http_bytes(
+        &daemon.socket,
+        "GET",
+        &format!("/v1/jobs/{id}/files?path=/tmp/api.bin"),
+        b"",
+    );
+    assert_eq!((status, body), (200, all_bytes()));
+    let (status, body) = http_bytes(
+        &daemon.socket,
+        "GET",
+        &format!("/v1/jobs/{id}/files?path=/tmp&list=true"),
+        b"",
+    );
+    assert_eq!(status, 200);
+    let list: Value = serde_json::from_slice(&body).unwrap();
+    let names: Vec<&str> = list["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"api.bin") && names.contains(&"ro"),
+        "{list}"
+    );
+    daemon.stop();
+    home.ok(&["rm", &id, "--force"]);
+}
+
+#[test]
+fn the_file_api_answers_as_a_runc_sandbox_would() {
+    as_the_sandbox_sees_it("docker", "the_file_api_answers_as_a_runc_sandbox_would");
+}
+
+#[test]
+fn the_file_api_answers_as_a_gvisor_sandbox_would() {
+    as_the_sandbox_sees_it("runsc", "the_file_api_answers_as_a_gvisor_sandbox_would");
+}

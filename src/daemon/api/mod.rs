@@ -113,6 +113,7 @@ fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::QueueFull => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::SetupFailed => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
         ErrorKind::Git | ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

@@ -81,5 +81,38 @@ fn the_file_api_reads_writes_and_lists_a_remote_job_and_follows_no_link() {
     assert_eq!(entry("lib-link")["target"], "src/lib.rs", "{list}");
     assert_eq!(entry("etc-link")["target"], "/etc", "{list}");
     drop(mcp);
+
+    // As the sandbox would answer (issue 44): a file the agent made read-only, or one it
+    // cannot read, is refused though the engine's archive API acts as root; a path outside
+    // the workspace is the remote container's own.
+    home.ok(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo keep > ro.txt && chmod 0444 ro.txt && echo x > wo.txt && chmod 0200 wo.txt",
+    ]);
+    let refused = home.run(&[
+        "cp",
+        local.to_str().expect("utf-8"),
+        &format!("{id}:ro.txt"),
+    ]);
+    assert_eq!(refused.status.code(), Some(13), "{refused:?}");
+    assert_eq!(home.run(&["cat", &id, "wo.txt"]).status.code(), Some(13));
+    let hostname = home.ok(&["cat", &id, "/etc/hostname"]);
+    assert_eq!(
+        hostname,
+        home.ok(&["exec", &id, "--", "cat", "/etc/hostname"])
+    );
+    home.ok(&[
+        "cp",
+        local.to_str().expect("utf-8"),
+        &format!("{id}:/tmp/in.txt"),
+    ]);
+    assert_eq!(
+        home.ok(&["cat", &id, "/tmp/in.txt"]),
+        std::fs::read_to_string(&local).expect("the local file")
+    );
     home.ok(&["rm", &id, "--force"]);
 }

@@ -100,38 +100,7 @@ fn a_job_on_a_remote_engine_commits_syncs_and_rm_keeps_its_work() {
 
     checkpoint_on_the_engine(&home, &id);
 
-    // `exec -i` over the engine's TLS connection: 8 MiB of bytes that are not text reach
-    // the command intact, and the end of the input (a half-close) ends its stdin.
-    let input = home.dir.path().join("remote-stdin.bin");
-    let bytes: Vec<u8> = (0..8u32 << 20)
-        .map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()[2])
-        .collect();
-    std::fs::write(&input, &bytes).expect("write the input");
-    let hash_of = |out: &[u8]| {
-        String::from_utf8_lossy(out)
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_string()
-    };
-    let want = hash_of(
-        &std::process::Command::new("sha256sum")
-            .arg(&input)
-            .output()
-            .expect("sha256sum")
-            .stdout,
-    );
-    let fed = home
-        .cmd(&["exec", "-i", &id, "--", "sha256sum"])
-        .stdin(std::fs::File::open(&input).expect("the input"))
-        .output()
-        .expect("paddock runs");
-    assert_eq!(
-        hash_of(&fed.stdout),
-        want,
-        "{}",
-        String::from_utf8_lossy(&fed.stderr)
-    );
+    stdin_on_the_engine(&home, &id);
 
     // rm keeps the commit and saves the uncommitted `wip.txt` (without `--force`, a failed
     // save fails the rm); the job's container and volumes on the engine are gone, the
@@ -157,6 +126,41 @@ fn a_job_on_a_remote_engine_commits_syncs_and_rm_keeps_its_work() {
         "{volumes}"
     );
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
+}
+
+/// `exec -i` over the engine's TLS connection: 8 MiB of bytes that are not text reach the
+/// command intact, and the end of the input (a half-close) ends its stdin.
+fn stdin_on_the_engine(home: &TestHome, id: &str) {
+    let input = home.dir.path().join("remote-stdin.bin");
+    let bytes: Vec<u8> = (0..8u32 << 20)
+        .map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()[2])
+        .collect();
+    std::fs::write(&input, &bytes).expect("write the input");
+    let hash_of = |out: &[u8]| {
+        String::from_utf8_lossy(out)
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let want = hash_of(
+        &std::process::Command::new("sha256sum")
+            .arg(&input)
+            .output()
+            .expect("sha256sum")
+            .stdout,
+    );
+    let fed = home
+        .cmd(&["exec", "-i", id, "--", "sha256sum"])
+        .stdin(std::fs::File::open(&input).expect("the input"))
+        .output()
+        .expect("paddock runs");
+    assert_eq!(
+        hash_of(&fed.stdout),
+        want,
+        "{}",
+        String::from_utf8_lossy(&fed.stderr)
+    );
 }
 
 /// A checkpoint comes out of the engine as the checked stream (the idle job is read in its
