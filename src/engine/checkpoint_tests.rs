@@ -498,3 +498,43 @@ fn nest(top: &Path, depth: usize) {
         dir = crate::sys::openat(dir.as_fd(), name, libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
     }
 }
+
+/// A fork is all or none: more forks than `admission.max_jobs` allows in all can never be
+/// made, and are refused at once, with no checkpoint taken and no job made.
+#[tokio::test]
+async fn a_fork_larger_than_max_jobs_is_refused_before_anything_is_made() {
+    let fake = Arc::new(FakeRuntime::default());
+    let (tmp, repo, _) = setup(&fake);
+    let user = tmp.path().join("user.yaml");
+    std::fs::write(&user, "admission:\n  max_jobs: 3\n").unwrap();
+    let env = BTreeMap::from([
+        (
+            "PADDOCK_HOME".to_string(),
+            tmp.path().join("home").display().to_string(),
+        ),
+        ("PADDOCK_CONFIG".to_string(), user.display().to_string()),
+    ]);
+    let paddock = super::Paddock::with_env(Box::new(env)).unwrap();
+    let runtimes = crate::runtime::Runtimes::registered(paddock.home(), &[&fake.register()]);
+    let paddock = paddock.with_runtimes(runtimes);
+    paddock.create(fake_job(&repo, "few")).await.unwrap();
+    let started = std::time::Instant::now();
+    let err = paddock
+        .fork(
+            "few",
+            &ForkRequest {
+                count: 4,
+                ..ForkRequest::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ForkCount { most: 3, .. }), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    assert!(paddock.checkpoints("few").unwrap().checkpoints.is_empty());
+    assert_eq!(
+        paddock.store().list().unwrap().0.len(),
+        1,
+        "no fork was made"
+    );
+}

@@ -714,11 +714,23 @@ mod tests {
     fn permission_bits_decide_as_for_the_agent_without_capabilities() {
         let agent = (1000, 1000);
         assert!(may_mode(0o644, agent, agent, READ | WRITE));
-        assert!(!may_mode(0o444, agent, agent, WRITE), "a read-only file of its own");
-        assert!(!may_mode(0o200, agent, agent, READ), "a write-only file of its own");
+        assert!(
+            !may_mode(0o444, agent, agent, WRITE),
+            "a read-only file of its own"
+        );
+        assert!(
+            !may_mode(0o200, agent, agent, READ),
+            "a write-only file of its own"
+        );
         assert!(may_mode(0o640, (0, 1000), agent, READ), "its group's");
-        assert!(!may_mode(0o640, (0, 0), agent, READ), "root's, not for others");
-        assert!(!may_mode(0o077, agent, agent, READ), "owner bits, even if others may");
+        assert!(
+            !may_mode(0o640, (0, 0), agent, READ),
+            "root's, not for others"
+        );
+        assert!(
+            !may_mode(0o077, agent, agent, READ),
+            "owner bits, even if others may"
+        );
         assert!(may_mode(0o755, (0, 0), agent, SEARCH));
     }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use super::Paddock;
 use crate::error::{Error, Result};
-use crate::job::{JobRecord, JobState};
+use crate::job::JobRecord;
 use crate::output::{OutputSink, StreamKind};
 use crate::runtime::ExecRequest;
 use crate::runtime::exec::ExecStdin;
@@ -132,15 +132,7 @@ impl Paddock {
         stdin: ExecStdin,
         cap: usize,
     ) -> Result<(i64, Vec<u8>, bool, String)> {
-        if matches!(
-            record.state,
-            JobState::Queued | JobState::Creating | JobState::Removed
-        ) {
-            return Err(Error::NotRunnable {
-                id: record.id.clone(),
-                state: record.state,
-            });
-        }
+        super::checkpoint::made(record)?;
         if let Some(since) = record.paused_at {
             return Err(Error::Paused {
                 id: record.id.clone(),

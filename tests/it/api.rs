@@ -101,7 +101,7 @@ pub(crate) fn http(
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
-fn dechunk(mut text: &str) -> String {
+pub(crate) fn dechunk(mut text: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = text.split_once("\r\n") {
         let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);

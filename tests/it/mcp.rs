@@ -270,6 +270,12 @@ fn an_mcp_client_makes_a_job_writes_commits_diffs_and_removes_it() {
     );
     assert_eq!(result["exit_code"], 0, "{result}");
     assert_eq!(result["stdout"], "done\n");
+    // A text for the command's stdin (issue 44).
+    let fed = mcp.ok(
+        "job_exec",
+        &json!({"job": id, "command": ["sh", "-c", "read -r a; read -r b; echo \"$b $a\""], "stdin": "one\ntwo\n"}),
+    );
+    assert_eq!(fed["stdout"], "two one\n", "{fed}");
     // What it ran on and under (issue 28).
     assert!(result["meta"]["runtime"].is_string(), "{result}");
     assert!(result["meta"]["limits"]["pids"].is_u64(), "{result}");

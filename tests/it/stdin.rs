@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::api::{Daemon, api};
+use crate::api::{Daemon, api, dechunk};
 use crate::fixtures::{FixtureRepo, TestHome, docker_available, test_image, text};
 use serde_json::{Value, json};
 
@@ -96,19 +96,6 @@ fn hash_through_api_stream(socket: &Path, id: &str, input: &Path) -> Value {
         body.to_string()
     };
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
-}
-
-fn dechunk(mut text: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = text.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        text = &rest[size + 2..];
-    }
-    out
 }
 
 fn first_word(text: &Value) -> String {
