@@ -407,6 +407,22 @@ async fn a_paused_job_holds_memory_but_no_cpu_resumes_for_exec_and_is_swept_past
     assert!(!paddock.store().exists_str("parked"), "{report:?}");
 }
 
+/// The engine of `setup`'s state root under `dir`, with `yaml` as the user's config file.
+fn with_user_config(dir: &Path, fake: &Arc<FakeRuntime>, yaml: &str) -> super::Paddock {
+    let user = dir.join("user.yaml");
+    std::fs::write(&user, yaml).unwrap();
+    let env = BTreeMap::from([
+        (
+            "PADDOCK_HOME".to_string(),
+            dir.join("home").display().to_string(),
+        ),
+        ("PADDOCK_CONFIG".to_string(), user.display().to_string()),
+    ]);
+    let paddock = super::Paddock::with_env(Box::new(env)).unwrap();
+    let runtimes = crate::runtime::Runtimes::registered(paddock.home(), &[&fake.register()]);
+    paddock.with_runtimes(runtimes)
+}
+
 #[tokio::test]
 async fn a_profile_checkpoints_before_each_exec_and_keeps_the_newest() {
     let fake = Arc::new(FakeRuntime::default());
@@ -441,18 +457,7 @@ async fn a_profile_checkpoints_before_each_exec_and_keeps_the_newest() {
             .is_empty()
     );
     // The user's file can.
-    let user = tmp.path().join("user.yaml");
-    std::fs::write(&user, policy).unwrap();
-    let env = BTreeMap::from([
-        (
-            "PADDOCK_HOME".to_string(),
-            tmp.path().join("home").display().to_string(),
-        ),
-        ("PADDOCK_CONFIG".to_string(), user.display().to_string()),
-    ]);
-    let paddock = super::Paddock::with_env(Box::new(env)).unwrap();
-    let runtimes = crate::runtime::Runtimes::registered(paddock.home(), &[&fake.register()]);
-    let paddock = paddock.with_runtimes(runtimes);
+    let paddock = with_user_config(tmp.path(), &fake, policy);
     let record = paddock
         .create(fake_job(&repo, "auto"))
         .await
@@ -505,18 +510,7 @@ fn nest(top: &Path, depth: usize) {
 async fn a_fork_larger_than_max_jobs_is_refused_before_anything_is_made() {
     let fake = Arc::new(FakeRuntime::default());
     let (tmp, repo, _) = setup(&fake);
-    let user = tmp.path().join("user.yaml");
-    std::fs::write(&user, "admission:\n  max_jobs: 3\n").unwrap();
-    let env = BTreeMap::from([
-        (
-            "PADDOCK_HOME".to_string(),
-            tmp.path().join("home").display().to_string(),
-        ),
-        ("PADDOCK_CONFIG".to_string(), user.display().to_string()),
-    ]);
-    let paddock = super::Paddock::with_env(Box::new(env)).unwrap();
-    let runtimes = crate::runtime::Runtimes::registered(paddock.home(), &[&fake.register()]);
-    let paddock = paddock.with_runtimes(runtimes);
+    let paddock = with_user_config(tmp.path(), &fake, "admission:\n  max_jobs: 3\n");
     paddock.create(fake_job(&repo, "few")).await.unwrap();
     let started = std::time::Instant::now();
     let err = paddock

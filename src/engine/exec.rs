@@ -249,12 +249,11 @@ impl Paddock {
     pub async fn exec(
         &self,
         id: &str,
-        options: ExecOptions,
+        mut options: ExecOptions,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult> {
         let mut clock = StageClock::start();
         check_exec_request(&options)?;
-        let mut options = options;
         let stdin = exec_stdin(&mut options)?;
         let record = self.load(id)?;
         if record.is_legacy() {

@@ -97,14 +97,7 @@ fn open_error(path: &WorkspacePath, action: &'static str, error: std::io::Error)
             path,
             what: "a directory",
         },
-        Some(libc::EACCES | libc::EPERM) => Error::FilePermission {
-            path,
-            action: if action == "read" || action == "open" {
-                "open"
-            } else {
-                action
-            },
-        },
+        Some(libc::EACCES | libc::EPERM) => Error::FilePermission { path, action },
         _ => Error::FileIo {
             action,
             path,
@@ -272,27 +265,26 @@ fn check_way(
         path: path.shown.clone(),
         source,
     };
-    let mut dir = root.try_clone().map_err(io)?;
-    let dirs = &path.parts[..path.parts.len().saturating_sub(1)];
-    for part in std::iter::once(None).chain(dirs.iter().map(Some)) {
-        if let Some(part) = part {
-            match open_beneath(
-                dir.as_fd(),
-                std::slice::from_ref(part),
-                libc::O_PATH | libc::O_DIRECTORY,
-                0,
-            ) {
-                Ok(next) => dir = next,
-                Err(error) if error.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
-                Err(error) => return Err(open_error(path, "open", error)),
-            }
-        }
+    let searchable = |dir: &OwnedFd| -> Result<()> {
         let meta = std::fs::File::from(dir.try_clone().map_err(io)?)
             .metadata()
             .map_err(io)?;
-        if !may(&meta, who, SEARCH) {
-            return Err(denied(path, action));
+        if may(&meta, who, SEARCH) {
+            Ok(())
+        } else {
+            Err(denied(path, action))
         }
+    };
+    let mut dir = root.try_clone().map_err(io)?;
+    searchable(&dir)?;
+    for part in &path.parts[..path.parts.len().saturating_sub(1)] {
+        let one = std::slice::from_ref(part);
+        dir = match open_beneath(dir.as_fd(), one, libc::O_PATH | libc::O_DIRECTORY, 0) {
+            Ok(next) => next,
+            Err(error) if error.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Err(error) => return Err(open_error(path, "open", error)),
+        };
+        searchable(&dir)?;
     }
     Ok(())
 }
@@ -583,67 +575,74 @@ async fn blocking<T: Send + 'static>(
         })?
 }
 
-impl Paddock {
-    /// The job, when `path` is one its sandbox answers for (outside the workspace, in a
-    /// job that has a sandbox: see `files_inside`).
-    fn sandbox_path(&self, id: &str, path: &str) -> Result<Option<JobRecord>> {
-        let record = self.load(id)?;
-        let sandboxed = self.runtime_of(&record).layout().sandboxed();
-        Ok((sandboxed && super::files_inside::is_inside_path(&record, path)).then_some(record))
-    }
+/// Where a file API path is answered: by the job's sandbox (outside the workspace of a job
+/// that has one: see `files_inside`), or in its workspace.
+enum Target {
+    Sandbox(JobRecord),
+    Workspace(JobRecord, WorkspacePath),
+}
 
-    fn job_path(&self, id: &str, path: &str) -> Result<(JobRecord, WorkspacePath)> {
+impl Paddock {
+    /// The job (loaded once) and where `path` is answered.
+    fn target(&self, id: &str, path: &str) -> Result<Target> {
         let record = self.load(id)?;
+        if self.runtime_of(&record).layout().sandboxed()
+            && super::files_inside::is_inside_path(&record, path)
+        {
+            return Ok(Target::Sandbox(record));
+        }
         let path = workspace_path(
             Path::new(&record.limits.workspace_dir),
             &record.worktree,
             path,
         )?;
-        Ok((record, path))
+        Ok(Target::Workspace(record, path))
     }
 
-    /// The bytes of a file of the job's workspace (see the module docs for what is refused).
+    /// The bytes of a file of the job (see the module docs for what is refused).
     pub async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
-        if let Some(record) = self.sandbox_path(id, path)? {
-            return self.read_inside(&record, path).await;
-        }
-        let (record, path) = self.job_path(id, path)?;
-        // As root paddock could read what the agent cannot: it reads as the agent would.
-        let who = self.runtime_of(&record).layout().files_owner(&record);
-        self.place_of(&record).read_file(&record, &path, who).await
-    }
-
-    /// Writes (creates or replaces) a file of the job's workspace, making missing directories.
-    pub async fn write_file(&self, id: &str, path: &str, bytes: Vec<u8>) -> Result<FileWritten> {
-        if let Some(record) = self.sandbox_path(id, path)? {
-            if bytes.len() as u64 > FILE_CAP {
-                return Err(Error::FileTooLarge {
-                    path: path.to_string(),
-                    size: bytes.len() as u64,
-                    cap: FILE_CAP,
-                });
+        match self.target(id, path)? {
+            Target::Sandbox(record) => self.read_inside(&record, path).await,
+            Target::Workspace(record, path) => {
+                // As root paddock could read what the agent cannot: it reads as the agent would.
+                let who = self.runtime_of(&record).layout().files_owner(&record);
+                self.place_of(&record).read_file(&record, &path, who).await
             }
-            return self.write_inside(&record, path, bytes).await;
         }
-        let (record, path) = self.job_path(id, path)?;
-        // Wherever the files live: no write into `.git` or a cache, nothing over the cap.
-        check_writable(&record, &path)?;
-        if bytes.len() as u64 > FILE_CAP {
-            return Err(too_large(&path, bytes.len() as u64));
-        }
-        let owner = self.runtime_of(&record).layout().files_owner(&record);
-        self.place_of(&record)
-            .write_file(&record, &path, bytes, owner)
-            .await
     }
 
-    /// The entries of a directory of the job's workspace.
-    pub async fn list_files(&self, id: &str, path: &str) -> Result<FileList> {
-        if let Some(record) = self.sandbox_path(id, path)? {
-            return self.list_inside(&record, path).await;
+    /// Writes (creates or replaces) a file of the job, making missing directories.
+    pub async fn write_file(&self, id: &str, path: &str, bytes: Vec<u8>) -> Result<FileWritten> {
+        let size = bytes.len() as u64;
+        match self.target(id, path)? {
+            Target::Sandbox(_) if size > FILE_CAP => Err(Error::FileTooLarge {
+                path: path.to_string(),
+                size,
+                cap: FILE_CAP,
+            }),
+            Target::Sandbox(record) => self.write_inside(&record, path, bytes).await,
+            Target::Workspace(record, path) => {
+                // Wherever the files live: no write into `.git` or a cache, nothing over the cap.
+                check_writable(&record, &path)?;
+                if size > FILE_CAP {
+                    return Err(too_large(&path, size));
+                }
+                let owner = self.runtime_of(&record).layout().files_owner(&record);
+                self.place_of(&record)
+                    .write_file(&record, &path, bytes, owner)
+                    .await
+            }
         }
-        let (record, path) = self.job_path(id, path)?;
-        self.place_of(&record).list_dir(&record, &path).await
+    }
+
+    /// The entries of a directory of the job.
+    pub async fn list_files(&self, id: &str, path: &str) -> Result<FileList> {
+        match self.target(id, path)? {
+            Target::Sandbox(record) => self.list_inside(&record, path).await,
+            Target::Workspace(record, path) => {
+                self.place_of(&record).list_dir(&record, &path).await
+            }
+        }
     }
 }
 

@@ -75,7 +75,7 @@ pub(super) fn is_inside_path(record: &JobRecord, input: &str) -> bool {
         && !path.starts_with(&record.worktree)
 }
 
-/// Keeps a script's stdout (up to `cap` bytes) and its stderr's first lines.
+/// Keeps a script's stdout, up to `cap` bytes (its stderr is the result's, capped there).
 struct Collect {
     out: Vec<u8>,
     cap: usize,
@@ -117,7 +117,7 @@ fn answer(code: i64, path: &str, action: &'static str, stderr: &str) -> Option<E
             path,
             source: std::io::Error::other(format!(
                 "the sandbox's script exited {code}: {}",
-                stderr.trim()
+                stderr.trim().chars().take(300).collect::<String>()
             )),
         },
     })

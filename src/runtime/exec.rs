@@ -86,10 +86,15 @@ pub struct StdinFeed(tokio::task::JoinHandle<()>);
 
 impl StdinFeed {
     pub fn start(mut input: StdinReader, mut to: impl AsyncWrite + Send + Unpin + 'static) -> Self {
-        StdinFeed(tokio::spawn(async move {
+        StdinFeed::spawn(async move {
             let _ = tokio::io::copy(&mut input, &mut to).await;
             let _ = to.shutdown().await;
-        }))
+        })
+    }
+
+    /// A feed of a runtime's own shape (the microVM's stdin frames), stopped the same way.
+    pub fn spawn(feed: impl std::future::Future<Output = ()> + Send + 'static) -> Self {
+        StdinFeed(tokio::spawn(feed))
     }
 }
 

@@ -106,6 +106,35 @@ impl Machine {
 
     /// `run` with `envs` set as well (test switches such as `PADDOCK_TEST_FORBID_HOST_BINDS`).
     pub(crate) fn run_with(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
+        self.command(args, envs)
+            .stdin(Stdio::null())
+            .output()
+            .expect("paddock runs")
+    }
+
+    /// `run` with `input` on paddock's stdin.
+    fn run_fed(&self, args: &[&str], input: &[u8]) -> Output {
+        use std::io::Write as _;
+        let mut child = self
+            .command(args, &[])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("paddock runs");
+        let mut stdin = child.stdin.take().expect("piped");
+        let input = input.to_vec();
+        let feeder = std::thread::spawn(move || stdin.write_all(&input));
+        let output = child.wait_with_output().expect("paddock ends");
+        feeder
+            .join()
+            .expect("the feeder ends")
+            .expect("paddock read its stdin");
+        output
+    }
+
+    /// paddock as this machine's person runs it: no PADDOCK_HOME, their home and config.
+    fn command(&self, args: &[&str], envs: &[(&str, &str)]) -> Command {
         let mut command = match self.who {
             Who::Root => Command::new(env!("CARGO_BIN_EXE_paddock")),
             Who::User => {
@@ -133,10 +162,8 @@ impl Machine {
             .env_remove("PADDOCK_NO_DAEMON")
             .env("HOME", &self.home)
             .env("XDG_CONFIG_HOME", self.home.join(".config"))
-            .envs(envs.iter().copied())
-            .stdin(Stdio::null())
-            .output()
-            .expect("paddock runs")
+            .envs(envs.iter().copied());
+        command
     }
 
     pub(crate) fn json(&self, args: &[&str]) -> Value {
@@ -372,8 +399,8 @@ fn checkpoint_case(machine: &Machine, id: &str, runtime: &str) {
     sh(id, "rm draft.txt");
 }
 
-/// Issue 44 on the default state root: the file API answers as the job's user would be
-/// answered (root's paddock checks the agent's permission bits, a user's paddock is the
+/// Issue 44 on the default state root: `exec -i`, and the file API answers as the job's
+/// user would be answered (root's paddock checks the agent's permission bits, a user's paddock is the
 /// agent's uid and its kernel says), and a path outside the workspace of a sandboxed job is
 /// the sandbox's own.
 fn files_case(machine: &Machine, id: &str, runtime: &str) {
@@ -402,6 +429,10 @@ fn files_case(machine: &Machine, id: &str, runtime: &str) {
     }
     let result = machine.json(&["exec", "--json", id, "--", "rm", "-f", "wo.txt"]);
     assert_eq!(result["exit_code"], 0, "{result}");
+    // `exec -i`: a MiB of stdin reaches the command whole.
+    let fed = machine.run_fed(&["exec", "-i", id, "--", "wc", "-c"], &[7u8; 1 << 20]);
+    assert!(fed.status.success(), "{fed:?}");
+    assert_eq!(String::from_utf8_lossy(&fed.stdout).trim(), "1048576");
 }
 
 /// The runtime word a create answers with for a `--runtime` flag.

@@ -20,7 +20,7 @@ use super::protocol::{FromGuest, ToGuest, decode, encode, read_frame_async};
 use super::vm::VmDir;
 use crate::config::KillPolicy;
 use crate::output::StreamKind;
-use crate::runtime::exec::CappedOutput;
+use crate::runtime::exec::{CappedOutput, StdinFeed};
 use crate::runtime::{ExecRequest, ExecResult, OutputSink};
 
 /// How long a killed command's end may take to be reported.
@@ -247,14 +247,14 @@ fn stdin_chunks(
     request: &ExecRequest,
 ) -> (
     Option<tokio::sync::mpsc::Receiver<Vec<u8>>>,
-    Option<AbortTask>,
+    Option<StdinFeed>,
 ) {
     use tokio::io::AsyncReadExt as _;
     let Some(mut stdin) = request.stdin.take() else {
         return (None, None);
     };
     let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let task = tokio::spawn(async move {
+    let feed = StdinFeed::spawn(async move {
         loop {
             let mut chunk = vec![0u8; STDIN_CHUNK];
             let n = stdin.read(&mut chunk).await.unwrap_or(0);
@@ -264,7 +264,7 @@ fn stdin_chunks(
             }
         }
     });
-    (Some(rx), Some(AbortTask(task)))
+    (Some(rx), Some(feed))
 }
 
 /// The next chunk of input (`None`: the reader failed, taken as the end).
@@ -272,15 +272,6 @@ async fn next_chunk(input: &mut Option<tokio::sync::mpsc::Receiver<Vec<u8>>>) ->
     match input {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
-    }
-}
-
-/// Aborts its task when dropped: no input reader outlives its exec.
-struct AbortTask(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortTask {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
