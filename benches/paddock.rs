@@ -13,7 +13,8 @@
 //! repository; `=ready`: job ready and first exec, cold and warm, on 1, 5,000 and 50,000
 //! files; `=exec`: an exec's cost against `docker exec` and the warm pool's first exec, on
 //! 1 and 5,000 files; `=microvm`: a microVM job's create to ready and exec round trip
-//! against runc; `=checkpoint`: checkpoint, restore, fork -n 4, pause and resume on the
+//! against runc; `=image`: the default agent image's size and cold create against the
+//! minimal one's, `PADDOCK_BENCH_MINIMAL` naming it (default `paddock-agent:minimal`); `=checkpoint`: checkpoint, restore, fork -n 4, pause and resume on the
 //! 50,000-file repository with an overlay checkout; `=microvm-checkpoint`: checkpoint,
 //! restore and fork -n 4 of a microVM job against runc), printed, not written.
 
@@ -33,6 +34,8 @@ mod engines;
 mod exec;
 #[path = "../fixtures/mod.rs"]
 mod fixtures;
+#[path = "paddock/image.rs"]
+mod image;
 #[path = "paddock/lists.rs"]
 mod lists;
 #[path = "paddock/ready.rs"]
@@ -207,6 +210,7 @@ fn main() {
                 | "checkpoint"
                 | "microvm-checkpoint"
                 | "ab"
+                | "image"
         )
     }) {
         // A check of some rows alone; the results file and table are left as they are.
@@ -246,6 +250,7 @@ fn main() {
                 engines::engine_rows(&repo, "5,000 files", &mut rows);
             }
             "microvm" => microvm::rows(&FixtureRepo::new(), &mut rows),
+            "image" => image::rows(&FixtureRepo::new(), &mut rows),
             "microvm-checkpoint" => microvm::checkpoint_rows(&FixtureRepo::new(), &mut rows),
             "checkpoint" => {
                 let files = if quick { 5_000 } else { 50_000 };

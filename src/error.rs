@@ -186,6 +186,25 @@ pub enum Error {
         "a fork makes 1 to {most} jobs here (at most 64, and no more than admission.max_jobs), not {count}"
     )]
     ForkCount { count: u32, most: u32 },
+    #[error(
+        "job `{id}` cannot run a command as `{user}`: its runtime ({runtime}) runs only the agent's own user, where another user would be that uid of the host's kernel (another user needs runsc on this host, or microvm)"
+    )]
+    UserNotContained {
+        id: JobId,
+        user: crate::wire::ExecUser,
+        runtime: crate::job::RuntimeKind,
+    },
+    #[error(
+        "`rootfs: writable` needs a runtime whose kernel contains root, and this job's is {runtime}"
+    )]
+    WritableRootNotContained { runtime: crate::job::RuntimeKind },
+    #[error(
+        "`rootfs: writable` with a disk limit ({limit}): a {runtime} job's root layer is kept in the engine's storage, which the limit does not hold"
+    )]
+    WritableRootUnbounded {
+        runtime: crate::job::RuntimeKind,
+        limit: crate::units::ByteSize,
+    },
     #[error("failed to write the log of job `{id}` at `{path}`")]
     Log {
         id: JobId,
@@ -231,7 +250,7 @@ pub enum Error {
     FileNotFound { path: String },
     #[error("`{path}` in the job is {what}")]
     FileKind { path: String, what: &'static str },
-    #[error("`{path}` is {size} bytes, over the file API's cap of {cap} bytes")]
+    #[error("`{path}` is {size} bytes, over the limit of {cap} bytes")]
     FileTooLarge { path: String, size: u64, cap: u64 },
     #[error("permission denied: the job's user may not {action} `{path}`")]
     FilePermission { path: String, action: &'static str },
@@ -328,7 +347,10 @@ impl Error {
             | Error::CheckpointExists { .. } => K::Conflict,
             Error::CheckpointName { .. }
             | Error::CheckpointRepo { .. }
-            | Error::ForkCount { .. } => K::InvalidInput,
+            | Error::ForkCount { .. }
+            | Error::UserNotContained { .. }
+            | Error::WritableRootNotContained { .. }
+            | Error::WritableRootUnbounded { .. } => K::InvalidInput,
             Error::NoCheckpoint { .. } => K::NotFound,
             Error::Checkpoint { .. } => K::Refused,
             Error::Restore { .. } => K::Git,
@@ -458,7 +480,7 @@ impl Error {
                 "the file API follows no symbolic links: name the link's target (`file_list` shows it)"
             }
             Error::FileTooLarge { .. } => {
-                "copy large files with `paddock exec` (e.g. through a cache) instead"
+                "raise the read limit (`--max`, the API's `max`), or read it through the CLI or the HTTP API, which stream a file of any size (MCP's `file_read` holds 16 MiB)"
             }
             Error::MergeConflict { .. } => {
                 "bring the base into the job's branch inside the job (`paddock exec`), or merge with git and resolve by hand"
@@ -492,6 +514,12 @@ impl Error {
             Error::Cache(CacheError::Io { .. }) | Error::Copy(CopyError::Io { .. }) => return None,
             Error::Copy(_) => {
                 "check `copy` in .paddock.yaml: untracked files and directories of the repository, without links out of it"
+            }
+            Error::UserNotContained { .. } | Error::WritableRootNotContained { .. } => {
+                "another user than the agent, and a writable root, need `--runtime runsc` (gVisor) or `--runtime microvm` at create"
+            }
+            Error::WritableRootUnbounded { .. } => {
+                "drop the disk limit (`--disk`, `disk:`) for this job, or use `--runtime microvm`, whose root layer is in the VM's memory"
             }
             Error::Paused { id, .. } => {
                 return Some(format!("`paddock resume {id}` thaws it first"));

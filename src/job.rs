@@ -180,6 +180,9 @@ pub struct Limits {
     pub allow: Vec<crate::egress::AllowEntry>,
     pub timeout: HumanDuration,
     pub kill_policy: KillPolicy,
+    /// `writable`: the job's sandbox has a writable root layer of its own (runsc, microvm).
+    #[serde(default, skip_serializing_if = "crate::config::RootFs::is_read_only")]
+    pub rootfs: crate::config::RootFs,
     pub grace: HumanDuration,
     pub workspace_dir: String,
     pub uid: u32,
@@ -203,6 +206,7 @@ impl From<&crate::config::Profile> for Limits {
             allow: profile.allow.value.clone(),
             timeout: profile.timeout.value,
             kill_policy: profile.kill_policy.value,
+            rootfs: profile.rootfs.value,
             grace: profile.grace.value,
             workspace_dir: profile.workspace_dir.value.clone(),
             uid: profile.uid.value,

@@ -16,9 +16,10 @@ use crate::output::OutputSink;
 use crate::wire::{
     AdmissionView, ApplyReport, CheckpointList, CheckpointRemoved, CheckpointRequest,
     CheckpointView, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event, EventQuery,
-    ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, ForkAnswer, ForkRequest, JobDetails,
-    JobDiff, JobView, MergeReport, MergeRequest, NetworkChange, PauseAnswer, PushReport,
-    PushRequest, RemoveOptions, RemoveReport, RestoreAnswer, RestoreRequest, RunReport,
+    ExecInfo, ExecOptions, ExecResult, ExecUser, FileBytes, FileList, FileReader, FileWritten,
+    ForkAnswer, ForkRequest, JobDetails, JobDiff, JobView, MergeReport, MergeRequest,
+    NetworkChange, PauseAnswer, PushReport, PushRequest, RemoveOptions, RemoveReport,
+    RestoreAnswer, RestoreRequest, RunReport,
 };
 
 /// paddock's job operations (see the module docs).
@@ -143,21 +144,56 @@ pub trait Operations {
         sink: &mut (dyn FnMut(&[u8]) + Send),
     ) -> impl Future<Output = Result<u64>>;
 
-    /// The bytes of a file of a job's workspace, by the path the agent sees
-    /// (`/workspace/src/x.rs`) or relative to the workspace; links are never followed and
-    /// nothing outside the workspace is read (see `engine::files`).
-    fn read_file(&self, id: &str, path: &str) -> impl Future<Output = Result<Vec<u8>>>;
+    /// The bytes of a file of a job, streamed: by the path the agent sees
+    /// (`/workspace/src/x.rs`) or relative to the workspace (links never followed), or
+    /// outside it the sandbox's own file (see `engine::files`). A file over `limit` bytes
+    /// is refused (too large) before a byte moves. As another `user` than the agent (where
+    /// the runtime contains it, as for `exec --user`) the sandbox answers, with that user's
+    /// permissions; so for every method below.
+    fn read_file(
+        &self,
+        id: &str,
+        path: &str,
+        user: ExecUser,
+        limit: Option<u64>,
+    ) -> impl Future<Output = Result<FileBytes>>;
 
-    /// Creates or replaces a file of a job's workspace (missing directories are made).
+    /// Creates or replaces a file of a job (missing directories are made), whole or not
+    /// at all: a transfer cut short leaves nothing under the target's name.
     fn write_file(
         &self,
         id: &str,
         path: &str,
-        bytes: Vec<u8>,
+        bytes: FileBytes,
+        user: ExecUser,
+    ) -> impl Future<Output = Result<FileWritten>>;
+
+    /// A directory of a job as a tar, streamed as the job's sandbox makes it (as the job's
+    /// user; a process job has no sandbox: refused).
+    fn read_tar(
+        &self,
+        id: &str,
+        path: &str,
+        user: ExecUser,
+    ) -> impl Future<Output = Result<FileReader>>;
+
+    /// Unpacks a tar into a directory of a job (made if missing) in its sandbox, as the
+    /// job's user, whole or not at all.
+    fn write_tar(
+        &self,
+        id: &str,
+        path: &str,
+        tar: FileReader,
+        user: ExecUser,
     ) -> impl Future<Output = Result<FileWritten>>;
 
     /// The entries of a directory of a job's workspace.
-    fn list_files(&self, id: &str, path: &str) -> impl Future<Output = Result<FileList>>;
+    fn list_files(
+        &self,
+        id: &str,
+        path: &str,
+        user: ExecUser,
+    ) -> impl Future<Output = Result<FileList>>;
 
     /// The orchestrator's one-shot: create, exec, then remove exactly as `rm` does (work is
     /// never lost; the branch stays when it has commits). With `keep`, the job stays.
@@ -324,15 +360,41 @@ impl Operations for Paddock {
         Ok(output.offset())
     }
 
-    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
-        Paddock::read_file(self, id, path).await
+    async fn read_file(
+        &self,
+        id: &str,
+        path: &str,
+        user: ExecUser,
+        limit: Option<u64>,
+    ) -> Result<FileBytes> {
+        Paddock::read_file(self, id, path, user, limit).await
     }
 
-    async fn write_file(&self, id: &str, path: &str, bytes: Vec<u8>) -> Result<FileWritten> {
-        Paddock::write_file(self, id, path, bytes).await
+    async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        bytes: FileBytes,
+        user: ExecUser,
+    ) -> Result<FileWritten> {
+        Paddock::write_file(self, id, path, bytes, user).await
     }
 
-    async fn list_files(&self, id: &str, path: &str) -> Result<FileList> {
-        Paddock::list_files(self, id, path).await
+    async fn read_tar(&self, id: &str, path: &str, user: ExecUser) -> Result<FileReader> {
+        Paddock::read_tar(self, id, path, user).await
+    }
+
+    async fn write_tar(
+        &self,
+        id: &str,
+        path: &str,
+        tar: FileReader,
+        user: ExecUser,
+    ) -> Result<FileWritten> {
+        Paddock::write_tar(self, id, path, tar, user).await
+    }
+
+    async fn list_files(&self, id: &str, path: &str, user: ExecUser) -> Result<FileList> {
+        Paddock::list_files(self, id, path, user).await
     }
 }

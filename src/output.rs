@@ -69,6 +69,12 @@ pub struct ExecMeta {
     /// The id (`sha256:...`) of the image the job's container runs; null for the process
     /// runtime, or when the daemon did not say.
     pub image_id: Option<String>,
+    /// How the command was started: `exec-server` (the job container's resident exec
+    /// server), `docker-exec` (Docker's exec: an older container, a remote engine, the
+    /// server unavailable, or `PADDOCK_EXEC_PATH=docker-exec`), `guest-agent` (a microVM's),
+    /// `process`. Absent in results recorded before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_path: Option<String>,
     pub paddock_version: String,
     /// `worktree` or `overlay`.
     pub checkout: String,

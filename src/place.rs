@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::git::GitRepo;
 use crate::job::JobRecord;
 use crate::runtime::RuntimeError;
-use crate::wire::{FileList, FileWritten};
+use crate::wire::{FileBytes, FileList, FileWritten};
 
 /// A caller's path, checked: its components beneath the workspace.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,18 +30,29 @@ pub struct WorkspacePath {
 /// The files of a job, wherever they live.
 #[async_trait::async_trait]
 pub trait Place: Send + Sync {
-    /// The bytes of a regular file of the workspace, as the job's user `who` (uid, gid)
-    /// would be let read it, when given (paddock as root reading for the agent).
-    async fn read_file(
+    /// The bytes of a regular file of the workspace, streamed, as the job's user `who`
+    /// (uid, gid) would be let read it, when given (paddock as root reading for the agent);
+    /// refused (too large) over `limit`.
+    async fn open_file(
         &self,
         record: &JobRecord,
         path: &WorkspacePath,
         who: Option<(u32, u32)>,
-    ) -> Result<Vec<u8>>;
+        limit: Option<u64>,
+    ) -> Result<FileBytes>;
 
-    /// Writes (creates or replaces) a regular file of the workspace, making missing
-    /// directories, owned by `owner` (uid, gid) when given, and only where `owner` may
-    /// write (the job's user: a read-only file is not written).
+    /// Writes (creates or replaces) a regular file of the workspace from a stream, whole
+    /// or not at all, making missing directories, owned by `owner` (uid, gid) when given,
+    /// and only where `owner` may write (the job's user: a read-only file is not written).
+    async fn put_file(
+        &self,
+        record: &JobRecord,
+        path: &WorkspacePath,
+        bytes: FileBytes,
+        owner: Option<(u32, u32)>,
+    ) -> Result<FileWritten>;
+
+    /// [`Place::put_file`] of bytes in memory (paddock's own: a restore's bundle).
     async fn write_file(
         &self,
         record: &JobRecord,

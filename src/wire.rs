@@ -30,13 +30,16 @@ pub use checkpoint::{
     MAX_FORKS, RestoreAnswer, RestoreRequest,
 };
 pub use dashboard::{DashboardLease, DashboardRequest};
-pub use files::{FILE_CAP, FileEntry, FileKind, FileList, FileWritten};
+pub use files::{
+    FILE_CAP, FileBytes, FileEntry, FileKind, FileList, FileReader, FileWritten, cut_short,
+};
 pub use inspect::{JobDetails, JobDiff, OutsideHistory};
 pub use merges::{
     ApplyReport, ConflictsQuery, ConflictsReport, JobConflicts, JobPair, MergeReport, MergeRequest,
     MergeStatus, MergeStrategy, PushReport, PushRequest,
 };
 pub use remove::RemoveReport;
+pub use users::{ExecUser, UnknownUser};
 
 mod checkpoint;
 mod dashboard;
@@ -46,6 +49,7 @@ mod labels;
 mod merges;
 mod pool;
 mod remove;
+mod users;
 pub use crate::admission::{AdmissionView, Budget, Held, HostCapacity, WaitKind, Waiter};
 pub use crate::git::sync::WorkState;
 pub use crate::git::{CommitInfo, FileChange};
@@ -302,6 +306,10 @@ pub struct ExecOptions {
     /// `stdin`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin_base64: Option<String>,
+    /// Who the command runs as: `agent` (the default), `root` or `UID[:GID]`; other than
+    /// the agent only where the runtime contains root (gVisor, the microVM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<ExecUser>,
     /// A standard input streamed as it comes (the CLI's `-i`, the API's streamed body);
     /// not on the wire as a field.
     #[serde(skip)]

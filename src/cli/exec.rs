@@ -34,6 +34,10 @@ pub struct ExecArgs {
     /// the terminal, line by line); without it the command reads end-of-file.
     #[arg(short = 'i', long)]
     interactive: bool,
+    /// Run as `agent` (the default), `root` or UID[:GID]; another user than the agent only
+    /// in a runsc or microvm job, where root has no power over the host (nor capabilities).
+    #[arg(short = 'u', long, value_name = "USER")]
+    user: Option<crate::wire::ExecUser>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     cmd: Vec<String>,
@@ -80,6 +84,7 @@ pub async fn run(ops: &impl Operations, args: ExecArgs) -> Result<i32> {
         Ok(options) => ExecOptions {
             no_wait: args.no_wait,
             resume: args.resume,
+            user: args.user,
             waiter: tag.clone(),
             stdin_stream: if args.interactive {
                 ExecStdin::reader(Box::pin(tokio::io::stdin()))

@@ -31,7 +31,7 @@ pub fn of(kind: ErrorKind) -> i32 {
     match kind {
         ErrorKind::Usage => USAGE,
         ErrorKind::Config => CONFIG,
-        // A file over the file API's cap is a wrong input; HTTP tells it apart (413).
+        // A file over the read limit is a wrong input; HTTP tells it apart (413).
         ErrorKind::InvalidInput | ErrorKind::TooLarge => INVALID_INPUT,
         ErrorKind::NotFound => NOT_FOUND,
         ErrorKind::Conflict => CONFLICT,

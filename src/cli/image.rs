@@ -19,6 +19,10 @@ pub enum ImageCommand {
         /// Build it on this engine of the user config's `engines:` (default: the local one).
         #[arg(long, value_name = "NAME")]
         engine: Option<String>,
+        /// Only a shell, git, CA certificates and ps: none of the default image's toolchains
+        /// (Python, Node.js, build-essential, the everyday CLI tools).
+        #[arg(long)]
+        minimal: bool,
         /// Print only the image id.
         #[arg(long)]
         json: bool,
@@ -30,8 +34,14 @@ pub async fn run(paddock: &Paddock, command: ImageCommand) -> Result<i32> {
         base_image,
         tag,
         engine,
+        minimal,
         json,
     } = command;
+    let tools = if minimal {
+        crate::runtime::capabilities::AgentTools::Minimal
+    } else {
+        crate::runtime::capabilities::AgentTools::Full
+    };
     if let Some(name) = &engine {
         crate::engines::find(&paddock.config(None)?.engines, name)?;
     }
@@ -47,7 +57,11 @@ pub async fn run(paddock: &Paddock, command: ImageCommand) -> Result<i32> {
     };
     let runtime = paddock.runtimes().engine(engine.as_deref());
     let id = match runtime.capabilities().images {
-        Some(images) => images.build_image(&base_image, &tag, &mut progress).await,
+        Some(images) => {
+            images
+                .build_image(&base_image, &tag, tools, &mut progress)
+                .await
+        }
         None => Err(crate::runtime::lacks(runtime.as_ref(), "build images")),
     };
     spinner.finish();

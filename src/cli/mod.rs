@@ -22,6 +22,7 @@ mod checkpoint;
 mod config;
 mod conflicts;
 mod cp;
+mod cp_dir;
 mod create;
 mod dashboard;
 mod diff;

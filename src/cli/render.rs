@@ -192,6 +192,13 @@ pub fn print_details(details: &JobDetails) {
     say!("profile   {}", v.profile);
     say!("runtime   {}", details.isolation);
     let limits = &v.limits;
+    if !limits.image.is_empty() {
+        // The id names what actually runs: a tag moves when the image is rebuilt.
+        match &details.image_id {
+            Some(id) => say!("image     {} ({})", line(&limits.image), line(short_id(id))),
+            None => say!("image     {}", line(&limits.image)),
+        }
+    }
     let memory_cap = if limits.memory.0 == 0 {
         "no memory cap".to_string()
     } else {
@@ -457,4 +464,10 @@ pub fn print_sweep(report: &crate::sweep::SweepReport) {
         report.kept.len(),
         report.errors.len()
     );
+}
+
+/// An image id as `docker images` shows it: 12 hex digits without `sha256:`.
+fn short_id(id: &str) -> &str {
+    let hex = id.strip_prefix("sha256:").unwrap_or(id);
+    &hex[..hex.len().min(12)]
 }

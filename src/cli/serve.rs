@@ -28,12 +28,22 @@ pub struct ServeArgs {
     /// turn.
     #[arg(long, default_value_t = 8)]
     max_concurrent_creates: usize,
+    /// A repository MCP sessions over HTTP (`/mcp`) may create jobs in (repeatable; default:
+    /// none, so a session only works in jobs it is given no way to make).
+    #[arg(long, value_name = "PATH")]
+    mcp_repo: Vec<PathBuf>,
     #[command(flatten)]
     sweep: SweepArgs,
 }
 
 pub async fn run(paddock: &Paddock, args: ServeArgs) -> Result<i32> {
     let config = paddock.config(None)?;
+    // As `paddock mcp --repo`: each named once by its git common dir.
+    let mut mcp_repos = Vec::new();
+    for path in &args.mcp_repo {
+        let repo = crate::git::GitRepo::open(path, &std::env::temp_dir()).await?;
+        mcp_repos.push(repo.common_dir);
+    }
     let options = crate::daemon::serve::ServeOptions {
         sweep_interval: args.sweep_interval.unwrap_or(config.sweep.interval.value).0,
         sweep: args.sweep.options(&config, true),
@@ -41,6 +51,7 @@ pub async fn run(paddock: &Paddock, args: ServeArgs) -> Result<i32> {
         listen: args.listen,
         token_file: args.token_file,
         max_concurrent_creates: args.max_concurrent_creates,
+        mcp_repos,
         shutdown_grace: std::time::Duration::from_secs(30),
     };
     crate::daemon::serve::serve(options).await?;

@@ -22,9 +22,10 @@ use crate::store::PaddockHome;
 use crate::wire::{
     AdmissionView, ApplyReport, CheckpointList, CheckpointRemoved, CheckpointRequest,
     CheckpointView, CommitInfo, ConflictsQuery, ConflictsReport, CreateRequest, Event, EventQuery,
-    ExecInfo, ExecOptions, ExecResult, FileList, FileWritten, ForkAnswer, ForkRequest, JobDetails,
-    JobDiff, JobView, MergeReport, MergeRequest, NetworkChange, PauseAnswer, PushReport,
-    PushRequest, RemoveOptions, RemoveReport, RestoreAnswer, RestoreRequest,
+    ExecInfo, ExecOptions, ExecResult, ExecUser, FileBytes, FileList, FileReader, FileWritten,
+    ForkAnswer, ForkRequest, JobDetails, JobDiff, JobView, MergeReport, MergeRequest,
+    NetworkChange, PauseAnswer, PushReport, PushRequest, RemoveOptions, RemoveReport,
+    RestoreAnswer, RestoreRequest,
 };
 
 mod streams;
@@ -109,16 +110,6 @@ impl DaemonClient {
     }
 
     /// A request whose body is `body.0` of content type `body.1` (a file's raw bytes).
-    async fn send_bytes(
-        &self,
-        method: Method,
-        path: &str,
-        body: (Bytes, &str),
-        accept: &str,
-    ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
-        self.send_request(method, path, body, accept, None).await
-    }
-
     async fn send_request(
         &self,
         method: Method,
@@ -207,31 +198,6 @@ impl DaemonClient {
         }
         serde_json::from_value(value)
             .map_err(|e| failed(format!("unexpected answer from the daemon: {e}")))
-    }
-
-    /// A request whose success answer is raw bytes (a file); an error body is JSON.
-    async fn call_bytes(
-        &self,
-        method: Method,
-        path: &str,
-        body: (Bytes, &str),
-    ) -> Result<Bytes, Error> {
-        let response = self
-            .send_bytes(
-                method,
-                path,
-                body,
-                "application/octet-stream, application/json",
-            )
-            .await?;
-        let ok = response.status().is_success();
-        let bytes = read_body(response).await?;
-        if !ok {
-            return Err(daemon_error(
-                &serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            ));
-        }
-        Ok(bytes)
     }
 }
 
@@ -535,28 +501,60 @@ impl Operations for DaemonClient {
             .await
     }
 
-    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, Error> {
-        let route = format!("/v1/jobs/{}/files?path={}", encode(id), encode(path));
-        let empty = (Bytes::new(), "application/octet-stream");
-        Ok(self.call_bytes(Method::GET, &route, empty).await?.to_vec())
+    async fn read_file(
+        &self,
+        id: &str,
+        path: &str,
+        user: ExecUser,
+        limit: Option<u64>,
+    ) -> Result<FileBytes, Error> {
+        let mut route = files_route(id, path, user);
+        if let Some(limit) = limit {
+            route.push_str(&format!("&max={limit}"));
+        }
+        self.read_file_streamed(&route).await
     }
 
-    async fn write_file(&self, id: &str, path: &str, bytes: Vec<u8>) -> Result<FileWritten, Error> {
-        let route = format!("/v1/jobs/{}/files?path={}", encode(id), encode(path));
-        let body = (Bytes::from(bytes), "application/octet-stream");
-        let answer = self.call_bytes(Method::PUT, &route, body).await?;
-        serde_json::from_slice(&answer)
-            .map_err(|e| failed(format!("unexpected answer from the daemon: {e}")))
+    async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        bytes: FileBytes,
+        user: ExecUser,
+    ) -> Result<FileWritten, Error> {
+        let route = files_route(id, path, user);
+        self.write_file_streamed(&route, bytes).await
     }
 
-    async fn list_files(&self, id: &str, path: &str) -> Result<FileList, Error> {
-        let route = format!(
-            "/v1/jobs/{}/files?path={}&list=true",
-            encode(id),
-            encode(path)
-        );
+    async fn read_tar(&self, id: &str, path: &str, user: ExecUser) -> Result<FileReader, Error> {
+        let route = format!("{}&tar=true", files_route(id, path, user));
+        self.read_tar_streamed(&route).await
+    }
+
+    async fn write_tar(
+        &self,
+        id: &str,
+        path: &str,
+        tar: FileReader,
+        user: ExecUser,
+    ) -> Result<FileWritten, Error> {
+        let route = format!("{}&tar=true", files_route(id, path, user));
+        self.write_tar_streamed(&route, tar).await
+    }
+
+    async fn list_files(&self, id: &str, path: &str, user: ExecUser) -> Result<FileList, Error> {
+        let route = format!("{}&list=true", files_route(id, path, user));
         self.call(Method::GET, &route, None).await
     }
+}
+
+/// `/v1/jobs/{id}/files?path=P`, with `&user=U` for another user than the agent.
+fn files_route(id: &str, path: &str, user: ExecUser) -> String {
+    let mut route = format!("/v1/jobs/{}/files?path={}", encode(id), encode(path));
+    if user != ExecUser::Agent {
+        route.push_str(&format!("&user={}", encode(&user.to_string())));
+    }
+    route
 }
 
 /// The daemon's error of a response that is not a success (its JSON body), read whole.

@@ -1,6 +1,6 @@
 //! The daemon's streamed answers, read as they come: an exec's NDJSON (its id, its output,
-//! then its result), a dashboard lease held open, a long GET passed on in chunks, and the
-//! Server-Sent Events of `/v1/events`.
+//! then its result), a dashboard lease held open, a long GET passed on in chunks, a file's
+//! bytes either way, and the Server-Sent Events of `/v1/events`.
 
 use std::future::Future;
 
@@ -12,10 +12,157 @@ use super::{DaemonClient, daemon_error, failed, refusal};
 use crate::error::Error;
 use crate::output::{OutputSink, StreamKind};
 use crate::runtime::exec::StdinReader;
-use crate::wire::{ExecResult, STDIN_STREAM_TYPE};
+use crate::wire::{ExecResult, FileBytes, FileReader, FileWritten, STDIN_STREAM_TYPE};
 use futures_util::StreamExt as _;
 
+/// A request body of a size known up front (a file's PUT): hyper sends it with that
+/// `Content-Length`, which the daemon checks the write against.
+struct Sized<B> {
+    inner: B,
+    size: u64,
+}
+
+impl<B: hyper::body::Body + Unpin> hyper::body::Body for Sized<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.size)
+    }
+}
+
+/// A response's body as a reader.
+fn body_reader(response: hyper::Response<hyper::body::Incoming>) -> FileReader {
+    use futures_util::TryStreamExt as _;
+    let stream = response
+        .into_body()
+        .into_data_stream()
+        .map_err(std::io::Error::other);
+    Box::pin(tokio_util::io::StreamReader::new(stream))
+}
+
+/// A write's JSON answer, or the daemon's refusal.
+async fn json_answer(
+    response: hyper::Response<hyper::body::Incoming>,
+) -> Result<FileWritten, Error> {
+    if !response.status().is_success() {
+        return Err(refusal(response).await);
+    }
+    let answer = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| failed(e.to_string()))?
+        .to_bytes();
+    serde_json::from_slice(&answer)
+        .map_err(|e| failed(format!("unexpected answer from the daemon: {e}")))
+}
+
 impl DaemonClient {
+    /// A GET whose success answer streams (a file, a tar); a refusal is the daemon's JSON.
+    async fn get_streamed(
+        &self,
+        path: &str,
+        accept: &str,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+        let empty = http_body_util::Full::new(bytes::Bytes::new())
+            .map_err(|never| match never {})
+            .boxed_unsync();
+        let response = self
+            .send_body(
+                Method::GET,
+                path,
+                (empty, "application/octet-stream"),
+                accept,
+                None,
+            )
+            .await?;
+        if !response.status().is_success() {
+            return Err(refusal(response).await);
+        }
+        Ok(response)
+    }
+
+    /// `GET /v1/jobs/{id}/files`: the file's size from its `Content-Length`, then its
+    /// bytes as they come (a body that ends short of that size is a cut transfer).
+    pub(super) async fn read_file_streamed(&self, path: &str) -> Result<FileBytes, Error> {
+        let response = self
+            .get_streamed(path, "application/octet-stream, application/json")
+            .await?;
+        let size = response
+            .headers()
+            .get(hyper::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .ok_or_else(|| failed("the daemon sent a file without its size".to_string()))?;
+        Ok(FileBytes {
+            size,
+            reader: body_reader(response),
+        })
+    }
+
+    /// `GET ...files?tar=true`: a directory's tar as it comes.
+    pub(super) async fn read_tar_streamed(&self, path: &str) -> Result<FileReader, Error> {
+        let response = self
+            .get_streamed(path, "application/x-tar, application/json")
+            .await?;
+        Ok(body_reader(response))
+    }
+
+    /// `PUT ...files?tar=true` of a tar as it is made (chunked: its size is known at its end).
+    pub(super) async fn write_tar_streamed(
+        &self,
+        path: &str,
+        tar: FileReader,
+    ) -> Result<FileWritten, Error> {
+        let frames =
+            tokio_util::io::ReaderStream::new(tar).map(|chunk| chunk.map(hyper::body::Frame::data));
+        let body = http_body_util::StreamBody::new(frames).boxed_unsync();
+        let response = self
+            .send_body(
+                Method::PUT,
+                path,
+                (body, "application/x-tar"),
+                "application/json",
+                None,
+            )
+            .await?;
+        json_answer(response).await
+    }
+
+    /// `PUT /v1/jobs/{id}/files` of `bytes`, streamed with its size.
+    pub(super) async fn write_file_streamed(
+        &self,
+        path: &str,
+        bytes: FileBytes,
+    ) -> Result<FileWritten, Error> {
+        let size = bytes.size;
+        let reader = tokio::io::AsyncReadExt::take(bytes.reader, size);
+        let frames = tokio_util::io::ReaderStream::new(reader)
+            .map(|chunk| chunk.map(hyper::body::Frame::data));
+        let body = Sized {
+            inner: http_body_util::StreamBody::new(frames),
+            size,
+        }
+        .boxed_unsync();
+        let response = self
+            .send_body(
+                Method::PUT,
+                path,
+                (body, "application/octet-stream"),
+                "application/json",
+                None,
+            )
+            .await?;
+        json_answer(response).await
+    }
+
     /// An exec with output streamed as it comes (NDJSON), then the result.
     /// With `stdin`, the body is [`STDIN_STREAM_TYPE`]: the options' line, then the input
     /// as it is read (the answer streams back meanwhile).

@@ -84,6 +84,39 @@ fn not_a_kill_policy(input: &str) -> UnitError {
     }
 }
 
+/// Whether a job's root filesystem (the image's files) can be written: `read-only` (the
+/// default), or `writable`: a layer of the job's own over the image, discarded with the
+/// job, so root inside (`exec --user root`) can install packages. Only runtimes whose
+/// kernel is not the host's (runsc, microvm) take `writable`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, EnumString, Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(
+    serialize_all = "kebab-case",
+    parse_err_ty = UnitError,
+    parse_err_fn = not_a_rootfs
+)]
+pub enum RootFs {
+    #[default]
+    ReadOnly,
+    Writable,
+}
+
+impl RootFs {
+    pub fn is_read_only(&self) -> bool {
+        *self == RootFs::ReadOnly
+    }
+}
+
+fn not_a_rootfs(input: &str) -> UnitError {
+    UnitError {
+        what: "rootfs",
+        input: input.to_string(),
+        expected: "read-only or writable",
+    }
+}
+
 /// What the sweeper (and `rm`) does with a job's branch.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, EnumString, Display,

@@ -27,7 +27,7 @@ mod show_rows;
 mod trust;
 use crate::units::{ByteSize, Cpus, HumanDuration, UnitError};
 pub use choices::{
-    BranchPolicy, CheckoutMode, EnvironmentChoice, KillPolicy, NetworkMode, PushPolicy,
+    BranchPolicy, CheckoutMode, EnvironmentChoice, KillPolicy, NetworkMode, PushPolicy, RootFs,
     RuntimeChoice,
 };
 use files::{ConfigFile, check_caches, check_profile_name, env_layers, read_file};

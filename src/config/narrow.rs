@@ -169,6 +169,13 @@ pub(super) fn widenings(layer: &ProfileLayer, base: &Profile) -> Vec<Refused> {
             "above the user's disk limit".into(),
         );
     }
+    if layer.rootfs == Some(super::RootFs::Writable) && base.rootfs.value.is_read_only() {
+        refuse(
+            "rootfs",
+            "writable".into(),
+            "a repository may not make the job's root filesystem writable".into(),
+        );
+    }
     if let Some(cpus) = layer.cpus
         && cpus.0 > base.cpus.value.0
     {
@@ -365,6 +372,7 @@ fn layer_of(profile: &Profile) -> ProfileLayer {
         allow: Some(profile.allow.value.clone()),
         timeout: Some(profile.timeout.value),
         kill_policy: Some(profile.kill_policy.value),
+        rootfs: Some(profile.rootfs.value),
         grace: Some(profile.grace.value),
         workspace_dir: None,
         uid: Some(profile.uid.value),
@@ -471,6 +479,7 @@ fn drop_field(layer: &mut ProfileLayer, key: &str) {
         "allow" => layer.allow = None,
         "timeout" => layer.timeout = None,
         "grace" => layer.grace = None,
+        "rootfs" => layer.rootfs = None,
         "uid" => layer.uid = None,
         "copy" => layer.copy = None,
         "setup_network" => layer.setup_network = None,

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     CheckoutMode, ConfigError, DEFAULT_IMAGE, EnvironmentChoice, KillPolicy, NetworkMode,
-    PushPolicy, RuntimeChoice, Source, Sourced,
+    PushPolicy, RootFs, RuntimeChoice, Source, Sourced,
     show_rows::{cache_names, source_origin},
 };
 use crate::cache::CacheSpec;
@@ -53,6 +53,8 @@ pub struct ProfileLayer {
     pub allow: Option<Vec<AllowEntry>>,
     pub timeout: Option<HumanDuration>,
     pub kill_policy: Option<KillPolicy>,
+    /// `writable`: the job's own writable layer over the image (runsc, microvm only).
+    pub rootfs: Option<RootFs>,
     pub grace: Option<HumanDuration>,
     pub workspace_dir: Option<String>,
     pub uid: Option<u32>,
@@ -217,6 +219,7 @@ pub struct Profile {
     pub allow: Sourced<Vec<AllowEntry>>,
     pub timeout: Sourced<HumanDuration>,
     pub kill_policy: Sourced<KillPolicy>,
+    pub rootfs: Sourced<RootFs>,
     pub grace: Sourced<HumanDuration>,
     pub workspace_dir: Sourced<String>,
     /// The unprivileged uid the agent runs as when paddock itself runs as root.
@@ -259,6 +262,7 @@ impl Default for Profile {
             allow: Sourced::default_value(Vec::new()),
             timeout: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(600))),
             kill_policy: Sourced::default_value(KillPolicy::Graceful),
+            rootfs: Sourced::default_value(RootFs::ReadOnly),
             grace: Sourced::default_value(HumanDuration(std::time::Duration::from_secs(5))),
             workspace_dir: Sourced::default_value("/workspace".to_string()),
             uid: Sourced::default_value(1000),
@@ -303,6 +307,7 @@ impl Profile {
             allow,
             timeout,
             kill_policy,
+            rootfs,
             grace,
             workspace_dir,
             uid,
@@ -530,6 +535,11 @@ impl Profile {
                 "kill_policy".into(),
                 self.kill_policy.value.to_string(),
                 &self.kill_policy.source,
+            ),
+            (
+                "rootfs".into(),
+                self.rootfs.value.to_string(),
+                &self.rootfs.source,
             ),
             (
                 "grace".into(),

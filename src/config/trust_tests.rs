@@ -232,3 +232,22 @@ fn a_config_file_over_a_mebibyte_is_refused_unread() {
         .to_string();
     assert!(error.contains("larger than 1"), "{error}");
 }
+
+#[test]
+fn a_repository_may_not_make_the_root_writable_but_may_keep_it_read_only() {
+    let (_dir, config) = load("", "profiles:\n  default:\n    rootfs: writable\n");
+    let (_, profile) = config.select_profile(None, "agent", None).unwrap();
+    assert_eq!(profile.rootfs.value, crate::config::RootFs::ReadOnly);
+    assert_eq!(
+        refused(&config),
+        [("profiles.default.rootfs".to_string(), Some(3))]
+    );
+    // The user's own `writable` stands, and the repository may narrow it back.
+    let (_dir, config) = load(
+        "profiles:\n  default:\n    rootfs: writable\n",
+        "profiles:\n  default:\n    rootfs: read-only\n",
+    );
+    let (_, profile) = config.select_profile(None, "agent", None).unwrap();
+    assert_eq!(profile.rootfs.value, crate::config::RootFs::ReadOnly);
+    assert!(refused(&config).is_empty());
+}

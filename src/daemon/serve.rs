@@ -34,6 +34,8 @@ pub struct ServeOptions {
     pub token_file: Option<PathBuf>,
     /// Admitted creates built at once; more wait their turn.
     pub max_concurrent_creates: usize,
+    /// The repositories (git common dirs) MCP sessions over HTTP may create jobs in.
+    pub mcp_repos: Vec<PathBuf>,
     /// How long in-flight requests may finish after SIGTERM.
     pub shutdown_grace: Duration,
 }
@@ -46,7 +48,9 @@ pub fn watch_activity(
     let root = paddock.home().worktrees_dir();
     let (tx, rx) = mpsc::unbounded_channel();
     let prefix = root.clone();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+    // Never into a link: a worktree is the agent's, and a link it plants there (to `/`)
+    // would have the daemon watch, and walk, whatever it names.
+    let handler = move |event: notify::Result<notify::Event>| {
         let Ok(event) = event else { return };
         if matches!(event.kind, notify::EventKind::Access(_)) {
             return;
@@ -56,8 +60,10 @@ pub fn watch_activity(
                 let _ = tx.send(id);
             }
         }
-    })
-    .map_err(|e| watch_error(&root, &e))?;
+    };
+    let config = notify::Config::default().with_follow_symlinks(false);
+    let mut watcher =
+        notify::RecommendedWatcher::new(handler, config).map_err(|e| watch_error(&root, &e))?;
     watcher
         .watch(&root, RecursiveMode::Recursive)
         .map_err(|e| watch_error(&root, &e))?;
@@ -176,7 +182,8 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let state = crate::daemon::api::ApiState::new(paddock.clone(), options.sweep.clone())?
-        .with_stopping(stop_rx.clone());
+        .with_stopping(stop_rx.clone())
+        .with_mcp_repos(options.mcp_repos.clone());
     let shutdown = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };

@@ -80,6 +80,7 @@ pub async fn run(
     checks.push(disk_limit_check());
     checks.push(microvm::microvm_check(&crate::runtime::microvm::assets_dir(home)).await);
     checks.push(checkpoints_check(runtimes));
+    checks.push(other_users_check());
     // The runtime `auto` falls back to, and what it does not isolate.
     checks.push(check(
         "process runtime",
@@ -202,6 +203,26 @@ fn disk_limit_check() -> Check {
                 "run paddock as root on a kernel with loop devices, ext4 and overlayfs, with mkfs.ext4 (apt-get install e2fsprogs)",
             ),
         ),
+    }
+}
+
+/// What `exec --user root|UID` needs: a runtime that contains root, and for gVisor on this
+/// host the static busybox that settles that user's files (see `runtime::docker::users`).
+fn other_users_check() -> Check {
+    if crate::runtime::docker::other_users_helper() {
+        check(
+            "other users",
+            Status::Ok,
+            "`exec --user root|UID[:GID]` and `rootfs: writable` run in runsc jobs (with the host's static busybox) and microvm jobs; runc and process jobs refuse them",
+            None,
+        )
+    } else {
+        check(
+            "other users",
+            Status::Warn,
+            "no static busybox at /bin/busybox: runsc jobs refuse `exec --user` (microvm jobs take it; runc and process jobs never do)",
+            Some("apt-get install busybox-static, then create the runsc job again"),
+        )
     }
 }
 
@@ -376,12 +397,15 @@ async fn docker_checks(docker: &dyn Runtime, image: &str) -> Vec<Check> {
         .check_ready(image, crate::config::NetworkMode::None)
         .await
     {
-        Ok(()) => checks.push(check(
-            "image",
-            Status::Ok,
-            format!("{image} is present"),
-            None,
-        )),
+        Ok(()) => {
+            checks.push(check(
+                "image",
+                Status::Ok,
+                format!("{image} is present"),
+                None,
+            ));
+            checks.push(toolchains_check(docker, image).await);
+        }
         Err(e) => checks.push(check(
             "image",
             Status::Fail,
@@ -443,6 +467,102 @@ async fn docker_checks(docker: &dyn Runtime, image: &str) -> Vec<Check> {
     checks
 }
 
+/// The tools agents run in nearly every task, as the agent image lists them
+/// (`/etc/paddock-toolchains`, written by Dockerfile.agent's build).
+const TOOLCHAINS: [&str; 4] = ["python3", "node", "make", "curl"];
+
+/// The tools Dockerfile.agent lists: only these are shown (the file is the image's, so
+/// whatever else it holds never reaches the row).
+const LISTED: [&str; 16] = [
+    "python3", "pip3", "node", "npm", "make", "gcc", "g++", "curl", "wget", "jq", "rg", "unzip",
+    "xz", "less", "ssh", "git",
+];
+
+/// What the image's toolchains are (name and version), read from the image without running
+/// it: a warning when the everyday ones are missing, since agents' commands will fail.
+async fn toolchains_check(docker: &dyn Runtime, image: &str) -> Check {
+    let Some(images) = docker.capabilities().images else {
+        return check(
+            "toolchains",
+            Status::Warn,
+            "this runtime cannot read images",
+            None,
+        );
+    };
+    let listed = match images
+        .image_file(image, "/etc/paddock-toolchains", 64 << 10)
+        .await
+    {
+        Ok(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+        Ok(None) => {
+            return check(
+                "toolchains",
+                Status::Warn,
+                format!("{image} lists none (not built by `paddock image build`)"),
+                Some("paddock image build (Python, Node.js, build tools), or a devcontainer.json"),
+            );
+        }
+        Err(e) => return check("toolchains", Status::Warn, e.to_string(), None),
+    };
+    let tools = listed_tools(&listed);
+    let shown = tools
+        .iter()
+        .map(|(tool, version)| format!("{tool} {version}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let missing: Vec<&str> = TOOLCHAINS
+        .into_iter()
+        .filter(|tool| !tools.iter().any(|(t, _)| t == tool))
+        .collect();
+    if missing.is_empty() {
+        check("toolchains", Status::Ok, shown, None)
+    } else {
+        check(
+            "toolchains",
+            Status::Warn,
+            format!("{image} lacks {} (has: {shown})", missing.join(", ")),
+            Some("paddock image build without --minimal, or a devcontainer.json that brings them"),
+        )
+    }
+}
+
+/// The known tools of a toolchains file and their short versions; any other line is
+/// dropped.
+fn listed_tools(listed: &str) -> Vec<(String, String)> {
+    listed
+        .lines()
+        .filter_map(|line| line.split_once('\t'))
+        .filter(|(tool, _)| LISTED.contains(tool))
+        .map(|(tool, version)| (tool.to_string(), short_version(version)))
+        .collect()
+}
+
+/// The version in a `--version` line: of each word, the digits and dots it starts with once
+/// its leading letters go (`Python 3.11.2` → `3.11.2`, `v18.20.4`, `jq-1.6`,
+/// `OpenSSH_9.2p1` → `9.2`, `12.2.0-14+deb12u1)` → `12.2.0`), the first with a dot, else
+/// the first number (`less 590`), else the line itself, cut short.
+fn short_version(line: &str) -> String {
+    let numbers: Vec<&str> = line
+        .split_whitespace()
+        .map(|word| {
+            let digits = word.trim_start_matches(|c: char| !c.is_ascii_digit());
+            let end = digits
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .unwrap_or(digits.len());
+            digits[..end].trim_end_matches('.')
+        })
+        .filter(|number| !number.is_empty())
+        .collect();
+    numbers
+        .iter()
+        .find(|number| number.contains('.'))
+        .or_else(|| numbers.first())
+        .map_or_else(|| line.trim(), |n| *n)
+        .chars()
+        .take(40)
+        .collect()
+}
+
 fn disk_check(home: &PaddockHome) -> Check {
     let Some(free) = crate::sys::free_space(home.root()) else {
         return check("disk", Status::Warn, "could not read free space", None);
@@ -497,5 +617,43 @@ fn state_root_check(home: &PaddockHome, env: &dyn crate::env::EnvLookup) -> Chec
             )),
         ),
         _ => check("state root", Status::Ok, detail, None),
+    }
+}
+
+#[cfg(test)]
+mod toolchain_tests {
+    #[test]
+    fn only_known_tools_and_short_versions_reach_the_row() {
+        let hostile = format!(
+            "python3\tPython 3.11.2\n\u{1b}]0;owned\u{7}\tx\nevil\t1.0\nnode\t{}\n",
+            "v".repeat(5000)
+        );
+        let tools = super::listed_tools(&hostile);
+        assert_eq!(tools[0], ("python3".to_string(), "3.11.2".to_string()));
+        assert_eq!(tools.len(), 2, "{tools:?}");
+        assert_eq!(tools[1].0, "node");
+        assert!(tools[1].1.chars().count() <= 40, "{tools:?}");
+    }
+
+    #[test]
+    fn a_version_line_gives_its_version() {
+        for (line, version) in [
+            ("Python 3.11.2", "3.11.2"),
+            ("v18.20.4", "18.20.4"),
+            ("jq-1.6", "1.6"),
+            (
+                "OpenSSH_9.2p1 Debian-2+deb12u10, OpenSSL 3.0.20 7 Apr 2026",
+                "9.2",
+            ),
+            ("gcc (Debian 12.2.0-14+deb12u1) 12.2.0", "12.2.0"),
+            ("less 590 (GNU regular expressions)", "590"),
+            (
+                "pip 23.0.1 from /usr/lib/python3/dist-packages/pip (python 3.11)",
+                "23.0.1",
+            ),
+            ("unknown", "unknown"),
+        ] {
+            assert_eq!(super::short_version(line), version, "{line}");
+        }
     }
 }

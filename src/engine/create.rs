@@ -228,6 +228,12 @@ impl Paddock {
         };
         let described = self.runtimes.of(runtime.kind).describe();
         super::ports::check_ports(&profile.ports.value, described.ports)?;
+        check_root_layer(
+            profile.rootfs.value,
+            disk,
+            runtime.kind,
+            self.runtimes.of(runtime.kind).capabilities().other_users,
+        )?;
         if !described.host_caches {
             refuse_host_caches(config.caches.value.iter().chain(&profile.caches.value))?;
         }
@@ -616,6 +622,30 @@ pub fn render_branch(template: &str, agent: &str, task: Option<&str>, id: &JobId
         })
 }
 
+/// A root layer the job writes (`rootfs: writable`) is for root inside, so only where root
+/// is contained; and with a disk limit only where that layer is inside the limit (Docker
+/// keeps a container's layer in its own storage, which the job's disk image does not hold:
+/// an `apt-get install` there would write past the limit the user set).
+fn check_root_layer(
+    rootfs: crate::config::RootFs,
+    disk: Option<crate::units::ByteSize>,
+    runtime: crate::job::RuntimeKind,
+    other_users: Option<&dyn crate::runtime::capabilities::OtherUsers>,
+) -> Result<(), Error> {
+    if rootfs.is_read_only() {
+        return Ok(());
+    }
+    let Some(other_users) = other_users else {
+        return Err(Error::WritableRootNotContained { runtime });
+    };
+    match disk {
+        Some(limit) if other_users.root_layer_outside_disk() => {
+            Err(Error::WritableRootUnbounded { runtime, limit })
+        }
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -659,5 +689,31 @@ mod tests {
             render_branch("agent/{agent}/{task}", "agent", None, &id),
             "agent/agent/j1"
         );
+    }
+
+    #[test]
+    fn a_writable_root_needs_contained_root_and_with_a_disk_limit_a_layer_the_limit_holds() {
+        use crate::config::RootFs;
+        use crate::job::RuntimeKind;
+        let docker = crate::runtime::fake::FakeRuntime::default();
+        let limit = Some(crate::units::ByteSize(200 << 20));
+        // Read-only: anything goes.
+        check_root_layer(RootFs::ReadOnly, limit, RuntimeKind::Docker, None).unwrap();
+        let error =
+            check_root_layer(RootFs::Writable, None, RuntimeKind::Docker, None).unwrap_err();
+        assert!(
+            matches!(error, Error::WritableRootNotContained { .. }),
+            "{error}"
+        );
+        // The fake keeps its root layer where Docker does: outside the job's disk.
+        check_root_layer(RootFs::Writable, None, RuntimeKind::Runsc, Some(&docker)).unwrap();
+        let error = check_root_layer(RootFs::Writable, limit, RuntimeKind::Runsc, Some(&docker))
+            .unwrap_err();
+        assert!(
+            matches!(error, Error::WritableRootUnbounded { .. }),
+            "{error}"
+        );
+        assert_eq!(error.kind(), crate::error::ErrorKind::InvalidInput);
+        assert!(error.to_string().contains("200"), "{error}");
     }
 }

@@ -187,7 +187,15 @@ impl Paddock {
             }
             _ => report.base_image.clone().unwrap_or_default(),
         };
-        runtime.build_image(&base, &tag, &mut log).await?;
+        // The devcontainer's image brings its tools: paddock's layer adds only its own.
+        runtime
+            .build_image(
+                &base,
+                &tag,
+                crate::runtime::capabilities::AgentTools::Minimal,
+                &mut log,
+            )
+            .await?;
         report.built = true;
         Ok(runtime.image_env(&tag).await?.unwrap_or_default())
     }
@@ -404,6 +412,7 @@ impl Paddock {
             output_cap: 1024,
             after: None,
             stdin: Default::default(),
+            user: None,
         };
         let mut discard = crate::output::Discard;
         self.runtime_of(record)

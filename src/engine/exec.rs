@@ -169,12 +169,14 @@ fn exec_meta(
     runtime: &dyn crate::runtime::Runtime,
     record: &crate::job::JobRecord,
     image_id: Option<String>,
+    exec_path: Option<&'static str>,
 ) -> crate::output::ExecMeta {
     let limits = &record.limits;
     crate::output::ExecMeta {
         runtime: runtime.describe().name.to_string(),
         image: runtime.layout().sandboxed().then(|| limits.image.clone()),
         image_id,
+        exec_path: exec_path.map(str::to_string),
         paddock_version: env!("CARGO_PKG_VERSION").to_string(),
         checkout: record.checkout.to_string(),
         limits: crate::output::ExecLimits {
@@ -239,6 +241,30 @@ fn exec_stdin(options: &mut ExecOptions) -> Result<crate::runtime::exec::ExecStd
 }
 
 impl Paddock {
+    /// The uid and gid an exec runs as when they are not the agent's, after checking that
+    /// the job's runtime contains them.
+    pub(super) async fn other_user(
+        &self,
+        record: &crate::job::JobRecord,
+        user: Option<crate::wire::ExecUser>,
+    ) -> Result<Option<(u32, u32)>> {
+        let user = user.unwrap_or_default();
+        let agent = crate::runtime::agent_user(record.limits.uid);
+        if !user.is_other(agent) {
+            return Ok(None);
+        }
+        let runtime = self.runtime_of(record);
+        let Some(users) = runtime.capabilities().other_users else {
+            return Err(Error::UserNotContained {
+                id: record.id.clone(),
+                user,
+                runtime: record.runtime,
+            });
+        };
+        users.check_other_user(record).await?;
+        Ok(Some(user.ids(agent)))
+    }
+
     /// Runs a command in a job: the job becomes `running`, then `exited` or `timed-out` (or
     /// `failed` when paddock itself could not run it). Output goes to `sink` as it comes and
     /// to the job's output log; every exec is appended to the audit log.
@@ -278,6 +304,9 @@ impl Paddock {
             }
             None => record,
         };
+        // Another user than the agent only where the runtime contains it (checked before a
+        // slot is taken: a refusal waits for nothing).
+        let other_user = self.other_user(&record, options.user).await?;
         // Held until the exec ends (the guard frees it on every path).
         let _slot = self
             .admit_exec(&record.id, options.no_wait, options.waiter.as_deref())
@@ -292,7 +321,11 @@ impl Paddock {
             self.auto_checkpoint(&record, keep).await?;
         }
         // The branch sync rides along in the exec's own sandbox session when it can.
-        let piggyback = self.piggyback_sync(&record).await;
+        // Not after another user's command: the sync runs as the agent, on settled files.
+        let piggyback = match other_user {
+            None => self.piggyback_sync(&record).await,
+            Some(_) => None,
+        };
         clock.mark("plan");
         let request = ExecRequest {
             cmd: options.cmd.clone(),
@@ -304,6 +337,7 @@ impl Paddock {
             output_cap: options.output_cap.unwrap_or(DEFAULT_OUTPUT_CAP),
             after: piggyback.as_ref().map(|p| p.snippet.clone()),
             stdin,
+            user: other_user,
         };
         let started_at = Utc::now();
         let command_deadline = std::time::Instant::now() + request.timeout + request.grace;
@@ -346,6 +380,14 @@ impl Paddock {
         {
             outcome = Err(error);
         }
+        // What another user left in the job's files is the agent's again before the sync
+        // (or anything of paddock's) reads them; whatever the command's outcome.
+        if let Some(user) = other_user
+            && let Some(users) = self.runtime_of(&record).capabilities().other_users
+            && let Err(error) = users.settle(&record, user).await
+        {
+            outcome = Err(error);
+        }
         clock.mark("runtime");
         // The command's commits reach the user's repository before exec returns.
         // The sync ends by the exec's own deadline, with a little room after a command that
@@ -381,6 +423,7 @@ impl Paddock {
                 runtime.as_ref(),
                 &record,
                 done.image_id.take(),
+                done.exec_path,
             )));
         }
         let (container_id, oom_kills) = match &outcome {

@@ -20,24 +20,27 @@
 //! - Writes never go into the job's `.git` link or into a cache paddock mounts or links into
 //!   the workspace; a new file or directory is given the owner of the worktree root (the
 //!   agent's uid, when paddock runs as root), so the checkout stays the agent's.
-//! - Files are bytes (binary-safe) and capped at [`FILE_CAP`] either way.
+//! - Files are bytes (binary-safe) and stream both ways with no cap but a read limit the
+//!   caller sets; a write goes to a temporary file beside the target, renamed over it only
+//!   when every byte came, so a transfer cut midway leaves nothing under the target's name.
 //! - Reads and writes answer as the job's user would be answered in its sandbox: paddock as
 //!   root (which the kernel lets read and write anything) checks the agent's permission
 //!   bits on the file and every directory on the way first; as the agent's uid, the kernel
 //!   does. A read-only file is not written, a file the agent cannot read is not read.
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
+
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use super::Paddock;
+use super::files_inside::As;
 use crate::cache::Strategy;
 use crate::error::{Error, Result};
 use crate::job::JobRecord;
 use crate::place::{Place, WorkspacePath};
-use crate::wire::{FileEntry, FileKind, FileList, FileWritten};
+use crate::wire::{ExecUser, FileBytes, FileEntry, FileKind, FileList, FileReader, FileWritten};
 
 pub use crate::wire::FILE_CAP;
 
@@ -212,11 +215,11 @@ fn check_regular(path: &WorkspacePath, meta: &std::fs::Metadata) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn too_large(path: &WorkspacePath, size: u64) -> Error {
+pub(crate) fn too_large(path: &WorkspacePath, size: u64, cap: u64) -> Error {
     Error::FileTooLarge {
         path: path.shown.clone(),
         size,
-        cap: FILE_CAP,
+        cap,
     }
 }
 
@@ -289,13 +292,16 @@ fn check_way(
     Ok(())
 }
 
-/// Reads a file as the job's user `who` would be let (`None`: paddock's own identity,
-/// which the kernel checks, is the job's).
-fn read_blocking(
+/// Opens a file for a streamed read as the job's user `who` would be let (`None`:
+/// paddock's own identity, which the kernel checks, is the job's): the open file and the
+/// size it has now, which is all a read sends (a file that grows meanwhile is cut there;
+/// one that shrinks ends the transfer short, which the reader tells).
+fn open_for_read(
     record: &JobRecord,
     path: &WorkspacePath,
     who: Option<(u32, u32)>,
-) -> Result<Vec<u8>> {
+    limit: Option<u64>,
+) -> Result<(std::fs::File, u64)> {
     let root = open_root(record)?;
     if let Some(who) = who {
         check_way(&root, path, who, "read")?;
@@ -307,32 +313,30 @@ fn read_blocking(
         0,
     )
     .map_err(|e| open_error(path, "open", e))?;
-    let mut file = std::fs::File::from(fd);
-    let io = |source| Error::FileIo {
+    let file = std::fs::File::from(fd);
+    let meta = file.metadata().map_err(|source| Error::FileIo {
         action: "read",
         path: path.shown.clone(),
         source,
-    };
-    let meta = file.metadata().map_err(io)?;
+    })?;
     check_regular(path, &meta)?;
     if who.is_some_and(|who| !may(&meta, who, READ)) {
         return Err(denied(path, "read"));
     }
     // By size and by allocated blocks, before a byte is read: the job may have made it a
     // sparse terabyte.
-    if super::outbox::over_cap(&meta, FILE_CAP) {
-        return Err(too_large(path, super::outbox::stored_size(&meta)));
+    if let Some(limit) = limit
+        && super::outbox::over_cap(&meta, limit)
+    {
+        // The size it claims when that is over; else the blocks it holds.
+        let size = if meta.len() > limit {
+            meta.len()
+        } else {
+            super::outbox::stored_size(&meta)
+        };
+        return Err(too_large(path, size, limit));
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or_default());
-    // One byte past the cap tells a file that grew while we read it.
-    (&mut file)
-        .take(FILE_CAP + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    if bytes.len() as u64 > FILE_CAP {
-        return Err(too_large(path, bytes.len() as u64));
-    }
-    Ok(bytes)
+    Ok((file, meta.len()))
 }
 
 /// Refuses writes into the `.git` link and into caches paddock mounts or links there.
@@ -456,12 +460,35 @@ fn check_write_here(
     }
 }
 
-fn write_blocking(
+/// A write in progress: a temporary file beside the target, renamed over it only when
+/// every byte arrived, removed otherwise (also when dropped unfinished).
+struct PendingWrite {
+    dir: OwnedFd,
+    temp: OsString,
+    name: OsString,
+    created: bool,
+    done: bool,
+}
+
+impl Drop for PendingWrite {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = rustix::fs::unlinkat(
+                &self.dir,
+                self.temp.as_os_str(),
+                rustix::fs::AtFlags::empty(),
+            );
+        }
+    }
+}
+
+/// Checks a write as `write_blocking` always did, then makes its temporary file (with the
+/// mode and owner the file will have): the pending write and the file to fill.
+fn prepare_write(
     record: &JobRecord,
     path: &WorkspacePath,
-    bytes: &[u8],
     owner: Option<(u32, u32)>,
-) -> Result<FileWritten> {
+) -> Result<(PendingWrite, std::fs::File)> {
     let root = open_root(record)?;
     // As root, paddock writes as the agent would be let: `owner` is the agent. Otherwise
     // paddock is the agent's uid and the kernel says.
@@ -469,40 +496,103 @@ fn write_blocking(
         check_way(&root, path, who, "write")?;
     }
     let dir = parent_dir(&root, path, owner)?;
-    let name = std::slice::from_ref(path.parts.last().expect("checked: not the workspace"));
-    let flags = libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOCTTY;
+    let name = path
+        .parts
+        .last()
+        .expect("checked: not the workspace")
+        .clone();
     if let Some(who) = owner {
-        check_write_here(&dir, name, path, who)?;
+        check_write_here(&dir, std::slice::from_ref(&name), path, who)?;
     }
-    let (fd, created) = match open_beneath(
-        dir.as_fd(),
-        name,
-        flags | libc::O_CREAT | libc::O_EXCL,
-        0o644,
-    ) {
-        Ok(fd) => {
-            give(&fd, owner, path)?;
-            (fd, true)
-        }
-        Err(error) if error.raw_os_error() == Some(libc::EEXIST) => (
-            open_beneath(dir.as_fd(), name, flags, 0).map_err(|e| open_error(path, "open", e))?,
-            false,
-        ),
-        Err(error) => return Err(open_error(path, "create", error)),
+    let io = |action, source| Error::FileIo {
+        action,
+        path: path.shown.clone(),
+        source,
     };
-    let mut file = std::fs::File::from(fd);
+    // Checked before a byte changes: an existing file must be a regular file of its own,
+    // and its replacement keeps its mode.
+    let existing = match open_beneath(dir.as_fd(), std::slice::from_ref(&name), libc::O_PATH, 0) {
+        Ok(fd) => {
+            let meta = std::fs::File::from(fd)
+                .metadata()
+                .map_err(|e| io("look at", e))?;
+            if meta.file_type().is_symlink() {
+                return Err(Error::PathSymlink {
+                    path: path.shown.clone(),
+                });
+            }
+            check_regular(path, &meta)?;
+            Some(meta.mode() & 0o777)
+        }
+        Err(error) if error.raw_os_error() == Some(libc::ENOENT) => None,
+        Err(error) => return Err(open_error(path, "open", error)),
+    };
+    let temp = OsString::from(format!(".paddock-put.{}", crate::ids::random_hex(12)));
+    let fd = open_beneath(
+        dir.as_fd(),
+        std::slice::from_ref(&temp),
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY,
+        0o600,
+    )
+    .map_err(|e| open_error(path, "create", e))?;
+    let pending = PendingWrite {
+        dir,
+        temp,
+        name,
+        created: existing.is_none(),
+        done: false,
+    };
+    give(&fd, owner, path)?;
+    let file = std::fs::File::from(fd);
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(
+        existing.unwrap_or(0o644),
+    ))
+    .map_err(|e| io("write", e))?;
+    Ok((pending, file))
+}
+
+/// Puts the filled temporary file under the target's name.
+fn finish_write(mut pending: PendingWrite, path: &WorkspacePath) -> Result<bool> {
+    rustix::fs::renameat(
+        &pending.dir,
+        pending.temp.as_os_str(),
+        &pending.dir,
+        pending.name.as_os_str(),
+    )
+    .map_err(|e| open_error(path, "replace", e.into()))?;
+    pending.done = true;
+    Ok(pending.created)
+}
+
+/// Writes `bytes` (exactly `bytes.size` of them) to a file of the workspace, whole or not
+/// at all (see [`PendingWrite`]).
+async fn write_streamed(
+    record: &JobRecord,
+    path: &WorkspacePath,
+    bytes: FileBytes,
+    owner: Option<(u32, u32)>,
+) -> Result<FileWritten> {
+    use tokio::io::AsyncWriteExt as _;
+    let (record_c, path_c) = (record.clone(), path.clone());
+    let (pending, file) = blocking(move || prepare_write(&record_c, &path_c, owner)).await?;
     let io = |source| Error::FileIo {
         action: "write",
         path: path.shown.clone(),
         source,
     };
-    // Checked before a byte changes: an existing file must be a regular file of its own.
-    check_regular(path, &file.metadata().map_err(io)?)?;
-    file.set_len(0).map_err(io)?;
-    file.write_all(bytes).map_err(io)?;
+    let mut file = tokio::fs::File::from_std(file);
+    let mut reader = tokio::io::AsyncReadExt::take(bytes.reader, bytes.size);
+    let copied = tokio::io::copy(&mut reader, &mut file).await.map_err(io)?;
+    if copied != bytes.size {
+        return Err(io(crate::wire::cut_short(bytes.size, copied)));
+    }
+    file.flush().await.map_err(io)?;
+    drop(file);
+    let path_c = path.clone();
+    let created = blocking(move || finish_write(pending, &path_c)).await?;
     Ok(FileWritten {
         path: path.shown.clone(),
-        size: bytes.len() as u64,
+        size: bytes.size,
         created,
     })
 }
@@ -576,69 +666,171 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Where a file API path is answered: by the job's sandbox (outside the workspace of a job
-/// that has one: see `files_inside`), or in its workspace.
+/// that has one, or anywhere as another user than the agent: see `files_inside`; the path
+/// as the sandbox names it), or in its workspace.
 enum Target {
-    Sandbox(JobRecord),
+    Sandbox(JobRecord, String, As),
     Workspace(JobRecord, WorkspacePath),
 }
 
+/// What a file API call does with its path.
+#[derive(Clone, Copy)]
+enum Access {
+    Read,
+    /// Writes one file.
+    File,
+    /// Unpacks a tree into a directory.
+    Tree,
+}
+
 impl Paddock {
-    /// The job (loaded once) and where `path` is answered.
-    fn target(&self, id: &str, path: &str) -> Result<Target> {
+    /// The job (loaded once) and where `path` is answered for `user`. Another user than the
+    /// agent is refused where the runtime does not contain it (as for `exec --user`), and
+    /// is always answered inside the sandbox, whose kernel checks that user's permissions.
+    async fn target(&self, id: &str, path: &str, user: ExecUser, access: Access) -> Result<Target> {
         let record = self.load(id)?;
-        if self.runtime_of(&record).layout().sandboxed()
-            && super::files_inside::is_inside_path(&record, path)
-        {
-            return Ok(Target::Sandbox(record));
+        let other = self.other_user(&record, Some(user)).await?;
+        // A runtime that contains another user has a sandbox of its own to answer.
+        let sandboxed = self.runtime_of(&record).layout().sandboxed() || other.is_some();
+        if sandboxed && super::files_inside::is_inside_path(&record, path) {
+            return Ok(Target::Sandbox(record, path.to_string(), As(other)));
         }
-        let path = workspace_path(
+        let relative = workspace_path(
             Path::new(&record.limits.workspace_dir),
             &record.worktree,
             path,
         )?;
-        Ok(Target::Workspace(record, path))
+        // Wherever the files live: no write into `.git` or a cache (nor over the workspace
+        // itself, but a tree may be unpacked into it).
+        match access {
+            Access::File => check_writable(&record, &relative)?,
+            Access::Tree if !relative.parts.is_empty() => check_writable(&record, &relative)?,
+            Access::Read | Access::Tree => {}
+        }
+        if other.is_some() {
+            let inside = super::files_inside::inside_path(&record, &relative);
+            return Ok(Target::Sandbox(record, inside, As(other)));
+        }
+        Ok(Target::Workspace(record, relative))
     }
 
-    /// The bytes of a file of the job (see the module docs for what is refused).
-    pub async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
-        match self.target(id, path)? {
-            Target::Sandbox(record) => self.read_inside(&record, path).await,
+    /// After a write as another user: what it left in the job's host files is the agent's
+    /// again (see `OtherUsers::settle`).
+    async fn settle_files(&self, record: &JobRecord, user: As) -> Result<()> {
+        if let (Some(ids), Some(users)) =
+            (user.0, self.runtime_of(record).capabilities().other_users)
+        {
+            users.settle(record, ids).await?;
+        }
+        Ok(())
+    }
+
+    /// The bytes of a file of the job, streamed, refused when over `limit` (see the
+    /// module docs for what else is refused).
+    pub async fn read_file(
+        &self,
+        id: &str,
+        path: &str,
+        user: ExecUser,
+        limit: Option<u64>,
+    ) -> Result<FileBytes> {
+        match self.target(id, path, user, Access::Read).await? {
+            Target::Sandbox(record, inside, user) => {
+                self.read_inside(&record, &inside, limit, user).await
+            }
             Target::Workspace(record, path) => {
                 // As root paddock could read what the agent cannot: it reads as the agent would.
                 let who = self.runtime_of(&record).layout().files_owner(&record);
-                self.place_of(&record).read_file(&record, &path, who).await
-            }
-        }
-    }
-
-    /// Writes (creates or replaces) a file of the job, making missing directories.
-    pub async fn write_file(&self, id: &str, path: &str, bytes: Vec<u8>) -> Result<FileWritten> {
-        let size = bytes.len() as u64;
-        match self.target(id, path)? {
-            Target::Sandbox(_) if size > FILE_CAP => Err(Error::FileTooLarge {
-                path: path.to_string(),
-                size,
-                cap: FILE_CAP,
-            }),
-            Target::Sandbox(record) => self.write_inside(&record, path, bytes).await,
-            Target::Workspace(record, path) => {
-                // Wherever the files live: no write into `.git` or a cache, nothing over the cap.
-                check_writable(&record, &path)?;
-                if size > FILE_CAP {
-                    return Err(too_large(&path, size));
-                }
-                let owner = self.runtime_of(&record).layout().files_owner(&record);
                 self.place_of(&record)
-                    .write_file(&record, &path, bytes, owner)
+                    .open_file(&record, &path, who, limit)
                     .await
             }
         }
     }
 
+    /// Writes (creates or replaces) a file of the job, making missing directories, whole
+    /// or not at all.
+    pub async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        bytes: FileBytes,
+        user: ExecUser,
+    ) -> Result<FileWritten> {
+        match self.target(id, path, user, Access::File).await? {
+            Target::Sandbox(record, inside, user) => {
+                let written = self.write_inside(&record, &inside, bytes, user).await;
+                self.settle_files(&record, user).await?;
+                let mut written = written?;
+                written.path = path.to_string();
+                Ok(written)
+            }
+            Target::Workspace(record, path) => {
+                let owner = self.runtime_of(&record).layout().files_owner(&record);
+                self.place_of(&record)
+                    .put_file(&record, &path, bytes, owner)
+                    .await
+            }
+        }
+    }
+
+    /// Where a directory's tar is made or unpacked: inside the job's sandbox, as the job's
+    /// user or `user` (a process job has none: refused). A workspace path is the sandbox's
+    /// view of it; a write into `.git` or a cache is refused as for a file.
+    async fn tar_target(
+        &self,
+        id: &str,
+        path: &str,
+        user: ExecUser,
+        access: Access,
+    ) -> Result<(JobRecord, String, As)> {
+        let (record, inside, user) = match self.target(id, path, user, access).await? {
+            Target::Sandbox(record, inside, user) => (record, inside, user),
+            Target::Workspace(record, relative) => {
+                let inside = super::files_inside::inside_path(&record, &relative);
+                (record, inside, As::default())
+            }
+        };
+        if !self.runtime_of(&record).layout().sandboxed() {
+            return Err(Error::PathRefused {
+                path: path.to_string(),
+                reason: "a directory goes as a tar only through a job's sandbox, and a process job has none (copy its files one by one)",
+            });
+        }
+        Ok((record, inside, user))
+    }
+
+    /// A directory of the job as a tar stream (`cp -r JOB:DIR LOCAL`).
+    pub async fn read_tar(&self, id: &str, path: &str, user: ExecUser) -> Result<FileReader> {
+        let (record, inside, user) = self.tar_target(id, path, user, Access::Read).await?;
+        self.tar_inside(&record, &inside, user).await
+    }
+
+    /// Unpacks a tar stream into a directory of the job (made if missing), whole or not at
+    /// all (`cp -r LOCAL JOB:DIR`).
+    pub async fn write_tar(
+        &self,
+        id: &str,
+        path: &str,
+        tar: FileReader,
+        user: ExecUser,
+    ) -> Result<FileWritten> {
+        let (record, inside, user) = self.tar_target(id, path, user, Access::Tree).await?;
+        let written = self.untar_inside(&record, &inside, tar, user).await;
+        self.settle_files(&record, user).await?;
+        let mut written = written?;
+        written.path = path.to_string();
+        Ok(written)
+    }
+
     /// The entries of a directory of the job.
-    pub async fn list_files(&self, id: &str, path: &str) -> Result<FileList> {
-        match self.target(id, path)? {
-            Target::Sandbox(record) => self.list_inside(&record, path).await,
+    pub async fn list_files(&self, id: &str, path: &str, user: ExecUser) -> Result<FileList> {
+        match self.target(id, path, user, Access::Read).await? {
+            Target::Sandbox(record, inside, user) => {
+                let mut list = self.list_inside(&record, &inside, user).await?;
+                list.path = path.to_string();
+                Ok(list)
+            }
             Target::Workspace(record, path) => {
                 self.place_of(&record).list_dir(&record, &path).await
             }
@@ -651,14 +843,30 @@ pub(super) struct HostDir;
 
 #[async_trait::async_trait]
 impl Place for HostDir {
-    async fn read_file(
+    async fn open_file(
         &self,
         record: &JobRecord,
         path: &WorkspacePath,
         who: Option<(u32, u32)>,
-    ) -> Result<Vec<u8>> {
+        limit: Option<u64>,
+    ) -> Result<FileBytes> {
         let (record, path) = (record.clone(), path.clone());
-        blocking(move || read_blocking(&record, &path, who)).await
+        let (file, size) = blocking(move || open_for_read(&record, &path, who, limit)).await?;
+        let reader = tokio::io::AsyncReadExt::take(tokio::fs::File::from_std(file), size);
+        Ok(FileBytes {
+            size,
+            reader: Box::pin(reader),
+        })
+    }
+
+    async fn put_file(
+        &self,
+        record: &JobRecord,
+        path: &WorkspacePath,
+        bytes: FileBytes,
+        owner: Option<(u32, u32)>,
+    ) -> Result<FileWritten> {
+        write_streamed(record, path, bytes, owner).await
     }
 
     async fn write_file(
@@ -668,8 +876,7 @@ impl Place for HostDir {
         bytes: Vec<u8>,
         owner: Option<(u32, u32)>,
     ) -> Result<FileWritten> {
-        let (record, path) = (record.clone(), path.clone());
-        blocking(move || write_blocking(&record, &path, &bytes, owner)).await
+        write_streamed(record, path, FileBytes::from_vec(bytes), owner).await
     }
 
     async fn list_dir(&self, record: &JobRecord, path: &WorkspacePath) -> Result<FileList> {
@@ -681,6 +888,7 @@ impl Place for HostDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read as _;
 
     #[test]
     fn paths_are_relative_to_the_workspace_and_never_climb() {

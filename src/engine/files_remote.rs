@@ -14,10 +14,10 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 
-use super::files::{FILE_CAP, READ, denied, may_mode, too_large};
+use super::files::denied;
 use crate::error::{Error, Result};
 use crate::job::JobRecord;
-use crate::place::{Place, WorkspacePath};
+use crate::place::WorkspacePath;
 use crate::runtime::capabilities::EngineVolumes;
 use crate::runtime::{Runtime, agent_user};
 use crate::wire::{FileEntry, FileKind, FileList, FileWritten};
@@ -109,96 +109,17 @@ fn io_error(action: &'static str, path: &WorkspacePath) -> impl Fn(std::io::Erro
     }
 }
 
-#[async_trait::async_trait]
-impl Place for EngineFiles {
-    async fn read_file(
-        &self,
-        record: &JobRecord,
-        path: &WorkspacePath,
-        _who: Option<(u32, u32)>,
-    ) -> Result<Vec<u8>> {
-        let volumes = self.volumes()?;
-        match walk(volumes, record, path).await? {
-            (None, _) => {
-                return Err(Error::FileNotFound {
-                    path: path.shown.clone(),
-                });
-            }
-            (Some(mode), _) if mode & MODE_DIR != 0 => {
-                return Err(Error::FileKind {
-                    path: path.shown.clone(),
-                    what: "a directory",
-                });
-            }
-            (Some(mode), _) if mode & MODE_TYPE != 0 => {
-                return Err(Error::FileKind {
-                    path: path.shown.clone(),
-                    what: "not a regular file",
-                });
-            }
-            _ => {}
-        }
-        let target = container_path(record, &path.parts);
-        // The tar adds a header per entry and pads to 512-byte blocks: a little over the cap.
-        let Some(tar) = volumes
-            .download_path(record, &target, FILE_CAP + 64 * 1024)
-            .await?
-        else {
-            return Err(too_large(path, FILE_CAP + 1));
-        };
-        let name = path.parts.last().map(|p| p.to_string_lossy().into_owned());
-        let mut archive = tar::Archive::new(tar.as_slice());
-        let read = io_error("read", path);
-        let mut entries = archive.entries().map_err(&read)?;
-        let mut entry = entries
-            .next()
-            .ok_or_else(|| Error::FileNotFound {
-                path: path.shown.clone(),
-            })?
-            .map_err(&read)?;
-        let entry_name = entry
-            .path()
-            .map_err(&read)?
-            .to_string_lossy()
-            .trim_end_matches('/')
-            .to_string();
-        if entry.header().entry_type() != tar::EntryType::Regular || Some(entry_name) != name {
-            return Err(Error::FileKind {
-                path: path.shown.clone(),
-                what: "not a regular file",
-            });
-        }
-        // The engine reads as root: the file is given only when the agent could read it.
-        let header = entry.header();
-        let owner = (
-            header
-                .uid()
-                .ok()
-                .and_then(|u| u32::try_from(u).ok())
-                .unwrap_or(0),
-            header
-                .gid()
-                .ok()
-                .and_then(|g| u32::try_from(g).ok())
-                .unwrap_or(0),
-        );
-        let mode = header.mode().unwrap_or(0);
-        if !may_mode(mode, owner, agent_user(record.limits.uid), READ) {
-            return Err(denied(path, "read"));
-        }
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(
-            &mut std::io::Read::take(&mut entry, FILE_CAP + 1),
-            &mut bytes,
-        )
-        .map_err(&read)?;
-        if bytes.len() as u64 > FILE_CAP {
-            return Err(too_large(path, bytes.len() as u64));
-        }
-        Ok(bytes)
+/// Not a [`Place`] of its own: `OnEngine` streams the file API through the sandbox and
+/// uses these for what the archive API does whole (a restore's bundle, a listing).
+impl EngineFiles {
+    /// Refuses `path` when a component is a link (or one before the last is not a
+    /// directory), as a local job's file API does, before its bytes stream through the
+    /// sandbox. A job that swaps a link in afterwards redirects only its own sandbox's read.
+    pub(super) async fn check_path(&self, record: &JobRecord, path: &WorkspacePath) -> Result<()> {
+        walk(self.volumes()?, record, path).await.map(|_| ())
     }
 
-    async fn write_file(
+    pub(super) async fn write_file(
         &self,
         record: &JobRecord,
         path: &WorkspacePath,
@@ -267,7 +188,11 @@ impl Place for EngineFiles {
         })
     }
 
-    async fn list_dir(&self, record: &JobRecord, path: &WorkspacePath) -> Result<FileList> {
+    pub(super) async fn list_dir(
+        &self,
+        record: &JobRecord,
+        path: &WorkspacePath,
+    ) -> Result<FileList> {
         let volumes = self.volumes()?;
         match walk(volumes, record, path).await?.0 {
             None => {

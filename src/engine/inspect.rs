@@ -122,7 +122,12 @@ impl Paddock {
         let logs_bytes = tokio::task::spawn_blocking(move || logs_size(&logs))
             .await
             .unwrap_or(0);
+        let image_id = match self.runtime_of(&record).capabilities().images {
+            Some(images) if record.container_id.is_some() => images.sandbox_image(&record).await,
+            _ => None,
+        };
         Ok(JobDetails {
+            image_id,
             view,
             changes,
             changes_error,

@@ -237,7 +237,7 @@ impl Paddock {
         deadline: Instant,
     ) -> Result<Synced> {
         let [stream, stderr, _] = sync_files(&piggyback.host_base);
-        let bundle = self.home().job_dir(&record.id).join("incoming.bundle");
+        let bundle = self.incoming_bundle(record);
         let capture_to = bundle.clone();
         let received = tokio::task::spawn_blocking(move || {
             let mut capture = SyncCapture::new(capture_to);

@@ -10,13 +10,14 @@
 
 use super::failpoints::crash_point;
 use super::files::HostDir;
+use super::files_inside::{As, inside_path};
 use super::files_remote::EngineFiles;
 use super::{Paddock, Result};
 use crate::git::GitRepo;
 use crate::job::JobRecord;
 use crate::place::{JobFiles, Place, WorkspacePath};
 use crate::runtime::RuntimeError;
-use crate::wire::{FileList, FileWritten};
+use crate::wire::{FileBytes, FileList, FileWritten};
 
 impl Paddock {
     /// Where `record`'s files live: this host, or volumes of its engine.
@@ -58,13 +59,24 @@ impl OnEngine<'_> {
 
 #[async_trait::async_trait]
 impl Place for OnHost<'_> {
-    async fn read_file(
+    async fn open_file(
         &self,
         record: &JobRecord,
         path: &WorkspacePath,
         who: Option<(u32, u32)>,
-    ) -> Result<Vec<u8>> {
-        HostDir.read_file(record, path, who).await
+        limit: Option<u64>,
+    ) -> Result<FileBytes> {
+        HostDir.open_file(record, path, who, limit).await
+    }
+
+    async fn put_file(
+        &self,
+        record: &JobRecord,
+        path: &WorkspacePath,
+        bytes: FileBytes,
+        owner: Option<(u32, u32)>,
+    ) -> Result<FileWritten> {
+        HostDir.put_file(record, path, bytes, owner).await
     }
 
     async fn write_file(
@@ -119,13 +131,37 @@ impl JobFiles for OnHost<'_> {
 
 #[async_trait::async_trait]
 impl Place for OnEngine<'_> {
-    async fn read_file(
+    /// Read in the sandbox as the job's user, whom the sandbox's kernel checks (`who` is
+    /// the same user). The file API streams a remote job's workspace through its sandbox:
+    /// the engine's archive API answers a file whole.
+    async fn open_file(
         &self,
         record: &JobRecord,
         path: &WorkspacePath,
-        who: Option<(u32, u32)>,
-    ) -> Result<Vec<u8>> {
-        self.files.read_file(record, path, who).await
+        _who: Option<(u32, u32)>,
+        limit: Option<u64>,
+    ) -> Result<FileBytes> {
+        self.files.check_path(record, path).await?;
+        self.paddock
+            .read_inside(record, &inside_path(record, path), limit, As::default())
+            .await
+    }
+
+    /// Written in the sandbox as the job's user (its files are the agent's already).
+    async fn put_file(
+        &self,
+        record: &JobRecord,
+        path: &WorkspacePath,
+        bytes: FileBytes,
+        _owner: Option<(u32, u32)>,
+    ) -> Result<FileWritten> {
+        self.files.check_path(record, path).await?;
+        let mut written = self
+            .paddock
+            .write_inside(record, &inside_path(record, path), bytes, As::default())
+            .await?;
+        written.path.clone_from(&path.shown);
+        Ok(written)
     }
 
     async fn write_file(

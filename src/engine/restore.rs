@@ -155,6 +155,7 @@ impl Paddock {
             output_cap: 16 << 10,
             after: None,
             stdin: Default::default(),
+            user: None,
         };
         let result = runtime
             .exec_in_sandbox(record, &request, &mut Discard)

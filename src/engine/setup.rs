@@ -162,6 +162,7 @@ impl Paddock {
             output_cap: SETUP_OUTPUT_CAP,
             after: None,
             stdin: Default::default(),
+            user: None,
         };
         let execs = self.home.execs_dir(&record.id);
         let recorder = ExecRecorder::start(&execs, &record.id, &cmd, timeout + request.grace);

@@ -321,8 +321,9 @@ impl Paddock {
             output_cap: 4096,
             after: None,
             stdin: Default::default(),
+            user: None,
         };
-        let bundle = self.home().job_dir(&record.id).join("incoming.bundle");
+        let bundle = self.incoming_bundle(record);
         let mut capture = SyncCapture::new(bundle.clone());
         let ran = self
             .runtime_of(record)
@@ -484,5 +485,17 @@ impl Paddock {
         Ok(self
             .wip_repo_of(record)
             .expect("the wip store was just made"))
+    }
+}
+
+impl Paddock {
+    /// Where one sync's stream is captured: a name of its own in the job's directory, so
+    /// a sync run in an exec's session (captured before it takes the job's sync lock) and
+    /// a full sync of the same job (a `show`, a sweep) never write or remove each other's
+    /// file (seen: a piggybacked bundle gone before it was read).
+    pub(super) fn incoming_bundle(&self, record: &JobRecord) -> std::path::PathBuf {
+        self.home()
+            .job_dir(&record.id)
+            .join(format!("incoming-{}.bundle", crate::ids::random_hex(8)))
     }
 }

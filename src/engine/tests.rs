@@ -493,3 +493,137 @@ async fn a_queued_or_unknown_job_cannot_be_paused_and_leaves_nothing() {
     assert_eq!(unknown.kind(), crate::error::ErrorKind::NotFound);
     assert!(fake.frozen.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn another_user_runs_only_where_the_runtime_contains_it_and_is_settled_after() {
+    use crate::wire::{ExecOptions, ExecUser};
+    // Without `OtherUsers` (runc, the process runtime): refused, nothing run, no slot held.
+    let fake = Arc::new(FakeRuntime::default());
+    let (_tmp, repo, paddock) = setup(&fake);
+    paddock.create(fake_job(&repo, "plain")).await.unwrap();
+    let as_user = |user: ExecUser| ExecOptions {
+        cmd: vec!["true".into()],
+        user: Some(user),
+        no_wait: true,
+        ..Default::default()
+    };
+    let mut sink = crate::runtime::exec::Discard;
+    let runs = fake.execs.lock().unwrap().len();
+    for user in [ExecUser::Root, ExecUser::Id { uid: 1234, gid: 5 }] {
+        let refused = paddock.exec("plain", as_user(user), &mut sink).await;
+        assert!(
+            matches!(refused, Err(crate::error::Error::UserNotContained { .. })),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(fake.execs.lock().unwrap().len(), runs, "nothing ran");
+    // The agent's own identity is no other user.
+    let record = paddock.load("plain").unwrap();
+    let (uid, gid) = crate::runtime::agent_user(record.limits.uid);
+    paddock
+        .exec("plain", as_user(ExecUser::Id { uid, gid }), &mut sink)
+        .await
+        .unwrap();
+    paddock
+        .exec("plain", as_user(ExecUser::Agent), &mut sink)
+        .await
+        .unwrap();
+    assert!(fake.other_user_execs.lock().unwrap().is_empty());
+
+    // With it (gVisor, the microVM): run as that user, then settled, every time.
+    let fake = Arc::new(FakeRuntime {
+        other_users: true,
+        ..FakeRuntime::default()
+    });
+    let (_tmp, repo, paddock) = setup(&fake);
+    paddock.create(fake_job(&repo, "contained")).await.unwrap();
+    paddock
+        .exec("contained", as_user(ExecUser::Root), &mut sink)
+        .await
+        .unwrap();
+    let failed = ExecOptions {
+        cmd: vec!["false".into()],
+        ..as_user(ExecUser::Id { uid: 7, gid: 8 })
+    };
+    let result = paddock.exec("contained", failed, &mut sink).await.unwrap();
+    assert_eq!(result.exit_code, 1);
+    assert_eq!(
+        *fake.other_user_execs.lock().unwrap(),
+        vec![((0, 0), true), ((7, 8), true)]
+    );
+}
+
+#[tokio::test]
+async fn the_file_api_as_another_user_goes_through_the_sandbox_only_where_it_is_contained() {
+    use crate::wire::{ExecUser, FileBytes};
+    // Without `OtherUsers`: every file operation as root is refused before anything runs.
+    let fake = Arc::new(FakeRuntime::default());
+    let (tmp, repo, paddock) = setup(&fake);
+    paddock.create(fake_job(&repo, "plain")).await.unwrap();
+    let root = ExecUser::Root;
+    let refused = |result: crate::error::Result<()>| {
+        assert!(
+            matches!(result, Err(crate::error::Error::UserNotContained { .. })),
+            "{result:?}"
+        );
+    };
+    refused(
+        paddock
+            .read_file("plain", "README", root, None)
+            .await
+            .map(drop),
+    );
+    refused(
+        paddock
+            .write_file("plain", "new", FileBytes::from_vec(b"x".to_vec()), root)
+            .await
+            .map(drop),
+    );
+    refused(paddock.list_files("plain", "", root).await.map(drop));
+    refused(paddock.read_tar("plain", "", root).await.map(drop));
+    assert!(fake.execs.lock().unwrap().is_empty(), "nothing ran");
+    let worktree = paddock.load("plain").unwrap().worktree;
+    assert!(!worktree.join("new").exists());
+
+    // With it: the sandbox answers as that user, and a write is settled after.
+    let fake = Arc::new(FakeRuntime {
+        other_users: true,
+        ..FakeRuntime::default()
+    });
+    let (_tmp2, repo, paddock) = setup(&fake);
+    paddock.create(fake_job(&repo, "contained")).await.unwrap();
+    // `.git` stays refused to every user, before anything runs.
+    let into_git = paddock
+        .write_file(
+            "contained",
+            ".git/hooks/post-checkout",
+            FileBytes::from_vec(b"x".to_vec()),
+            root,
+        )
+        .await;
+    assert!(into_git.is_err(), "{into_git:?}");
+    assert!(fake.execs.lock().unwrap().is_empty(), "nothing ran");
+    // (The fake's sandbox is this host: a path of the test's own.)
+    let target = tmp.path().join("as-root");
+    let target = target.to_str().unwrap();
+    let written = paddock
+        .write_file(
+            "contained",
+            target,
+            FileBytes::from_vec(b"by root".to_vec()),
+            root,
+        )
+        .await
+        .unwrap();
+    assert_eq!((written.path.as_str(), written.size), (target, 7));
+    assert_eq!(std::fs::read(target).unwrap(), b"by root");
+    let read = paddock
+        .read_file("contained", target, root, None)
+        .await
+        .unwrap();
+    assert_eq!(read.into_vec().await.unwrap(), b"by root");
+    // The write and its size check ran as root and were settled; the reads left nothing.
+    let execs = fake.other_user_execs.lock().unwrap().clone();
+    assert_eq!(execs.first(), Some(&((0, 0), true)), "{execs:?}");
+    assert!(execs.iter().all(|(user, _)| *user == (0, 0)), "{execs:?}");
+}

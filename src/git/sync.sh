@@ -104,6 +104,15 @@ add_copies() {
   done
 }
 
+# `git add -A` fails when a file changes under it (rewritten while read: "short read"), as
+# a file a running process keeps rewriting does; a second or third try takes it between
+# two writes.
+add_all() {
+  GIT_INDEX_FILE=$index g add -A -- ':/' >&2 ||
+    GIT_INDEX_FILE=$index g add -A -- ':/' >&2 ||
+    GIT_INDEX_FILE=$index g add -A -- ':/' >&2
+}
+
 state=-
 if [ "$snapshot" != 0 ]; then
   # The copy keeps the index's mtime, which git's racy-clean check compares file mtimes
@@ -117,7 +126,7 @@ if [ "$snapshot" != 0 ]; then
   fi
   g ls-files -z --others --exclude-standard -- ':/' >"$untracked" 2>"$warnings" || : >"$untracked"
   [ "$snapshot" != 2 ] || check_checkpoint
-  if ! GIT_INDEX_FILE=$index g add -A -- ':/' >&2 || ! add_copies ||
+  if ! add_all || ! add_copies ||
     ! tree=$(GIT_INDEX_FILE=$index g write-tree 2>/dev/null); then
     # Objects the index names are gone, or the git dir takes no writes: hash the whole
     # worktree afresh into a snapshot without a parent.
@@ -129,7 +138,7 @@ if [ "$snapshot" != 0 ]; then
       have_base=${1:--}
     fi
     rm -f "$index"
-    GIT_INDEX_FILE=$index g add -A -- ':/' >&2 || exit 73
+    add_all || exit 73
     tree=$(GIT_INDEX_FILE=$index g write-tree) || exit 74
   fi
   if [ "$snapshot" = 1 ] && [ -n "$head" ] && [ "$tree" = "$(g rev-parse "$head^{tree}")" ]; then

@@ -10,6 +10,7 @@
 //! | `guard-ranges` | a short-lived container, or the remote engine's guard | `guard_ranges.rs` |
 //! | `port-bridge` | a remote job's relay container on its engine | `port_bridge.rs` |
 //! | `port-relay` | paddock, detached, for a remote job's ports on this host | `port_relay.rs` |
+//! | `exec-server` | a Docker or gVisor job container's main process (issue 46) | `exec_server.rs` |
 //! | `guest-agent` | a microVM's init, inside the VM | `runtime/microvm/guest.rs` |
 //! | `vm-shell` | `paddock shell` of a microVM job | `runtime/microvm/shell.rs` |
 //! | `vm-virtiofsd` | paddock as root, for a microVM's writable share | `runtime/microvm/jail.rs` |
@@ -19,6 +20,7 @@
 //! one table of exit codes).
 
 mod egress_load;
+pub mod exec_server;
 mod egress_proxy;
 mod guard_ranges;
 mod port_bridge;
@@ -55,6 +57,8 @@ enum Helper {
     PortBridge(port_bridge::PortBridgeArgs),
     /// Serve a remote job's ports on this host's loopback (started by paddock, detached).
     PortRelay(port_relay::PortRelayArgs),
+    /// The resident exec server of a job container (its main process).
+    ExecServer,
     /// The guest agent of a microVM job (run by the VM's init, inside the VM).
     GuestAgent,
     /// A shell in a microVM job over its agent's channel (run by `paddock shell`).
@@ -71,6 +75,7 @@ const NAMES: &[&str] = &[
     "guard-ranges",
     "port-bridge",
     "port-relay",
+    "exec-server",
     "guest-agent",
     "vm-shell",
     "vm-virtiofsd",
@@ -95,6 +100,10 @@ pub fn run(line: HelperLine) -> i32 {
     // async runtime starts.
     if let Helper::VmVirtiofsd(args) = &line.helper {
         return crate::runtime::microvm::jail::run(args);
+    }
+    // Blocking std code, and no more of the binary's machinery than it needs.
+    if let Helper::ExecServer = &line.helper {
+        return exec_server::serve();
     }
     let runtime = match crate::async_runtime() {
         Ok(runtime) => runtime,
@@ -122,6 +131,7 @@ async fn run_async(helper: Helper) -> i32 {
                 .unwrap_or(exit::INTERNAL);
         }
         Helper::VmShell(args) => return crate::runtime::microvm::shell::attach(args).await,
+        Helper::ExecServer => return exec_server::serve(),
         Helper::VmVirtiofsd(args) => return crate::runtime::microvm::jail::run(&args),
     };
     outcome.unwrap_or_else(|error| report(&error))

@@ -92,7 +92,7 @@ pub async fn serve(
         if line.trim().is_empty() {
             continue;
         }
-        if let Some(answer) = handle_line(ops, session, &mut version, &line).await {
+        if let Some(answer) = handle_message(ops, session, &mut version, &line).await {
             let mut text = answer.to_string();
             text.push('\n');
             output.write_all(text.as_bytes()).await?;
@@ -102,8 +102,9 @@ pub async fn serve(
     Ok(())
 }
 
-/// The answer to one line, or none (a notification, or a response from the client).
-async fn handle_line(
+/// The answer to one message, or none (a notification, or a response from the client):
+/// the stdio transport's lines and the HTTP transport's bodies alike.
+pub async fn handle_message(
     ops: &impl Operations,
     session: &Session,
     version: &mut Option<&'static str>,

@@ -106,6 +106,11 @@ pub struct ExecArgs {
     /// Text for the command's standard input (default: none; the command reads end-of-file).
     #[serde(default)]
     pub stdin: Option<String>,
+    /// Who the command runs as: `agent` (default), `root` or `UID[:GID]`; another user than
+    /// the agent only on runsc and microvm jobs.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub user: Option<crate::wire::ExecUser>,
 }
 
 /// `job_diff`.
@@ -172,6 +177,11 @@ pub struct FileArgs {
     pub job: String,
     /// The file, as the agent sees it (`/workspace/src/x.rs`) or relative to the workspace.
     pub path: String,
+    /// Who reads or writes: `agent` (default), `root` or `UID[:GID]`, with that user's
+    /// permissions; another user than the agent only on runsc and microvm jobs.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub user: Option<crate::wire::ExecUser>,
 }
 
 /// `file_list`.
@@ -183,6 +193,11 @@ pub struct ListFilesArgs {
     /// The directory (default: the workspace).
     #[serde(default)]
     pub path: String,
+    /// Who reads or writes: `agent` (default), `root` or `UID[:GID]`, with that user's
+    /// permissions; another user than the agent only on runsc and microvm jobs.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub user: Option<crate::wire::ExecUser>,
 }
 
 /// `file_write`: give exactly one of `content` and `content_base64`.
@@ -200,6 +215,11 @@ pub struct WriteArgs {
     /// The new content, base64-encoded (for binary files).
     #[serde(default)]
     pub content_base64: Option<String>,
+    /// Who reads or writes: `agent` (default), `root` or `UID[:GID]`, with that user's
+    /// permissions; another user than the agent only on runsc and microvm jobs.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub user: Option<crate::wire::ExecUser>,
 }
 
 /// The input schema of `T`, as MCP wants it: a JSON Schema object.
@@ -472,7 +492,9 @@ async fn file_write(
     };
     Ok(async {
         check_owner(ops, session, &args.job).await?;
-        let written = ops.write_file(&args.job, &args.path, bytes).await?;
+        let bytes = crate::wire::FileBytes::from_vec(bytes);
+        let user = args.user.unwrap_or_default();
+        let written = ops.write_file(&args.job, &args.path, bytes, user).await?;
         Ok(serde_json::to_value(written).expect("file answers serialize"))
     }
     .await)
@@ -590,6 +612,7 @@ async fn run_job_tool(
                 env: args.env,
                 workdir: args.workdir,
                 stdin: args.stdin,
+                user: args.user,
                 ..ExecOptions::default()
             };
             // The live output is dropped: the result carries it (capped), and it stays
@@ -620,7 +643,23 @@ async fn run_job_tool(
             value(ops.push(job, request).await?)
         }
         Parsed::Read(args) => {
-            let bytes = ops.read_file(job, &args.path).await?;
+            // One JSON answer holds it whole: at most the file API's cap.
+            let file = ops
+                .read_file(
+                    job,
+                    &args.path,
+                    args.user.unwrap_or_default(),
+                    Some(crate::wire::FILE_CAP),
+                )
+                .await?;
+            let bytes = file
+                .into_vec()
+                .await
+                .map_err(|source| crate::error::Error::FileIo {
+                    action: "read",
+                    path: args.path.clone(),
+                    source,
+                })?;
             let size = bytes.len();
             match String::from_utf8(bytes) {
                 Ok(text) => json!({"path": args.path, "size": size, "content": text}),
@@ -631,6 +670,9 @@ async fn run_job_tool(
                 }),
             }
         }
-        Parsed::List(args) => value(ops.list_files(job, &args.path).await?),
+        Parsed::List(args) => value(
+            ops.list_files(job, &args.path, args.user.unwrap_or_default())
+                .await?,
+        ),
     })
 }

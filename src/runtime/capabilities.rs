@@ -24,6 +24,31 @@ pub struct Capabilities<'a> {
     pub ports: Option<&'a dyn PortRelay>,
     pub volumes: Option<&'a dyn EngineVolumes>,
     pub freeze: Option<&'a dyn Freeze>,
+    pub other_users: Option<&'a dyn OtherUsers>,
+}
+
+/// Commands as another uid than the job's, root among them (`exec --user`), and a job root
+/// layer it can write (`rootfs: writable`): only where the runtime's kernel is not the
+/// host's, so root inside is no one of the host's. Such a user has no capabilities inside;
+/// what it may still leave in the job's host files (an owner that is not the agent's, a
+/// setuid bit) is undone by [`OtherUsers::settle`] before paddock reads them.
+#[async_trait::async_trait]
+pub trait OtherUsers: Send + Sync {
+    /// Whether `record`'s sandbox can run another user now (its helper is in place), or
+    /// why not.
+    async fn check_other_user(&self, record: &JobRecord) -> Result<(), RuntimeError>;
+
+    /// After a command as `user`: ends that user's processes left in the sandbox, then
+    /// gives every file of the job's writable host mounts that is not the agent's back to
+    /// the agent and clears setuid and setgid bits there.
+    async fn settle(&self, record: &JobRecord, user: (u32, u32)) -> Result<(), RuntimeError>;
+
+    /// Whether a writable root layer (`rootfs: writable`) lives in the engine's own storage,
+    /// out of reach of a job's disk limit (Docker's container layer); false where it lives in
+    /// the sandbox's memory and is bounded by its memory limit (the microVM's tmpfs overlay).
+    fn root_layer_outside_disk(&self) -> bool {
+        false
+    }
 }
 
 /// Freezing every process of a job's sandbox in place and thawing them again (`pause`,
@@ -62,6 +87,28 @@ pub trait Sandboxes: Send + Sync {
     async fn remove_sandbox(&self, sandbox: &Sandbox) -> Result<(), RuntimeError>;
 }
 
+/// What the agent image carries beyond a shell, git, CA certificates and ps
+/// (Dockerfile.agent's `TOOLCHAINS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentTools {
+    /// Nothing more: a devcontainer's image brings its own tools, and `image build
+    /// --minimal` keeps the image small.
+    Minimal,
+    /// Python 3 with pip and venv, Node.js with npm, build-essential, curl, wget, jq,
+    /// ripgrep, unzip, xz, less and openssh-client, from Debian's packages.
+    Full,
+}
+
+impl AgentTools {
+    /// The build argument's value.
+    pub fn arg(self) -> &'static str {
+        match self {
+            AgentTools::Minimal => "minimal",
+            AgentTools::Full => "full",
+        }
+    }
+}
+
 /// An image engine (the Docker daemon): its facts for `doctor`, the agent image and
 /// repository builds, the images this install made.
 #[async_trait::async_trait]
@@ -69,11 +116,12 @@ pub trait Images: Send + Sync {
     /// The engine's version and capabilities.
     async fn engine_facts(&self) -> Result<EngineFacts, RuntimeError>;
 
-    /// Builds the agent image `tag` from `base_image`; returns the image id.
+    /// Builds the agent image `tag` from `base_image` with `tools`; returns the image id.
     async fn build_image(
         &self,
         base_image: &str,
         tag: &str,
+        tools: AgentTools,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError>;
 
@@ -99,6 +147,18 @@ pub trait Images: Send + Sync {
     /// The env of the image `tag` (`NAME=value` entries) when it is present, `None` when it
     /// is not (a devcontainer's cached build, and its `${containerEnv:...}`).
     async fn image_env(&self, tag: &str) -> Result<Option<Vec<String>>, RuntimeError>;
+
+    /// The id (`sha256:...`) of the image `record`'s sandbox runs, when it has one now.
+    async fn sandbox_image(&self, record: &JobRecord) -> Option<String>;
+
+    /// The bytes of the regular file `path` of image `tag` (at most `cap`), read without
+    /// running anything of the image; `None`: no such file, or larger.
+    async fn image_file(
+        &self,
+        tag: &str,
+        path: &str,
+        cap: u64,
+    ) -> Result<Option<Vec<u8>>, RuntimeError>;
 }
 
 /// A network of the job's own that follows its record's policy.

@@ -32,6 +32,9 @@ pub struct ExecRequest {
     pub after: Option<String>,
     /// What the command reads on its standard input (nothing: it reads an empty stdin).
     pub stdin: ExecStdin,
+    /// The uid and gid to run as when not the job's own (`exec --user`); only runtimes
+    /// whose `contains_root` capability is set are given one (the engine checks).
+    pub user: Option<(u32, u32)>,
 }
 
 /// A reader of an exec's standard input.

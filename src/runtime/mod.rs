@@ -58,6 +58,9 @@ pub struct ExecOutcome {
     pub oom_kills: Option<u64>,
     /// The id of the image the command's container runs (`sha256:...`), when known.
     pub image_id: Option<String>,
+    /// How the command was started: `exec-server` (the container's resident server),
+    /// `docker-exec` (Docker's exec API), `guest-agent` (a microVM's), `process`.
+    pub exec_path: Option<&'static str>,
 }
 
 /// A sandbox this install left on the machine (a container carrying its labels), as the
@@ -246,6 +249,7 @@ pub async fn health_check(runtime: &dyn Runtime, record: &JobRecord) -> Result<(
         output_cap: 4096,
         after: None,
         stdin: Default::default(),
+        user: None,
     };
     let outcome = tokio::time::timeout(
         Duration::from_secs(10),

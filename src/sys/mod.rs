@@ -62,6 +62,43 @@ pub struct ChildSetup {
     pub user: Option<(u32, u32)>,
 }
 
+/// Arranges for `command`'s child, before it execs, to give up every capability for good
+/// (an empty bounding set, so root's execs have none either), to leave every supplementary
+/// group and to become `uid:gid`, under `no_new_privs`. The resident exec server's spawn:
+/// the server is root with only `SETUID`, `SETGID`, `SETPCAP` and `KILL`, and nothing it
+/// starts keeps any of them.
+pub fn become_user_on_exec(command: &mut std::process::Command, uid: u32, gid: u32) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // async-signal-safe functions (prctl, setgroups, setgid, setuid) and reads errno.
+    unsafe {
+        command.pre_exec(move || {
+            for cap in 0..64 {
+                if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                    let error = std::io::Error::last_os_error();
+                    // Past the kernel's last capability: done.
+                    if error.raw_os_error() == Some(libc::EINVAL) {
+                        break;
+                    }
+                    // Without SETPCAP only a root command would keep something.
+                    if uid == 0 {
+                        return Err(error);
+                    }
+                    break;
+                }
+            }
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 impl ChildSetup {
     /// Arranges for `command`'s child to apply this setup before it execs.
     pub fn apply(self, command: &mut tokio::process::Command) {

@@ -25,6 +25,10 @@ pub struct JobDetails {
     /// from outside the job); `None`: there are none.
     #[serde(default)]
     pub outside_history: Option<OutsideHistory>,
+    /// The id of the image the job's sandbox runs (`sha256:...`), when it has a container
+    /// now; its name is `job.limits.image`.
+    #[serde(default)]
+    pub image_id: Option<String>,
 }
 
 /// `diff`: the patch (or diffstat) of a job's changes against its base.

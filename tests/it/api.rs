@@ -49,6 +49,38 @@ impl Daemon {
         Daemon { child, socket, log }
     }
 
+    /// A daemon (whose own PADDOCK_RUNTIME is `runtime`) also listening on a free loopback
+    /// TCP port with `token`: it, the address and the token file.
+    pub(crate) fn start_on_tcp(
+        home: &TestHome,
+        token: &str,
+        extra: &[&str],
+        runtime: &str,
+    ) -> (Daemon, String, PathBuf) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let token_file = home.dir.path().join("token");
+        std::fs::write(&token_file, format!("{token}\n")).unwrap();
+        let mut args = vec![
+            "--listen",
+            &addr,
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let daemon = Daemon::start_with_runtime(home, &args, runtime);
+        (daemon, addr, token_file)
+    }
+
+    /// The daemon's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn stop(mut self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])

@@ -85,23 +85,7 @@ fn target() -> Target {
         "admission:\n  memory: 1024g\n  cpus: 1000\n  max_running_execs: 1000\n  max_jobs: 12\n  max_wait: 2s\n",
     )
     .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let token_file = home.dir.path().join("token");
-    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    let daemon = Daemon::start(
-        &home,
-        &[
-            "--listen",
-            &addr,
-            "--token-file",
-            token_file.to_str().unwrap(),
-        ],
-    );
+    let (daemon, addr, _token_file) = Daemon::start_on_tcp(&home, TOKEN, &[], "process");
     for id in ["fuzz", "victim-1", "victim-2", "victim-3"] {
         home.create(&repo, &["--id", id, "--runtime", "process"]);
     }

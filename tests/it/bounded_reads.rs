@@ -154,15 +154,25 @@ fn a_sparse_terabyte_in_the_outbox_neither_stalls_the_exec_nor_the_daemon() {
     );
     daemon.stop();
 
-    // The CLI without a daemon: the same bound.
-    let (result, took) = cli_exec(&home, &victim, "git commit -q --allow-empty -m cli", bound);
-    assert!(took < bound, "paddock exec took {took:?}: {result}");
-    assert_eq!(result["exit_code"], 0, "{result}");
-    let error = result["sync_error"].as_str().unwrap_or_default();
-    // The job's last sync failed, so this one runs in full and the loop catches its stream.
+    // The CLI without a daemon: the same bound. The job's last sync failed, so each of
+    // these runs in full, and the loop catches its stream (on a loaded host it may miss
+    // one: a few tries, each within the bound).
+    let mut results = Vec::new();
+    for _ in 0..5 {
+        let (result, took) = cli_exec(&home, &victim, "git commit -q --allow-empty -m cli", bound);
+        assert!(took < bound, "paddock exec took {took:?}: {result}");
+        assert_eq!(result["exit_code"], 0, "{result}");
+        let caught = refused_by_cap(result["sync_error"].as_str().unwrap_or_default());
+        results.push(result);
+        if caught {
+            break;
+        }
+    }
     assert!(
-        refused_by_cap(error),
-        "the sync error names the cap: {result}"
+        results
+            .iter()
+            .any(|r| refused_by_cap(r["sync_error"].as_str().unwrap_or_default())),
+        "a CLI sync error names the cap: {results:?}"
     );
 
     // A command killed at its timeout leaves no report: the exec syncs on its own, by the

@@ -433,6 +433,45 @@ fn files_case(machine: &Machine, id: &str, runtime: &str) {
     let fed = machine.run_fed(&["exec", "-i", id, "--", "wc", "-c"], &[7u8; 1 << 20]);
     assert!(fed.status.success(), "{fed:?}");
     assert_eq!(String::from_utf8_lossy(&fed.stdout).trim(), "1048576");
+    users_case(machine, id, runtime);
+}
+
+/// `exec --user root`: gVisor runs it (no capabilities), and what root leaves in a
+/// directory the agent opened is the agent's on the host again, setuid bit gone; runc and
+/// the process runtime refuse it (exit 125), running nothing.
+fn users_case(machine: &Machine, id: &str, runtime: &str) {
+    let worktree = PathBuf::from(
+        machine.json(&["show", "--json", id])["job"]["worktree"]
+            .as_str()
+            .expect("a worktree"),
+    );
+    let result = machine.json(&[
+        "exec",
+        "--json",
+        id,
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p open && chmod 0777 open",
+    ]);
+    assert_eq!(result["exit_code"], 0, "{result}");
+    let script = "id -u && cp /bin/true open/suid && chmod 4755 open/suid && mkdir open/d";
+    let as_root = machine.run(&["exec", "--user", "root", id, "--", "sh", "-c", script]);
+    if runtime == "runsc" {
+        assert!(as_root.status.success(), "{as_root:?}");
+        assert_eq!(String::from_utf8_lossy(&as_root.stdout), "0\n");
+        let agent = std::fs::metadata(&worktree).expect("the worktree").uid();
+        for name in ["open/suid", "open/d"] {
+            let meta = std::fs::symlink_metadata(worktree.join(name)).expect("root's file");
+            assert_eq!(meta.uid(), agent, "{name} is the agent's on the host");
+            assert_eq!(meta.mode() & 0o6000, 0, "{name}: no setuid or setgid bit");
+        }
+    } else {
+        assert_eq!(as_root.status.code(), Some(125), "{as_root:?}");
+        assert!(!worktree.join("open/suid").exists(), "nothing ran");
+    }
+    let result = machine.json(&["exec", "--json", id, "--", "rm", "-rf", "open"]);
+    assert_eq!(result["exit_code"], 0, "{result}");
 }
 
 /// The runtime word a create answers with for a `--runtime` flag.

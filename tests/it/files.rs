@@ -140,7 +140,8 @@ fn binary_files_round_trip_through_cp_cat_and_http() {
         assert_eq!(list["entries"][0]["name"], "x.bin");
         assert_eq!(list["entries"][0]["kind"], "file");
         assert_eq!(list["entries"][0]["size"], bytes.len());
-        // Past the cap: a clear error naming it, and HTTP's own status.
+        // No cap on a transfer: 17 MiB goes whole; a read limit the caller sets refuses a
+        // larger file by name, with HTTP's own status, before a byte moves.
         let big = vec![b'x'; 16 * 1024 * 1024 + 1];
         let (status, body) = http_bytes(
             &daemon.socket,
@@ -148,22 +149,30 @@ fn binary_files_round_trip_through_cp_cat_and_http() {
             &format!("/v1/jobs/{id}/files?path=big"),
             &big,
         );
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(
+            std::fs::read(Path::new(&worktree).join("big")).unwrap(),
+            big
+        );
+        let (status, body) = http_bytes(
+            &daemon.socket,
+            "GET",
+            &format!("/v1/jobs/{id}/files?path=big&max=1048576"),
+            b"",
+        );
         assert_eq!(status, 413, "{}", String::from_utf8_lossy(&body));
         let error: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(error["error"]["code"], "too_large");
-        assert!(!Path::new(&worktree).join("big").exists());
         daemon.stop();
 
-        let local_big = home.dir.path().join("big.bin");
-        std::fs::write(&local_big, &big).unwrap();
-        let output = home.run(&["cp", local_big.to_str().unwrap(), &format!("{id}:big")]);
+        let output = home.run(&["cat", &id, "big", "--max", "1m"]);
         assert_eq!(output.status.code(), Some(4));
+        assert!(output.stdout.is_empty(), "nothing written");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            stderr.contains("16777217 bytes, over the file API's cap of 16777216 bytes"),
+            stderr.contains("16777217 bytes, over the limit of 1048576 bytes"),
             "{stderr}"
         );
-        assert!(!Path::new(&worktree).join("big").exists());
     });
 }
 
@@ -482,4 +491,285 @@ fn the_file_api_answers_as_a_runc_sandbox_would() {
 #[test]
 fn the_file_api_answers_as_a_gvisor_sandbox_would() {
     as_the_sandbox_sees_it("runsc", "the_file_api_answers_as_a_gvisor_sandbox_would");
+}
+
+/// 50 MiB of every byte value (a xorshift stream), written to `dir`: its path and bytes.
+fn fifty_mib(dir: &Path) -> (std::path::PathBuf, Vec<u8>) {
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut bytes = Vec::with_capacity(50 << 20);
+    while bytes.len() < 50 << 20 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        bytes.extend_from_slice(&state.to_le_bytes());
+    }
+    let path = dir.join("fifty.bin");
+    std::fs::write(&path, &bytes).unwrap();
+    (path, bytes)
+}
+
+/// A `PUT` that announces `announced` bytes, sends `sent` of them and hangs up.
+fn cut_put(socket: &Path, path: &str, announced: usize, sent: &[u8]) {
+    let mut stream = UnixStream::connect(socket).unwrap();
+    let head = format!(
+        "PUT {path} HTTP/1.1\r\nHost: paddock\r\nContent-Type: application/octet-stream\r\nContent-Length: {announced}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(sent).unwrap();
+    stream.shutdown(std::net::Shutdown::Both).unwrap();
+}
+
+/// Issue 44, part 3: transfers of any size. 50 MiB goes into a job and comes back byte for
+/// byte through the CLI (engine and daemon) and the API, to the workspace and to the
+/// sandbox's own `/tmp`; a transfer cut midway leaves no file under the target's name (nor
+/// its temporary file), and a replaced file stays whole when the new one is cut.
+#[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
+fn fifty_mib_streams_both_ways_and_a_cut_transfer_leaves_nothing() {
+    let test = "fifty_mib_streams_both_ways_and_a_cut_transfer_leaves_nothing";
+    if !docker_available(test) {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &[]);
+    let id = text(&job, "id");
+    let worktree = std::path::PathBuf::from(text(&job, "worktree"));
+    let (local, bytes) = fifty_mib(home.dir.path());
+    let back = home.dir.path().join("back.bin");
+    for target in ["big.bin", "/tmp/big.bin"] {
+        // The CLI on the engine.
+        let written = home.json(&[
+            "cp",
+            "--json",
+            local.to_str().unwrap(),
+            &format!("{id}:{target}"),
+        ]);
+        assert_eq!(written["size"], 50 << 20, "{written}");
+        home.ok(&["cp", &format!("{id}:{target}"), back.to_str().unwrap()]);
+        assert!(
+            std::fs::read(&back).unwrap() == bytes,
+            "{target} came back whole"
+        );
+        let out = home
+            .cmd(&["cat", &id, target])
+            .stdout(Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert!(out.stdout == bytes, "cat {target}: byte for byte");
+        // Through stdin, a pipe of unknown size.
+        let mut piped = home
+            .cmd(&["cp", "-", &format!("{id}:{target}.piped")])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        piped.stdin.take().unwrap().write_all(&bytes).unwrap();
+        assert!(piped.wait().unwrap().success());
+        let sum = home.sh(
+            &id,
+            &format!("sha256sum < {target}.piped; sha256sum < {target}"),
+        );
+        let mut sums = sum.lines();
+        assert_eq!(sums.next(), sums.next(), "{sum}");
+    }
+    assert!(std::fs::read(worktree.join("big.bin")).unwrap() == bytes);
+    assert!(
+        !Path::new("/tmp/big.bin").exists() || std::fs::read("/tmp/big.bin").unwrap() != bytes,
+        "the sandbox's /tmp is not the host's"
+    );
+
+    // The API, and the CLI through the daemon.
+    let daemon = Daemon::start_with_runtime(&home, &[], "docker");
+    for target in ["api.bin", "/tmp/api.bin"] {
+        let (status, body) = http_bytes(
+            &daemon.socket,
+            "PUT",
+            &format!("/v1/jobs/{id}/files?path={target}"),
+            &bytes,
+        );
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let (status, body) = http_bytes(
+            &daemon.socket,
+            "GET",
+            &format!("/v1/jobs/{id}/files?path={target}"),
+            b"",
+        );
+        assert_eq!(status, 200);
+        assert!(body == bytes, "GET {target}: byte for byte");
+        let _ = std::fs::remove_file(&back);
+        home.ok(&["cp", &format!("{id}:{target}"), back.to_str().unwrap()]);
+        assert!(std::fs::read(&back).unwrap() == bytes, "daemon cp {target}");
+    }
+    // Cut midway: nothing under the name, the old file whole, no temporary file left.
+    home.sh(&id, "echo old > kept.txt && echo old > /tmp/kept.txt");
+    for (target, kept) in [("cut.bin", "kept.txt"), ("/tmp/cut.bin", "/tmp/kept.txt")] {
+        for name in [target, kept] {
+            cut_put(
+                &daemon.socket,
+                &format!("/v1/jobs/{id}/files?path={name}"),
+                bytes.len(),
+                &bytes[..1 << 20],
+            );
+        }
+        let dir = Path::new(target)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| ".".to_string(), |p| p.display().to_string());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let left = home.sh(
+                &id,
+                &format!("ls -a {dir} | grep -c paddock-put || true; test -e {target} && echo there || true; cat {kept}"),
+            );
+            if left == "0\nold\n" {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "after a cut transfer to {target}: {left:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+    daemon.stop();
+    home.ok(&["rm", &id, "--force"]);
+}
+
+/// Issue 44, part 3: directories as tar (`cp -r`), through the job's sandbox both ways, on
+/// the engine and through the daemon: a tree with an executable and a link goes in whole;
+/// out of the job only files and directories come, none of the agent's links (to `/etc`,
+/// to `/`) and nothing outside the new local directory; a process job refuses (exit 9).
+#[test]
+fn directories_go_as_tar_through_the_sandbox_and_links_never_come_out() {
+    let test = "directories_go_as_tar_through_the_sandbox_and_links_never_come_out";
+    if !docker_available(test) {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &[]);
+    let id = text(&job, "id");
+    let local = home.dir.path().join("tree");
+    std::fs::create_dir_all(local.join("a/b")).unwrap();
+    std::fs::write(local.join("a/one.txt"), "one\n").unwrap();
+    std::fs::write(local.join("a/b/run.sh"), "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(
+        local.join("a/b/run.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("one.txt", local.join("a/link")).unwrap();
+    for (via_daemon, dir) in [(false, "engine"), (true, "/tmp/daemon")] {
+        let daemon = via_daemon.then(|| Daemon::start_with_runtime(&home, &[], "docker"));
+        let written = home.json(&[
+            "cp",
+            "-r",
+            "--json",
+            local.to_str().unwrap(),
+            &format!("{id}:{dir}"),
+        ]);
+        assert_eq!(written["created"], true, "{written}");
+        let inside = home.sh(
+            &id,
+            &format!("cd {dir} && find . | sort && stat -c %a a/b/run.sh && sh a/b/run.sh && readlink a/link && cat a/link"),
+        );
+        assert_eq!(
+            inside,
+            ".\n./a\n./a/b\n./a/b/run.sh\n./a/link\n./a/one.txt\n755\nran\none.txt\none\n"
+        );
+        home.sh(
+            &id,
+            &format!("ln -s /etc {dir}/etc && ln -s / {dir}/a/root"),
+        );
+        let out = home.dir.path().join(format!("out-{via_daemon}"));
+        let copied = home.run(&["cp", "-r", &format!("{id}:{dir}"), out.to_str().unwrap()]);
+        assert!(copied.status.success(), "{copied:?}");
+        assert!(
+            String::from_utf8_lossy(&copied.stderr).contains("skipped 3 links"),
+            "{copied:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(out.join("a/one.txt")).unwrap(),
+            "one\n"
+        );
+        let mode = std::fs::metadata(out.join("a/b/run.sh"))
+            .unwrap()
+            .permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o755
+        );
+        for link in ["etc", "a/root", "a/link"] {
+            assert!(
+                std::fs::symlink_metadata(out.join(link)).is_err(),
+                "{link} came out of the job"
+            );
+        }
+        // A directory that is not there, out and in: refused, nothing made.
+        let missing = home.dir.path().join(format!("missing-{via_daemon}"));
+        let refused = home.run(&[
+            "cp",
+            "-r",
+            &format!("{id}:{dir}/nope"),
+            missing.to_str().unwrap(),
+        ]);
+        assert_eq!(refused.status.code(), Some(5), "{refused:?}");
+        assert!(!missing.exists());
+        if let Some(daemon) = daemon {
+            daemon.stop();
+        }
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(home.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains("paddock-part"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    home.ok(&["rm", &id, "--force"]);
+
+    let job = home.create(&repo, &["--runtime", "process"]);
+    let id = text(&job, "id");
+    let refused = home.run(&["cp", "-r", local.to_str().unwrap(), &format!("{id}:tree")]);
+    assert_eq!(refused.status.code(), Some(9), "{refused:?}");
+    assert!(
+        !std::path::PathBuf::from(text(&job, "worktree"))
+            .join("tree")
+            .exists()
+    );
+    home.ok(&["rm", &id, "--force"]);
+}
+
+/// The daemon's activity watcher never follows a link the agent plants in its worktree
+/// (to `/`): it watches the worktrees and nothing they name, and stops cleanly. Before,
+/// it walked into the host's whole tree (its `/proc` among it) and failed at shutdown.
+#[test]
+fn the_daemons_watcher_follows_no_link_of_a_worktree() {
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create(&repo, &["--runtime", "process"]);
+    let id = text(&job, "id");
+    home.sh(&id, "ln -s / root && ln -s /etc etc && mkdir -p deep/er");
+    let daemon = Daemon::start_with_runtime(&home, &[], "process");
+    // Activity after the start too: a new directory is watched as it comes.
+    home.sh(&id, "mkdir -p more && ln -s / more/root && echo x > more/f");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let watches: usize = std::fs::read_dir(format!("/proc/{}/fdinfo", daemon.pid()))
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .map(|info| {
+            info.lines()
+                .filter(|l| l.starts_with("inotify wd:"))
+                .count()
+        })
+        .sum();
+    assert!(
+        watches < 200,
+        "the daemon watches {watches} directories: it followed a link out of the worktree"
+    );
+    daemon.stop();
+    home.ok(&["rm", &id, "--force"]);
 }

@@ -26,8 +26,9 @@ use crate::sweep::SweepOptions;
 use crate::units::HumanDuration;
 use ids::JobIdPath;
 
-/// Largest request body accepted.
-const BODY_LIMIT: usize = 1 << 20;
+/// Largest request body accepted: room for an exec's command line as long as Linux takes
+/// one (ARG_MAX, 2 MiB of arguments) with its JSON escaping; larger input streams.
+const BODY_LIMIT: usize = 4 << 20;
 /// Deadline of requests other than exec.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 /// Exec requests get their own timeout plus this.
@@ -45,6 +46,8 @@ pub struct ApiState {
     /// Becomes true when the daemon stops: long-lived answers that are no request's work
     /// (a dashboard listener's lease) end then.
     pub(crate) stopping: Option<tokio::sync::watch::Receiver<bool>>,
+    /// The sessions of MCP over HTTP (`/mcp`), shared by the listeners.
+    pub(crate) mcp: mcp_http::McpSessions,
 }
 
 impl ApiState {
@@ -57,7 +60,14 @@ impl ApiState {
             sweep_defaults,
             access: auth::Access::Trusted,
             stopping: None,
+            mcp: mcp_http::McpSessions::default(),
         })
+    }
+
+    /// MCP sessions over HTTP create jobs only in `repos` (git common dirs).
+    pub fn with_mcp_repos(mut self, repos: Vec<std::path::PathBuf>) -> ApiState {
+        self.mcp = mcp_http::McpSessions::new(repos);
+        self
     }
 
     /// The same state for a listener that admits callers by `access`.
@@ -153,6 +163,7 @@ mod checkpoints;
 mod files;
 mod idempotency;
 pub(crate) mod ids;
+mod mcp_http;
 mod merges;
 pub(crate) mod rejections;
 mod streams;
@@ -282,6 +293,12 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/conflicts", get(merges::conflicts))
         .route("/v1/sweep", post(sweep))
         .route("/v1/events", get(streams::events))
+        .route(
+            "/mcp",
+            post(mcp_http::post)
+                .get(mcp_http::get)
+                .delete(mcp_http::delete),
+        )
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         // Inside the caller check: an unauthorized request never claims a key.
         .layer(middleware::from_fn(move |request: Request, next: Next| {

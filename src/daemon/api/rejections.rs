@@ -45,6 +45,28 @@ pub(crate) fn code_of(status: StatusCode) -> &'static str {
 }
 
 /// The middleware: rewrites a non-JSON error answer of an API path into the API's body.
+/// An error answer to a request that came with a body says `Connection: close`: a handler
+/// that refused before reading it all (a file the job's user may not write, a caller
+/// without the token) leaves the rest unread, so the server ends the connection after the
+/// answer, and a client must not send its next request on it (it would find it closed).
+pub(crate) async fn close_after_refused_body(request: Request, next: Next) -> Response {
+    let has_body = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v != "0")
+        || request.headers().contains_key(header::TRANSFER_ENCODING);
+    let mut response = next.run(request).await;
+    let status = response.status();
+    if has_body && (status.is_client_error() || status.is_server_error()) {
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
+    response
+}
+
 pub(crate) async fn json_errors(request: Request, next: Next) -> Response {
     let api = is_api_path(request.uri().path());
     let response = next.run(request).await;

@@ -83,7 +83,7 @@ async fn exec_options(request: axum::extract::Request) -> ApiResult<ExecOptions>
         head.extend_from_slice(&chunk);
         if head.len() > super::BODY_LIMIT {
             return Err(ApiError::bad_request(
-                "a streamed exec's options line is over 1 MiB",
+                "a streamed exec's options line is over 4 MiB",
             ));
         }
     };

@@ -52,6 +52,9 @@ pub fn app(state: ApiState) -> Router {
             crate::daemon::api::rejections::json_errors,
         ))
         .layer(middleware::from_fn(crate::daemon::api::catch_panic))
+        .layer(middleware::from_fn(
+            crate::daemon::api::rejections::close_after_refused_body,
+        ))
 }
 
 fn routes(state: ApiState) -> Router {

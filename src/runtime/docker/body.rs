@@ -56,7 +56,9 @@ pub(super) fn container_body(
         mounts.extend(super::cache_volumes::job_mounts(record));
         mounts
     } else {
-        job_mounts(record)?
+        let mut mounts = job_mounts(record)?;
+        mounts.extend(super::users::tools_mount(record));
+        mounts
     };
     mounts.extend(secret_mounts);
     // paddock's own facts last, so no profile variable can misstate them.
@@ -149,7 +151,7 @@ pub(super) fn hardened_host_config(
         mounts: Some(mounts),
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec!["no-new-privileges".into()]),
-        readonly_rootfs: Some(true),
+        readonly_rootfs: Some(limits.rootfs.is_read_only()),
         tmpfs: Some(HashMap::from([
             ("/tmp".to_string(), tmpfs_opts("512m")),
             (CONTAINER_HOME.to_string(), tmpfs_opts("256m")),

@@ -12,17 +12,32 @@ use bollard::models::ExecConfig;
 use futures_util::StreamExt;
 use tokio::time::sleep_until;
 
-use super::{AFTER_KILL, API_TIMEOUT, call, ensure_running, job_container};
+use super::{AFTER_KILL, API_TIMEOUT, call, job_container};
 use crate::config::KillPolicy;
 use crate::job::{JobRecord, random_hex};
 use crate::runtime::RuntimeError;
 use crate::runtime::exec::{CappedOutput, ExecRequest, ExecResult, OutputSink, StreamKind};
 use crate::store::PaddockHome;
 
-/// Runs a short helper command in the container (signals, counters); its output as text.
-async fn helper_exec(docker: &Docker, name: &str, script: &str) -> Result<String, RuntimeError> {
-    let (_, _, text) =
-        exec_collect(docker, name, script, Duration::from_secs(5), usize::MAX).await?;
+/// Runs a short helper command in the container as `user` (never the container's own
+/// user, root where the exec server runs); its output as text.
+async fn helper_exec(
+    docker: &Docker,
+    name: &str,
+    script: &str,
+    (uid, gid): (u32, u32),
+) -> Result<String, RuntimeError> {
+    let cmd = vec!["sh".into(), "-c".into(), script.into()];
+    let user = format!("{uid}:{gid}");
+    let (_, _, text) = exec_collect_as(
+        docker,
+        name,
+        cmd,
+        Some(&user),
+        Duration::from_secs(5),
+        usize::MAX,
+    )
+    .await?;
     Ok(text)
 }
 
@@ -50,11 +65,25 @@ pub(super) async fn exec_collect_as(
     cap: usize,
 ) -> Result<(bool, String, String), RuntimeError> {
     let config = ExecConfig {
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
         user: user.map(str::to_string),
         cmd: Some(cmd),
         ..Default::default()
+    };
+    exec_collect_config(docker, name, config, within, cap).await
+}
+
+/// [`exec_collect`] of an exec made from `config` (its output attached here).
+pub(super) async fn exec_collect_config(
+    docker: &Docker,
+    name: &str,
+    config: ExecConfig,
+    within: Duration,
+    cap: usize,
+) -> Result<(bool, String, String), RuntimeError> {
+    let config = ExecConfig {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        ..config
     };
     let created = call(
         "create exec",
@@ -94,11 +123,12 @@ pub(super) async fn exec_collect_as(
 
 /// The container cgroup's OOM-kill counter (cgroup v1 `memory.oom_control`, v2
 /// `memory.events`), read from inside the container.
-async fn oom_kill_count(docker: &Docker, name: &str) -> Option<u64> {
+async fn oom_kill_count(docker: &Docker, name: &str, user: (u32, u32)) -> Option<u64> {
     let text = helper_exec(
         docker,
         name,
         "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events 2>/dev/null",
+        user,
     )
     .await
     .ok()?;
@@ -107,26 +137,138 @@ async fn oom_kill_count(docker: &Docker, name: &str) -> Option<u64> {
         .and_then(|n| n.trim().parse().ok())
 }
 
-/// Runs one command in the job's container. The command is started through a tiny shell
-/// wrapper that writes its pid (which is also its process group) to /tmp, so a timed-out
-/// command can be signalled as a group from inside the container: Docker has no "kill exec",
-/// and this works the same under runc and gVisor.
-///
-/// Returns the result and the container id (which changes when the container was recreated).
+/// What one exec in the job's container gave.
+pub struct Done {
+    pub result: ExecResult,
+    /// The container's id (it changes when the container was recreated).
+    pub container_id: String,
+    /// The container cgroup's OOM-kill counter, when it was read.
+    pub oom_kills: Option<u64>,
+    /// The container's image id, when the daemon said on the way.
+    pub image: Option<String>,
+    /// How the command was started (`resident::PATH_SERVER` or `PATH_DOCKER`).
+    pub exec_path: &'static str,
+}
+
+/// Runs one command in the job's container: through its resident exec server when it has
+/// one (`resident`), else through Docker's exec ([`exec_in`]), which a server that did not
+/// take the command falls back to as well.
 pub async fn exec(
     daemon: &super::Daemon,
     home: &PaddockHome,
     record: &JobRecord,
     request: &ExecRequest,
     sink: &mut dyn OutputSink,
-) -> Result<(ExecResult, String, Option<u64>), RuntimeError> {
+) -> Result<Done, RuntimeError> {
     if request.cmd.is_empty() {
         return Err(RuntimeError::EmptyCommand);
     }
-    let container_id = ensure_running(daemon, home, record).await?;
-    let (result, oom_count) =
-        exec_in(daemon, &job_container(record), record, request, sink).await?;
-    Ok((result, container_id, oom_count))
+    let running = super::ensure_running_status(daemon, home, record).await?;
+    let name = job_container(record);
+    if running.exec_server && super::resident::wanted() {
+        let docker = daemon.connect()?;
+        let order = super::resident::Order {
+            argv: super::resident::argv(request),
+            env: exec_env(record, request),
+            workdir: workdir(record, request),
+            user: exec_user(record, request),
+        };
+        let lock = home.job_dir(&record.id).join("exec-server.lock");
+        match super::resident::exec(&docker, &name, &lock, order, request, sink).await? {
+            super::resident::Served::Ran(result) => {
+                return Ok(Done {
+                    result,
+                    container_id: running.id,
+                    oom_kills: None,
+                    image: running.image,
+                    exec_path: super::resident::PATH_SERVER,
+                });
+            }
+            super::resident::Served::Gone {
+                mut stdout,
+                mut stderr,
+                timed_out,
+                started,
+            } => {
+                let (code, oom_killed) = match stopped_container(&docker, &name).await {
+                    Some(false) => (137, oom_after_stop(&docker, &name).await),
+                    Some(true) => (137, true),
+                    None => (137, false),
+                };
+                let note = if oom_killed {
+                    "[paddock: the sandbox was killed for memory during the command]\n"
+                } else {
+                    "[paddock: the sandbox stopped during the command]\n"
+                };
+                sink.write(StreamKind::Stderr, note.as_bytes());
+                stderr.push(note.as_bytes());
+                let _ = &mut stdout;
+                let result = crate::runtime::exec::exec_result(
+                    code,
+                    crate::units::millis(started.elapsed()),
+                    timed_out,
+                    oom_killed,
+                    stdout,
+                    stderr,
+                );
+                return Ok(Done {
+                    result,
+                    container_id: running.id,
+                    oom_kills: None,
+                    image: running.image,
+                    exec_path: super::resident::PATH_SERVER,
+                });
+            }
+            super::resident::Served::NotTaken(reason) => {
+                tracing::warn!(job = %record.id, %reason, "the exec server did not take the command; using Docker's exec");
+            }
+        }
+    }
+    let (result, oom_kills) = exec_in(daemon, &name, record, request, sink).await?;
+    Ok(Done {
+        result,
+        container_id: running.id,
+        oom_kills,
+        image: running.image,
+        exec_path: super::resident::PATH_DOCKER,
+    })
+}
+
+/// The uid and gid a command runs as: the exec's own (`--user`), else the agent's. Always
+/// named: a container whose main process is the exec server is root's.
+fn exec_user(record: &JobRecord, request: &ExecRequest) -> (u32, u32) {
+    request
+        .user
+        .unwrap_or_else(|| super::agent_user(record.limits.uid))
+}
+
+/// What a command adds to the container's environment: a warm job's part, the profile's,
+/// the exec's, then paddock's own facts (last, so nothing misstates them).
+fn exec_env(record: &JobRecord, request: &ExecRequest) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = warm_env(record);
+    env.extend(
+        record
+            .limits
+            .env
+            .iter()
+            .chain(&request.env)
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    let (key, deadline) = crate::runtime::deadline_env(request.timeout);
+    env.extend(crate::runtime::job_env(record, true));
+    env.push((key, deadline));
+    env
+}
+
+/// The command's working directory: the workspace, or a directory in it.
+fn workdir(record: &JobRecord, request: &ExecRequest) -> String {
+    let workspace = Path::new(&record.limits.workspace_dir);
+    match &request.workdir {
+        Some(dir) => workspace.join(dir),
+        None => workspace.to_path_buf(),
+    }
+    .display()
+    .to_string()
 }
 
 /// Runs one command in the running container `name` (see [`exec`]).
@@ -168,35 +310,19 @@ pub(super) async fn exec_in(
         ],
     };
     cmd.extend(request.cmd.iter().cloned());
-    let warm = warm_env(record);
-    let mut env: Vec<String> = warm
-        .iter()
-        .map(|(k, v)| (k, v))
-        .chain(&record.limits.env)
-        .chain(&request.env)
+    let env: Vec<String> = exec_env(record, request)
+        .into_iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    // paddock's own facts last, so no profile or exec variable can misstate them (and a
-    // container made before they existed still shows them).
-    let (key, deadline) = crate::runtime::deadline_env(request.timeout);
-    env.extend(
-        crate::runtime::job_env(record, true)
-            .into_iter()
-            .chain([(key, deadline)])
-            .map(|(k, v)| format!("{k}={v}")),
-    );
-    let workspace = Path::new(&record.limits.workspace_dir);
-    let workdir = match &request.workdir {
-        Some(dir) => workspace.join(dir),
-        None => workspace.to_path_buf(),
-    };
+    let user = exec_user(record, request);
     let config = ExecConfig {
         attach_stdin: Some(request.stdin.is_some()),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         cmd: Some(cmd),
         env: Some(env),
-        working_dir: Some(workdir.display().to_string()),
+        working_dir: Some(workdir(record, request)),
+        user: Some(format!("{}:{}", user.0, user.1)),
         ..Default::default()
     };
     let started_at = Instant::now();
@@ -239,15 +365,28 @@ pub(super) async fn exec_in(
     let mut kill_at = far;
     let mut give_up_at = far;
     let mut timed_out = false;
+    // As the command's own user: only it may signal that user's processes.
+    let signaller = Some(format!("{}:{}", user.0, user.1));
     let signal = |sig: &'static str| {
         let docker = docker.clone();
         let name = name.clone();
         let pidfile = pidfile.clone();
+        let signaller = signaller.clone();
         async move {
             let script = format!(
                 "p=$(cat {pidfile} 2>/dev/null) && {{ kill -{sig} -$p 2>/dev/null || kill -{sig} $p 2>/dev/null; }}; true"
             );
-            if let Err(error) = helper_exec(&docker, &name, &script).await {
+            let cmd = vec!["sh".into(), "-c".into(), script];
+            let signalled = exec_collect_as(
+                &docker,
+                &name,
+                cmd,
+                signaller.as_deref(),
+                Duration::from_secs(5),
+                usize::MAX,
+            )
+            .await;
+            if let Err(error) = signalled {
                 tracing::warn!(%error, "failed to signal a timed-out exec");
                 if sig == "KILL" {
                     // No room to even start the helper (a fork bomb at its pids limit): kill
@@ -363,7 +502,7 @@ pub(super) async fn exec_in(
     let mut oom_count = None;
     let mut oom_killed = sandbox.unwrap_or(false);
     if exit_code == 137 && !timed_out && sandbox.is_none() {
-        oom_count = oom_kill_count(&docker, &name).await;
+        oom_count = oom_kill_count(&docker, &name, user).await;
         match oom_count {
             Some(count) => oom_killed = count > record.oom_kills,
             // No counter to read (the container stopped): the daemon's word.
@@ -431,6 +570,9 @@ pub fn interactive_shell(
     command.args(daemon.cli_flags()?);
     // A terminal only when there is one: commands piped into `paddock shell` run too.
     command.args(["exec", "-i"]);
+    // As the agent: the container's own user is root where the exec server runs.
+    let (uid, gid) = super::agent_user(record.limits.uid);
+    command.arg("-u").arg(format!("{uid}:{gid}"));
     if std::io::stdin().is_terminal() {
         command.arg("-t");
     }

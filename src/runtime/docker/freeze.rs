@@ -88,6 +88,7 @@ async fn idle(docker: &bollard::Docker, record: &JobRecord, name: &str) -> bool 
             let args = row.last().map_or("", String::as_str);
             args.starts_with("/sbin/docker-init -- ")
                 || args == "/bin/sh /usr/local/bin/paddock-entrypoint"
+                || args.starts_with(super::resident::SERVER_COMMAND)
                 || args == "sleep 3600"
         })
 }

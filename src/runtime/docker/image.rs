@@ -20,8 +20,7 @@ const ENTRYPOINT: &str = include_str!("../../../entrypoint.sh");
 /// line of build output. Returns the image id.
 pub async fn build_image(
     daemon: &super::Daemon,
-    base_image: &str,
-    tag: &str,
+    (base_image, tag, tools): (&str, &str, crate::runtime::capabilities::AgentTools),
     home_id: &str,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, RuntimeError> {
@@ -36,7 +35,10 @@ pub async fn build_image(
         .rm(true)
         .forcerm(true)
         .pull("false")
-        .buildargs(&HashMap::from([("BASE_IMAGE", base_image)]))
+        .buildargs(&HashMap::from([
+            ("BASE_IMAGE", base_image),
+            ("TOOLCHAINS", tools.arg()),
+        ]))
         .labels(&HashMap::from([
             (LABEL_IMAGE, "agent"),
             (LABEL_HOME, home_id),

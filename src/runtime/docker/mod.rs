@@ -58,10 +58,13 @@ mod port_relay;
 mod ports;
 mod ranges;
 mod remote;
+pub mod resident;
 mod sandbox;
 mod secrets;
 mod sidecar;
 mod stats;
+mod users;
+pub use users::helper_present as other_users_helper;
 
 use body::{base_env, container_body, hardened_host_config};
 pub use daemon::Daemon;
@@ -234,7 +237,7 @@ pub async fn create_first_container(
 ) -> Result<String, RuntimeError> {
     // A remote job's files are in volumes its fill gave the agent already.
     if daemon.is_remote() {
-        return create_job_container(daemon, home, record).await;
+        return Ok(create_job_container(daemon, home, record).await?.0);
     }
     // A walk of the job's trees and the shared cache entries (which jobs write): on a
     // blocking thread.
@@ -244,30 +247,27 @@ pub async fn create_first_container(
     })
     .await
     .expect("granting access does not panic")?;
-    create_job_container(daemon, home, record).await
+    Ok(create_job_container(daemon, home, record).await?.0)
 }
 
-/// Creates and starts the job's container; returns its id.
+/// Creates and starts the job's container; returns its id and whether its main process is
+/// the resident exec server.
 async fn create_job_container(
     daemon: &Daemon,
     home: &PaddockHome,
     record: &JobRecord,
-) -> Result<String, RuntimeError> {
+) -> Result<(String, bool), RuntimeError> {
     let docker = daemon.connect()?;
     let sealed = egress::ensure(daemon, &docker, home, record).await?;
     let name = job_container(record);
-    let id = create_named(
-        daemon,
-        &docker,
-        &name,
-        container_body(daemon, home, record, sealed.as_ref())?,
-    )
-    .await?;
+    let mut body = container_body(daemon, home, record, sealed.as_ref())?;
+    let exec_server = !daemon.is_remote() && resident::apply(home, &mut body);
+    let id = create_named(daemon, &docker, &name, body).await?;
     super::failpoint("container-create")?;
     start_named(&docker, &name).await?;
     super::failpoint("container-start")?;
     port_relay::restart(daemon, &docker, home, record).await?;
-    Ok(id)
+    Ok((id, exec_server))
 }
 
 /// What the daemon says about a job's container.
@@ -279,6 +279,10 @@ pub struct ContainerStatus {
     pub paused: bool,
     pub exit_code: Option<i64>,
     pub oom_killed: bool,
+    /// The image it runs (`sha256:...`), when the daemon says.
+    pub image: Option<String>,
+    /// Whether its main process is the resident exec server (`resident::LABEL_SERVER`).
+    pub exec_server: bool,
 }
 
 /// Inspects the job's container; `None` when it does not exist. Refuses a container that
@@ -347,6 +351,8 @@ async fn inspect_named(
         paused: state.paused.unwrap_or(false),
         exit_code: state.exit_code,
         oom_killed: state.oom_killed.unwrap_or(false),
+        image: info.image.filter(|image| !image.is_empty()),
+        exec_server: labels.contains_key(resident::LABEL_SERVER),
     }))
 }
 
@@ -368,6 +374,25 @@ pub async fn ensure_running(
     home: &PaddockHome,
     record: &JobRecord,
 ) -> Result<String, RuntimeError> {
+    Ok(ensure_running_status(daemon, home, record).await?.id)
+}
+
+/// The job's running container, as [`ensure_running`] makes sure of it.
+#[derive(Debug, Clone)]
+pub struct Running {
+    pub id: String,
+    /// Its image's id, when the daemon said (a container made just now: not asked).
+    pub image: Option<String>,
+    /// Whether the resident exec server is its main process.
+    pub exec_server: bool,
+}
+
+/// [`ensure_running`], with what the exec path needs to know of the container.
+pub async fn ensure_running_status(
+    daemon: &Daemon,
+    home: &PaddockHome,
+    record: &JobRecord,
+) -> Result<Running, RuntimeError> {
     let docker = daemon.connect()?;
     let name = job_container(record);
     let status = inspect_ours(&docker, home, record).await?;
@@ -375,7 +400,11 @@ pub async fn ensure_running(
         remount_disk(home, record)?;
     }
     match status {
-        Some(status) if status.running => Ok(status.id),
+        Some(status) if status.running => Ok(Running {
+            id: status.id,
+            image: status.image,
+            exec_server: status.exec_server,
+        }),
         Some(_)
             if !daemon.is_remote()
                 && record
@@ -385,7 +414,7 @@ pub async fn ensure_running(
             // A stopped warm container gets the job's files through its slot's host mounts,
             // which a reboot does not keep: it is replaced by one that mounts them itself.
             remove_labelled_container(daemon, home, &name, record.container_label()).await?;
-            create_job_container(daemon, home, record).await
+            create_job_container(daemon, home, record).await.map(made)
         }
         Some(status) => {
             // A stopped job (a stop, a daemon restart) has a stopped proxy too.
@@ -394,18 +423,31 @@ pub async fn ensure_running(
                 Ok(()) => {
                     // A new network namespace: the ports' relay container joins it.
                     port_relay::restart(daemon, &docker, home, record).await?;
-                    Ok(status.id)
+                    Ok(Running {
+                        id: status.id,
+                        image: status.image,
+                        exec_server: status.exec_server,
+                    })
                 }
                 Err(error) => {
                     // A container that cannot start (say a mount source moved) is replaced.
                     tracing::warn!(job = %record.id, %error, "recreating a container that would not start");
                     remove_labelled_container(daemon, home, &name, record.container_label())
                         .await?;
-                    create_job_container(daemon, home, record).await
+                    create_job_container(daemon, home, record).await.map(made)
                 }
             }
         }
-        None => create_job_container(daemon, home, record).await,
+        None => create_job_container(daemon, home, record).await.map(made),
+    }
+}
+
+/// A container made just now: `(id, whether it runs the exec server)`.
+fn made((id, exec_server): (String, bool)) -> Running {
+    Running {
+        id,
+        image: None,
+        exec_server,
     }
 }
 

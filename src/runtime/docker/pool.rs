@@ -151,7 +151,9 @@ pub async fn start_slot(
         })
         .collect();
     mounts.extend(nested_object_mounts(&slot.git_common_dir));
-    let body = slot_body(home, slot, mounts);
+    let mut body = slot_body(home, slot, mounts);
+    // A claimed job's first exec takes the fast path.
+    super::resident::apply(home, &mut body);
     let docker = daemon.connect()?;
     let id = create_named(daemon, &docker, &slot.container_name, body).await?;
     start_named(&docker, &slot.container_name).await?;

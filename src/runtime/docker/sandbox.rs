@@ -12,7 +12,7 @@ use crate::config::NetworkMode;
 use crate::job::{JobRecord, RuntimeKind};
 use crate::pool::{HostBind, PoolSlot};
 use crate::runtime::capabilities::{
-    Capabilities, EngineVolumes, Freeze, Images, Network, Pool, PortRelay, Sandboxes,
+    Capabilities, EngineVolumes, Freeze, Images, Network, OtherUsers, Pool, PortRelay, Sandboxes,
 };
 use crate::runtime::{
     Described, EngineFacts, ExecOutcome, ExecRequest, ExecResult, OutputSink, Runtime,
@@ -92,6 +92,10 @@ impl Runtime for DockerRuntime {
             ports: remote.then_some(self as &dyn PortRelay),
             volumes: remote.then_some(self as &dyn EngineVolumes),
             freeze: Some(self),
+            // gVisor's kernel contains root; runc's is the host's. A remote engine's
+            // containers have no helper of this host's to settle another user's files.
+            other_users: (self.kind == RuntimeKind::Runsc && !remote)
+                .then_some(self as &dyn OtherUsers),
         }
     }
 
@@ -111,8 +115,7 @@ impl Runtime for DockerRuntime {
         request: &ExecRequest,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecOutcome, RuntimeError> {
-        let (result, container_id, oom_kills) =
-            super::exec::exec(&self.daemon, &self.home, record, request, sink).await?;
+        let done = super::exec::exec(&self.daemon, &self.home, record, request, sink).await?;
         if self.daemon.is_remote() && super::egress::has_sealed_network(&self.daemon, record) {
             // The proxy's decisions of this command, where the host's readers look.
             if let Err(error) =
@@ -121,12 +124,16 @@ impl Runtime for DockerRuntime {
                 tracing::warn!(job = %record.id, %error, "cannot copy the egress log from the engine");
             }
         }
-        let image_id = super::image_of(&self.daemon, &container_id).await;
+        let image_id = match done.image {
+            Some(image) => Some(image),
+            None => super::image_of(&self.daemon, &done.container_id).await,
+        };
         Ok(ExecOutcome {
-            result,
-            container_id: Some(container_id),
-            oom_kills,
+            result: done.result,
+            container_id: Some(done.container_id),
+            oom_kills: done.oom_kills,
             image_id,
+            exec_path: Some(done.exec_path),
         })
     }
 
@@ -206,10 +213,16 @@ impl Images for DockerRuntime {
         &self,
         base_image: &str,
         tag: &str,
+        tools: crate::runtime::capabilities::AgentTools,
         progress: &mut (dyn for<'line> FnMut(&'line str) + Send),
     ) -> Result<String, RuntimeError> {
-        let id = super::image::build_image(&self.daemon, base_image, tag, self.home.id(), progress)
-            .await?;
+        let id = super::image::build_image(
+            &self.daemon,
+            (base_image, tag, tools),
+            self.home.id(),
+            progress,
+        )
+        .await?;
         if self.daemon.is_remote() {
             // The egress proxy of the engine's allowlist jobs: this binary in an image.
             super::remote::proxy_image::build_proxy_image(
@@ -246,6 +259,19 @@ impl Images for DockerRuntime {
 
     async fn image_env(&self, tag: &str) -> Result<Option<Vec<String>>, RuntimeError> {
         super::image::image_env(&self.daemon, tag).await
+    }
+
+    async fn sandbox_image(&self, record: &JobRecord) -> Option<String> {
+        super::image_of(&self.daemon, &super::job_container(record)).await
+    }
+
+    async fn image_file(
+        &self,
+        tag: &str,
+        path: &str,
+        cap: u64,
+    ) -> Result<Option<Vec<u8>>, RuntimeError> {
+        super::export::image_file(&self.daemon, (tag, self.home.id()), path, cap).await
     }
 }
 
@@ -298,6 +324,7 @@ impl Network for DockerRuntime {
             container_id: None,
             oom_kills: None,
             image_id: None,
+            exec_path: Some(super::resident::PATH_DOCKER),
         })
     }
 }
@@ -436,5 +463,21 @@ impl Freeze for DockerRuntime {
 
     async fn freeze_if_running(&self, record: &JobRecord) -> Result<bool, RuntimeError> {
         super::freeze::freeze_if_running(&self.daemon, &self.home, record).await
+    }
+}
+
+#[async_trait::async_trait]
+impl OtherUsers for DockerRuntime {
+    async fn check_other_user(&self, record: &JobRecord) -> Result<(), RuntimeError> {
+        ensure_running(&self.daemon, &self.home, record).await?;
+        super::users::check(&self.daemon, record).await
+    }
+
+    async fn settle(&self, record: &JobRecord, user: (u32, u32)) -> Result<(), RuntimeError> {
+        super::users::settle(&self.daemon, record, user).await
+    }
+
+    fn root_layer_outside_disk(&self) -> bool {
+        true
     }
 }

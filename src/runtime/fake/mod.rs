@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::config::NetworkMode;
 use crate::job::{JobRecord, RuntimeKind};
-use crate::runtime::capabilities::{Capabilities, Freeze, Sandboxes};
+use crate::runtime::capabilities::{Capabilities, Freeze, OtherUsers, Sandboxes};
 use crate::runtime::registration::Registry;
 use crate::runtime::{
     Described, ExecOutcome, ExecRequest, ExecResult, OutputSink, Runtime, RuntimeError, Sandbox,
@@ -39,6 +39,11 @@ pub struct FakeRuntime {
     pub frozen: Mutex<Vec<String>>,
     /// The jobs frozen for a checkpoint's moment, in order.
     pub checkpoint_freezes: Mutex<Vec<String>>,
+    /// Whether it offers [`OtherUsers`] (as gVisor does); it runs their commands as the
+    /// agent all the same (it is the process runtime underneath).
+    pub other_users: bool,
+    /// Each other user's exec, in order: (its uid and gid, whether `settle` followed).
+    pub other_user_execs: Mutex<Vec<((u32, u32), bool)>>,
 }
 
 static HOST: SandboxLayout = SandboxLayout::Host;
@@ -86,6 +91,7 @@ impl Runtime for FakeRuntime {
         Capabilities {
             sandboxes: Some(self),
             freeze: Some(self),
+            other_users: self.other_users.then_some(self as &dyn OtherUsers),
             ..Capabilities::default()
         }
     }
@@ -123,11 +129,18 @@ impl Runtime for FakeRuntime {
             .lock()
             .expect("a test's log is never poisoned")
             .push(request.cmd.clone());
+        if let Some(user) = request.user {
+            self.other_user_execs
+                .lock()
+                .expect("a test's log is never poisoned")
+                .push((user, false));
+        }
         Ok(ExecOutcome {
             result: crate::runtime::process::exec(record, request, sink).await?,
             container_id: Some(format!("fake-{}", record.id)),
             oom_kills: None,
             image_id: None,
+            exec_path: Some("process"),
         })
     }
 
@@ -191,6 +204,29 @@ impl Sandboxes for FakeRuntime {
             .lock()
             .expect("a test's list is never poisoned")
             .retain(|s| s.name != sandbox.name);
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl OtherUsers for FakeRuntime {
+    async fn check_other_user(&self, _record: &JobRecord) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    /// Where Docker keeps it: the engine's tests of `rootfs: writable` with a disk limit.
+    fn root_layer_outside_disk(&self) -> bool {
+        true
+    }
+
+    async fn settle(&self, _record: &JobRecord, user: (u32, u32)) -> Result<(), RuntimeError> {
+        let mut execs = self
+            .other_user_execs
+            .lock()
+            .expect("a test's log is never poisoned");
+        if let Some(last) = execs.last_mut().filter(|(ids, _)| *ids == user) {
+            last.1 = true;
+        }
         Ok(())
     }
 }

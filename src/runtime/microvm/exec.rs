@@ -123,6 +123,9 @@ pub async fn run(
         uid,
         gid,
         stdin: request.stdin.is_some(),
+        // Only the test switch's root keeps its capabilities (an agent that took the
+        // guest's kernel); every other command has none, root's included.
+        keep_caps: super::guest_root_for_tests(),
     };
     channel.stream.write_all(&encode(&exec)).await?;
     // Frames are read by one stream that lives through the loop (a read cut midway by

@@ -140,6 +140,7 @@ fn serve_connection(
                 uid,
                 gid,
                 stdin,
+                keep_caps,
             } => {
                 if stdin {
                     inputs
@@ -161,6 +162,7 @@ fn serve_connection(
                         uid,
                         gid,
                         stdin,
+                        keep_caps,
                     };
                     run(id, &spec, &writer, &running, &reaped, &inputs);
                 });
@@ -254,6 +256,24 @@ struct Spec {
     uid: u32,
     gid: u32,
     stdin: bool,
+    keep_caps: bool,
+}
+
+/// The `sh -c` line every command starts under. The command starts as root only to join
+/// the job's cgroup; setpriv (util-linux, in every Debian image) then drops to the job's
+/// uid with no supplementary groups, no capabilities (an empty bounding set: root too,
+/// `exec --user root`) and no_new_privs before it runs anything of the job's.
+fn wrapper(spec: &Spec) -> String {
+    format!(
+        r#"echo $$ > {JOB_CGROUP}/cgroup.procs && exec setpriv --reuid={uid} --regid={gid} --clear-groups {caps}--no-new-privs -- "$@""#,
+        uid = spec.uid,
+        gid = spec.gid,
+        caps = if spec.keep_caps {
+            ""
+        } else {
+            "--inh-caps=-all --bounding-set=-all "
+        }
+    )
 }
 
 fn run(
@@ -271,14 +291,7 @@ fn run(
     if !spec.workdir.is_dir() {
         return failed(format!("`{}` is not a directory", spec.workdir.display()));
     }
-    // The command starts as root only to join the job's cgroup; setpriv (util-linux, in
-    // every Debian image) then drops to the job's uid with no supplementary groups, no
-    // capabilities and no_new_privs before it runs anything of the job's.
-    let wrapper = format!(
-        r#"echo $$ > {JOB_CGROUP}/cgroup.procs && exec setpriv --reuid={uid} --regid={gid} --clear-groups --no-new-privs -- "$@""#,
-        uid = spec.uid,
-        gid = spec.gid
-    );
+    let wrapper = wrapper(spec);
     let mut command = std::process::Command::new("/bin/sh");
     command
         .arg("-c")

@@ -33,6 +33,10 @@ pub enum ToGuest {
         /// Whether [`ToGuest::Stdin`] frames feed the command (else its stdin is empty).
         #[serde(default)]
         stdin: bool,
+        /// Whether the command keeps the capabilities of its uid (only the test switch's
+        /// root: `guest_root_for_tests`); else the bounding set is emptied first.
+        #[serde(default)]
+        keep_caps: bool,
     },
     /// Bytes for exec `id`'s stdin (base64); empty `data` closes it.
     Stdin { id: u64, data: String },
@@ -84,6 +88,9 @@ pub enum FromGuest {
         code: i64,
         oom_killed: bool,
     },
+    /// The command started (sent by the container's exec server, whose input may carry
+    /// another host's bytes: a host that sees no `Started` knows its command never ran).
+    Started { id: u64 },
     /// The command could not start.
     Failed {
         id: u64,
@@ -185,9 +192,57 @@ pub async fn read_frame_async<T: for<'de> Deserialize<'de>>(
     Ok(serde_json::from_slice(&body)?)
 }
 
+/// The largest line the container transport carries either way: below `PIPE_BUF`, so one
+/// host's write reaches the server's input whole even when another host writes too.
+pub const MAX_LINE: usize = 4000;
+
+/// `message` as one line of JSON (the container transport: its reader may join the stream
+/// mid-line, and a line is where it finds the next message).
+pub fn encode_line<T: Serialize>(message: &T) -> Vec<u8> {
+    let mut line = serde_json::to_vec(message).expect("protocol messages serialize");
+    line.push(b'\n');
+    line
+}
+
+/// Splits complete lines off the front of `buffer` and parses each; a line that is not a
+/// message (the tail of one another reader was sent, or junk) is skipped, and a buffer
+/// that grows past `cap` without a newline is dropped.
+pub fn take_lines<T: for<'de> Deserialize<'de>>(buffer: &mut Vec<u8>, cap: usize) -> Vec<T> {
+    let mut out = Vec::new();
+    while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+        let line: Vec<u8> = buffer.drain(..=end).collect();
+        if let Ok(message) = serde_json::from_slice(&line[..line.len() - 1]) {
+            out.push(message);
+        }
+    }
+    if buffer.len() > cap {
+        buffer.clear();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_resync_after_a_cut_and_skip_junk() {
+        let mut wire = b"d\":\"aGk=\"}\n".to_vec();
+        wire.extend(encode_line(&FromGuest::Started { id: 4 }));
+        wire.extend(b"not json\n");
+        let exit = encode_line(&FromGuest::Exit { id: 4, code: 0, oom_killed: false });
+        let (first, rest) = exit.split_at(5);
+        wire.extend(first);
+        let got: Vec<FromGuest> = take_lines(&mut wire, 1 << 20);
+        assert_eq!(got, vec![FromGuest::Started { id: 4 }]);
+        wire.extend(rest);
+        let got: Vec<FromGuest> = take_lines(&mut wire, 1 << 20);
+        assert_eq!(got, vec![FromGuest::Exit { id: 4, code: 0, oom_killed: false }]);
+        assert!(wire.is_empty());
+        let mut endless = vec![b'x'; 100];
+        assert!(take_lines::<FromGuest>(&mut endless, 50).is_empty());
+        assert!(endless.is_empty(), "a line over the cap is dropped");
+    }
 
     #[test]
     fn frames_round_trip_in_order() {
@@ -200,6 +255,7 @@ mod tests {
             uid: 1000,
             gid: 1000,
             stdin: false,
+            keep_caps: false,
         };
         write_frame(&mut wire, &exec).unwrap();
         write_frame(&mut wire, &ToGuest::Signal { id: 7, signal: 15 }).unwrap();

@@ -110,6 +110,7 @@ pub async fn attach(args: ShellArgs) -> i32 {
         uid: args.uid,
         gid: args.gid,
         stdin: true,
+        keep_caps: super::guest_root_for_tests(),
     };
     if channel.stream.write_all(&encode(&exec)).await.is_err() {
         return 1;

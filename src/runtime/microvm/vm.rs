@@ -334,7 +334,8 @@ pub async fn start(
     let memory_mb = memory >> 20;
     let (uid, _) = crate::runtime::layout::agent_user(limits.uid);
     let mut append = format!(
-        "console=ttyS0 quiet panic=-1 paddock.pids={} paddock.uid={uid} paddock.net={}",
+        "{} paddock.pids={} paddock.uid={uid} paddock.net={}",
+        super::accel::KERNEL_ARGS,
         limits.pids,
         if boot.netdev.is_some() {
             boot.net

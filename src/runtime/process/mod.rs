@@ -325,6 +325,7 @@ impl super::Runtime for ProcessRuntime {
             container_id: None,
             oom_kills: None,
             image_id: None,
+            exec_path: Some("process"),
         })
     }
 
