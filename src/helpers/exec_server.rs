@@ -51,7 +51,10 @@ pub fn serve() -> i32 {
     let mut line = Vec::with_capacity(MAX_LINE);
     loop {
         line.clear();
-        match (&mut input).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line) {
+        match (&mut input)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+        {
             Ok(0) | Err(_) => return 0,
             Ok(_) => {}
         }
@@ -68,7 +71,13 @@ pub fn serve() -> i32 {
     }
 }
 
-fn handle(message: ToGuest, out: &Out, running: &Running, base: &[(String, String)], foreign: Option<&str>) {
+fn handle(
+    message: ToGuest,
+    out: &Out,
+    running: &Running,
+    base: &[(String, String)],
+    foreign: Option<&str>,
+) {
     match message {
         ToGuest::Ping { id } => send(
             out,
@@ -104,7 +113,8 @@ fn handle(message: ToGuest, out: &Out, running: &Running, base: &[(String, Strin
             let (out2, running) = (Arc::clone(out), Arc::clone(running));
             // At the job's pids limit (a fork bomb) there may be no thread to be had: the
             // exec fails, the server goes on.
-            let spawned = std::thread::Builder::new().spawn(move || run(id, &spec, &out2, &running));
+            let spawned =
+                std::thread::Builder::new().spawn(move || run(id, &spec, &out2, &running));
             if let Err(error) = spawned {
                 let message = format!("the exec server cannot start a thread: {error}");
                 send(out, &FromGuest::Failed { id, message });
@@ -178,8 +188,14 @@ fn run(id: u64, spec: &Spec, out: &Out, running: &Running) {
         .insert(id, Exec { pgid, stdin });
     send(out, &FromGuest::Started { id });
     let pumps: Vec<_> = [
-        child.stdout.take().map(|s| (false, Box::new(s) as Box<dyn std::io::Read + Send>)),
-        child.stderr.take().map(|s| (true, Box::new(s) as Box<dyn std::io::Read + Send>)),
+        child
+            .stdout
+            .take()
+            .map(|s| (false, Box::new(s) as Box<dyn std::io::Read + Send>)),
+        child
+            .stderr
+            .take()
+            .map(|s| (true, Box::new(s) as Box<dyn std::io::Read + Send>)),
     ]
     .into_iter()
     .flatten()
@@ -240,14 +256,17 @@ fn stdin_writer(mut stdin: std::process::ChildStdin) -> std::sync::mpsc::Sender<
 /// The container cgroup's OOM-kill counter (cgroup v1 `memory.oom_control`, v2
 /// `memory.events`), 0 when unreadable.
 fn oom_kills() -> u64 {
-    ["/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"]
-        .iter()
-        .find_map(|path| std::fs::read_to_string(path).ok())
-        .unwrap_or_default()
-        .lines()
-        .find_map(|line| line.strip_prefix("oom_kill "))
-        .and_then(|count| count.trim().parse().ok())
-        .unwrap_or(0)
+    [
+        "/sys/fs/cgroup/memory/memory.oom_control",
+        "/sys/fs/cgroup/memory.events",
+    ]
+    .iter()
+    .find_map(|path| std::fs::read_to_string(path).ok())
+    .unwrap_or_default()
+    .lines()
+    .find_map(|line| line.strip_prefix("oom_kill "))
+    .and_then(|count| count.trim().parse().ok())
+    .unwrap_or(0)
 }
 
 fn send(out: &Out, message: &FromGuest) {
@@ -280,7 +299,9 @@ fn foreign_in(maps: &str, dir: &str) -> Option<String> {
     maps.lines()
         .filter_map(|line| line.split_whitespace().nth(5))
         // Anonymous memory the kernel names as files (`/dev/zero`, `/memfd:...`).
-        .filter(|path| path.starts_with('/') && !path.starts_with("/dev/") && !path.starts_with("/memfd:"))
+        .filter(|path| {
+            path.starts_with('/') && !path.starts_with("/dev/") && !path.starts_with("/memfd:")
+        })
         .find(|path| !path.starts_with(&format!("{dir}/")))
         .map(str::to_string)
 }
@@ -296,6 +317,9 @@ mod tests {
                     7f02-7f03 r--p 00000000 00:00 0\n";
         assert_eq!(foreign_in(ours, TOOLS_DIR), None);
         let planted = format!("{ours}7f04-7f05 r-xp 00000000 00:10 6 /usr/lib/evil.so\n");
-        assert_eq!(foreign_in(&planted, TOOLS_DIR).as_deref(), Some("/usr/lib/evil.so"));
+        assert_eq!(
+            foreign_in(&planted, TOOLS_DIR).as_deref(),
+            Some("/usr/lib/evil.so")
+        );
     }
 }

@@ -20,8 +20,8 @@
 //! one table of exit codes).
 
 mod egress_load;
-pub mod exec_server;
 mod egress_proxy;
+pub mod exec_server;
 mod guard_ranges;
 mod port_bridge;
 mod port_relay;

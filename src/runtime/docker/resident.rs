@@ -229,16 +229,13 @@ pub(super) async fn exec(
         .stream(true)
         .logs(false)
         .build();
-    let attached = match tokio::time::timeout(
-        API_TIMEOUT,
-        docker.attach_container(name, Some(options)),
-    )
-    .await
-    {
-        Ok(Ok(attached)) => attached,
-        Ok(Err(error)) => return Ok(Served::NotTaken(format!("attach: {error}"))),
-        Err(_) => return Ok(Served::NotTaken("attach: no answer".into())),
-    };
+    let attached =
+        match tokio::time::timeout(API_TIMEOUT, docker.attach_container(name, Some(options))).await
+        {
+            Ok(Ok(attached)) => attached,
+            Ok(Err(error)) => return Ok(Served::NotTaken(format!("attach: {error}"))),
+            Err(_) => return Ok(Served::NotTaken("attach: no answer".into())),
+        };
     let (mut output, mut input) = (attached.output, attached.input);
     let id = u64::from_str_radix(&crate::ids::random_hex(15), 16).expect("15 hex digits fit");
     let exec = ToGuest::Exec {
@@ -382,9 +379,7 @@ async fn send(
 }
 
 /// The exec's input as chunks read on a task of its own; the last chunk is empty.
-fn chunks(
-    mut stdin: crate::runtime::exec::StdinReader,
-) -> tokio::sync::mpsc::Receiver<Vec<u8>> {
+fn chunks(mut stdin: crate::runtime::exec::StdinReader) -> tokio::sync::mpsc::Receiver<Vec<u8>> {
     use tokio::io::AsyncReadExt as _;
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     tokio::spawn(async move {
@@ -431,7 +426,10 @@ mod tests {
                 "/.paddock-tools/exec/ld.so",
             ]
         );
-        assert!(files_of(Path::new("/x"), "").is_none(), "no loader, no server");
+        assert!(
+            files_of(Path::new("/x"), "").is_none(),
+            "no loader, no server"
+        );
     }
 
     #[test]

@@ -90,7 +90,9 @@ pub enum FromGuest {
     },
     /// The command started (sent by the container's exec server, whose input may carry
     /// another host's bytes: a host that sees no `Started` knows its command never ran).
-    Started { id: u64 },
+    Started {
+        id: u64,
+    },
     /// The command could not start.
     Failed {
         id: u64,
@@ -230,14 +232,25 @@ mod tests {
         let mut wire = b"d\":\"aGk=\"}\n".to_vec();
         wire.extend(encode_line(&FromGuest::Started { id: 4 }));
         wire.extend(b"not json\n");
-        let exit = encode_line(&FromGuest::Exit { id: 4, code: 0, oom_killed: false });
+        let exit = encode_line(&FromGuest::Exit {
+            id: 4,
+            code: 0,
+            oom_killed: false,
+        });
         let (first, rest) = exit.split_at(5);
         wire.extend(first);
         let got: Vec<FromGuest> = take_lines(&mut wire, 1 << 20);
         assert_eq!(got, vec![FromGuest::Started { id: 4 }]);
         wire.extend(rest);
         let got: Vec<FromGuest> = take_lines(&mut wire, 1 << 20);
-        assert_eq!(got, vec![FromGuest::Exit { id: 4, code: 0, oom_killed: false }]);
+        assert_eq!(
+            got,
+            vec![FromGuest::Exit {
+                id: 4,
+                code: 0,
+                oom_killed: false
+            }]
+        );
         assert!(wire.is_empty());
         let mut endless = vec![b'x'; 100];
         assert!(take_lines::<FromGuest>(&mut endless, 50).is_empty());
