@@ -70,8 +70,9 @@ pub struct ExecMeta {
     /// runtime, or when the daemon did not say.
     pub image_id: Option<String>,
     /// How the command was started: `exec-server` (the job container's resident exec
-    /// server), `docker-exec` (Docker's exec: an older container, a remote engine, the
-    /// server unavailable, or `PADDOCK_EXEC_PATH=docker-exec`), `guest-agent` (a microVM's),
+    /// server, opt-in with `PADDOCK_EXEC_PATH=exec-server`), `docker-exec` (Docker's exec:
+    /// the default, an older container, a remote engine, the server unavailable),
+    /// `guest-agent` (a microVM's),
     /// `process`. Absent in results recorded before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec_path: Option<String>,

@@ -23,10 +23,8 @@ use std::os::unix::process::CommandExt as _;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
-use crate::runtime::microvm::protocol::{FromGuest, MAX_LINE, ToGuest, decode, encode_line};
-
-/// Where the host mounts the server's files in the container (read-only).
-pub const TOOLS_DIR: &str = "/.paddock-tools/exec";
+use crate::runtime::docker::resident::TOOLS_DIR;
+use crate::runtime::microvm::protocol::{FromGuest, MAX_LINE, Parts, ToGuest, decode, encode_line};
 
 type Out = Arc<Mutex<std::io::Stdout>>;
 /// Running execs: their process group, and their stdin's queue when they take input.
@@ -49,6 +47,7 @@ pub fn serve() -> i32 {
     let base: Vec<(String, String)> = std::env::vars().collect();
     let mut input = std::io::stdin().lock();
     let mut line = Vec::with_capacity(MAX_LINE);
+    let mut parts = Parts::default();
     loop {
         line.clear();
         match (&mut input)
@@ -59,15 +58,18 @@ pub fn serve() -> i32 {
             Ok(_) => {}
         }
         if line.last() != Some(&b'\n') {
-            // Over the cap: skip to the end of that line.
-            let mut rest = Vec::new();
-            let _ = input.read_until(b'\n', &mut rest);
+            // Over the cap: skip to the end of that line, holding none of it.
+            let _ = input.skip_until(b'\n');
             continue;
         }
-        let Ok(message) = serde_json::from_slice::<ToGuest>(&line[..line.len() - 1]) else {
-            continue;
+        let message = match serde_json::from_slice::<ToGuest>(&line[..line.len() - 1]) {
+            Ok(ToGuest::Part { id, data, last }) => parts.push(id, &data, last),
+            Ok(message) => Some(message),
+            Err(_) => None,
         };
-        handle(message, &out, &running, &base, foreign.as_deref());
+        if let Some(message) = message {
+            handle(message, &out, &running, &base, foreign.as_deref());
+        }
     }
 }
 
@@ -141,8 +143,8 @@ fn handle(
                 signal_group(exec.pgid, libc::SIGKILL);
             }
         }
-        // A microVM's orders: nothing to do in a container.
-        ToGuest::Shutdown | ToGuest::Mount { .. } => {}
+        // A microVM's orders, and a part (joined before this): nothing to do here.
+        ToGuest::Shutdown | ToGuest::Mount { .. } | ToGuest::Part { .. } => {}
     }
 }
 

@@ -28,6 +28,7 @@ mod docs;
 mod egress;
 mod engines;
 mod events;
+mod exec_server;
 mod exec_sync;
 mod files;
 mod flood;

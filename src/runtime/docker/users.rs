@@ -105,6 +105,19 @@ pub(super) async fn check(daemon: &super::Daemon, record: &JobRecord) -> Result<
         ),
     )
     .await?;
+    // Root inside shares uid 0 with the opt-in exec server (issue 46), so it could signal
+    // it, and the settle's `kill -9 -1` as root would end it with the container.
+    if inspect
+        .config
+        .as_ref()
+        .and_then(|c| c.labels.as_ref())
+        .is_some_and(|labels| labels.contains_key(super::resident::LABEL_SERVER))
+    {
+        return Err(RuntimeError::Unsupported {
+            runtime: "runsc",
+            what: "run another user in a job whose container runs the exec server (PADDOCK_EXEC_PATH=exec-server): root inside could signal it; create the job without that switch",
+        });
+    }
     let has = inspect
         .mounts
         .unwrap_or_default()

@@ -204,6 +204,8 @@ fn serve_connection(
                 };
                 send(writer, &answer);
             }
+            // The container transport's pieces: frames carry whole messages.
+            ToGuest::Part { .. } => {}
             ToGuest::Shutdown => {
                 rustix::fs::sync();
                 let _ = rustix::system::reboot(rustix::system::RebootCommand::PowerOff);

@@ -53,6 +53,12 @@ pub enum ToGuest {
         tag: String,
         mounts: Vec<GuestMount>,
     },
+    /// A piece (base64) of a longer message's JSON, for the container transport, whose
+    /// lines stay below [`MAX_LINE`]: the reader joins the pieces of `id` in order and
+    /// handles the whole message at the `last` one ([`Parts`]). An exec's line (its sync
+    /// snippet, its environment) is often over the cap. Frames have no such cap: the
+    /// microVM's guest agent is never sent one.
+    Part { id: u64, data: String, last: bool },
 }
 
 /// One part of a claimed pool slot's share: `source` (relative to the share's root) bound
@@ -206,6 +212,66 @@ pub fn encode_line<T: Serialize>(message: &T) -> Vec<u8> {
     line
 }
 
+/// How many bytes of a message one [`ToGuest::Part`] carries: its base64 and the line's
+/// framing stay below [`MAX_LINE`].
+const PART_BYTES: usize = 2048;
+
+/// `message` as the lines that carry it: one line when it fits in [`MAX_LINE`], else its
+/// JSON in [`ToGuest::Part`] lines under `id` (the last one marked).
+pub fn encode_lines(message: &ToGuest, id: u64) -> Vec<Vec<u8>> {
+    let line = encode_line(message);
+    if line.len() <= MAX_LINE {
+        return vec![line];
+    }
+    let json = &line[..line.len() - 1];
+    let count = json.len().div_ceil(PART_BYTES);
+    json.chunks(PART_BYTES)
+        .enumerate()
+        .map(|(i, chunk)| {
+            encode_line(&ToGuest::Part {
+                id,
+                data: base64::engine::general_purpose::STANDARD.encode(chunk),
+                last: i + 1 == count,
+            })
+        })
+        .collect()
+}
+
+/// A reader's messages in pieces ([`ToGuest::Part`]), joined by id. Bounded: a message
+/// over [`Parts::MAX_MESSAGE`] bytes is dropped, and at most [`Parts::MAX_PENDING`] are
+/// joined at once (a new one past that drops them all: a host that stopped mid-message
+/// leaves nothing behind for ever).
+#[derive(Debug, Default)]
+pub struct Parts {
+    pending: std::collections::HashMap<u64, Vec<u8>>,
+}
+
+impl Parts {
+    pub const MAX_MESSAGE: usize = 4 << 20;
+    pub const MAX_PENDING: usize = 64;
+
+    /// Adds a piece; the whole message once its last piece is in (never another `Part`).
+    pub fn push(&mut self, id: u64, data: &str, last: bool) -> Option<ToGuest> {
+        if !self.pending.contains_key(&id) && self.pending.len() >= Self::MAX_PENDING {
+            self.pending.clear();
+        }
+        let joined = self.pending.entry(id).or_default();
+        joined.extend(decode(data));
+        if joined.len() > Self::MAX_MESSAGE {
+            self.pending.remove(&id);
+            return None;
+        }
+        if !last {
+            return None;
+        }
+        let whole = self.pending.remove(&id)?;
+        match serde_json::from_slice(&whole) {
+            Ok(ToGuest::Part { .. }) | Err(_) => None,
+            Ok(message) => Some(message),
+        }
+    }
+}
+
 /// Splits complete lines off the front of `buffer` and parses each; a line that is not a
 /// message (the tail of one another reader was sent, or junk) is skipped, and a buffer
 /// that grows past `cap` without a newline is dropped.
@@ -226,6 +292,64 @@ pub fn take_lines<T: for<'de> Deserialize<'de>>(buffer: &mut Vec<u8>, cap: usize
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_message_goes_in_parts_below_the_line_cap_and_is_joined_whole() {
+        let exec = ToGuest::Exec {
+            id: 9,
+            argv: vec!["sh".into(), "-c".into(), "x\"é\n".repeat(3000)],
+            env: vec![("A".into(), "b".repeat(5000))],
+            workdir: "/workspace".into(),
+            uid: 1000,
+            gid: 1000,
+            stdin: false,
+            keep_caps: false,
+        };
+        let lines = encode_lines(&exec, 9);
+        assert!(lines.len() > 5, "{}", lines.len());
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.len() <= MAX_LINE && l.ends_with(b"\n"))
+        );
+        let mut wire: Vec<u8> = lines.concat();
+        let mut parts = Parts::default();
+        let mut whole = Vec::new();
+        for message in take_lines::<ToGuest>(&mut wire, 1 << 20) {
+            let ToGuest::Part { id, data, last } = message else {
+                panic!("only parts: {message:?}");
+            };
+            whole.extend(parts.push(id, &data, last));
+        }
+        assert_eq!(whole, vec![exec]);
+        assert!(parts.pending.is_empty());
+        // A short one is one plain line.
+        let ping = ToGuest::Ping { id: 1 };
+        assert_eq!(encode_lines(&ping, 1), vec![encode_line(&ping)]);
+    }
+
+    #[test]
+    fn parts_are_bounded_and_never_nest() {
+        let mut parts = Parts::default();
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        // A part that joins into another part is dropped.
+        let nested = serde_json::to_vec(&ToGuest::Part {
+            id: 1,
+            data: String::new(),
+            last: true,
+        })
+        .expect("serializes");
+        assert_eq!(parts.push(1, &b64(&nested), true), None);
+        // Abandoned messages do not pile up past the bound.
+        for id in 0..(Parts::MAX_PENDING as u64 * 3) {
+            assert_eq!(parts.push(id, &b64(b"{"), false), None);
+        }
+        assert!(parts.pending.len() <= Parts::MAX_PENDING);
+        // One over the size cap is dropped.
+        let big = b64(&vec![b' '; Parts::MAX_MESSAGE + 1]);
+        assert_eq!(parts.push(7, &big, false), None);
+        assert!(!parts.pending.contains_key(&7));
+    }
 
     #[test]
     fn lines_resync_after_a_cut_and_skip_junk() {

@@ -221,14 +221,14 @@ fn remote_caches_are_volumes_shared_by_key_seeded_kept_by_rm_and_private_to_the_
     // the agent owns the caches; git leaves them out.
     home.sh(
         &a,
-        "echo from-a > node_modules/a.txt && git status --porcelain",
+        "echo written-by-job-a > node_modules/a.txt && git status --porcelain",
     );
     let seen = home.sh(
         &b,
         "cat node_modules/a.txt node_modules/setup.txt \"$TOOL_CACHE/where\" && stat -c %u node_modules \"$TOOL_CACHE\" && git status --porcelain",
     );
     assert!(
-        seen.starts_with("from-a\nfrom-setup\n/paddock/caches/paddock-"),
+        seen.starts_with("written-by-job-a\nfrom-setup\n/paddock/caches/paddock-"),
         "{seen}"
     );
     assert!(seen.ends_with("1000\n1000\n"), "{seen}");
@@ -247,7 +247,7 @@ fn remote_caches_are_volumes_shared_by_key_seeded_kept_by_rm_and_private_to_the_
             &c,
             "cat node_modules/a.txt && echo from-c > node_modules/c.txt"
         ),
-        "from-a\n"
+        "written-by-job-a\n"
     );
     assert_eq!(
         home.sh(&a, "ls node_modules"),
@@ -266,7 +266,7 @@ fn remote_caches_are_volumes_shared_by_key_seeded_kept_by_rm_and_private_to_the_
     );
     let found = home.sh(
         &x,
-        "ls node_modules; grep -rl from-a / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr --exclude-dir=dev 2>/dev/null; \
+        "ls node_modules; grep -rl written-by-job-a / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr --exclude-dir=dev 2>/dev/null; \
          touch /paddock-objects/paddock-caches/forged 2>/dev/null && echo forged a seed mark; true",
     );
     assert_eq!(found, "setup.txt\n", "{found}");

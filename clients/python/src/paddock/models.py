@@ -589,6 +589,13 @@ class PauseAnswer(BaseModel):
     )
 
 
+class ExecPath(Enum):
+    exec_server = 'exec-server'
+    docker_exec = 'docker-exec'
+    guest_agent = 'guest-agent'
+    process = 'process'
+
+
 class Network1(Enum):
     none = 'none'
     allowlist = 'allowlist'
@@ -621,6 +628,10 @@ class Meta(BaseModel):
     )
     paddock_version: str | None = None
     checkout: Checkout | None = None
+    exec_path: ExecPath | None = Field(
+        None,
+        description="how the command was started: the container's resident exec server (opt-in, PADDOCK_EXEC_PATH=exec-server), Docker's exec (the default), a microVM's guest agent, a process",
+    )
     limits: Limits | None = None
 
 
