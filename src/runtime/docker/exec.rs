@@ -534,13 +534,12 @@ pub(super) async fn exec_in(
 /// How often a running exec checks that its sandbox is still there.
 const SANDBOX_CHECK: Duration = Duration::from_secs(2);
 
-/// When the container `name` is not running: whether the daemon says it was killed for
-/// memory. `None` while it runs (or cannot be inspected).
 /// The daemon's OOM flag of a container that stopped under a command, asked again for up to
-/// 2 s while it says no: the daemon may record the stop before the kernel's OOM event (seen
-/// under gVisor, whose sandbox dies whole when it overruns its memory).
+/// 6 s while it says no: the daemon may record the stop before the kernel's OOM event (seen
+/// under gVisor, whose sandbox dies whole when it overruns its memory; on a loaded 2-core CI
+/// host 2 s was not always enough). Only a sandbox that died under a command waits here.
 async fn oom_after_stop(docker: &Docker, name: &str) -> bool {
-    for _ in 0..10 {
+    for _ in 0..30 {
         tokio::time::sleep(Duration::from_millis(200)).await;
         if stopped_container(docker, name).await == Some(true) {
             return true;
@@ -549,6 +548,8 @@ async fn oom_after_stop(docker: &Docker, name: &str) -> bool {
     false
 }
 
+/// When the container `name` is not running: whether the daemon says it was killed for
+/// memory. `None` while it runs (or cannot be inspected).
 async fn stopped_container(docker: &Docker, name: &str) -> Option<bool> {
     let info = tokio::time::timeout(API_TIMEOUT, docker.inspect_container(name, None))
         .await
