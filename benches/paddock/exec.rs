@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// The agent's uid and gid, named in the baseline's `docker exec` as paddock names them: a
+/// container whose main process is the exec server (`PADDOCK_EXEC_PATH=exec-server`) is
+/// root's, and root without capabilities cannot write the agent's workspace.
+const AGENT: &str = "1000:1000";
+
 /// The cost of bringing an exec's commit back: `paddock exec` of a committing command vs
 /// `docker exec` of the same command in the same container (no sync), interleaved; and the
 /// sync alone, as paddock's audit log records it.
@@ -22,6 +27,8 @@ pub(super) fn exec_sync_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row
         let mut docker_run = || {
             let (took, _) = timed(Command::new("docker").args([
                 "exec",
+                "-u",
+                AGENT,
                 "-w",
                 "/workspace",
                 &container,
@@ -111,7 +118,7 @@ pub(super) fn exec_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
     let (id, container) = docker_job(&home, repo, "exec-bench");
     // One exec each first, untimed: the container's first execs page in sh and git.
     run(&mut home.cmd(&["exec", &id, "--", "git", "status", "--short"]));
-    run(Command::new("docker").args(["exec", &container, "true"]));
+    run(Command::new("docker").args(["exec", "-u", AGENT, &container, "true"]));
 
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     alternated(|_, paddock_first| {
@@ -119,7 +126,7 @@ pub(super) fn exec_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
             || ours.push(ms(timed(&mut home.cmd(&["exec", &id, "--", "true"])).0));
         let mut docker_run = || {
             theirs.push(ms(timed(
-                Command::new("docker").args(["exec", &container, "true"]),
+                Command::new("docker").args(["exec", "-u", AGENT, &container, "true"]),
             )
             .0))
         };
@@ -158,6 +165,8 @@ pub(super) fn exec_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
             let script = commit("theirs.txt", i);
             theirs.push(ms(timed(Command::new("docker").args([
                 "exec",
+                "-u",
+                AGENT,
                 "-w",
                 "/workspace",
                 &container,
