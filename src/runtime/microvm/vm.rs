@@ -522,7 +522,19 @@ for p; do mount --bind "$p" "$p"; mount -o remount,bind,ro "$p"; done
     // Reaped in the background when it ends; it must outlive this process (the VM does).
     drop(child);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
+    // The socket's file appears at bind(), before virtiofsd listens: QEMU connecting in
+    // between is refused and the VM does not start (seen in CI). So wait until its network
+    // namespace lists the socket as listening; a table that never names it (another path
+    // spelling) is given 2 s after the file appears. Nothing connects to probe: virtiofsd
+    // serves one front end.
+    let mut appeared = None;
+    while !socket.exists()
+        || !(listening(pid, &socket)
+            || appeared
+                .get_or_insert_with(tokio::time::Instant::now)
+                .elapsed()
+                > Duration::from_secs(2))
+    {
         if tokio::time::Instant::now() > deadline {
             let log = std::fs::read_to_string(vm.dir.join(format!("virtiofsd-{}.log", share.tag)))
                 .unwrap_or_default();
@@ -537,6 +549,19 @@ for p; do mount --bind "$p" "$p"; mount -o remount,bind,ro "$p"; done
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())
+}
+
+/// Whether process `pid`'s network namespace has a listening Unix socket at `path`
+/// (`/proc/PID/net/unix`: flags `00010000` is `__SO_ACCEPTCON`).
+fn listening(pid: u32, path: &Path) -> bool {
+    let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/unix")) else {
+        return false;
+    };
+    let path = path.to_string_lossy();
+    table.lines().any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.len() >= 8 && fields[3] == "00010000" && fields[7] == path
+    })
 }
 
 /// Ends every process of the VM: SIGTERM, up to `grace`, then SIGKILL, and waits (bounded)
