@@ -185,7 +185,7 @@ pub async fn exec(
                 });
             }
             super::resident::Served::Gone {
-                mut stdout,
+                stdout,
                 mut stderr,
                 timed_out,
                 started,
@@ -195,14 +195,7 @@ pub async fn exec(
                     Some(true) => (137, true),
                     None => (137, false),
                 };
-                let note = if oom_killed {
-                    "[paddock: the sandbox was killed for memory during the command]\n"
-                } else {
-                    "[paddock: the sandbox stopped during the command]\n"
-                };
-                sink.write(StreamKind::Stderr, note.as_bytes());
-                stderr.push(note.as_bytes());
-                let _ = &mut stdout;
+                sandbox_ended(oom_killed, sink, &mut stderr);
                 let result = crate::runtime::exec::exec_result(
                     code,
                     crate::units::millis(started.elapsed()),
@@ -510,13 +503,7 @@ pub(super) async fn exec_in(
         }
     }
     if sandbox.is_some() {
-        let note = if oom_killed {
-            "[paddock: the sandbox was killed for memory during the command]\n"
-        } else {
-            "[paddock: the sandbox stopped during the command]\n"
-        };
-        sink.write(StreamKind::Stderr, note.as_bytes());
-        stderr.push(note.as_bytes());
+        sandbox_ended(oom_killed, sink, &mut stderr);
     }
     Ok((
         crate::runtime::exec::exec_result(
@@ -529,6 +516,18 @@ pub(super) async fn exec_in(
         ),
         oom_count,
     ))
+}
+
+/// Says in the command's stderr (streamed and kept) that its sandbox ended under it, and
+/// whether for memory: both exec paths, the server's and Docker's, end this way.
+fn sandbox_ended(oom_killed: bool, sink: &mut dyn OutputSink, stderr: &mut CappedOutput) {
+    let note = if oom_killed {
+        "[paddock: the sandbox was killed for memory during the command]\n"
+    } else {
+        "[paddock: the sandbox stopped during the command]\n"
+    };
+    sink.write(StreamKind::Stderr, note.as_bytes());
+    stderr.push(note.as_bytes());
 }
 
 /// How often a running exec checks that its sandbox is still there.
