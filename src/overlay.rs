@@ -19,6 +19,8 @@
 //! A mount outlives a paddock that was killed; removal (rm, rollback, sweep) unmounts
 //! before deleting, and finds mounts in `/proc/self/mountinfo`.
 
+pub mod changes;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -176,6 +178,15 @@ impl Pristines {
             None => commit.to_string(),
         };
         self.root.join(repo_key).join(name)
+    }
+
+    /// The commit a pristine checkout's directory holds the files of (its name's first
+    /// part, see [`Pristines::dir`]).
+    pub fn commit_of(dir: &Path) -> Option<String> {
+        let name = dir.file_name()?.to_str()?;
+        let commit = name.split('-').next()?;
+        (matches!(commit.len(), 40 | 64) && commit.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| commit.to_string())
     }
 
     fn lock_path(&self, dir: &Path) -> PathBuf {

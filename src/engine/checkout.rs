@@ -114,6 +114,16 @@ impl Paddock {
         Ok(view)
     }
 
+    /// Where an overlay job's own layers are on this host (`upper`, `work`; see `overlay`):
+    /// in the job's disk when it has a limit.
+    pub(super) fn layers_of(&self, record: &JobRecord) -> std::path::PathBuf {
+        let job_dir = self.home().job_dir(&record.id);
+        match record.disk {
+            Some(_) => crate::disk::layers_dir(&job_dir),
+            None => crate::overlay::layers_dir(&job_dir),
+        }
+    }
+
     /// The overlay half of [`check_out`](Self::check_out).
     async fn mount_overlay(
         &self,
@@ -127,11 +137,7 @@ impl Paddock {
         let driver = crate::overlay::driver()?;
         // With a disk limit, the job's layers live in its own filesystem of that size (made
         // and mounted by the create before the git dir).
-        let job_dir = self.home().job_dir(&record.id);
-        let layers = match record.disk {
-            Some(_) => crate::disk::layers_dir(&job_dir),
-            None => crate::overlay::layers_dir(&job_dir),
-        };
+        let layers = self.layers_of(record);
         let pristines = Pristines::of(self.home());
         let (pristine, lock) = pristines.ensure(repo, &record.repo_key, tip, owner).await?;
         // Named in the record before the lock goes: from here the sweep sees it used.

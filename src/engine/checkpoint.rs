@@ -422,6 +422,72 @@ impl Paddock {
     }
 }
 
+/// What an overlay job changed against its lower layer (see `overlay::changes`), handed to
+/// the sandbox half of a checkpoint or a restore (`sync.sh`, `restore.sh`) so that it looks
+/// only there: its work is then in proportion to the change, not to the repository.
+pub(super) struct ChangedHint {
+    /// The pathspecs, NUL-separated (the sandbox half's standard input).
+    paths: Vec<u8>,
+    /// The lower layer's commit.
+    lower: String,
+}
+
+impl ChangedHint {
+    /// Sets `request` up to carry the hint.
+    pub(super) fn apply(self, request: &mut crate::runtime::ExecRequest) {
+        request
+            .env
+            .insert("PADDOCK_CHANGED_BYTES".into(), self.paths.len().to_string());
+        request.env.insert("PADDOCK_LOWER".into(), self.lower);
+        request.stdin = crate::runtime::exec::ExecStdin::bytes(self.paths);
+    }
+}
+
+impl Paddock {
+    /// The hint for `record` (see [`ChangedHint`]): only for an overlay checkout on this
+    /// host whose upper dir a bounded walk can read; `None` leaves the sandbox half to its
+    /// full walk, which is always right.
+    pub(super) async fn changed_hint(&self, record: &JobRecord) -> Option<ChangedHint> {
+        if record.checkout != crate::config::CheckoutMode::Overlay
+            || self.runtime_of(record).capabilities().volumes.is_some()
+        {
+            return None;
+        }
+        let pristine = record.pristine.clone()?;
+        let lower = crate::overlay::Pristines::commit_of(&pristine)?;
+        let upper = self.layers_of(record).join("upper");
+        let started = Instant::now();
+        let walked = tokio::task::spawn_blocking(move || {
+            crate::overlay::changes::walk(
+                &upper,
+                &pristine.join("tree"),
+                crate::overlay::changes::Limits::default(),
+            )
+        })
+        .await
+        .ok()?;
+        match walked {
+            crate::overlay::changes::Walked::Changes(changes) => {
+                tracing::debug!(
+                    job = %record.id,
+                    paths = changes.paths.len(),
+                    bytes = changes.bytes,
+                    ms = started.elapsed().as_millis(),
+                    "overlay changes read"
+                );
+                Some(ChangedHint {
+                    paths: changes.nul_separated(),
+                    lower,
+                })
+            }
+            crate::overlay::changes::Walked::Unsuited(why) => {
+                tracing::debug!(job = %record.id, %why, "overlay changes: the full walk");
+                None
+            }
+        }
+    }
+}
+
 /// A sync error whose sandbox half refused the checkpoint (`sync.sh` exits 80-84) becomes
 /// that refusal; anything else stays what it was.
 fn refusal(record: &JobRecord, error: Error) -> Error {

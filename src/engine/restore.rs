@@ -116,6 +116,12 @@ impl Paddock {
         let (git_dir, work_tree) = layout
             .git_paths(record)
             .ok_or_else(|| failed("the job has no git dir".into()))?;
+        // Read before the bundle lands in the workspace (nothing of the job runs now).
+        let hint = if fresh {
+            None
+        } else {
+            self.changed_hint(record).await
+        };
         let file = format!(".paddock-restore-{}.bundle", crate::job::random_hex(8));
         let path = WorkspacePath {
             shown: file.clone(),
@@ -125,7 +131,7 @@ impl Paddock {
             .write_file(record, &path, bundle, layout.files_owner(record))
             .await?;
         crash_point("restore-bundled");
-        let request = ExecRequest {
+        let mut request = ExecRequest {
             cmd: vec![
                 "sh".into(),
                 "-c".into(),
@@ -157,10 +163,16 @@ impl Paddock {
             stdin: Default::default(),
             user: None,
         };
+        if let Some(hint) = hint {
+            hint.apply(&mut request);
+        }
         let result = runtime
             .exec_in_sandbox(record, &request, &mut Discard)
             .await
             .map_err(|error| failed(format!("the sandbox could not run it: {error}")))?;
+        if result.stderr.contains(crate::git::sync::LOOKED_AT_CHANGES) {
+            tracing::debug!(job = %record.id, "the sandbox looked only at the changed paths");
+        }
         if result.timed_out {
             return Err(failed(format!(
                 "it did not finish within {}",

@@ -311,7 +311,11 @@ impl Paddock {
             "paddock-sync".into(),
         ];
         cmd.extend(plan.args);
-        let request = ExecRequest {
+        let hint = match scope {
+            SyncScope::Checkpoint => self.changed_hint(record).await,
+            SyncScope::Branch | SyncScope::BranchAndWork => None,
+        };
+        let mut request = ExecRequest {
             cmd,
             env: plan.env.into_iter().collect(),
             workdir: None,
@@ -323,12 +327,18 @@ impl Paddock {
             stdin: Default::default(),
             user: None,
         };
+        if let Some(hint) = hint {
+            hint.apply(&mut request);
+        }
         let bundle = self.incoming_bundle(record);
         let mut capture = SyncCapture::new(bundle.clone());
         let ran = self
             .runtime_of(record)
             .exec_in_sandbox(record, &request, &mut capture)
             .await;
+        if capture.said(crate::git::sync::LOOKED_AT_CHANGES) {
+            tracing::debug!(job = %record.id, "the sandbox looked only at the changed paths");
+        }
         let received = match ran {
             Ok(result) if result.timed_out => Err(format!(
                 "the sync did not finish within {}",

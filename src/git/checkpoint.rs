@@ -6,7 +6,7 @@
 use super::{GitError, GitRepo, blocking, read_err};
 
 /// The script that restores a checkpoint inside a job's sandbox (arguments at its top).
-pub const RESTORE_SCRIPT: &str = include_str!("restore.sh");
+pub const RESTORE_SCRIPT: &str = concat!(include_str!("changed.sh"), include_str!("restore.sh"));
 
 /// What a checkpoint commit holds, read from the wip store.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,6 +11,10 @@
 #   MOVE_BRANCH  1: the branch moves to the checkpoint's HEAD too
 #   FRESH        1: a new job's checkout, untouched since its create (a fork): nothing was
 #                made since, so the walk for untracked files is skipped
+# With PADDOCK_CHANGED_BYTES set (an overlay job's), stdin holds that many bytes: the paths
+# the job changed against its lower layer, commit PADDOCK_LOWER, NUL-separated (read from the
+# upper dir by the host); then only those paths and the ones the index changed are looked
+# at, and anything unexpected takes the full walk instead.
 # Exit codes 70-76 name the step that failed; its reason is on stderr.
 set -u
 bundle=$1 state=$2 branch=$3 move_branch=$4 fresh=${5:-0}
@@ -24,8 +28,28 @@ fail() {
   echo "paddock: restore failed: $*" >&2
   exit "$code"
 }
-trap 'rm -f "$bundle"' EXIT
+changed=${TMPDIR:-/tmp}/paddock-restore-changed.$$
+trap 'rm -f "$bundle" "$changed" "$changed.here" "$changed.gone" "$changed.err"' EXIT
 cd "$GIT_WORK_TREE" || fail 70 "the workspace is gone"
+hint=
+if [ "$fresh" != 1 ] && [ -n "${PADDOCK_CHANGED_BYTES:-}" ] && [ -n "${PADDOCK_LOWER:-}" ]; then
+  cat >"$changed" && [ "$(wc -c <"$changed" | tr -d ' ')" = "$PADDOCK_CHANGED_BYTES" ] && hint=1
+fi
+# The workspace as the index sees it, looked at only where the job changed something (see
+# the header): the index takes the changed paths as they are (`git add -A` of them: files
+# made since become entries, which the two-tree merge below then removes), so it names the
+# workspace exactly and a two-tree merge from its tree touches only what differs.
+restore_changed() {
+  add_changed "$GIT_DIR/index" "$changed" || return 1
+  wtree=$(g write-tree 2>/dev/null) || return 1
+  g read-tree -m -u "$wtree" "$state^{tree}" 2>/dev/null || return 1
+  echo "paddock: looked only at the changed paths" >&2
+  # Empty directories made since go too, as `clean -d` takes them in the full walk.
+  [ ! -s "$changed" ] || xargs -0 -r env GIT_LITERAL_PATHSPECS=1 \
+    git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c gc.auto=0 \
+    -c maintenance.auto=false -c core.untrackedCache=false clean -fdq -- <"$changed" ||
+    fail 75 "files made since the checkpoint could not be removed"
+}
 g bundle unbundle "$bundle" >/dev/null || fail 71 "the checkpoint's objects could not be unpacked"
 rm -f "$bundle"
 # The objects stay reachable here, so an agent's `git gc` keeps them.
@@ -41,14 +65,17 @@ fi
 # lacks goes, anything in the way is overwritten. An index the agent broke is dropped first.
 # A fresh checkout (a fork's, at the checkpoint's HEAD) takes only the paths that differ
 # (a two-tree merge from HEAD), not a check of every file.
+cleaned=$fresh
 if [ "$fresh" = 1 ] && g read-tree -m -u HEAD "$state^{tree}" 2>/dev/null; then
   :
+elif [ -n "$hint" ] && restore_changed; then
+  cleaned=1
 elif ! g read-tree --reset -u "$state^{tree}" 2>/dev/null; then
   rm -f "$GIT_DIR/index" "$GIT_DIR/index.lock"
   g read-tree --reset -u "$state^{tree}" || fail 74 "the workspace could not be written"
 fi
 # Files made since (untracked, not ignored) go; ignored files (caches, builds) stay.
-if [ "$fresh" != 1 ]; then
+if [ "$cleaned" != 1 ]; then
   g clean -fdq -- . || fail 75 "files made since the checkpoint could not be removed"
 fi
 # The index becomes the checkpoint's; entries that match keep their stat data (`-m`), so the

@@ -21,7 +21,10 @@ use std::path::PathBuf;
 use crate::output::{OutputSink, StreamKind};
 
 /// The script the sandbox runs; its header format is documented at its top.
-pub const SYNC_SCRIPT: &str = include_str!("sync.sh");
+pub const SYNC_SCRIPT: &str = concat!(include_str!("changed.sh"), include_str!("sync.sh"));
+/// What the sandbox half of a checkpoint or a restore says on stderr when it looked only at
+/// the paths an overlay job changed (`changed.sh`).
+pub const LOOKED_AT_CHANGES: &str = "paddock: looked only at the changed paths";
 
 /// The most a sync may send (untracked list plus bundle) before it is refused.
 pub const MAX_SYNC_BYTES: u64 = 2 << 30;
@@ -296,6 +299,14 @@ impl SyncCapture {
             untracked,
             untracked_cut: self.untracked_cut,
         })
+    }
+}
+
+impl SyncCapture {
+    /// Whether the sandbox half said `text` on stderr (in what was kept of it).
+    pub fn said(&self, text: &str) -> bool {
+        let needle = text.as_bytes();
+        self.stderr.windows(needle.len()).any(|w| w == needle)
     }
 }
 

@@ -11,7 +11,11 @@
 #            makes), also holds the `copy` files named one per line in PADDOCK_CHECKPOINT_COPY,
 #            and is refused (exit 80-84, the reason on stderr) when part of the workspace
 #            cannot be read, its changed files are over PADDOCK_CHECKPOINT_MAX bytes in all,
-#            the index has unmerged paths, or the git dir is unusable
+#            the index has unmerged paths, or the git dir is unusable. With PADDOCK_CHANGED_BYTES
+#            set (an overlay job's), stdin holds that many bytes: the paths the job changed
+#            against its lower layer, commit PADDOCK_LOWER, NUL-separated (the host read them
+#            from the upper dir); then only those paths and the ones the index changed are
+#            looked at, and anything unexpected takes the full walk instead
 # Header:    paddock-sync 1 TIP STATE BUNDLE UNTRACKED_BYTES (then the untracked list, then
 #            a v2 bundle whose pack may hold no object when the host has them all)
 #   TIP      the branch's commit, or -
@@ -37,10 +41,16 @@ untracked=$tmp/paddock-sync-untracked.$$
 index=$tmp/paddock-sync-index.$$
 fresh=$tmp/paddock-sync-git.$$
 warnings=$tmp/paddock-sync-warnings.$$
+changed=$tmp/paddock-sync-changed.$$
 # Only a snapshot makes temporary files (a branch sync, after every exec, starts no `rm`).
 if [ "$snapshot" != 0 ]; then
-  trap 'rm -rf "$untracked" "$index" "$index.lock" "$fresh" "$warnings"' EXIT
+  trap 'rm -rf "$untracked" "$index" "$index.lock" "$fresh" "$warnings" "$changed" "$changed.here" "$changed.gone" "$changed.err"' EXIT
   : >"$untracked" || exit 70
+fi
+# The changed paths the host sent, taken only whole.
+hint=
+if [ "$snapshot" = 2 ] && [ -n "${PADDOCK_CHANGED_BYTES:-}" ] && [ -n "${PADDOCK_LOWER:-}" ]; then
+  cat >"$changed" && [ "$(wc -c <"$changed" | tr -d ' ')" = "$PADDOCK_CHANGED_BYTES" ] && hint=1
 fi
 # A checkpoint lists paths from the workspace's root (its size check reads them).
 if [ "$snapshot" = 2 ]; then cd "$GIT_WORK_TREE" || exit 80; fi
@@ -113,8 +123,7 @@ add_all() {
     GIT_INDEX_FILE=$index g add -A -- ':/' >&2
 }
 
-state=-
-if [ "$snapshot" != 0 ]; then
+copy_index() {
   # The copy keeps the index's mtime, which git's racy-clean check compares file mtimes
   # with: a fresh mtime would hide a same-size edit made in the second of the last index
   # write (`git add -A` would trust the stale stat data).
@@ -124,9 +133,23 @@ if [ "$snapshot" != 0 ]; then
     rm -f "$index"
     if [ -n "$head" ]; then GIT_INDEX_FILE=$index g read-tree "$head" 2>/dev/null || rm -f "$index"; fi
   fi
-  g ls-files -z --others --exclude-standard -- ':/' >"$untracked" 2>"$warnings" || : >"$untracked"
-  [ "$snapshot" != 2 ] || check_checkpoint
-  if ! add_all || ! add_copies ||
+}
+
+state=-
+if [ "$snapshot" != 0 ]; then
+  copy_index
+  done_add=
+  if [ -n "$hint" ] && [ -n "$head" ] && add_changed "$index" "$changed"; then
+    # Its untracked list stays empty: a checkpoint's commit holds the untracked files.
+    echo "paddock: looked only at the changed paths" >&2
+    done_add=1
+  else
+    [ -z "$hint" ] || { copy_index; : >"$warnings"; }
+    g ls-files -z --others --exclude-standard -- ':/' >"$untracked" 2>"$warnings" || : >"$untracked"
+    [ "$snapshot" != 2 ] || check_checkpoint
+    add_all && done_add=1
+  fi
+  if [ -z "$done_add" ] || ! add_copies ||
     ! tree=$(GIT_INDEX_FILE=$index g write-tree 2>/dev/null); then
     # Objects the index names are gone, or the git dir takes no writes: hash the whole
     # worktree afresh into a snapshot without a parent.

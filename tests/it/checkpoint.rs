@@ -336,3 +336,119 @@ fn a_paddock_killed_in_checkpoint_restore_or_fork_is_converged_by_one_sweep() {
     assert_eq!(names, ["good", "half"]);
     home.ok(&["rm", &id, "--force"]);
 }
+
+/// Edits of every shape an overlay records: a changed, a new, a deleted and a re-made file;
+/// a new directory, a deleted one and one deleted and made again (opaque); a file turned
+/// into a directory; an ignored file; a link; a mode change; an untouched file dropped from
+/// the index (`git rm --cached`) and a staged edit under more edits.
+const SHAPES: &str = "set -e
+echo more >> README.md
+mkdir -p fresh/inner && echo new > fresh/inner/a.txt
+mkdir -p src/d000 && git rm -q src/d001/f00100.rs
+rm -rf src/d002 && mkdir src/d002 && echo again > src/d002/only.rs
+rm src/d003/f00300.rs && mkdir src/d003/f00300.rs && echo inside > src/d003/f00300.rs/x
+echo noise > build.log
+ln -s README.md readme-link
+chmod +x src/d004/f00400.rs
+git rm -q --cached src/d005/f00500.rs
+echo staged >> src/lib.rs && git add src/lib.rs && echo unstaged >> src/lib.rs";
+
+/// The workspace's tree as a full `git add -A` over a copy of the index sees it (what the
+/// checkpoint's full walk would save), and the index's own tree.
+const TREES: &str = "set -e; cp .git/index /tmp/oracle-index 2>/dev/null || cp \"$(git rev-parse --git-dir)/index\" /tmp/oracle-index
+GIT_INDEX_FILE=/tmp/oracle-index git add -A; GIT_INDEX_FILE=/tmp/oracle-index git write-tree; git write-tree";
+
+/// The lines only one of two listings has, marked `-` (the first) and `+` (the second).
+fn diff(before: &str, after: &str) -> String {
+    let (old, new): (
+        std::collections::BTreeSet<&str>,
+        std::collections::BTreeSet<&str>,
+    ) = (before.lines().collect(), after.lines().collect());
+    old.difference(&new)
+        .map(|l| format!("- {l}"))
+        .chain(new.difference(&old).map(|l| format!("+ {l}")))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// On an overlay checkout a checkpoint and a restore look only at what the job changed (the
+/// upper dir's paths, read by the host): the checkpoint's trees are exactly what the full
+/// walk gives, and the restore brings every byte, mode, link and the index back, removes
+/// what was made since (an empty directory too) and leaves ignored files.
+#[test]
+fn an_overlay_checkpoint_and_restore_look_only_where_the_job_changed() {
+    if !docker_available("an_overlay_checkpoint_and_restore_look_only_where_the_job_changed") {
+        return;
+    }
+    let repo = FixtureRepo::with_files(800, 100);
+    repo.write("README.md", "# fixture\n");
+    repo.write("src/lib.rs", "pub fn answer() -> u32 {\n    42\n}\n");
+    repo.write(".gitignore", "*.log\n");
+    repo.commit_all("the small files too");
+    let home = TestHome::new();
+    let image = test_image();
+    let job = home.create(&repo, &["--image", &image, "--checkout", "overlay"]);
+    let id = text(&job, "id");
+    home.sh(&id, SHAPES);
+    let trees = home.sh(&id, TREES);
+    let before = home.sh(&id, STATE);
+    let logged = |args: &[&str]| {
+        let output = home
+            .cmd(args)
+            .env("PADDOCK_LOG", "paddock::engine=debug")
+            .output()
+            .expect("paddock runs");
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(
+            stderr.contains("overlay changes read")
+                && stderr.contains("the sandbox looked only at the changed paths"),
+            "{args:?} read the upper dir: {stderr}"
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let cp: Value =
+        serde_json::from_str(&logged(&["checkpoint", &id, "--name", "shapes", "--json"]))
+            .expect("checkpoint --json");
+    let store = text(&cp, "wip_store");
+    let commit = text(&cp, "commit");
+    let saved = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&store)
+        .args([
+            "rev-parse",
+            &format!("{commit}^{{tree}}"),
+            &format!("{commit}^2^{{tree}}"),
+        ])
+        .output()
+        .expect("git runs");
+    assert_eq!(
+        String::from_utf8_lossy(&saved.stdout),
+        trees,
+        "the workspace's and the index's trees, as the full walk sees them"
+    );
+
+    // Undo it all differently, and more: restore puts it back.
+    home.sh(
+        &id,
+        "set -e; git reset -q --hard; git clean -fdq; rm -rf fresh src/d006; \
+         echo other > src/d007/f00700.rs; mkdir empty-dir; echo later > later.txt; \
+         echo kept > later.log",
+    );
+    logged(&["restore", &id, "shapes"]);
+    assert_eq!(
+        home.sh(
+            &id,
+            "test -e empty-dir && echo dir; test -e later.txt && echo later; cat later.log; rm later.log"
+        ),
+        "kept\n",
+        "made since: gone; ignored: kept"
+    );
+    let after = home.sh(&id, STATE);
+    assert!(
+        after == before,
+        "every byte, mode, link, the index:\n{}",
+        diff(&before, &after)
+    );
+    home.ok(&["rm", &id, "--force"]);
+}
