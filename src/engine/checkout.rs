@@ -165,6 +165,61 @@ impl Paddock {
             std::os::unix::fs::chown(&link, Some(uid), Some(gid))
                 .map_err(|source| crate::store::StoreError::Io { path: link, source })?;
         }
+        if let Some(from) = record.forked_from.clone() {
+            self.restore_fork_on_host(record, job_git, &from, owner)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Whether a fork's checkpoint went into its files on this host at its checkout (an
+    /// overlay checkout here), so its sandbox restores nothing.
+    pub(super) fn fork_restored_on_host(&self, record: &JobRecord) -> bool {
+        record.checkout == CheckoutMode::Overlay
+            && self
+                .runtime_of(record)
+                .capabilities()
+                .volumes
+                .is_none()
+    }
+
+    /// A fork's checkpoint, put into its overlay checkout by paddock before its sandbox
+    /// exists (see `JobGitDir::restore_fresh`): its files land in the job's upper dir only,
+    /// given to the agent's uid there, so a fork costs what the source changed, with no
+    /// exec into its sandbox. Other forks restore inside their sandbox (`restore_fork`).
+    async fn restore_fork_on_host(
+        &self,
+        record: &JobRecord,
+        job_git: &JobGitDir,
+        from: &crate::job::ForkedFrom,
+        owner: Option<(u32, u32)>,
+    ) -> Result<()> {
+        let stored = self.load_checkpoint(&from.job, &from.checkpoint)?;
+        if stored.repo_key != record.repo_key {
+            return Err(Error::CheckpointRepo {
+                checkpoint: format!("{}:{}", from.job, from.checkpoint),
+                repo: stored.repo,
+            });
+        }
+        job_git
+            .restore_fresh(
+                &record.worktree,
+                &stored.view.wip_store,
+                &stored.view.refname,
+                &stored.view.commit,
+            )
+            .await
+            .map_err(|error| Error::Restore {
+                id: record.id.clone(),
+                message: error.to_string(),
+            })?;
+        if let Some(owner) = owner {
+            let upper = self.layers_of(record).join("upper");
+            tokio::task::spawn_blocking(move || crate::git::jobdir::give_tree(&upper, owner))
+                .await
+                .expect("giving files does not panic")?;
+        }
+        crash_point("restored");
         Ok(())
     }
 

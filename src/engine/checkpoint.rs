@@ -426,8 +426,11 @@ impl Paddock {
 /// the sandbox half of a checkpoint or a restore (`sync.sh`, `restore.sh`) so that it looks
 /// only there: its work is then in proportion to the change, not to the repository.
 pub(super) struct ChangedHint {
-    /// The pathspecs, NUL-separated (the sandbox half's standard input).
+    /// The three lists (see `overlay::changes::Changes::encoded`): the sandbox half's
+    /// standard input.
     paths: Vec<u8>,
+    /// Each list's length in bytes.
+    lengths: String,
     /// The lower layer's commit.
     lower: String,
 }
@@ -437,7 +440,7 @@ impl ChangedHint {
     pub(super) fn apply(self, request: &mut crate::runtime::ExecRequest) {
         request
             .env
-            .insert("PADDOCK_CHANGED_BYTES".into(), self.paths.len().to_string());
+            .insert("PADDOCK_CHANGED_BYTES".into(), self.lengths);
         request.env.insert("PADDOCK_LOWER".into(), self.lower);
         request.stdin = crate::runtime::exec::ExecStdin::bytes(self.paths);
     }
@@ -470,13 +473,15 @@ impl Paddock {
             crate::overlay::changes::Walked::Changes(changes) => {
                 tracing::debug!(
                     job = %record.id,
-                    paths = changes.paths.len(),
+                    paths = changes.len(),
                     bytes = changes.bytes,
                     ms = started.elapsed().as_millis(),
                     "overlay changes read"
                 );
+                let (paths, lengths) = changes.encoded();
                 Some(ChangedHint {
-                    paths: changes.nul_separated(),
+                    paths,
+                    lengths,
                     lower,
                 })
             }

@@ -535,8 +535,11 @@ impl Paddock {
         // A remote job's ports: this host's relay of them (see `port_relay`).
         self.ensure_port_relay(record).await?;
         crash_point("started");
-        // A fork's files become its checkpoint's before its setup runs (`engine/fork.rs`).
-        if let Some(from) = record.forked_from.clone() {
+        // A fork's files become its checkpoint's before its setup runs (`engine/fork.rs`);
+        // an overlay checkout's were made so before its sandbox started (`checkout.rs`).
+        if let Some(from) = record.forked_from.clone()
+            && !self.fork_restored_on_host(record)
+        {
             self.restore_fork(record, &from).await?;
             crash_point("restored");
         }

@@ -1,33 +1,50 @@
-# paddock: the step an overlay job's checkpoint (sync.sh) and restore (restore.sh) share,
+# paddock: the steps an overlay job's checkpoint (sync.sh) and restore (restore.sh) share,
 # defined before either script's own text (see git/sync.rs).
 #
-# add_changed INDEX LIST: makes index file INDEX name the workspace as it is at the paths in
-# LIST (NUL-separated pathspecs the host read from the job's upper dir) and at the paths
-# where INDEX differs from the lower layer's tree (commit PADDOCK_LOWER): every other path is
-# the lower layer's file, which the index names as it is. So the work is in proportion to
-# what the job changed. Sets `itree` (INDEX's tree before). Fails, and the caller takes the
-# full walk, at anything unexpected.
+# The host read what the job changed from its upper dir (overlay/changes.rs) and sends it on
+# stdin as three NUL-separated lists, their lengths in PADDOCK_CHANGED_BYTES ("F N D"):
+#   F  paths the lower layer (commit PADDOCK_LOWER) has as a file or link, changed or gone
+#   N  paths it lacks: new files, and directories the job made whole
+#   D  paths where it has a directory the job deleted or made again, or a file now a directory
+# Every other path of the workspace is the lower layer's file, as the lower tree names it.
+
+# read_changed FILE: the lists into FILE.f, FILE.n and FILE.d; fails unless all arrived.
+read_changed() {
+  [ -n "${PADDOCK_CHANGED_BYTES:-}" ] && [ -n "${PADDOCK_LOWER:-}" ] || return 1
+  # shellcheck disable=SC2086 # three numbers
+  set -- $PADDOCK_CHANGED_BYTES
+  [ "$#" = 3 ] || return 1
+  cat >"$changed_in" || return 1
+  [ "$(wc -c <"$changed_in" | tr -d ' ')" = "$(($1 + $2 + $3))" ] || return 1
+  head -c "$1" "$changed_in" >"$changed_in.f" &&
+    tail -c "+$(($1 + 1))" "$changed_in" | head -c "$2" >"$changed_in.n" &&
+    tail -c "+$(($1 + $2 + 1))" "$changed_in" >"$changed_in.d"
+}
+
+# add_changed INDEX: makes index file INDEX name the workspace as it is, looking only at the
+# lists and at the paths where INDEX differs from the lower tree (`diff-tree`, in proportion
+# to the change): D's entries go, F's and those paths are taken as they are
+# (`update-index`: no walk), and N's untracked paths that git's ignore rules let in are
+# added. Sets `itree` (INDEX's tree before). Fails, and the caller takes the full walk, at
+# anything unexpected.
 add_changed() {
-  ix=$1 list=$2
+  ix=$1
   itree=$(GIT_INDEX_FILE=$ix g write-tree 2>/dev/null) || return 1
   lower_tree=$(g rev-parse -q --verify "$PADDOCK_LOWER^{tree}" 2>/dev/null) || return 1
+  : >"$changed_in.x"
   if [ "$itree" != "$lower_tree" ]; then
-    g diff-tree -r -z --name-only --no-renames "$lower_tree" "$itree" >>"$list" || return 1
+    g diff-tree -r -z --name-only --no-renames "$lower_tree" "$itree" >"$changed_in.x" || return 1
   fi
-  [ -s "$list" ] || return 0
-  # A path gone from the workspace leaves the index by `rm --cached` (`add` refuses a
-  # pathspec that matches nothing, as one gone and not in the index does); the others go
-  # through `add -A`, which names ignored paths and exits 1: taken, any other complaint not.
-  xargs -0 -r sh -c 'for p; do
-      if [ -e "$p" ] || [ -L "$p" ]; then printf "%s\0" "$p"; else printf "%s\0" "$p" >&3; fi
-    done' paddock-split <"$list" >"$list.here" 3>"$list.gone" || return 1
-  if [ -s "$list.gone" ]; then
+  if [ -s "$changed_in.d" ]; then
     GIT_LITERAL_PATHSPECS=1 GIT_INDEX_FILE=$ix g rm -r -q --cached --ignore-unmatch \
-      --pathspec-from-file="$list.gone" --pathspec-file-nul >/dev/null 2>&1 || return 1
+      --pathspec-from-file="$changed_in.d" --pathspec-file-nul >/dev/null 2>&1 || return 1
   fi
-  [ -s "$list.here" ] || return 0
-  GIT_LITERAL_PATHSPECS=1 GIT_INDEX_FILE=$ix g -c advice.addIgnoredFile=false add -A \
-    --pathspec-from-file="$list.here" --pathspec-file-nul >/dev/null 2>"$list.err"
-  added=$?
-  [ "$added" = 0 ] || { [ "$added" = 1 ] && ! grep -q '^\(error\|fatal\|warning\):' "$list.err"; }
+  : >"$changed_in.k"
+  if [ -s "$changed_in.n" ]; then
+    xargs -0 -r env GIT_LITERAL_PATHSPECS=1 GIT_INDEX_FILE="$ix" git -c core.fsmonitor=false \
+      -c core.untrackedCache=false ls-files -z --others --exclude-standard -- \
+      <"$changed_in.n" >"$changed_in.k" 2>/dev/null || return 1
+  fi
+  cat "$changed_in.f" "$changed_in.x" "$changed_in.k" |
+    GIT_INDEX_FILE=$ix g update-index --add --remove --replace -z --stdin >/dev/null 2>&1
 }

@@ -35,7 +35,7 @@ pub(super) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GitError + '_ {
 /// Gives every entry under `root` (itself included; links themselves, never what they
 /// name) to `owner`. Iterative, so a deep tree costs no stack. Runs on a tree paddock just
 /// wrote, before any agent has run, so nothing can swap an entry during the walk.
-fn give_tree(root: &Path, (uid, gid): (u32, u32)) -> Result<(), GitError> {
+pub(crate) fn give_tree(root: &Path, (uid, gid): (u32, u32)) -> Result<(), GitError> {
     let mut pending = vec![root.to_path_buf()];
     while let Some(path) = pending.pop() {
         let meta = std::fs::symlink_metadata(&path).map_err(io(&path))?;
@@ -155,6 +155,61 @@ impl JobGitDir {
             })??;
         }
         Ok(())
+    }
+
+    /// Puts checkpoint `state` (ref `refname` of paddock's wip store `store`) into a fresh
+    /// checkout at `worktree` that this git dir made moments ago, before any agent ran (a
+    /// fork's overlay checkout): the checkpoint's objects fetched with fsck, its tree into
+    /// the files by a two-tree merge from HEAD (only the paths that differ are written), its
+    /// index's tree into the index. What `restore.sh` does in a sandbox for a job an agent
+    /// has used, here on paddock's own git dir and files, as `check_out_files` checks out.
+    pub async fn restore_fresh(
+        &self,
+        worktree: &Path,
+        store: &Path,
+        refname: &str,
+        state: &str,
+    ) -> Result<(), GitError> {
+        GitCall::new(
+            worktree,
+            &[
+                "-c",
+                "transfer.fsckObjects=true",
+                "fetch",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--no-auto-maintenance",
+                "--quiet",
+            ],
+        )
+        .arg(store)
+        .arg(format!("+{refname}:refs/paddock/restored"))
+        .git_dir(&self.path)
+        .timeout(CHECKOUT_TIMEOUT)
+        .run()
+        .await?;
+        let tree = format!("{state}^{{tree}}");
+        let merged = GitCall::new(worktree, &["read-tree", "-m", "-u", "HEAD", &tree])
+            .git_dir(&self.path)
+            .work_tree(worktree)
+            .timeout(CHECKOUT_TIMEOUT)
+            .run()
+            .await;
+        if merged.is_err() {
+            GitCall::new(worktree, &["read-tree", "--reset", "-u", &tree])
+                .git_dir(&self.path)
+                .work_tree(worktree)
+                .timeout(CHECKOUT_TIMEOUT)
+                .run()
+                .await?;
+        }
+        GitCall::new(worktree, &["read-tree", "-m", &format!("{state}^2^{{tree}}")])
+            .git_dir(&self.path)
+            .work_tree(worktree)
+            .timeout(CHECKOUT_TIMEOUT)
+            .run()
+            .await
+            .map(drop)
     }
 
     /// Points the git dir's alternates at `objects`, where the repository's object store is

@@ -12,10 +12,9 @@
 #            and is refused (exit 80-84, the reason on stderr) when part of the workspace
 #            cannot be read, its changed files are over PADDOCK_CHECKPOINT_MAX bytes in all,
 #            the index has unmerged paths, or the git dir is unusable. With PADDOCK_CHANGED_BYTES
-#            set (an overlay job's), stdin holds that many bytes: the paths the job changed
-#            against its lower layer, commit PADDOCK_LOWER, NUL-separated (the host read them
-#            from the upper dir); then only those paths and the ones the index changed are
-#            looked at, and anything unexpected takes the full walk instead
+#            set (an overlay job's), stdin holds what the job changed (see changed.sh): then
+#            only those paths and the ones the index changed are looked at, and anything
+#            unexpected takes the full walk instead
 # Header:    paddock-sync 1 TIP STATE BUNDLE UNTRACKED_BYTES (then the untracked list, then
 #            a v2 bundle whose pack may hold no object when the host has them all)
 #   TIP      the branch's commit, or -
@@ -41,17 +40,15 @@ untracked=$tmp/paddock-sync-untracked.$$
 index=$tmp/paddock-sync-index.$$
 fresh=$tmp/paddock-sync-git.$$
 warnings=$tmp/paddock-sync-warnings.$$
-changed=$tmp/paddock-sync-changed.$$
+changed_in=$tmp/paddock-sync-changed.$$
 # Only a snapshot makes temporary files (a branch sync, after every exec, starts no `rm`).
 if [ "$snapshot" != 0 ]; then
-  trap 'rm -rf "$untracked" "$index" "$index.lock" "$fresh" "$warnings" "$changed" "$changed.here" "$changed.gone" "$changed.err"' EXIT
+  trap 'rm -rf "$untracked" "$index" "$index.lock" "$fresh" "$warnings" "$changed_in" "$changed_in".?' EXIT
   : >"$untracked" || exit 70
 fi
-# The changed paths the host sent, taken only whole.
+# What an overlay job changed, when the host sent it whole (see changed.sh).
 hint=
-if [ "$snapshot" = 2 ] && [ -n "${PADDOCK_CHANGED_BYTES:-}" ] && [ -n "${PADDOCK_LOWER:-}" ]; then
-  cat >"$changed" && [ "$(wc -c <"$changed" | tr -d ' ')" = "$PADDOCK_CHANGED_BYTES" ] && hint=1
-fi
+if [ "$snapshot" = 2 ] && read_changed; then hint=1; fi
 # A checkpoint lists paths from the workspace's root (its size check reads them).
 if [ "$snapshot" = 2 ]; then cd "$GIT_WORK_TREE" || exit 80; fi
 refuse() {
@@ -137,9 +134,12 @@ copy_index() {
 
 state=-
 if [ "$snapshot" != 0 ]; then
+  # The index's own tree first (as `check_checkpoint` takes it): git keeps it in the index
+  # (its cache tree), so the copy below names it already and is not written again for it.
+  [ -z "$hint" ] || g write-tree >/dev/null 2>&1 || :
   copy_index
   done_add=
-  if [ -n "$hint" ] && [ -n "$head" ] && add_changed "$index" "$changed"; then
+  if [ -n "$hint" ] && [ -n "$head" ] && add_changed "$index"; then
     # Its untracked list stays empty: a checkpoint's commit holds the untracked files.
     echo "paddock: looked only at the changed paths" >&2
     done_add=1
@@ -169,7 +169,11 @@ if [ "$snapshot" != 0 ]; then
   else
     # The date of HEAD makes the snapshot of unchanged work the same commit every time.
     when=0
-    [ -n "$head" ] && when=$(g show -s --format=%ct "$head")
+    # (Read from the commit object: `git show -s` took 30 ms of a checkpoint's budget, and
+    # the job's config could make `log` print a signature.)
+    [ -n "$head" ] && when=$(g cat-file commit "$head" |
+      sed -n 's/^committer .* \([0-9][0-9]*\) [-+][0-9][0-9]*$/\1/p' | head -n 1)
+    [ -n "$when" ] || when=0
     export GIT_AUTHOR_NAME=paddock GIT_AUTHOR_EMAIL=paddock@localhost \
       GIT_COMMITTER_NAME=paddock GIT_COMMITTER_EMAIL=paddock@localhost \
       GIT_AUTHOR_DATE="@$when +0000" GIT_COMMITTER_DATE="@$when +0000"

@@ -45,25 +45,48 @@ impl Default for Limits {
     }
 }
 
-/// The paths an overlay job changed, as git pathspecs relative to its checkout's top.
+/// The paths an overlay job changed, relative to its checkout's top, in three kinds that
+/// the sandbox half treats each its own way (`git/changed.sh`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changes {
-    /// Files, links and whiteouts by their own path; a directory the lower layer lacks (or
-    /// hides, opaque) by its path alone, since everything below it is the job's.
-    pub paths: Vec<Vec<u8>>,
+    /// Paths the lower layer has as a file or link, now changed or gone (whiteouts): the
+    /// index takes each as it is now (`update-index --add --remove`), no walk.
+    pub files: Vec<Vec<u8>>,
+    /// Paths the lower layer lacks: new files, and directories the job made whole (new, or
+    /// made again over a deleted one) named once for all below. Untracked unless the agent
+    /// added them, so git's ignore rules decide (`ls-files --others --exclude-standard`).
+    pub new: Vec<Vec<u8>>,
+    /// Paths the lower layer has as a directory the job deleted or made again, or as a file
+    /// now under a directory: the index drops what it had there first (`rm -r --cached`).
+    pub dropped: Vec<Vec<u8>>,
     /// Apparent bytes of the regular files in the upper dir.
     pub bytes: u64,
 }
 
 impl Changes {
-    /// The paths NUL-separated, as `git … --pathspec-from-file --pathspec-file-nul` reads.
-    pub fn nul_separated(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.paths.iter().map(|p| p.len() + 1).sum());
-        for path in &self.paths {
-            out.extend_from_slice(path);
-            out.push(0);
+    /// The three lists, each NUL-separated, one after the other, with each list's length
+    /// in bytes (`PADDOCK_CHANGED_BYTES`: "FILES NEW DROPPED").
+    pub fn encoded(&self) -> (Vec<u8>, String) {
+        let mut out = Vec::new();
+        let mut lengths = Vec::new();
+        for list in [&self.files, &self.new, &self.dropped] {
+            let before = out.len();
+            for path in list {
+                out.extend_from_slice(path);
+                out.push(0);
+            }
+            lengths.push((out.len() - before).to_string());
         }
-        out
+        (out, lengths.join(" "))
+    }
+
+    /// How many paths in all.
+    pub fn len(&self) -> usize {
+        self.files.len() + self.new.len() + self.dropped.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -78,12 +101,32 @@ pub enum Walked {
 /// One directory on the way down: its descriptors in both layers and its relative path.
 struct Frame {
     upper: OwnedFd,
-    /// The lower layer's directory of the same path, if it has one.
+    /// The lower layer's directory of the same path, when it shows through (not below a
+    /// directory the job made whole).
     lower: Option<OwnedFd>,
     path: Vec<u8>,
-    /// Below a directory already named whole: nothing below is named again.
+    /// Below a directory named whole in `new`: nothing below is named again.
     covered: bool,
     subdirs: Vec<CString>,
+}
+
+/// What the lower layer has at a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lower {
+    Nothing,
+    File,
+    Dir,
+}
+
+fn lower_at(dir: Option<&OwnedFd>, name: &CStr) -> Lower {
+    let Some(dir) = dir else {
+        return Lower::Nothing;
+    };
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Directory => Lower::Dir,
+        Ok(_) => Lower::File,
+        Err(_) => Lower::Nothing,
+    }
 }
 
 /// Walks `upper` (a job's upper dir) against `lower` (its pristine tree); see the module docs.
@@ -101,17 +144,17 @@ fn walk_inner(upper: &Path, lower: &Path, limits: Limits) -> std::io::Result<Wal
     if opaque(&root) {
         return Ok(Walked::Unsuited("the upper dir's top is opaque".into()));
     }
-    let mut stack = vec![Frame {
+    let mut top = Frame {
         upper: root,
         lower: open_dir(rustix::fs::CWD, lower).ok(),
         path: Vec::new(),
         covered: false,
         subdirs: Vec::new(),
-    }];
-    let top = stack.last_mut().expect("just pushed");
-    if let Some(why) = scan(top, &mut found, &mut entries, limits)? {
+    };
+    if let Some(why) = scan(&mut top, &mut found, &mut entries, limits)? {
         return Ok(Walked::Unsuited(why));
     }
+    let mut stack = vec![top];
     while let Some(frame) = stack.last_mut() {
         let Some(name) = frame.subdirs.pop() else {
             stack.pop();
@@ -126,23 +169,28 @@ fn walk_inner(upper: &Path, lower: &Path, limits: Limits) -> std::io::Result<Wal
         let frame = stack.last().expect("a frame is open");
         let child_path = join(&frame.path, name.as_bytes());
         let upper_child = open_dir(&frame.upper, name.as_c_str())?;
-        let lower_child = frame
-            .lower
-            .as_ref()
-            .and_then(|l| open_dir(l, name.as_c_str()).ok());
-        // A directory the lower layer lacks, or one that hides the lower's (opaque), is the
-        // job's whole: git looks at all of it, which is all in the upper dir.
-        let whole = !frame.covered && (lower_child.is_none() || opaque(&upper_child));
-        if whole {
-            found.paths.push(child_path.clone());
-        }
         let mut child = Frame {
-            upper: upper_child,
-            lower: lower_child,
+            lower: None,
             path: child_path,
-            covered: frame.covered || whole,
+            covered: frame.covered,
             subdirs: Vec::new(),
+            upper: upper_child,
         };
+        if !frame.covered {
+            let below = lower_at(frame.lower.as_ref(), name.as_c_str());
+            if below == Lower::Dir && !opaque(&child.upper) {
+                // The lower directory shows through: its own changes are below.
+                child.lower =
+                    open_dir(frame.lower.as_ref().expect("a lower dir"), name.as_c_str()).ok();
+            } else {
+                // New, or made again over what the lower layer had there: the job's whole.
+                if below != Lower::Nothing {
+                    found.dropped.push(child.path.clone());
+                }
+                found.new.push(child.path.clone());
+                child.covered = true;
+            }
+        }
         if let Some(why) = scan(&mut child, &mut found, &mut entries, limits)? {
             return Ok(Walked::Unsuited(why));
         }
@@ -151,8 +199,8 @@ fn walk_inner(upper: &Path, lower: &Path, limits: Limits) -> std::io::Result<Wal
     Ok(Walked::Changes(found))
 }
 
-/// Reads one directory of the upper dir: its non-directories become paths (unless covered),
-/// its subdirectories are kept for the walk. `Some(reason)` when a limit is past.
+/// Reads one directory of the upper dir: its non-directories are sorted into `found`
+/// (unless covered), its subdirectories kept for the walk. `Some(reason)` past a limit.
 fn scan(
     frame: &mut Frame,
     found: &mut Changes,
@@ -198,23 +246,40 @@ fn scan(
         if frame.covered {
             continue;
         }
-        if bytes == b".wh..wh..opq" {
-            // fuse-overlayfs' opaque marker: the directory is the job's whole.
-            if frame.path.is_empty() {
-                return Ok(Some("the upper dir's top is opaque".into()));
-            }
-            found.paths.push(frame.path.clone());
-            frame.covered = true;
+        // A whiteout (a character device 0/0; fuse-overlayfs without the right to make
+        // one writes `.wh.NAME`) hides the lower layer's entry of that name.
+        let whiteout = kind == FileType::CharacterDevice && stat.st_rdev == 0;
+        if let Some(hidden) = bytes
+            .strip_prefix(b".wh.")
+            .filter(|h| !h.is_empty() && *h != b".wh..opq")
+        {
+            let hidden = CString::new(hidden).expect("a file name holds no NUL");
+            sort_gone(frame, &hidden, found);
+        }
+        if whiteout {
+            sort_gone(frame, name, found);
             continue;
         }
-        if let Some(hidden) = bytes.strip_prefix(b".wh.") {
-            // fuse-overlayfs' whiteout of `hidden`; the entry itself is named too, in case
-            // a kernel overlay shows it as the file it is.
-            found.paths.push(join(&frame.path, hidden));
+        match lower_at(frame.lower.as_ref(), name) {
+            Lower::File => found.files.push(path),
+            Lower::Nothing => found.new.push(path),
+            Lower::Dir => {
+                found.dropped.push(path.clone());
+                found.new.push(path);
+            }
         }
-        found.paths.push(path);
     }
     Ok(None)
+}
+
+/// A path the job deleted: the index drops a file's entry, or everything below a directory.
+fn sort_gone(frame: &Frame, name: &CStr, found: &mut Changes) {
+    let path = join(&frame.path, name.to_bytes());
+    match lower_at(frame.lower.as_ref(), name) {
+        Lower::File => found.files.push(path),
+        Lower::Dir => found.dropped.push(path),
+        Lower::Nothing => {}
+    }
 }
 
 fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
@@ -238,7 +303,7 @@ fn opaque(dir: &OwnedFd) -> bool {
     let mut value = [0u8; 8];
     MARKS.iter().any(|mark| {
         rustix::fs::fgetxattr(dir, *mark, &mut value).is_ok_and(|n| n > 0 && value[0] == b'y')
-    })
+    }) || rustix::fs::statat(dir, c".wh..wh..opq", AtFlags::SYMLINK_NOFOLLOW).is_ok()
 }
 
 fn open_dir<Fd: AsFd, P: rustix::path::Arg>(dir: Fd, name: P) -> std::io::Result<OwnedFd> {
@@ -250,12 +315,8 @@ fn open_dir<Fd: AsFd, P: rustix::path::Arg>(dir: Fd, name: P) -> std::io::Result
 mod tests {
     use super::*;
 
-    fn paths(walked: Walked) -> Vec<String> {
-        let Walked::Changes(changes) = walked else {
-            panic!("unsuited: {walked:?}");
-        };
-        let mut out: Vec<String> = changes
-            .paths
+    fn sorted(list: &[Vec<u8>]) -> Vec<String> {
+        let mut out: Vec<String> = list
             .iter()
             .map(|p| String::from_utf8_lossy(p).into_owned())
             .collect();
@@ -263,54 +324,75 @@ mod tests {
         out
     }
 
+    fn changes(walked: Walked) -> Changes {
+        match walked {
+            Walked::Changes(changes) => changes,
+            Walked::Unsuited(why) => panic!("unsuited: {why}"),
+        }
+    }
+
     #[test]
-    fn names_files_whiteouts_and_new_directories() {
+    fn sorts_changed_new_and_dropped_paths() {
         let dir = tempfile::tempdir().unwrap();
         let (upper, lower) = (dir.path().join("upper"), dir.path().join("lower"));
         for d in [
             "lower/src/deep",
-            "lower/docs",
+            "lower/src/gone-dir",
+            "lower/again",
+            "lower/was-dir",
             "upper/src/deep",
             "upper/fresh/a",
+            "upper/again",
+            "upper/file-now-dir",
         ] {
             std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        for f in [
+            "lower/src/changed.rs",
+            "lower/gone",
+            "lower/again/old",
+            "lower/file-now-dir",
+        ] {
+            std::fs::write(dir.path().join(f), "old").unwrap();
         }
         std::fs::write(upper.join("src/changed.rs"), "x").unwrap();
         std::fs::write(upper.join("src/deep/new.rs"), "xy").unwrap();
         std::fs::write(upper.join("fresh/a/b"), "xyz").unwrap();
+        std::fs::write(upper.join("again/.wh..wh..opq"), "").unwrap();
+        std::fs::write(upper.join("again/made"), "").unwrap();
+        std::fs::write(upper.join("file-now-dir/x"), "").unwrap();
+        std::fs::write(upper.join("was-dir"), "").unwrap();
         std::fs::write(upper.join(".wh.gone"), "").unwrap();
+        std::fs::write(upper.join("src/.wh.gone-dir"), "").unwrap();
         std::fs::write(upper.join(".git"), "gitdir: /x").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", upper.join("link")).unwrap();
-        let got = paths(walk(&upper, &lower, Limits::default()));
+        let found = changes(walk(&upper, &lower, Limits::default()));
+        assert_eq!(sorted(&found.files), ["gone", "src/changed.rs"]);
         assert_eq!(
-            got,
+            sorted(&found.new),
             [
                 ".wh.gone",
+                "again",
+                "file-now-dir",
                 "fresh",
-                "gone",
                 "link",
-                "src/changed.rs",
-                "src/deep/new.rs"
+                "src/.wh.gone-dir",
+                "src/deep/new.rs",
+                "was-dir"
             ]
         );
-        let Walked::Changes(changes) = walk(&upper, &lower, Limits::default()) else {
-            unreachable!()
-        };
         assert_eq!(
-            changes.bytes, 6,
-            "the link's target is never read or counted"
+            sorted(&found.dropped),
+            ["again", "file-now-dir", "src/gone-dir", "was-dir"]
         );
-    }
-
-    #[test]
-    fn an_opaque_marker_names_the_directory_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let (upper, lower) = (dir.path().join("upper"), dir.path().join("lower"));
-        std::fs::create_dir_all(upper.join("d")).unwrap();
-        std::fs::create_dir_all(lower.join("d")).unwrap();
-        std::fs::write(upper.join("d/.wh..wh..opq"), "").unwrap();
-        std::fs::write(upper.join("d/kept"), "").unwrap();
-        assert_eq!(paths(walk(&upper, &lower, Limits::default())), ["d"]);
+        assert_eq!(
+            found.bytes, 6,
+            "a link's target is never read or counted, nor `.git`"
+        );
+        let (bytes, lengths) = found.encoded();
+        let counts: Vec<usize> = lengths.split(' ').map(|n| n.parse().unwrap()).collect();
+        assert_eq!(counts.iter().sum::<usize>(), bytes.len());
+        assert_eq!(counts[0], "gone\0src/changed.rs\0".len());
     }
 
     #[test]

@@ -51,7 +51,10 @@ pub async fn freeze_if_running(
     let name = job_container(record);
     match inspect_ours(&docker, home, record).await? {
         Some(status) if status.running && !status.paused => {
-            if record.state != crate::job::JobState::Running && idle(&docker, record, &name).await {
+            let host_pid = status.pid.filter(|_| !daemon.is_remote());
+            if record.state != crate::job::JobState::Running
+                && idle(&docker, record, &name, host_pid).await
+            {
                 return Ok(false);
             }
             call(
@@ -71,9 +74,21 @@ pub async fn freeze_if_running(
 /// entrypoint's loop and that loop's `sleep` (`entrypoint.sh`). Anything else (a process
 /// the agent left running, an exec), a list that cannot be read, or a gVisor sandbox (whose
 /// processes the engine's `top` does not list) counts as busy.
-async fn idle(docker: &bollard::Docker, record: &JobRecord, name: &str) -> bool {
+async fn idle(
+    docker: &bollard::Docker,
+    record: &JobRecord,
+    name: &str,
+    host_pid: Option<i64>,
+) -> bool {
     if record.runtime != crate::job::RuntimeKind::Docker {
         return false;
+    }
+    // On this host the container's cgroup lists its processes without a round trip
+    // through the engine (its `top` runs `ps`: ~15 ms of a checkpoint's budget).
+    if let Some(pid) = host_pid
+        && let Some(commands) = commands_in_cgroup_of(pid)
+    {
+        return !commands.is_empty() && commands.iter().all(|c| idle_command(c));
     }
     let options = bollard::query_parameters::TopOptionsBuilder::default()
         .ps_args("-o pid,args")
@@ -84,13 +99,44 @@ async fn idle(docker: &bollard::Docker, record: &JobRecord, name: &str) -> bool 
     };
     let processes = top.processes.unwrap_or_default();
     !processes.is_empty()
-        && processes.iter().all(|row| {
-            let args = row.last().map_or("", String::as_str);
-            args.starts_with("/sbin/docker-init -- ")
-                || args == "/bin/sh /usr/local/bin/paddock-entrypoint"
-                || args.starts_with(super::resident::SERVER_COMMAND)
-                || args == "sleep 3600"
+        && processes
+            .iter()
+            .all(|row| idle_command(row.last().map_or("", String::as_str)))
+}
+
+/// Whether a command line is one of an idle job container's own processes.
+fn idle_command(args: &str) -> bool {
+    args.starts_with("/sbin/docker-init -- ")
+        || args == "/bin/sh /usr/local/bin/paddock-entrypoint"
+        || args.starts_with(super::resident::SERVER_COMMAND)
+        || args == "sleep 3600"
+}
+
+/// The command lines of the processes in the cgroup of host process `pid` (a container's
+/// init), read from `/proc` and the cgroup filesystem (v1's `pids` hierarchy, or v2's);
+/// `None` when any of it cannot be read (the engine's `top` answers then).
+fn commands_in_cgroup_of(pid: i64) -> Option<Vec<String>> {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let procs = cgroups.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == "pids") {
+            Some(format!("/sys/fs/cgroup/pids{path}/cgroup.procs"))
+        } else if controllers.is_empty() && line.starts_with("0::") {
+            Some(format!("/sys/fs/cgroup{path}/cgroup.procs"))
+        } else {
+            None
+        }
+    })?;
+    let listed = std::fs::read_to_string(procs).ok()?;
+    listed
+        .lines()
+        .map(|p| {
+            let raw = std::fs::read(format!("/proc/{}/cmdline", p.trim())).ok()?;
+            let text = String::from_utf8_lossy(&raw);
+            Some(text.trim_end_matches('\0').replace('\0', " "))
         })
+        .collect()
 }
 
 /// Unpauses the job's container when it is paused.

@@ -283,6 +283,8 @@ pub struct ContainerStatus {
     pub image: Option<String>,
     /// Whether its main process is the resident exec server (`resident::LABEL_SERVER`).
     pub exec_server: bool,
+    /// Its main process's pid as the engine's host sees it, while it runs.
+    pub pid: Option<i64>,
 }
 
 /// Inspects the job's container; `None` when it does not exist. Refuses a container that
@@ -353,6 +355,7 @@ async fn inspect_named(
         oom_killed: state.oom_killed.unwrap_or(false),
         image: info.image.filter(|image| !image.is_empty()),
         exec_server: labels.contains_key(resident::LABEL_SERVER),
+        pid: state.pid.filter(|pid| *pid > 0),
     }))
 }
 
