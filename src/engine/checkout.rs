@@ -176,11 +176,7 @@ impl Paddock {
     /// overlay checkout here), so its sandbox restores nothing.
     pub(super) fn fork_restored_on_host(&self, record: &JobRecord) -> bool {
         record.checkout == CheckoutMode::Overlay
-            && self
-                .runtime_of(record)
-                .capabilities()
-                .volumes
-                .is_none()
+            && self.runtime_of(record).capabilities().volumes.is_none()
     }
 
     /// A fork's checkpoint, put into its overlay checkout by paddock before its sandbox

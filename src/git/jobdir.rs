@@ -203,13 +203,16 @@ impl JobGitDir {
                 .run()
                 .await?;
         }
-        GitCall::new(worktree, &["read-tree", "-m", &format!("{state}^2^{{tree}}")])
-            .git_dir(&self.path)
-            .work_tree(worktree)
-            .timeout(CHECKOUT_TIMEOUT)
-            .run()
-            .await
-            .map(drop)
+        GitCall::new(
+            worktree,
+            &["read-tree", "-m", &format!("{state}^2^{{tree}}")],
+        )
+        .git_dir(&self.path)
+        .work_tree(worktree)
+        .timeout(CHECKOUT_TIMEOUT)
+        .run()
+        .await
+        .map(drop)
     }
 
     /// Points the git dir's alternates at `objects`, where the repository's object store is
