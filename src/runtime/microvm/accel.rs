@@ -20,6 +20,13 @@ pub const KERNEL_ARGS: &str = "console=ttyS0 quiet panic=-1 no_timer_check";
 /// The emulator every VM runs in.
 pub const QEMU: &str = "qemu-system-x86_64";
 
+/// The emulator's translation cache, in MiB. QEMU's own default is 1 GiB, mapped as it
+/// fills: a VM that ran enough different code (seen in CI: a checkpoint, a restore, a fork,
+/// a shell, then the removal's sync) grew it past its host cgroup's bound (the guest's RAM
+/// plus [`super::cgroup::HOST_OVERHEAD`]) and the kernel killed QEMU mid-exec. At this size
+/// the cache is flushed and refilled instead, and QEMU stays inside the bound.
+pub const TCG_CODE_CACHE_MIB: u64 = 128;
+
 /// How long a probe boot under KVM may take to print the marker (a KVM boot of this
 /// kernel and initramfs takes well under a second where KVM works).
 pub const PROBE_DEADLINE: Duration = Duration::from_secs(8);
@@ -32,11 +39,16 @@ pub enum Accel {
 }
 
 impl Accel {
-    pub fn qemu_args(self) -> [&'static str; 4] {
+    pub fn qemu_args(self) -> [String; 4] {
         match self {
             // Without `-arch-capabilities` QEMU aborts on MSR 0x10a on some nested hosts.
-            Accel::Kvm => ["-accel", "kvm", "-cpu", "host,-arch-capabilities"],
-            Accel::Tcg => ["-accel", "tcg", "-cpu", "max"],
+            Accel::Kvm => ["-accel", "kvm", "-cpu", "host,-arch-capabilities"].map(String::from),
+            Accel::Tcg => [
+                "-accel".into(),
+                format!("tcg,tb-size={TCG_CODE_CACHE_MIB}"),
+                "-cpu".into(),
+                "max".into(),
+            ],
         }
     }
 }
@@ -120,5 +132,28 @@ pub async fn probe_kvm(kernel: &Path, initramfs: &Path) -> bool {
     match tokio::time::timeout(PROBE_DEADLINE, command.output()).await {
         Ok(Ok(out)) => String::from_utf8_lossy(&out.stdout).contains("PADDOCK-PROBE-OK"),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The emulator's translation cache is bounded, and with QEMU's own needs it fits the
+    /// host memory a VM may use beyond its guest's RAM: QEMU's default (1 GiB) did not, and
+    /// the kernel killed a long-lived VM's QEMU in its host cgroup.
+    #[test]
+    fn the_emulators_translation_cache_fits_the_vms_host_cgroup() {
+        let args = Accel::Tcg.qemu_args();
+        assert_eq!(args[1], format!("tcg,tb-size={TCG_CODE_CACHE_MIB}"));
+        // QEMU's own heap, its device threads and the virtiofsd processes measured well
+        // under 200 MiB beside the cache (`dmesg` of the OOM kill: 641 MiB of anonymous
+        // memory, 520 MiB of it the cache, at its default size).
+        let qemu_itself = 200 << 20;
+        assert!(
+            (TCG_CODE_CACHE_MIB << 20) + qemu_itself <= super::super::cgroup::HOST_OVERHEAD,
+            "a {TCG_CODE_CACHE_MIB} MiB cache leaves QEMU too little of the overhead"
+        );
+        assert!(!Accel::Kvm.qemu_args().iter().any(|a| a.contains("tb-size")));
     }
 }

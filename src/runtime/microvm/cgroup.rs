@@ -22,7 +22,8 @@ use std::time::Duration;
 use super::MicrovmError;
 
 /// Host memory a VM's processes may use beyond the guest's RAM: QEMU itself and its
-/// emulator's translation cache, and the virtiofsd processes.
+/// emulator's translation cache (bounded by [`super::accel::TCG_CODE_CACHE_MIB`]), and the
+/// virtiofsd processes.
 pub const HOST_OVERHEAD: u64 = 512 << 20;
 /// Tasks (threads count) of one VM's processes: QEMU's vCPU, I/O and worker threads and each
 /// virtiofsd's thread pool stay far below.

@@ -260,6 +260,14 @@ impl MicrovmRuntime {
             sink,
         )
         .await;
+        // A channel that closed under the exec is most often a VM that ended: then the
+        // error says so, with what QEMU and the guest's console said last.
+        let result = match result {
+            Err(MicrovmError::Frame(_) | MicrovmError::Channel(_)) if vm.qemu_pid().is_none() => {
+                Err(MicrovmError::not_running(&vm))
+            }
+            other => other,
+        };
         if booted_here {
             self.power_off(&vm, record, Duration::from_secs(5)).await;
         }

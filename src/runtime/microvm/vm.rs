@@ -372,7 +372,7 @@ pub async fn start(
         "-M".into(),
         "q35".into(),
     ];
-    args.extend(boot.accel.qemu_args().into_iter().map(String::from));
+    args.extend(boot.accel.qemu_args());
     args.extend([
         "-m".into(),
         format!("{memory_mb}M"),
