@@ -171,7 +171,9 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
     // the signal's default while the queue and the watcher are still being set up.
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| serve_error(format!("cannot handle SIGTERM: {e}")))?;
-    let unix = bind_socket(&socket).await?;
+    // The TCP listener before the socket: a client (or a test) takes the socket as the sign
+    // that the daemon is up, so every listener must be up by then (a TCP request right after
+    // was refused in CI, on a loaded host, in the gap between the two).
     let tcp = match &options.listen {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
@@ -180,6 +182,7 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         ),
         None => None,
     };
+    let unix = bind_socket(&socket).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let state = crate::daemon::api::ApiState::new(paddock.clone(), options.sweep.clone())?
         .with_stopping(stop_rx.clone())

@@ -297,7 +297,7 @@ fn foreign_mappings() -> Option<String> {
 }
 
 /// The first file of `maps` (a `/proc/PID/maps` text) that is not under `dir`.
-fn foreign_in(maps: &str, dir: &str) -> Option<String> {
+pub(super) fn foreign_in(maps: &str, dir: &str) -> Option<String> {
     maps.lines()
         .filter_map(|line| line.split_whitespace().nth(5))
         // Anonymous memory the kernel names as files (`/dev/zero`, `/memfd:...`).

@@ -11,6 +11,7 @@
 //! | `port-bridge` | a remote job's relay container on its engine | `port_bridge.rs` |
 //! | `port-relay` | paddock, detached, for a remote job's ports on this host | `port_relay.rs` |
 //! | `exec-server` | a Docker or gVisor job container's main process (issue 46) | `exec_server.rs` |
+//! | `root-caps` | a privileged exec as root in a gVisor job with its own root | `root_caps.rs` |
 //! | `guest-agent` | a microVM's init, inside the VM | `runtime/microvm/guest.rs` |
 //! | `vm-shell` | `paddock shell` of a microVM job | `runtime/microvm/shell.rs` |
 //! | `vm-virtiofsd` | paddock as root, for a microVM's writable share | `runtime/microvm/jail.rs` |
@@ -25,6 +26,7 @@ pub mod exec_server;
 mod guard_ranges;
 mod port_bridge;
 mod port_relay;
+mod root_caps;
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -59,6 +61,11 @@ enum Helper {
     PortRelay(port_relay::PortRelayArgs),
     /// The resident exec server of a job container (its main process).
     ExecServer,
+    /// Keep root's few capabilities, then exec the command (a gVisor job's root exec).
+    RootCaps {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        argv: Vec<std::ffi::OsString>,
+    },
     /// The guest agent of a microVM job (run by the VM's init, inside the VM).
     GuestAgent,
     /// A shell in a microVM job over its agent's channel (run by `paddock shell`).
@@ -76,6 +83,7 @@ const NAMES: &[&str] = &[
     "port-bridge",
     "port-relay",
     "exec-server",
+    "root-caps",
     "guest-agent",
     "vm-shell",
     "vm-virtiofsd",
@@ -105,6 +113,10 @@ pub fn run(line: HelperLine) -> i32 {
     if let Helper::ExecServer = &line.helper {
         return exec_server::serve();
     }
+    // Privileged until it has dropped: nothing more of the binary runs first.
+    if let Helper::RootCaps { argv } = &line.helper {
+        return root_caps::run(argv);
+    }
     let runtime = match crate::async_runtime() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -132,6 +144,7 @@ async fn run_async(helper: Helper) -> i32 {
         }
         Helper::VmShell(args) => return crate::runtime::microvm::shell::attach(args).await,
         Helper::ExecServer => return exec_server::serve(),
+        Helper::RootCaps { argv } => return root_caps::run(&argv),
         Helper::VmVirtiofsd(args) => return crate::runtime::microvm::jail::run(&args),
     };
     outcome.unwrap_or_else(|error| report(&error))

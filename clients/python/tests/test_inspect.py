@@ -21,12 +21,10 @@ RUNTIMES = [r for r in os.environ.get("SDK_TEST_INSPECT_RUNTIMES", "docker,runsc
 
 # Refused by design. runc (`docker`) runs only the agent's own user, since its root would
 # be the host's root: paddock refuses `--user root` there before anything runs. Under
-# gVisor root runs, but with no capabilities (docs/threat-model.md: what it writes reaches
-# the host's files through gVisor's gofer), and `adduser` needs CAP_CHOWN to give
-# /etc/gshadow its group: the check's first step fails there.
+# gVisor with the job's own writable root, root has what `adduser` needs (CHOWN,
+# DAC_OVERRIDE and FOWNER; docs/threat-model.md), so every check runs there.
 REFUSED_BY_DESIGN = {
     "docker": {"test_exec_as_user": "runc runs no other user than the agent (root there is the host's)"},
-    "runsc": {"test_exec_as_user": "root has no capabilities under paddock's gVisor; adduser needs CAP_CHOWN"},
 }
 
 

@@ -308,7 +308,7 @@ pub(super) async fn exec_in(
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     let user = exec_user(record, request);
-    let config = ExecConfig {
+    let mut config = ExecConfig {
         attach_stdin: Some(request.stdin.is_some()),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
@@ -318,6 +318,9 @@ pub(super) async fn exec_in(
         user: Some(format!("{}:{}", user.0, user.1)),
         ..Default::default()
     };
+    if super::users::runs_with_root_caps(&docker, &name, record, user).await {
+        super::users::wrap_root_exec(&mut config);
+    }
     let started_at = Instant::now();
     let created = call(
         "create exec",

@@ -262,6 +262,9 @@ async fn create_job_container(
     let name = job_container(record);
     let mut body = container_body(daemon, home, record, sealed.as_ref())?;
     let exec_server = !daemon.is_remote() && resident::apply(home, &mut body);
+    if !exec_server && !daemon.is_remote() {
+        users::add_root_caps(home, record, &mut body);
+    }
     let id = create_named(daemon, &docker, &name, body).await?;
     super::failpoint("container-create")?;
     start_named(&docker, &name).await?;

@@ -60,7 +60,7 @@ const STDIN_CHUNK: usize = 2048;
 const SERVER_CAPS: [&str; 4] = ["SETUID", "SETGID", "SETPCAP", "KILL"];
 /// The loader's variables that could load or write something as the server: emptied in
 /// the container's environment (an image's `ENV` may set them).
-const LOADER_VARS: [&str; 6] = [
+pub(super) const LOADER_VARS: [&str; 6] = [
     "LD_PRELOAD",
     "LD_AUDIT",
     "LD_DEBUG",
@@ -129,20 +129,13 @@ fn files_of(exe: &Path, maps: &str) -> Option<ServerFiles> {
 /// Makes `body` (a local job or pool container's) run the exec server as its main process;
 /// false (the body as it was) when the server is not wanted or its files cannot be told.
 pub(super) fn apply(home: &PaddockHome, body: &mut ContainerCreateBody) -> bool {
-    let Some(files) = server_files().filter(|_| wanted()) else {
+    if !wanted() {
+        return false;
+    }
+    let Some(mounts) = tool_mounts(home) else {
         return false;
     };
-    let Ok(preload) = empty_preload(home) else {
-        return false;
-    };
-    body.entrypoint = Some(vec![
-        format!("{TOOLS_DIR}/ld.so"),
-        "--inhibit-cache".into(),
-        "--library-path".into(),
-        format!("{TOOLS_DIR}/lib"),
-        format!("{TOOLS_DIR}/paddock"),
-        "exec-server".into(),
-    ]);
+    body.entrypoint = Some(tool_command("exec-server"));
     body.cmd = Some(Vec::new());
     body.user = Some("0:0".into());
     body.open_stdin = Some(true);
@@ -162,12 +155,36 @@ pub(super) fn apply(home: &PaddockHome, body: &mut ContainerCreateBody) -> bool 
         typ: Some("none".into()),
         config: None,
     });
-    let mounts = host.mounts.get_or_insert_with(Vec::new);
-    for (source, target) in &files.binds {
-        mounts.push(bind(source, Path::new(target), true));
-    }
-    mounts.push(bind(&preload, Path::new("/etc/ld.so.preload"), true));
+    host.mounts.get_or_insert_with(Vec::new).extend(mounts);
     true
+}
+
+/// The read-only binds that let a container run this host's paddock (its binary, loader
+/// and libraries under [`TOOLS_DIR`], and an empty file over the image's
+/// `/etc/ld.so.preload`); `None` when they cannot be told.
+pub(super) fn tool_mounts(home: &PaddockHome) -> Option<Vec<bollard::models::Mount>> {
+    let files = server_files()?;
+    let preload = empty_preload(home).ok()?;
+    let mut mounts: Vec<_> = files
+        .binds
+        .iter()
+        .map(|(source, target)| bind(source, Path::new(target), true))
+        .collect();
+    mounts.push(bind(&preload, Path::new("/etc/ld.so.preload"), true));
+    Some(mounts)
+}
+
+/// The command line that starts paddock's helper `helper` from [`tool_mounts`]: through
+/// the host's loader, with the image's library cache out of play.
+pub(super) fn tool_command(helper: &str) -> Vec<String> {
+    vec![
+        format!("{TOOLS_DIR}/ld.so"),
+        "--inhibit-cache".into(),
+        "--library-path".into(),
+        format!("{TOOLS_DIR}/lib"),
+        format!("{TOOLS_DIR}/paddock"),
+        helper.into(),
+    ]
 }
 
 /// An empty file of paddock's, bound over the image's `/etc/ld.so.preload`.
