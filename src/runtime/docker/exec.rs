@@ -318,8 +318,8 @@ pub(super) async fn exec_in(
         user: Some(format!("{}:{}", user.0, user.1)),
         ..Default::default()
     };
-    if super::users::runs_with_root_caps(&docker, &name, record, user).await {
-        super::users::wrap_root_exec(&mut config);
+    if super::root_caps::runs_with_root_caps(&docker, &name, record, user).await {
+        super::root_caps::wrap_root_exec(&mut config);
     }
     let started_at = Instant::now();
     let created = call(

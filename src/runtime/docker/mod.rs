@@ -59,6 +59,7 @@ mod ports;
 mod ranges;
 mod remote;
 pub mod resident;
+mod root_caps;
 mod sandbox;
 mod secrets;
 mod sidecar;
@@ -263,7 +264,7 @@ async fn create_job_container(
     let mut body = container_body(daemon, home, record, sealed.as_ref())?;
     let exec_server = !daemon.is_remote() && resident::apply(home, &mut body);
     if !exec_server && !daemon.is_remote() {
-        users::add_root_caps(home, record, &mut body);
+        root_caps::add_root_caps(home, record, &mut body);
     }
     let id = create_named(daemon, &docker, &name, body).await?;
     super::failpoint("container-create")?;
