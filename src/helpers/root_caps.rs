@@ -8,12 +8,12 @@
 //! kernel) whose first program is this helper: the host's binary, loader and libraries,
 //! bound read-only under `/.paddock-tools/exec` with an empty `/etc/ld.so.preload` over the
 //! image's (`runtime/docker/resident.rs`, as for the exec server). It refuses to go on if
-//! anything else was mapped into it, drops every other capability from the bounding set,
-//! sets no_new_privs and execs the command, which as uid 0 then holds the bounding set's
-//! capabilities and nothing of the image ever ran with more.
+//! anything else was mapped into it, leaves only those three in the bounding, permitted and
+//! effective sets (none inheritable or ambient), sets no_new_privs and execs the command,
+//! which as uid 0 then holds them and nothing of the image ever ran with more.
 //!
-//! Invariants: nothing but this file's code runs between the privileged start and the
-//! drop; a failed drop runs nothing (exit 126); the command's pid is this process's, so
+//! Invariants: nothing but paddock's own code (its start-up, then this file) runs between
+//! the privileged start and the drop; a failed drop runs nothing (exit 126); the command's pid is this process's, so
 //! the exec's signals and process group are the command's.
 
 use std::os::unix::process::CommandExt as _;

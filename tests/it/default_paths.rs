@@ -59,7 +59,7 @@ impl Machine {
         std::fs::create_dir_all(&config).expect("mkdir");
         std::fs::write(
             config.join("config.yaml"),
-            "admission:\n  memory: 1024g\n  cpus: 1000\n",
+            "admission:\n  memory: 1024g\n  cpus: 1000\nprofiles:\n  writable:\n    rootfs: writable\n",
         )
         .expect("write the user config");
         if who == Who::User {
@@ -436,7 +436,7 @@ fn files_case(machine: &Machine, id: &str, runtime: &str) {
     users_case(machine, id, runtime);
 }
 
-/// `exec --user root`: gVisor runs it (no capabilities), and what root leaves in a
+/// `exec --user root`: gVisor runs it (no capabilities with a read-only root), and what root leaves in a
 /// directory the agent opened is the agent's on the host again, setuid bit gone; runc and
 /// the process runtime refuse it (exit 125), running nothing.
 fn users_case(machine: &Machine, id: &str, runtime: &str) {
@@ -472,6 +472,62 @@ fn users_case(machine: &Machine, id: &str, runtime: &str) {
     }
     let result = machine.json(&["exec", "--json", id, "--", "rm", "-rf", "open"]);
     assert_eq!(result["exit_code"], 0, "{result}");
+    if runtime == "runsc" {
+        root_caps_case(machine);
+    }
+}
+
+/// A runsc job with a writable root of its own: root has CHOWN, DAC_OVERRIDE and FOWNER
+/// (paddock's `root-caps`, bound from this install's binary and state root), and adds a
+/// user; the agent has none.
+fn root_caps_case(machine: &Machine) {
+    let repo = machine.repo.display().to_string();
+    let image = test_image();
+    let job = machine.json(&[
+        "create",
+        "--json",
+        "--repo",
+        &repo,
+        "--task",
+        "root-caps",
+        "--runtime",
+        "runsc",
+        "--checkout",
+        "worktree",
+        "--image",
+        &image,
+        "--profile",
+        "writable",
+    ]);
+    let id = text(&job, "id");
+    let caps = "grep CapEff /proc/self/status";
+    let as_root = machine.json(&[
+        "exec", "--json", "--user", "root", &id, "--", "sh", "-c", caps,
+    ]);
+    assert!(
+        text(&as_root, "stdout").contains("000000000000000b"),
+        "{as_root}"
+    );
+    let added = machine.json(&[
+        "exec",
+        "--json",
+        "--user",
+        "root",
+        &id,
+        "--",
+        "adduser",
+        "--disabled-password",
+        "--comment",
+        "x",
+        "added",
+    ]);
+    assert_eq!(added["exit_code"], 0, "{added}");
+    let as_agent = machine.json(&["exec", "--json", &id, "--", "sh", "-c", caps]);
+    assert!(
+        text(&as_agent, "stdout").contains("0000000000000000"),
+        "{as_agent}"
+    );
+    machine.json(&["rm", "--json", "--force", &id]);
 }
 
 /// The runtime word a create answers with for a `--runtime` flag.

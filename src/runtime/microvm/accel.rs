@@ -147,8 +147,8 @@ mod tests {
         let args = Accel::Tcg.qemu_args();
         assert_eq!(args[1], format!("tcg,tb-size={TCG_CODE_CACHE_MIB}"));
         // QEMU's own heap, its device threads and the virtiofsd processes measured well
-        // under 200 MiB beside the cache (`dmesg` of the OOM kill: 641 MiB of anonymous
-        // memory, 520 MiB of it the cache, at its default size).
+        // under 200 MiB beside the cache (`dmesg` of the OOM kill: QEMU's anonymous memory
+        // 626 MiB, 508 MiB of it in huge pages, the cache at its default size).
         let qemu_itself = 200 << 20;
         assert!(
             (TCG_CODE_CACHE_MIB << 20) + qemu_itself <= super::super::cgroup::HOST_OVERHEAD,
