@@ -12,7 +12,9 @@
 //! create-to-ready and exec against the local engine's; `=overlay`: the overlay checkout rows on the 50,000-file
 //! repository; `=ready`: job ready and first exec, cold and warm, on 1, 5,000 and 50,000
 //! files; `=exec`: an exec's cost against `docker exec` and the warm pool's first exec, on
-//! 1 and 5,000 files; `=microvm`: a microVM job's create to ready and exec round trip
+//! 1 and 5,000 files; `=exec-server`: issue 46's rows, the resident exec server against
+//! Docker's exec (API, CLI, host CPU, a commit, a warm job's first exec, 100 at once);
+//! `=microvm`: a microVM job's create to ready and exec round trip
 //! against runc; `=image`: the default agent image's size and cold create against the
 //! minimal one's, `PADDOCK_BENCH_MINIMAL` naming it (default `paddock-agent:minimal`); `=checkpoint`: checkpoint, restore, fork -n 4, pause and resume on the
 //! 50,000-file repository with an overlay checkout; `=microvm-checkpoint`: checkpoint,
@@ -40,6 +42,8 @@ mod image;
 mod lists;
 #[path = "paddock/ready.rs"]
 mod ready;
+#[path = "paddock/resident.rs"]
+mod resident;
 #[path = "paddock/secrets.rs"]
 mod secrets;
 pub(crate) use create::*;
@@ -205,6 +209,7 @@ fn main() {
                 | "overlay"
                 | "ready"
                 | "exec"
+                | "exec-server"
                 | "engines"
                 | "microvm"
                 | "checkpoint"
@@ -241,6 +246,11 @@ fn main() {
                         eprintln!("{}", row.markdown());
                     }
                 }
+            }
+            "exec-server" => {
+                eprintln!("generating the 5,000-file fixture repository");
+                let repo = FixtureRepo::with_files(5_000, 2_000);
+                resident::rows(&repo, "5,000 files", &mut rows);
             }
             "egress" => egress_overhead(&mut rows),
             "secrets" => secrets::secret_host_overhead(&mut rows),

@@ -39,7 +39,7 @@ pub use merges::{
     MergeStatus, MergeStrategy, PushReport, PushRequest,
 };
 pub use remove::RemoveReport;
-pub use users::{ExecUser, UnknownUser};
+pub use users::{EXEC_SERVER_ID, ExecUser, UnknownUser};
 
 mod checkpoint;
 mod dashboard;

@@ -103,6 +103,29 @@ pub(super) fn pooled_home() -> TestHome {
     home
 }
 
+/// `paddock exec JOB -- true` against `docker exec CONTAINER true` in the same container,
+/// [`EXEC_PAIRS`] alternated pairs: (paddock's, Docker's) milliseconds.
+pub(super) fn cli_true_pairs(home: &TestHome, id: &str, container: &str) -> (Vec<f64>, Vec<f64>) {
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    alternated(|_, paddock_first| {
+        let mut paddock_run = || ours.push(ms(timed(&mut home.cmd(&["exec", id, "--", "true"])).0));
+        let mut docker_run = || {
+            theirs.push(ms(timed(
+                Command::new("docker").args(["exec", "-u", AGENT, container, "true"]),
+            )
+            .0));
+        };
+        if paddock_first {
+            paddock_run();
+            docker_run();
+        } else {
+            docker_run();
+            paddock_run();
+        }
+    });
+    (ours, theirs)
+}
+
 /// Issue 25's exec rows, on one Docker job and its container: `paddock exec -- true` against
 /// `docker exec true` (the command changed nothing: no sync round), a committing exec
 /// against `docker exec` of the same commit (the sync included), and the first exec result
@@ -120,24 +143,7 @@ pub(super) fn exec_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
     run(&mut home.cmd(&["exec", &id, "--", "git", "status", "--short"]));
     run(Command::new("docker").args(["exec", "-u", AGENT, &container, "true"]));
 
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-    alternated(|_, paddock_first| {
-        let mut paddock_run =
-            || ours.push(ms(timed(&mut home.cmd(&["exec", &id, "--", "true"])).0));
-        let mut docker_run = || {
-            theirs.push(ms(timed(
-                Command::new("docker").args(["exec", "-u", AGENT, &container, "true"]),
-            )
-            .0))
-        };
-        if paddock_first {
-            paddock_run();
-            docker_run();
-        } else {
-            docker_run();
-            paddock_run();
-        }
-    });
+    let (ours, theirs) = cli_true_pairs(&home, &id, &container);
     let ratio = median(&ours) / median(&theirs);
     rows.push(Row {
         name: format!("exec true, Docker ({label})"),

@@ -322,7 +322,17 @@ pub struct ExecSlot {
 impl Drop for ExecSlot {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+        slot_freed().notify_waiters();
     }
+}
+
+/// Rung when this process frees an exec slot. The queue is shared with other processes
+/// through files, which a waiter still looks at every [`POLL`]; but a daemon holds most
+/// slots and most waiters itself, and a slot it frees should not sit idle for a poll (100
+/// concurrent execs on a 4-slot budget waited a poll per slot: 4.8 s against Docker's 2.2).
+pub fn slot_freed() -> &'static tokio::sync::Notify {
+    static FREED: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
+    FREED.get_or_init(tokio::sync::Notify::new)
 }
 
 /// Every `*.json` file of `dir` that parses as `T` (a file being replaced or removed is
@@ -347,6 +357,23 @@ pub fn poll_interval() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A waiting exec of this process, armed before it looks at the queue, is woken when a
+    /// slot of this process is freed: it takes the slot without waiting for a poll.
+    #[tokio::test]
+    async fn freeing_a_slot_wakes_the_waiting_execs_of_this_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("slot.json");
+        std::fs::write(&path, "{}").unwrap();
+        let freed = slot_freed().notified();
+        tokio::pin!(freed);
+        freed.as_mut().enable();
+        drop(ExecSlot { path: path.clone() });
+        assert!(!path.exists(), "the slot's file is gone");
+        tokio::time::timeout(Duration::from_secs(5), freed)
+            .await
+            .expect("the waiter is woken");
+    }
 
     /// Exec slots and exec tickets of processes that are gone hold nothing and are removed
     /// at the next decision; a live exec's slot holds one of the slots.

@@ -303,6 +303,10 @@ impl Paddock {
         let mut last_full: Option<Instant> = None;
         let mut reason = String::new();
         loop {
+            // Armed before the look: a slot freed in between still wakes this wait.
+            let freed = crate::admission::slot_freed().notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
             if !admission.any_before(Lane::Exec, seq)
                 || last_full.is_none_or(|at| at.elapsed() >= FULL_LOOK)
             {
@@ -325,7 +329,10 @@ impl Paddock {
                 }
             }
             give_up_at(gives_up_at, &admission, id, WaitKind::Exec, &reason)?;
-            tokio::time::sleep(crate::admission::poll_interval()).await;
+            tokio::select! {
+                () = tokio::time::sleep(crate::admission::poll_interval()) => {}
+                () = &mut freed => {}
+            }
         }
     }
 

@@ -4,10 +4,12 @@
 //! engine's API: the host side) writes, and answers with [`FromGuest`] lines on stdout.
 //!
 //! Invariants:
-//! - It runs as root with only `SETUID`, `SETGID`, `SETPCAP` and `KILL` (the container's
-//!   capability set), as another uid than the agent, so no agent process can signal, trace
-//!   or write to it; everything it starts drops every capability and supplementary group
-//!   and becomes the exec's `uid:gid` before it execs ([`crate::sys::become_user_on_exec`]).
+//! - It starts as root with only `SETUID`, `SETGID`, `SETPCAP` and `KILL` (the container's
+//!   capability set) and at once becomes a uid and gid of its own
+//!   ([`EXEC_SERVER_ID`], which no exec may name), keeping those four and not dumpable, so
+//!   no process of the job, root's under gVisor included, can signal, trace or write to
+//!   it; everything it starts drops every capability and supplementary group and becomes
+//!   the exec's `uid:gid` before it execs ([`crate::sys::become_user_on_exec`]).
 //! - Its binary, loader and libraries are the host's, mounted read-only; it checks at start
 //!   that nothing else was mapped into it (an image's `/etc/ld.so.preload`, a library found
 //!   in the image). If something was, it answers every exec with `Failed`, and the host
@@ -25,6 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::runtime::docker::resident::TOOLS_DIR;
 use crate::runtime::microvm::protocol::{FromGuest, MAX_LINE, Parts, ToGuest, decode, encode_line};
+use crate::wire::EXEC_SERVER_ID;
 
 type Out = Arc<Mutex<std::io::Stdout>>;
 /// Running execs: their process group, and their stdin's queue when they take input.
@@ -37,9 +40,16 @@ struct Exec {
 
 /// Serves stdin until it closes (the container is being removed); the exit code.
 pub fn serve() -> i32 {
-    let foreign = foreign_mappings();
-    if let Some(path) = &foreign {
-        eprintln!("paddock exec server: `{path}` is mapped and is not paddock's: serving no exec");
+    let mut foreign = foreign_mappings()
+        .map(|path| format!("the exec server loaded `{path}`, which is not paddock's"));
+    // Before any thread: the ids change for the whole process.
+    if foreign.is_none()
+        && let Err(error) = become_server()
+    {
+        foreign = Some(format!("the exec server could not leave root: {error}"));
+    }
+    if let Some(why) = &foreign {
+        eprintln!("paddock exec server: {why}: serving no exec");
     }
     let out: Out = Arc::new(Mutex::new(std::io::stdout()));
     let running: Running = Arc::default();
@@ -98,8 +108,12 @@ fn handle(
             stdin,
             keep_caps: _,
         } => {
-            if let Some(path) = foreign {
-                let message = format!("the exec server loaded `{path}`, which is not paddock's");
+            if let Some(why) = foreign {
+                let message = why.to_string();
+                return send(out, &FromGuest::Failed { id, message });
+            }
+            if uid == EXEC_SERVER_ID || gid == EXEC_SERVER_ID {
+                let message = format!("uid/gid {EXEC_SERVER_ID} is the exec server's own");
                 return send(out, &FromGuest::Failed { id, message });
             }
             let mut env_all = base.to_vec();
@@ -177,6 +191,9 @@ fn run(id: u64, spec: &Spec, out: &Out, running: &Running) {
         .stderr(Stdio::piped())
         .process_group(0);
     crate::sys::become_user_on_exec(&mut command, spec.uid, spec.gid);
+    // From the server's uid (not root's) the change of uid keeps the sets: empty them, so
+    // nothing is held even before the exec (which would clear them too).
+    crate::sys::hold_no_capabilities_on_exec(&mut command);
     let oom_before = oom_kills();
     let mut child = match command.spawn() {
         Ok(child) => child,
@@ -238,6 +255,27 @@ fn run(id: u64, spec: &Spec, out: &Out, running: &Running) {
             oom_killed,
         },
     );
+}
+
+/// Leaves root for [`EXEC_SERVER_ID`], keeping the capabilities the container gave (the
+/// four the server needs to become an exec's user and to signal its commands), and makes
+/// the process not dumpable: no other uid may trace it or open its `/proc` files.
+fn become_server() -> std::io::Result<()> {
+    use rustix::thread::{CapabilitySets, capabilities, set_capabilities, set_keep_capabilities};
+    let held = capabilities(None)?.permitted;
+    set_keep_capabilities(true)?;
+    crate::sys::set_all_ids(EXEC_SERVER_ID)?;
+    set_capabilities(
+        None,
+        CapabilitySets {
+            effective: held,
+            permitted: held,
+            inheritable: rustix::thread::CapabilitySet::empty(),
+        },
+    )?;
+    set_keep_capabilities(false)?;
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)?;
+    Ok(())
 }
 
 /// Writes what comes for a command's stdin until the queue closes (the input's end) or the

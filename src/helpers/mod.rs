@@ -12,6 +12,7 @@
 //! | `port-relay` | paddock, detached, for a remote job's ports on this host | `port_relay.rs` |
 //! | `exec-server` | a Docker or gVisor job container's main process (issue 46) | `exec_server.rs` |
 //! | `root-caps` | a privileged exec as root in a gVisor job with its own root | `root_caps.rs` |
+//! | `no-caps` | every Docker exec in a container that runs the exec server | `root_caps.rs` |
 //! | `guest-agent` | a microVM's init, inside the VM | `runtime/microvm/guest.rs` |
 //! | `vm-shell` | `paddock shell` of a microVM job | `runtime/microvm/shell.rs` |
 //! | `vm-virtiofsd` | paddock as root, for a microVM's writable share | `runtime/microvm/jail.rs` |
@@ -66,6 +67,12 @@ enum Helper {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         argv: Vec<std::ffi::OsString>,
     },
+    /// Keep no capability, then exec the command (every Docker exec in an exec server's
+    /// container).
+    NoCaps {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        argv: Vec<std::ffi::OsString>,
+    },
     /// The guest agent of a microVM job (run by the VM's init, inside the VM).
     GuestAgent,
     /// A shell in a microVM job over its agent's channel (run by `paddock shell`).
@@ -84,6 +91,7 @@ const NAMES: &[&str] = &[
     "port-relay",
     "exec-server",
     "root-caps",
+    "no-caps",
     "guest-agent",
     "vm-shell",
     "vm-virtiofsd",
@@ -117,6 +125,9 @@ pub fn run(line: HelperLine) -> i32 {
     if let Helper::RootCaps { argv } = &line.helper {
         return root_caps::run(argv);
     }
+    if let Helper::NoCaps { argv } = &line.helper {
+        return root_caps::run_without(argv);
+    }
     let runtime = match crate::async_runtime() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -145,6 +156,7 @@ async fn run_async(helper: Helper) -> i32 {
         Helper::VmShell(args) => return crate::runtime::microvm::shell::attach(args).await,
         Helper::ExecServer => return exec_server::serve(),
         Helper::RootCaps { argv } => return root_caps::run(&argv),
+        Helper::NoCaps { argv } => return root_caps::run_without(&argv),
         Helper::VmVirtiofsd(args) => return crate::runtime::microvm::jail::run(&args),
     };
     outcome.unwrap_or_else(|error| report(&error))

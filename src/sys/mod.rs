@@ -99,6 +99,40 @@ pub fn become_user_on_exec(command: &mut std::process::Command, uid: u32, gid: u
     }
 }
 
+/// Arranges for `command`'s child to empty its capability sets before it execs (after a
+/// change of uid that kept them: one from a uid other than root's).
+pub fn hold_no_capabilities_on_exec(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt as _;
+    let none = rustix::thread::CapabilitySets {
+        effective: rustix::thread::CapabilitySet::empty(),
+        permitted: rustix::thread::CapabilitySet::empty(),
+        inheritable: rustix::thread::CapabilitySet::empty(),
+    };
+    // SAFETY: the closure runs in the forked child before exec and makes one raw capset
+    // call on data it owns (async-signal-safe, nothing allocated).
+    unsafe {
+        command.pre_exec(move || {
+            rustix::thread::set_capabilities(None, none).map_err(std::io::Error::from)
+        });
+    }
+}
+
+/// Sets this process's real, effective and saved uid and gid to `id` and drops its
+/// supplementary groups (glibc applies it to every thread).
+pub fn set_all_ids(id: u32) -> std::io::Result<()> {
+    // SAFETY: plain system calls; the only pointer is a null list of no groups.
+    let changed = unsafe {
+        libc::setgroups(0, std::ptr::null()) == 0
+            && libc::setresgid(id, id, id) == 0
+            && libc::setresuid(id, id, id) == 0
+    };
+    if changed {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 impl ChildSetup {
     /// Arranges for `command`'s child to apply this setup before it execs.
     pub fn apply(self, command: &mut tokio::process::Command) {

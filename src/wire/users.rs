@@ -34,6 +34,11 @@ impl ExecUser {
     }
 }
 
+/// The uid and gid of paddock's resident exec server inside a job's sandbox (issue 46):
+/// no exec runs as it (an exec as that uid could signal the server), so it is refused as
+/// a `--user`, and the server refuses it too.
+pub const EXEC_SERVER_ID: u32 = 2_147_483_646;
+
 /// Why a `--user` was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown user `{0}`: give `agent`, `root` or a numeric UID[:GID]")]
@@ -62,8 +67,12 @@ impl std::str::FromStr for ExecUser {
                         (uid, uid)
                     }
                 };
-                // `-1` of the kernel's calls ("leave unchanged"): never an identity.
-                if uid == u32::MAX || gid == u32::MAX {
+                // `-1` of the kernel's calls ("leave unchanged"): never an identity; nor
+                // the exec server's own.
+                if [uid, gid]
+                    .iter()
+                    .any(|id| *id == u32::MAX || *id == EXEC_SERVER_ID)
+                {
                     return Err(unknown());
                 }
                 Ok(ExecUser::Id { uid, gid })
@@ -129,6 +138,8 @@ mod tests {
             "1:2:3",
             "4294967295",
             "4294967296",
+            "2147483646",
+            "1000:2147483646",
             "1:x",
         ] {
             assert!(bad.parse::<ExecUser>().is_err(), "{bad:?} was taken");

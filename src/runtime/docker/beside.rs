@@ -45,7 +45,8 @@ pub async fn exec_beside(
     create_named(daemon, &docker, &name, body).await?;
     let result = async {
         start_named(&docker, &name).await?;
-        exec_in(daemon, &name, record, request, sink).await
+        // A throwaway container never runs the exec server.
+        exec_in(daemon, &name, record, request, false, sink).await
     }
     .await;
     if let Err(error) = remove_labelled_container(daemon, home, &name, record.id.as_str()).await {
@@ -68,12 +69,27 @@ pub async fn exec_in_sandbox(
     let docker = daemon.connect()?;
     // A paused container runs nothing, an exec into it included (a checkpoint reads a
     // frozen job's files): then the throwaway container beside it does.
-    if inspect_ours(&docker, home, record)
+    if let Some(status) = inspect_ours(&docker, home, record)
         .await?
-        .is_some_and(|status| status.running && !status.paused)
+        .filter(|status| status.running && !status.paused)
     {
+        let running = super::Running {
+            id: status.id,
+            image: status.image,
+            exec_server: status.exec_server,
+        };
+        // The sync's and a checkpoint's scripts take the server's path too: a round trip
+        // on its stream instead of a runtime's exec.
+        if let Some(done) =
+            super::exec::through_server(daemon, home, record, &running, request, sink).await?
+        {
+            return Ok(done.result);
+        }
         let name = job_container(record);
-        return Ok(exec_in(daemon, &name, record, request, sink).await?.0);
+        let server = running.exec_server;
+        return Ok(exec_in(daemon, &name, record, request, server, sink)
+            .await?
+            .0);
     }
     exec_beside(
         daemon,

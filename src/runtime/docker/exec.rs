@@ -20,12 +20,14 @@ use crate::runtime::exec::{CappedOutput, ExecRequest, ExecResult, OutputSink, St
 use crate::store::PaddockHome;
 
 /// Runs a short helper command in the container as `user` (never the container's own
-/// user, root where the exec server runs); its output as text.
+/// user, root where the exec server runs); its output as text. `server`: the container
+/// runs the exec server (see [`exec_collect_as`]).
 async fn helper_exec(
     docker: &Docker,
     name: &str,
     script: &str,
     (uid, gid): (u32, u32),
+    server: bool,
 ) -> Result<String, RuntimeError> {
     let cmd = vec!["sh".into(), "-c".into(), script.into()];
     let user = format!("{uid}:{gid}");
@@ -34,6 +36,7 @@ async fn helper_exec(
         name,
         cmd,
         Some(&user),
+        server,
         Duration::from_secs(5),
         usize::MAX,
     )
@@ -52,23 +55,29 @@ pub(super) async fn exec_collect(
     cap: usize,
 ) -> Result<(bool, String, String), RuntimeError> {
     let cmd = vec!["sh".into(), "-c".into(), script.into()];
-    exec_collect_as(docker, name, cmd, None, within, cap).await
+    exec_collect_as(docker, name, cmd, None, false, within, cap).await
 }
 
-/// [`exec_collect`] of `cmd` (no shell), as `user` when given.
+/// [`exec_collect`] of `cmd` (no shell), as `user` when given. `server`: the container's
+/// main process is the exec server, whose capabilities Docker gives every exec: the
+/// command starts through `no-caps` and holds none.
 pub(super) async fn exec_collect_as(
     docker: &Docker,
     name: &str,
     cmd: Vec<String>,
     user: Option<&str>,
+    server: bool,
     within: Duration,
     cap: usize,
 ) -> Result<(bool, String, String), RuntimeError> {
-    let config = ExecConfig {
+    let mut config = ExecConfig {
         user: user.map(str::to_string),
         cmd: Some(cmd),
         ..Default::default()
     };
+    if server {
+        super::root_caps::wrap_no_caps(&mut config);
+    }
     exec_collect_config(docker, name, config, within, cap).await
 }
 
@@ -123,12 +132,18 @@ pub(super) async fn exec_collect_config(
 
 /// The container cgroup's OOM-kill counter (cgroup v1 `memory.oom_control`, v2
 /// `memory.events`), read from inside the container.
-async fn oom_kill_count(docker: &Docker, name: &str, user: (u32, u32)) -> Option<u64> {
+async fn oom_kill_count(
+    docker: &Docker,
+    name: &str,
+    user: (u32, u32),
+    server: bool,
+) -> Option<u64> {
     let text = helper_exec(
         docker,
         name,
         "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events 2>/dev/null",
         user,
+        server,
     )
     .await
     .ok()?;
@@ -165,59 +180,11 @@ pub async fn exec(
     }
     let running = super::ensure_running_status(daemon, home, record).await?;
     let name = job_container(record);
-    if running.exec_server && super::resident::wanted() {
-        let docker = daemon.connect()?;
-        let order = super::resident::Order {
-            argv: super::resident::argv(request),
-            env: exec_env(record, request),
-            workdir: workdir(record, request),
-            user: exec_user(record, request),
-        };
-        let lock = home.job_dir(&record.id).join("exec-server.lock");
-        match super::resident::exec(&docker, &name, &lock, order, request, sink).await? {
-            super::resident::Served::Ran(result) => {
-                return Ok(Done {
-                    result,
-                    container_id: running.id,
-                    oom_kills: None,
-                    image: running.image,
-                    exec_path: super::resident::PATH_SERVER,
-                });
-            }
-            super::resident::Served::Gone {
-                stdout,
-                mut stderr,
-                timed_out,
-                started,
-            } => {
-                let (code, oom_killed) = match stopped_container(&docker, &name).await {
-                    Some(false) => (137, oom_after_stop(&docker, &name).await),
-                    Some(true) => (137, true),
-                    None => (137, false),
-                };
-                sandbox_ended(oom_killed, sink, &mut stderr);
-                let result = crate::runtime::exec::exec_result(
-                    code,
-                    crate::units::millis(started.elapsed()),
-                    timed_out,
-                    oom_killed,
-                    stdout,
-                    stderr,
-                );
-                return Ok(Done {
-                    result,
-                    container_id: running.id,
-                    oom_kills: None,
-                    image: running.image,
-                    exec_path: super::resident::PATH_SERVER,
-                });
-            }
-            super::resident::Served::NotTaken(reason) => {
-                tracing::warn!(job = %record.id, %reason, "the exec server did not take the command; using Docker's exec");
-            }
-        }
+    if let Some(done) = through_server(daemon, home, record, &running, request, sink).await? {
+        return Ok(done);
     }
-    let (result, oom_kills) = exec_in(daemon, &name, record, request, sink).await?;
+    let (result, oom_kills) =
+        exec_in(daemon, &name, record, request, running.exec_server, sink).await?;
     Ok(Done {
         result,
         container_id: running.id,
@@ -225,6 +192,72 @@ pub async fn exec(
         image: running.image,
         exec_path: super::resident::PATH_DOCKER,
     })
+}
+
+/// Runs one command through the resident exec server of the job's running container
+/// (`running`), when it has one and the switch wants it; `None` when the server is not
+/// there or did not take the command (it never ran: Docker's exec may run it).
+pub(super) async fn through_server(
+    daemon: &super::Daemon,
+    home: &PaddockHome,
+    record: &JobRecord,
+    running: &super::Running,
+    request: &ExecRequest,
+    sink: &mut dyn OutputSink,
+) -> Result<Option<Done>, RuntimeError> {
+    if !running.exec_server || !super::resident::wanted() {
+        return Ok(None);
+    }
+    let name = job_container(record);
+    let docker = daemon.connect()?;
+    // Root's command in a gVisor job with its own root starts with root's capabilities
+    // through a privileged exec (`root_caps.rs`), which the server cannot give.
+    let user = exec_user(record, request);
+    if super::root_caps::runs_with_root_caps(&docker, &name, record, user).await {
+        return Ok(None);
+    }
+    let order = super::resident::Order {
+        argv: super::resident::argv(request),
+        env: exec_env(record, request),
+        workdir: workdir(record, request),
+        user,
+    };
+    let lock = home.job_dir(&record.id).join("exec-server.lock");
+    let done = |result| Done {
+        result,
+        container_id: running.id.clone(),
+        oom_kills: None,
+        image: running.image.clone(),
+        exec_path: super::resident::PATH_SERVER,
+    };
+    match super::resident::exec(&docker, &name, &lock, order, request, sink).await? {
+        super::resident::Served::Ran(result) => Ok(Some(done(result))),
+        super::resident::Served::Gone {
+            stdout,
+            mut stderr,
+            timed_out,
+            started,
+        } => {
+            let (code, oom_killed) = match stopped_container(&docker, &name).await {
+                Some(false) => (137, oom_after_stop(&docker, &name).await),
+                Some(true) => (137, true),
+                None => (137, false),
+            };
+            sandbox_ended(oom_killed, sink, &mut stderr);
+            Ok(Some(done(crate::runtime::exec::exec_result(
+                code,
+                crate::units::millis(started.elapsed()),
+                timed_out,
+                oom_killed,
+                stdout,
+                stderr,
+            ))))
+        }
+        super::resident::Served::NotTaken(reason) => {
+            tracing::warn!(job = %record.id, %reason, "the exec server did not take the command; using Docker's exec");
+            Ok(None)
+        }
+    }
 }
 
 /// The uid and gid a command runs as: the exec's own (`--user`), else the agent's. Always
@@ -274,6 +307,7 @@ pub(super) async fn exec_in(
     name: &str,
     record: &JobRecord,
     request: &ExecRequest,
+    server: bool,
     sink: &mut dyn OutputSink,
 ) -> Result<(ExecResult, Option<u64>), RuntimeError> {
     if request.cmd.is_empty() {
@@ -320,6 +354,8 @@ pub(super) async fn exec_in(
     };
     if super::root_caps::runs_with_root_caps(&docker, &name, record, user).await {
         super::root_caps::wrap_root_exec(&mut config);
+    } else if server {
+        super::root_caps::wrap_no_caps(&mut config);
     }
     let started_at = Instant::now();
     let created = call(
@@ -378,6 +414,7 @@ pub(super) async fn exec_in(
                 &name,
                 cmd,
                 signaller.as_deref(),
+                server,
                 Duration::from_secs(5),
                 usize::MAX,
             )
@@ -498,7 +535,7 @@ pub(super) async fn exec_in(
     let mut oom_count = None;
     let mut oom_killed = sandbox.unwrap_or(false);
     if exit_code == 137 && !timed_out && sandbox.is_none() {
-        oom_count = oom_kill_count(&docker, &name, user).await;
+        oom_count = oom_kill_count(&docker, &name, user, server).await;
         match oom_count {
             Some(count) => oom_killed = count > record.oom_kills,
             // No counter to read (the container stopped): the daemon's word.
@@ -563,9 +600,13 @@ async fn stopped_container(docker: &Docker, name: &str) -> Option<bool> {
 
 /// An interactive shell in the job's container. A TTY session is the one place paddock uses
 /// the `docker` CLI: it owns the terminal handling (raw mode, resize) that a shell needs.
+///
+/// `server`: the container runs the exec server, whose capabilities Docker gives every
+/// exec: the shell starts through `no-caps` and holds none.
 pub fn interactive_shell(
     daemon: &super::Daemon,
     record: &JobRecord,
+    server: bool,
 ) -> Result<tokio::process::Command, RuntimeError> {
     use std::io::IsTerminal as _;
     let mut command = tokio::process::Command::new("docker");
@@ -585,10 +626,17 @@ pub fn interactive_shell(
     {
         command.arg("-e").arg(format!("{key}={value}"));
     }
+    if server {
+        for var in super::resident::LOADER_VARS {
+            command.arg("-e").arg(format!("{var}="));
+        }
+    }
+    command.args(["-w", &record.limits.workspace_dir, &job_container(record)]);
+    if server {
+        command.args(super::resident::tool_command("no-caps"));
+        command.arg("--");
+    }
     command.args([
-        "-w",
-        &record.limits.workspace_dir,
-        &job_container(record),
         "sh",
         "-c",
         "command -v bash >/dev/null && exec bash || exec sh",

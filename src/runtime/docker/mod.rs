@@ -263,8 +263,8 @@ async fn create_job_container(
     let name = job_container(record);
     let mut body = container_body(daemon, home, record, sealed.as_ref())?;
     let exec_server = !daemon.is_remote() && resident::apply(home, &mut body);
-    if !exec_server && !daemon.is_remote() {
-        root_caps::add_root_caps(home, record, &mut body);
+    if !daemon.is_remote() {
+        root_caps::add_root_caps(home, record, &mut body, exec_server);
     }
     let id = create_named(daemon, &docker, &name, body).await?;
     super::failpoint("container-create")?;

@@ -2,8 +2,12 @@
 //! run it, and one exec over Docker's attach stream to it.
 //!
 //! Design (measured in docs/decisions.md): the server (`paddock exec-server`,
-//! `helpers/exec_server.rs`) is the job container's main process, under Docker's init, as
-//! root with only `SETUID`, `SETGID`, `SETPCAP` and `KILL`. Its binary, loader and
+//! `helpers/exec_server.rs`) is the job container's main process, under Docker's init,
+//! started as root with only `SETUID`, `SETGID`, `SETPCAP` and `KILL`, which it keeps as a
+//! uid of its own (`wire::EXEC_SERVER_ID`). Docker gives every exec of that container
+//! those four whatever its user, so each Docker exec paddock makes there starts through
+//! the `no-caps` helper (`root_caps::wrap_no_caps`). A server killed from outside ends
+//! the container; the next exec starts it again (`ensure_running`). Its binary, loader and
 //! libraries are this host's, bound read-only under [`TOOLS_DIR`] and started through the
 //! host's loader with the image's cache, preload file and `LD_*` variables out of play, so
 //! no file of the image runs with a capability (the server checks its own map too). Only
@@ -47,10 +51,10 @@ pub(super) const LABEL_SERVER: &str = "paddock.exec-server";
 pub const PATH_SERVER: &str = "exec-server";
 pub const PATH_DOCKER: &str = "docker-exec";
 /// The switch that turns the server on for new containers and every exec
-/// (`PADDOCK_EXEC_PATH=exec-server`); anything else is the default, Docker's exec. The
-/// server stays opt-in until issue 46's hostile tests (the agent against the server) and
-/// its benchmark rows exist: a root main process with capabilities in every job container
-/// is not the default before an attack on it has been tried.
+/// (`PADDOCK_EXEC_PATH=exec-server`); anything else is the default, Docker's exec (in a
+/// container that runs the server too: `docker-exec` forces the fallback). The server
+/// stays opt-in while issue 46's benchmark targets are not all met and its container holds
+/// capabilities the default one does not.
 const SWITCH: &str = "PADDOCK_EXEC_PATH";
 /// How long a server may take to say it started a command.
 const STARTED_WITHIN: Duration = Duration::from_secs(10);
@@ -68,6 +72,10 @@ pub(super) const LOADER_VARS: [&str; 6] = [
     "LD_PROFILE",
     "LD_PROFILE_OUTPUT",
 ];
+
+/// The prefix under which the `no-caps` helper receives an exec's loader variables
+/// (`PADDOCK_LOADER_LD_PRELOAD`...), to give them back to the command once it holds nothing.
+pub const LOADER_PREFIX: &str = "PADDOCK_LOADER_";
 
 /// Whether the exec server is wanted (the switch names it).
 pub fn wanted() -> bool {

@@ -150,8 +150,8 @@ impl Runtime for DockerRuntime {
         &self,
         record: &JobRecord,
     ) -> Result<tokio::process::Command, RuntimeError> {
-        ensure_running(&self.daemon, &self.home, record).await?;
-        super::exec::interactive_shell(&self.daemon, record)
+        let running = super::ensure_running_status(&self.daemon, &self.home, record).await?;
+        super::exec::interactive_shell(&self.daemon, record, running.exec_server)
     }
 
     async fn stop(&self, record: &JobRecord, grace: Duration) -> Result<bool, RuntimeError> {

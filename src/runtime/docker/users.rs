@@ -105,19 +105,6 @@ pub(super) async fn check(daemon: &super::Daemon, record: &JobRecord) -> Result<
         ),
     )
     .await?;
-    // Root inside shares uid 0 with the opt-in exec server (issue 46), so it could signal
-    // it, and the settle's `kill -9 -1` as root would end it with the container.
-    if inspect
-        .config
-        .as_ref()
-        .and_then(|c| c.labels.as_ref())
-        .is_some_and(|labels| labels.contains_key(super::resident::LABEL_SERVER))
-    {
-        return Err(RuntimeError::Unsupported {
-            runtime: "runsc",
-            what: "run another user in a job whose container runs the exec server (PADDOCK_EXEC_PATH=exec-server): root inside could signal it; create the job without that switch",
-        });
-    }
     let has = inspect
         .mounts
         .unwrap_or_default()
@@ -186,16 +173,19 @@ pub(super) async fn settle(
 ) -> Result<(), RuntimeError> {
     let docker = daemon.connect()?;
     let name = job_container(record);
-    // Twice: a process forking as the first signal goes out may leave a child.
+    // Twice: a process forking as the first signal goes out may leave a child. Where the
+    // exec server runs, the kill starts through `no-caps` (Docker would give it the
+    // server's KILL): it ends that user's processes and cannot reach the server's uid.
     let kill = "kill -9 -1; kill -9 -1; true".to_string();
-    run(
-        &docker,
-        &name,
+    let mut config = exec_config(
         vec![TOOLS_BUSYBOX.into(), "sh".into(), "-c".into(), kill],
         &format!("{}:{}", user.0, user.1),
         false,
-    )
-    .await?;
+    );
+    if runs_server(&docker, &name).await? {
+        super::root_caps::wrap_no_caps(&mut config);
+    }
+    run(&docker, &name, config).await?;
     let (uid, gid) = super::agent_user(record.limits.uid);
     let mut cmd = vec![
         TOOLS_BUSYBOX.to_string(),
@@ -207,7 +197,7 @@ pub(super) async fn settle(
         gid.to_string(),
     ];
     cmd.extend(writable_roots(record));
-    let code = run(&docker, &name, cmd, "0:0", true).await?;
+    let code = run(&docker, &name, exec_config(cmd, "0:0", true)).await?;
     if code == Some(0) {
         Ok(())
     } else {
@@ -221,16 +211,9 @@ pub(super) async fn settle(
     }
 }
 
-/// Runs `cmd` in container `name` as `user` (privileged: with every capability inside the
-/// sandbox), output discarded, until it ends or [`SETTLE_WITHIN`]; its exit code.
-async fn run(
-    docker: &bollard::Docker,
-    name: &str,
-    cmd: Vec<String>,
-    user: &str,
-    privileged: bool,
-) -> Result<Option<i64>, RuntimeError> {
-    let config = ExecConfig {
+/// An exec of `cmd` as `user` (privileged: with every capability inside the sandbox).
+fn exec_config(cmd: Vec<String>, user: &str, privileged: bool) -> ExecConfig {
+    ExecConfig {
         user: Some(user.to_string()),
         privileged: Some(privileged),
         // No variable of the container's: nothing of the job's steers busybox.
@@ -238,7 +221,31 @@ async fn run(
         working_dir: Some("/".into()),
         cmd: Some(cmd),
         ..Default::default()
-    };
+    }
+}
+
+/// Whether container `name`'s main process is the exec server.
+async fn runs_server(docker: &bollard::Docker, name: &str) -> Result<bool, RuntimeError> {
+    let inspect = call(
+        "inspect container",
+        name,
+        API_TIMEOUT,
+        docker.inspect_container(name, None),
+    )
+    .await?;
+    Ok(inspect
+        .config
+        .and_then(|c| c.labels)
+        .is_some_and(|labels| labels.contains_key(super::resident::LABEL_SERVER)))
+}
+
+/// Runs exec `config` in container `name`, output discarded, until it ends or
+/// [`SETTLE_WITHIN`]; its exit code.
+async fn run(
+    docker: &bollard::Docker,
+    name: &str,
+    config: ExecConfig,
+) -> Result<Option<i64>, RuntimeError> {
     let (ended, id, _) =
         super::exec::exec_collect_config(docker, name, config, SETTLE_WITHIN, 0).await?;
     if !ended {

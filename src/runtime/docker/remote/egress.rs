@@ -132,6 +132,7 @@ pub async fn push_policy(
         &name,
         cmd,
         Some("0:0"),
+        false,
         RENAME_TIMEOUT,
         0,
     )
