@@ -356,6 +356,9 @@ fn run_case(machine: &Machine, runtime: &str, checkout: &str) {
 
     checkpoint_case(machine, &id, runtime);
     files_case(machine, &id, runtime);
+    if runtime != "process" && checkout == "worktree" {
+        exec_server_case(machine, runtime);
+    }
 
     let removed = machine.json(&["rm", "--json", &id]);
     assert_eq!(removed["branch_kept"], true, "{removed}");
@@ -526,6 +529,61 @@ fn root_caps_case(machine: &Machine) {
     assert!(
         text(&as_agent, "stdout").contains("0000000000000000"),
         "{as_agent}"
+    );
+    machine.json(&["rm", "--json", "--force", &id]);
+}
+
+/// Issue 46 on the default state root: a job made with the opt-in resident exec server
+/// (its binary and empty preload file bound from this install and state root) runs a
+/// committing exec through it, the commit reaches the user's repository, the agent holds no
+/// capability on that path nor on Docker's exec in the same container (forced).
+fn exec_server_case(machine: &Machine, runtime: &str) {
+    let repo = machine.repo.display().to_string();
+    let image = test_image();
+    let server = [("PADDOCK_EXEC_PATH", "exec-server")];
+    let job = machine.json_with(
+        &[
+            "create",
+            "--json",
+            "--repo",
+            &repo,
+            "--task",
+            "served",
+            "--runtime",
+            runtime,
+            "--checkout",
+            "worktree",
+            "--image",
+            &image,
+        ],
+        &server,
+    );
+    let id = text(&job, "id");
+    let script = "echo s > served.txt && git add served.txt && git commit -q -m served && grep CapEff /proc/self/status";
+    let ran = machine.json_with(&["exec", "--json", &id, "--", "sh", "-c", script], &server);
+    assert_eq!(ran["exit_code"], 0, "{ran}");
+    assert_eq!(ran["meta"]["exec_path"], "exec-server", "{ran}");
+    assert!(text(&ran, "stdout").contains("0000000000000000"), "{ran}");
+    assert_eq!(
+        machine.repo_git(&["log", "-1", "--format=%s", &text(&job, "branch")]),
+        "served"
+    );
+    let fallback = machine.json_with(
+        &[
+            "exec",
+            "--json",
+            &id,
+            "--",
+            "grep",
+            "CapEff",
+            "/proc/self/status",
+        ],
+        &[("PADDOCK_EXEC_PATH", "docker-exec")],
+    );
+    assert_eq!(fallback["meta"]["exec_path"], "docker-exec", "{fallback}");
+    assert!(
+        text(&fallback, "stdout").contains("0000000000000000"),
+        "{fallback}"
     );
     machine.json(&["rm", "--json", "--force", &id]);
 }

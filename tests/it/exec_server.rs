@@ -9,7 +9,8 @@
 //! its commands keep no capability and run in the job's cgroup; Docker's exec in the same
 //! container (the fallback, forced with `PADDOCK_EXEC_PATH=docker-exec`, and `paddock
 //! shell`) holds none of the server's capabilities either, while the exec's loader
-//! variables still reach its command; a flood of concurrent execs leaves the job usable,
+//! variables still reach its command; 100 MiB of output keeps the result's and the logs'
+//! caps; a flood of concurrent execs leaves the job usable,
 //! and so does a server killed from outside (the next exec starts the container again).
 //! Without the switch, Docker's exec runs them, as before.
 
@@ -86,6 +87,9 @@ fn served(runtime: &str) {
     fallback_holds_nothing(&home, &id, runtime);
     eprintln!("exec_server: {runtime}: the flood");
     flooded(&home, &id);
+    if runtime == "docker" {
+        capped(&home, &id);
+    }
     if runtime == "runsc" {
         // Root inside gVisor is a uid like any other to the server: its commands run, and
         // it can neither reach nor end the server (the settle's `kill -9 -1` as root
@@ -282,6 +286,35 @@ fn flooded(home: &TestHome, id: &str) {
     }
     let ran = home.json(&["exec", "--json", id, "--", "true"]);
     assert_eq!(ran["meta"]["exec_path"], "exec-server", "{ran}");
+}
+
+/// 100 MiB of output through the server: the result keeps the exec's cap and says it
+/// was cut, the job's output log and the exec's record stay at theirs (the 2 GiB flood
+/// test holds these on Docker's path; here, a size that passes the log's cap).
+fn capped(home: &TestHome, id: &str) {
+    const MIB: u64 = 1 << 20;
+    let ran = home.json(&[
+        "exec",
+        "--json",
+        id,
+        "--",
+        "sh",
+        "-c",
+        "head -c 100M /dev/zero | tr '\\0' A",
+    ]);
+    assert_eq!(ran["exit_code"], 0, "{}", ran["stderr"]);
+    assert_eq!(ran["meta"]["exec_path"], "exec-server");
+    assert_eq!(ran["truncated"], true);
+    let kept = ran["stdout"].as_str().map_or(0, str::len) as u64;
+    assert!(kept > 0 && kept <= 2 * MIB, "the result keeps {kept} bytes");
+    let logs = home.root().join("logs").join(id);
+    let output_log = std::fs::metadata(logs.join("output.log")).unwrap().len();
+    assert!(output_log <= 65 * MIB, "output.log is {output_log} bytes");
+    for entry in std::fs::read_dir(logs.join("execs")).unwrap() {
+        let path = entry.unwrap().path();
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size <= 80 * MIB, "{} is {size} bytes", path.display());
+    }
 }
 
 /// The server killed from outside (as only the host's root could): the container ends
