@@ -307,14 +307,7 @@ fn capped(home: &TestHome, id: &str) {
     assert_eq!(ran["truncated"], true);
     let kept = ran["stdout"].as_str().map_or(0, str::len) as u64;
     assert!(kept > 0 && kept <= 2 * MIB, "the result keeps {kept} bytes");
-    let logs = home.root().join("logs").join(id);
-    let output_log = std::fs::metadata(logs.join("output.log")).unwrap().len();
-    assert!(output_log <= 65 * MIB, "output.log is {output_log} bytes");
-    for entry in std::fs::read_dir(logs.join("execs")).unwrap() {
-        let path = entry.unwrap().path();
-        let size = std::fs::metadata(&path).unwrap().len();
-        assert!(size <= 80 * MIB, "{} is {size} bytes", path.display());
-    }
+    crate::flood::logs_within_caps(home, id);
 }
 
 /// The server killed from outside (as only the host's root could): the container ends

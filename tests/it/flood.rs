@@ -22,6 +22,20 @@ pub(crate) fn status_kib(pid: u32, field: &str) -> u64 {
         .unwrap()
 }
 
+/// Job `id`'s output log and exec records are at most their caps (64 MiB, and the records'
+/// with their framing); the job's log directory.
+pub(crate) fn logs_within_caps(home: &TestHome, id: &str) -> std::path::PathBuf {
+    let logs = home.root().join("logs").join(id);
+    let output_log = std::fs::metadata(logs.join("output.log")).unwrap().len();
+    assert!(output_log <= 65 * MIB, "output.log is {output_log} bytes");
+    for entry in std::fs::read_dir(logs.join("execs")).unwrap() {
+        let path = entry.unwrap().path();
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size <= 80 * MIB, "{} is {size} bytes", path.display());
+    }
+    logs
+}
+
 #[test]
 fn a_stdout_flood_stays_within_the_log_caps_and_reads_in_constant_memory() {
     if !docker_available("a_stdout_flood_stays_within_the_log_caps_and_reads_in_constant_memory") {
@@ -46,14 +60,7 @@ fn a_stdout_flood_stays_within_the_log_caps_and_reads_in_constant_memory() {
         .unwrap();
     assert!(flood.success(), "{flood:?}");
 
-    let logs = home.root().join("logs").join(&id);
-    let output_log = std::fs::metadata(logs.join("output.log")).unwrap().len();
-    assert!(output_log <= 65 * MIB, "output.log is {output_log} bytes");
-    for entry in std::fs::read_dir(logs.join("execs")).unwrap() {
-        let path = entry.unwrap().path();
-        let size = std::fs::metadata(&path).unwrap().len();
-        assert!(size <= 80 * MIB, "{} is {size} bytes", path.display());
-    }
+    let logs = logs_within_caps(&home, &id);
     let text_log = std::fs::read_to_string(logs.join("output.log")).unwrap();
     assert!(
         text_log.contains("reached its cap of 64.0 MiB"),

@@ -171,7 +171,19 @@ pub(crate) fn check_isolated_and_limited(home: &TestHome, job: &Value, runtime: 
         &["sh", "-c", "head -c 600000000 /dev/zero | tail > /dev/null"],
     );
     assert_eq!(result["exit_code"], 137, "{result}");
-    assert_eq!(result["oom_killed"], true, "{result}");
+    if runtime == "runsc" && result["oom_killed"] == false {
+        // Under gVisor the kernel's OOM killer ends the whole sandbox, and Docker 20.10
+        // sometimes loses that OOM event (seen 2 in about 6 runs on 2026-12-07, after
+        // paddock's 6 s of asking again): then paddock says the sandbox stopped under
+        // the command, never that the command exited on its own.
+        let stderr = result["stderr"].as_str().unwrap_or_default();
+        assert!(
+            stderr.contains("the sandbox stopped during the command"),
+            "{result}"
+        );
+    } else {
+        assert_eq!(result["oom_killed"], true, "{result}");
+    }
     // Exit 137 alone (a SIGKILL) is not OOM.
     let result = sh(home, &id, "kill -9 $$");
     assert_eq!(result["exit_code"], 137, "{result}");
