@@ -126,6 +126,22 @@ pub(super) fn cli_true_pairs(home: &TestHome, id: &str, container: &str) -> (Vec
     (ours, theirs)
 }
 
+/// `paddock create --profile pooled` of task `warm-{i}` in the repository at `path`: the job
+/// (claimed from the pool when it has a slot).
+pub(super) fn warm_create(home: &TestHome, path: &str, i: usize) -> Value {
+    let out = run(&mut home.cmd(&[
+        "create",
+        "--repo",
+        path,
+        "--task",
+        &format!("warm-{i}"),
+        "--profile",
+        "pooled",
+        "--json",
+    ]));
+    serde_json::from_str(&out).expect("a job")
+}
+
 /// Issue 25's exec rows, on one Docker job and its container: `paddock exec -- true` against
 /// `docker exec true` (the command changed nothing: no sync round), a committing exec
 /// against `docker exec` of the same commit (the sync included), and the first exec result
@@ -226,17 +242,7 @@ pub(super) fn exec_cost(repo: &FixtureRepo, label: &str, rows: &mut Vec<Row>) {
         run(&mut home.cmd(&["pool", "fill", "--profile", "pooled", "--repo", &path]));
         settle();
         let started = Instant::now();
-        let out = run(&mut home.cmd(&[
-            "create",
-            "--repo",
-            &path,
-            "--task",
-            &format!("warm-{i}"),
-            "--profile",
-            "pooled",
-            "--json",
-        ]));
-        let id = serde_json::from_str::<Value>(&out).unwrap()["id"]
+        let id = warm_create(&home, &path, i)["id"]
             .as_str()
             .unwrap()
             .to_string();

@@ -291,17 +291,7 @@ fn warm_first_exec(
     for i in 0..EXEC_PAIRS {
         run(&mut home.cmd(&["pool", "fill", "--profile", "pooled", "--repo", &path]));
         settle();
-        let out = run(&mut home.cmd(&[
-            "create",
-            "--repo",
-            &path,
-            "--task",
-            &format!("warm-{i}"),
-            "--profile",
-            "pooled",
-            "--json",
-        ]));
-        let job: Value = serde_json::from_str(&out).expect("a job");
+        let job = warm_create(home, &path, i);
         assert_eq!(job["pool"]["start"], "warm", "a warm job: {job}");
         let id = job["id"].as_str().expect("an id").to_string();
         first.push(paddock_api_exec(socket, &id, &["true"]));
