@@ -40,42 +40,6 @@ pub(super) struct AuditEntry<'a> {
     pub(super) sync: Option<&'static str>,
 }
 
-/// How long each part of an exec took, for the debug log (`-vv`): where an exec's time
-/// goes beyond the runtime's own.
-struct StageClock {
-    started: std::time::Instant,
-    marks: Vec<(&'static str, u64)>,
-}
-
-impl StageClock {
-    fn start() -> StageClock {
-        StageClock {
-            started: std::time::Instant::now(),
-            marks: Vec::with_capacity(8),
-        }
-    }
-
-    /// Notes that the stage `name` ended now.
-    fn mark(&mut self, name: &'static str) {
-        let micros = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.marks.push((name, micros));
-    }
-
-    fn log(&self, job: &JobId) {
-        let mut last = 0;
-        let stages: Vec<String> = self
-            .marks
-            .iter()
-            .map(|(name, at)| {
-                let took = at - last;
-                last = *at;
-                format!("{name}={}.{:03}ms", took / 1000, took % 1000)
-            })
-            .collect();
-        tracing::debug!(job = %job, stages = %stages.join(" "), "exec timings");
-    }
-}
-
 /// What the sync after an exec's command did.
 enum AfterCommand {
     /// The command did not run: no sync.
@@ -278,7 +242,7 @@ impl Paddock {
         mut options: ExecOptions,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult> {
-        let mut clock = StageClock::start();
+        let mut clock = super::stage_clock::StageClock::start();
         check_exec_request(&options)?;
         let stdin = exec_stdin(&mut options)?;
         let record = self.load(id)?;
@@ -515,7 +479,7 @@ impl Paddock {
             self.push_after_sync(&record).await;
             clock.mark("push");
         }
-        clock.log(&record.id);
+        clock.log(&record.id, "exec");
         Ok(outcome?.result)
     }
 

@@ -28,49 +28,54 @@ fn origin_file(home: &crate::store::PaddockHome, id: &JobId) -> std::path::PathB
 }
 
 impl Paddock {
-    /// The commits a sync is bringing to `tip` (after `current`, the branch's tip before it)
-    /// that the user's object store already holds: not the job's own, though no ref may
-    /// reach them (a deleted branch's). Read before the sync hands the store anything.
-    pub(super) async fn preexisting(
+    /// The job's own commits among those a sync is bringing to `tip` (after `current`, the
+    /// branch's tip before it): the commits `tip` reaches that neither the job's base nor
+    /// `current` reaches, less those the user's object store already held (a deleted
+    /// branch's commit, say, which the agent could read and merge). Read before the sync
+    /// hands the store anything; `None` when it cannot be told (then nothing is noted, and
+    /// the commits count as outside: a push asks for more, never less).
+    ///
+    /// Why no walk over the user's other refs (as `rev-list --all` would make): every ref
+    /// of the user's repository reaches only commits its store holds, and a commit the store
+    /// lacked before this sync is none of those. So "held before" covers "reached by another
+    /// ref", and the sync costs one walk, in this process, instead of two git processes.
+    pub(super) async fn own_commits_of_sync(
         &self,
         record: &JobRecord,
         scratch: &ScratchRepo,
         tip: &str,
         current: Option<&str>,
-    ) -> HashSet<String> {
+    ) -> Option<Vec<String>> {
         let mut known = vec![record.base_commit.clone()];
         known.extend(current.map(str::to_string));
-        let found = match scratch.brought(tip, known).await {
-            Ok(brought) => self.repo_of(record).existing(brought).await,
-            Err(error) => Err(error),
-        };
-        found.unwrap_or_else(|error| {
-            tracing::warn!(job = %record.id, %error, "cannot tell which commits the store held");
-            HashSet::new()
-        })
-    }
-
-    /// Notes the commits a sync just brought to `tip` that no other ref of the user's
-    /// repository reaches and that the store did not hold before (`preexisting`): the job's
-    /// own, which `push` publishes without asking.
-    pub(super) async fn note_own_commits(
-        &self,
-        record: &JobRecord,
-        tip: &str,
-        before: Option<&str>,
-        preexisting: &HashSet<String>,
-    ) {
-        let repo = self.repo_of(record);
-        let own: Vec<String> = match repo.commits_only_on(tip, before, &record.branch).await {
-            Ok(own) => own
-                .into_iter()
-                .filter(|commit| !preexisting.contains(commit))
-                .collect(),
+        let brought = match scratch.brought(tip, known).await {
+            Ok(brought) => brought,
             Err(error) => {
-                tracing::warn!(job = %record.id, %error, "cannot tell the job's own commits");
-                return;
+                tracing::warn!(job = %record.id, %error, "cannot tell which commits the sync brings");
+                return None;
             }
         };
+        match self.repo_of(record).existing(brought.clone()).await {
+            Ok(held) => Some(
+                brought
+                    .into_iter()
+                    .filter(|commit| !held.contains(commit))
+                    .collect(),
+            ),
+            Err(error) => {
+                tracing::warn!(job = %record.id, %error, "cannot tell which commits the store held");
+                None
+            }
+        }
+    }
+
+    /// Notes `own` (from [`own_commits_of_sync`](Self::own_commits_of_sync), after the
+    /// sync moved the branch): the job's own commits, which `push` publishes without asking.
+    /// `None` (they could not be told) notes none, but still makes the file, so what this
+    /// sync brought counts as outside rather than falling back to the weaker reading of a
+    /// job with no file.
+    pub(super) fn note_own_commits(&self, record: &JobRecord, own: Option<Vec<String>>) {
+        let own = own.unwrap_or_default();
         let path = origin_file(&self.home, &record.id);
         if std::fs::metadata(&path).is_ok_and(|m| m.len() >= MAX_ORIGIN_FILE) {
             tracing::warn!(file = %path.display(), "the job's own commits are no longer noted: the file is full");

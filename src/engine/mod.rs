@@ -65,6 +65,7 @@ mod remote_prep;
 mod remove;
 mod restore;
 mod setup;
+mod stage_clock;
 mod sync;
 #[cfg(test)]
 mod tests;

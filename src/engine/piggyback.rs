@@ -36,6 +36,9 @@ use crate::job::JobRecord;
 /// What the snippet writes to `<name>.rc` when the branch is where the host has it.
 const UNCHANGED: &str = "unchanged";
 
+/// `sync.sh`'s exit code when `git pack-objects` failed.
+const PACK_FAILED: i64 = 78;
+
 /// A branch sync prepared to run after an exec's command.
 pub(crate) struct Piggyback {
     /// The shell snippet the runtime runs after the command.
@@ -43,6 +46,9 @@ pub(crate) struct Piggyback {
     /// The host path of the outbox files, without their extension.
     host_base: PathBuf,
     plan: SyncPlan,
+    /// The script was handed the tip and resolved nothing: a failure may be a commit the
+    /// host took as present that the job's git dir lacks, so the exec syncs again in full.
+    fast: bool,
 }
 
 /// How a piggybacked sync ended.
@@ -155,27 +161,36 @@ impl Paddock {
         }
         // The script's time inside is read from the files' own times (see `sandbox_ms`), so
         // no `date` process runs.
-        let sync = format!(
-            "{sync} >{} 2>{}; echo $? >{}",
-            out("stream"),
-            out("err"),
-            out("rc")
-        );
+        let redirected = |sync: &str| {
+            format!(
+                "{sync} >{} 2>{}; echo $? >{}",
+                out("stream"),
+                out("err"),
+                out("rc")
+            )
+        };
         // A job whose last sync failed syncs in full, so a good one clears the error.
         let git_dir = plan.env.iter().find(|(key, _)| key == "GIT_DIR");
-        let snippet = match (&plan.known_tip, &record.sync_error, git_dir) {
-            (Some(tip), None, Some((_, git_dir))) => format!(
-                "{}; if [ \"$_pd_t\" = {} ]; then echo {UNCHANGED} >{}; else {sync}; fi",
-                tip_check(git_dir, &record.branch),
-                quote(tip),
-                out("rc")
+        let (snippet, fast) = match (&plan.known_tip, &record.sync_error, git_dir) {
+            // The tip the check read goes to the script, which then resolves nothing
+            // (`fast` in sync.sh).
+            (Some(tip), None, Some((_, git_dir))) => (
+                format!(
+                    "{}; if [ \"$_pd_t\" = {} ]; then echo {UNCHANGED} >{}; else {}; fi",
+                    tip_check(git_dir, &record.branch),
+                    quote(tip),
+                    out("rc"),
+                    redirected(&format!("PADDOCK_SYNC_TIP=\"$_pd_t\" {sync}"))
+                ),
+                true,
             ),
-            _ => sync,
+            _ => (redirected(&sync), false),
         };
         Some(Piggyback {
             snippet,
             host_base: outbox.join(name),
             plan,
+            fast,
         })
     }
 
@@ -199,11 +214,22 @@ impl Paddock {
         let outcome = match report {
             None => Piggybacked::Missing,
             Some(Report::Unchanged) => self.confirm_unchanged(record, &piggyback.plan).await,
+            // `pack-objects` failed in a fast sync: a commit the host took as present may be
+            // gone from the job's git dir.
+            Some(Report::Ran(PACK_FAILED)) if piggyback.fast => Piggybacked::Missing,
             Some(Report::Ran(rc)) => {
                 let sandbox_ms = sandbox_ms(&file("stream"), &file("rc"));
                 tracing::debug!(job = %record.id, sandbox_ms, "piggybacked sync ran");
-                let outcome = self.apply_piggyback(record, &piggyback, rc, deadline).await;
-                Piggybacked::Synced(outcome, sandbox_ms)
+                match self.apply_piggyback(record, &piggyback, rc, deadline).await {
+                    // A stream that passed its checks and still failed to apply (the ref
+                    // file named a tag, say): the full sync resolves what the fast one took
+                    // as given. A stream refused at its checks stays refused.
+                    (Err(error), true) if piggyback.fast => {
+                        tracing::debug!(job = %record.id, %error, "the fast sync failed: syncing in full");
+                        Piggybacked::Missing
+                    }
+                    (outcome, _) => Piggybacked::Synced(outcome, sandbox_ms),
+                }
             }
         };
         let files = ["rc", "stream", "err"].map(file);
@@ -228,14 +254,15 @@ impl Paddock {
     }
 
     /// The host half of a sync that ran in the exec's session: its files read (capped, by
-    /// `deadline`, on a blocking thread), then applied under the job's sync lock.
+    /// `deadline`, on a blocking thread), then applied under the job's sync lock. Also
+    /// whether the stream passed its checks (then a failure was the applying's).
     async fn apply_piggyback(
         &self,
         record: &JobRecord,
         piggyback: &Piggyback,
         rc: i64,
         deadline: Instant,
-    ) -> Result<Synced> {
+    ) -> (Result<Synced>, bool) {
         let [stream, stderr, _] = sync_files(&piggyback.host_base);
         let bundle = self.incoming_bundle(record);
         let capture_to = bundle.clone();
@@ -250,7 +277,7 @@ impl Paddock {
         // leave time for.
         if let Err(message) = received {
             let _ = std::fs::remove_file(&bundle);
-            return Err(Self::sync_failed(record, message));
+            return (Err(Self::sync_failed(record, message)), false);
         }
         let applying = std::time::Instant::now();
         let wait = deadline.saturating_duration_since(Instant::now());
@@ -270,7 +297,7 @@ impl Paddock {
             "piggybacked sync applied"
         );
         let _ = std::fs::remove_file(&bundle);
-        outcome
+        (outcome, true)
     }
 }
 

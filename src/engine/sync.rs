@@ -56,6 +56,11 @@ pub struct Synced {
     pub untracked_cut: bool,
     /// The branch was rewritten (not a fast-forward of what the user's repository had).
     pub forced: bool,
+    /// The pack this sync indexed into the scratch repository, if one came.
+    pub pack: Option<std::path::PathBuf>,
+    /// The commits the sandbox was told the host has, which the pack leaves out (the
+    /// job's base, the known tip and snapshot; set by a sync that planned its own round).
+    pub left_out: Vec<String>,
 }
 
 /// The sandbox half of a sync, ready to run, and what the host knew when it was made.
@@ -65,6 +70,8 @@ pub(super) struct SyncPlan {
     pub(super) env: Vec<(String, String)>,
     /// The branch's tip as the host has it (the scratch repository's, else the user's).
     pub(super) known_tip: Option<String>,
+    /// The last snapshot the scratch repository received.
+    pub(super) known_state: Option<String>,
     /// On a job's first sync: the user's tip of the branch, which the scratch repository
     /// takes as its own before it receives anything (see [`Paddock::prepare_scratch`]).
     seed: Option<String>,
@@ -263,6 +270,7 @@ impl Paddock {
             .chain(checkpoint_env(record, scope))
             .collect(),
             known_tip,
+            known_state,
             seed,
             user_objects,
         })
@@ -304,6 +312,7 @@ impl Paddock {
         let left = |most: Duration| left_of(deadline, most);
         let plan = self.plan_sync(record, scope).await?;
         self.prepare_scratch(record, &plan).await?;
+        let (known_tip, known_state) = (plan.known_tip.clone(), plan.known_state.clone());
         let mut cmd = vec![
             "sh".into(),
             "-c".into(),
@@ -349,7 +358,18 @@ impl Paddock {
         };
         let outcome = self.apply_sync(record, scope, received, deadline).await;
         let _ = std::fs::remove_file(&bundle);
-        outcome
+        outcome.map(|mut synced| {
+            synced.left_out = [
+                Some(&record.base_commit),
+                known_tip.as_ref(),
+                known_state.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+            synced
+        })
     }
 
     /// The host half: the checked stream into the scratch repository, then the branch into
@@ -365,12 +385,14 @@ impl Paddock {
         deadline: Option<Instant>,
     ) -> Result<Synced> {
         let received = received.map_err(|message| Self::sync_failed(record, message))?;
+        let mut clock = super::stage_clock::StageClock::start();
         let scratch = self.scratch_of(record);
         // The pack's check is the host's one long step: it too ends by the deadline.
         let limit = deadline.map_or(Duration::MAX, |d| {
             d.saturating_duration_since(Instant::now())
         });
         let pack = scratch.receive(&received, &record.branch, limit).await?;
+        clock.mark("receive");
         let mut forced = false;
         if let Some(tip) = &received.header.tip {
             let branch_ref = format!("refs/heads/{}", record.branch);
@@ -380,13 +402,15 @@ impl Paddock {
                 if let Some(current) = &current {
                     forced = !scratch.is_fast_forward(current, tip).await?;
                 }
-                // What the user's store held before this sync the job did not make.
-                let preexisting = if record.is_legacy() {
-                    Default::default()
+                clock.mark("compare");
+                // Read before the user's store holds what this sync brings.
+                let own = if record.is_legacy() {
+                    None
                 } else {
-                    self.preexisting(record, &scratch, tip, current.as_deref())
+                    self.own_commits_of_sync(record, &scratch, tip, current.as_deref())
                         .await
                 };
+                clock.mark("own");
                 let fast = match scope {
                     SyncScope::Branch => repo
                         .adopt_pack_and_set_ref(
@@ -403,18 +427,22 @@ impl Paddock {
                     repo.publish(&scratch.path, &[(SCRATCH_BRANCH, branch_ref)])
                         .await?;
                 }
+                clock.mark("publish");
                 if !record.is_legacy() {
-                    self.note_own_commits(record, tip, current.as_deref(), &preexisting)
-                        .await;
+                    self.note_own_commits(record, own);
                 }
+                clock.mark("note");
             }
         }
+        clock.log(&record.id, "sync");
         Ok(Synced {
             tip: received.header.tip.clone(),
             work: received.header.state.clone(),
             untracked: received.untracked,
             untracked_cut: received.untracked_cut,
             forced,
+            pack,
+            left_out: Vec::new(),
         })
     }
 

@@ -21,15 +21,16 @@ read_changed() {
     tail -c "+$(($1 + $2 + 1))" "$changed_in" >"$changed_in.d"
 }
 
-# add_changed INDEX: makes index file INDEX name the workspace as it is, looking only at the
-# lists and at the paths where INDEX differs from the lower tree (`diff-tree`, in proportion
-# to the change): D's entries go, F's and those paths are taken as they are
+# add_changed INDEX [ITREE]: makes index file INDEX name the workspace as it is, looking
+# only at the lists and at the paths where INDEX differs from the lower tree (`diff-tree`,
+# in proportion to the change): D's entries go, F's and those paths are taken as they are
 # (`update-index`: no walk), and N's untracked paths that git's ignore rules let in are
-# added. Sets `itree` (INDEX's tree before). Fails, and the caller takes the full walk, at
-# anything unexpected.
+# added. Sets `itree` (INDEX's tree before: ITREE when the caller has it). Fails, and the
+# caller takes the full walk, at anything unexpected.
 add_changed() {
   ix=$1
-  itree=$(GIT_INDEX_FILE=$ix g write-tree 2>/dev/null) || return 1
+  itree=${2:-}
+  [ -n "$itree" ] || itree=$(GIT_INDEX_FILE=$ix g write-tree 2>/dev/null) || return 1
   lower_tree=$(g rev-parse -q --verify "$PADDOCK_LOWER^{tree}" 2>/dev/null) || return 1
   : >"$changed_in.x"
   if [ "$itree" != "$lower_tree" ]; then

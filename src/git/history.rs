@@ -2,10 +2,9 @@
 //! store (its history at create, `docs/privacy.md`), so it can merge a commit of the user's
 //! that was never meant to leave this machine (an unpushed branch, or a deleted branch's
 //! commit still in the store) into its own branch; a `push` of the branch would then publish
-//! it. So each sync notes the commits it brought in that no other ref of the user's
-//! repository reached then ([`GitRepo::commits_only_on`]) and that the user's object store
-//! did not hold before the sync ([`GitRepo::existing`] over [`ScratchRepo::brought`]): the
-//! job's own. Everything else on the branch since its base is outside history: `show` and
+//! it. So each sync notes the commits it brought in that the user's object store did not
+//! hold before the sync ([`GitRepo::existing`] over [`ScratchRepo::brought`]): the job's
+//! own (no other ref of the user's repository can reach a commit its store lacked). Everything else on the branch since its base is outside history: `show` and
 //! `diff` say so, and `push` refuses what of it the remote lacks.
 //!
 //! What the remote has is read from its remote-tracking refs (`refs/remotes/<remote>/*`), not
@@ -30,28 +29,6 @@ fn lines(text: &str) -> Vec<String> {
 }
 
 impl GitRepo {
-    /// The commits `tip` reaches that no ref but `branch` (its short name) reaches, nor
-    /// `before` (the branch's tip before the sync, whose commits an earlier sync noted):
-    /// after a sync moved `branch` to `tip`, what the job made since.
-    pub async fn commits_only_on(
-        &self,
-        tip: &str,
-        before: Option<&str>,
-        branch: &str,
-    ) -> Result<Vec<String>, GitError> {
-        let mut call = self.call(&["rev-list", tip, "--not"]);
-        if let Some(before) = before {
-            call = call.arg(before);
-        }
-        let out = call
-            .arg(format!("--exclude=refs/heads/{branch}"))
-            .arg("--all")
-            .timeout(WALK_TIMEOUT)
-            .run()
-            .await?;
-        Ok(lines(&out))
-    }
-
     /// The commits of `tip` not reachable from `base` (the job's base commit, the user's own
     /// choice at create), nor, with `remote`, from what that remote has (its tracking refs),
     /// newest first.
@@ -143,12 +120,37 @@ impl GitRepo {
 
 impl ScratchRepo {
     /// The commits `tip` reaches that none of `known` does: what a sync brings (before the
-    /// user's repository gets it), newest first.
+    /// user's repository gets it), newest first. A walk in this process (a sync's host
+    /// half runs it on every exec that moved the branch; a git process was a few ms), bounded
+    /// by [`MAX_BROUGHT`] commits rather than by a clock: past it, an error.
     pub async fn brought(&self, tip: &str, known: Vec<String>) -> Result<Vec<String>, GitError> {
-        let mut call = self.call(&["rev-list", tip, "--not"]);
-        for commit in &known {
-            call = call.arg(commit);
-        }
-        Ok(lines(&call.timeout(WALK_TIMEOUT).run().await?))
+        let path = self.path.clone();
+        let tip = tip.to_string();
+        blocking(move || {
+            let repo = git2::Repository::open_bare(&path).map_err(read_err(&path))?;
+            let oid = |s: &str| git2::Oid::from_str(s).map_err(read_err(&path));
+            let mut walk = repo.revwalk().map_err(read_err(&path))?;
+            walk.push(oid(&tip)?).map_err(read_err(&path))?;
+            for commit in &known {
+                walk.hide(oid(commit)?).map_err(read_err(&path))?;
+            }
+            let mut brought = Vec::new();
+            for commit in walk {
+                if brought.len() == MAX_BROUGHT {
+                    return Err(GitError::Command {
+                        args: format!("rev-list {tip} --not {} (in process)", known.join(" ")),
+                        dir: path.clone(),
+                        stderr: format!("over {MAX_BROUGHT} commits"),
+                    });
+                }
+                brought.push(commit.map_err(read_err(&path))?.to_string());
+            }
+            Ok(brought)
+        })
+        .await
     }
 }
+
+/// The most commits one sync's walk lists (`brought`): the job's own-commits file holds
+/// about 100,000 at most, and a walk of this many takes well under a second.
+const MAX_BROUGHT: usize = 250_000;

@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 
 use crate::store::FileLock;
 
+mod adopt;
 mod call;
 pub mod checkpoint;
 mod history;
@@ -383,56 +384,6 @@ impl GitRepo {
             fetch = fetch.arg(format!("+{from}:{to}"));
         }
         fetch.run().await.map(drop)
-    }
-
-    /// The fast way to publish what one sync received: link (or copy) the pack the scratch
-    /// repository indexed into this repository's object store, then move `refname` from
-    /// `old` (`None`: it must not exist) to `new`. The pack passed fsck and its links were
-    /// checked when it was indexed, so no further walk is needed. Callers fall back to
-    /// [`publish`](Self::publish) when this fails.
-    pub async fn adopt_pack_and_set_ref(
-        &self,
-        pack: Option<&Path>,
-        refname: &str,
-        new: &str,
-        old: Option<&str>,
-    ) -> Result<(), GitError> {
-        let _lock = self.lock().await?;
-        if let Some(pack) = pack {
-            let pack_dir = self.common_dir.join("objects/pack");
-            // The index last: git finds a pack through its .idx.
-            for ext in ["pack", "rev", "idx"] {
-                let from = pack.with_extension(ext);
-                if !from.exists() {
-                    continue;
-                }
-                let name = from.file_name().expect("a pack file has a name");
-                let to = pack_dir.join(name);
-                if to.exists() {
-                    continue;
-                }
-                let tmp = pack_dir.join(format!(".paddock-{}", name.to_string_lossy()));
-                let linked = std::fs::hard_link(&from, &tmp)
-                    .or_else(|_| std::fs::copy(&from, &tmp).map(drop))
-                    .and_then(|()| std::fs::rename(&tmp, &to));
-                if let Err(error) = linked {
-                    let _ = std::fs::remove_file(&tmp);
-                    return Err(GitError::Command {
-                        args: "adopt pack".into(),
-                        dir: to,
-                        stderr: error.to_string(),
-                    });
-                }
-            }
-        }
-        let old = match old {
-            Some(old) => old.to_string(),
-            None => self.null_oid().await?,
-        };
-        self.call(&["update-ref", "-m", "paddock: sync", refname, new, &old])
-            .run()
-            .await
-            .map(drop)
     }
 
     /// Deletes a branch; succeeds when it does not exist.

@@ -53,7 +53,11 @@ fn an_exec_that_changes_nothing_syncs_nothing_and_a_commit_lands_before_exec_ret
         "no sync ran, so nothing received"
     );
 
-    // A commit is on the branch in the user's repository when exec returns.
+    // A commit is on the branch in the user's repository when exec returns, its objects
+    // loose there (as a small `git fetch` leaves them), not one more pack per commit.
+    let packs =
+        || std::fs::read_dir(repo.path().join(".git/objects/pack")).map_or(0, Iterator::count);
+    let packs_before = packs();
     sh(
         &home,
         &id,
@@ -65,6 +69,13 @@ fn an_exec_that_changes_nothing_syncs_nothing_and_a_commit_lands_before_exec_ret
     let tip = repo.git(&["rev-parse", &branch]);
     assert_ne!(tip, base);
     assert_eq!(repo.git(&["log", "-1", "--format=%s", &branch]), "draft");
+    assert_eq!(packs(), packs_before, "no pack for a commit");
+    let tip_object = repo
+        .path()
+        .join(".git/objects")
+        .join(&tip[..2])
+        .join(&tip[2..]);
+    assert!(tip_object.is_file(), "the commit is a loose object");
 
     // After it (refs now packed inside), a quiet exec leaves the scratch repository as it was.
     let scratch_ref = scratch(&home, &id).join("refs/sync/branch");
@@ -83,8 +94,6 @@ fn an_exec_that_changes_nothing_syncs_nothing_and_a_commit_lands_before_exec_ret
 
     // Back to a commit the host has: the branch moves back, and no pack (an empty one)
     // lands in the user's repository.
-    let packs =
-        || std::fs::read_dir(repo.path().join(".git/objects/pack")).map_or(0, Iterator::count);
     let before_reset = packs();
     sh(&home, &id, "git reset -q --hard HEAD~1");
     assert_eq!(last_audit(&home, &id)["sync"], "synced");
@@ -176,4 +185,36 @@ fn a_commit_hidden_by_a_forged_report_comes_out_at_the_next_exec() {
 #[test]
 fn a_commit_hidden_by_a_forged_report_comes_out_at_rm() {
     forged_report_is_caught("rm", "a_commit_hidden_by_a_forged_report_rm");
+}
+
+/// After a command, the sandbox half is handed the tip the builtins read from the branch's
+/// ref file and resolves nothing (`fast` in sync.sh). A ref file naming something that is not
+/// a commit (an annotated tag, written there by hand: git itself refuses) makes that fast sync
+/// fail on the host; the exec then syncs in full, which peels it, and reports no error.
+#[test]
+fn a_fast_sync_that_fails_is_followed_by_a_full_one() {
+    if !docker_available("a_fast_sync_that_fails_is_followed_by_a_full_one") {
+        return;
+    }
+    let repo = FixtureRepo::new();
+    let home = TestHome::new();
+    let job = home.create_docker(&repo, &["--task", "tagged"]);
+    let id = text(&job, "id");
+    let branch = text(&job, "branch");
+    sh(
+        &home,
+        &id,
+        r#"git commit -q --allow-empty -m tagged && git tag -a v1 -m v1 &&
+           ref="$(git rev-parse --git-dir)/refs/heads/$(git symbolic-ref --short HEAD)" &&
+           git rev-parse v1 >"$ref" && test "$(git cat-file -t "$(cat "$ref")")" = tag"#,
+    );
+    let audit = last_audit(&home, &id);
+    assert_eq!(audit["sync"], "synced", "{audit}");
+    assert_eq!(
+        repo.git(&["log", "-1", "--format=%s", &branch]),
+        "tagged",
+        "the branch is at the tag's commit"
+    );
+    assert_eq!(repo.git(&["cat-file", "-t", &branch]), "commit");
+    home.ok(&["rm", &id]);
 }
