@@ -8,9 +8,10 @@
 //! would leave every git process that reads the store (the user's, and every job's, which
 //! borrows it) one more index to open per commit ever synced (measured: 70 packs made a
 //! `git index-pack` 2 ms slower than 3). Loose objects are written as git writes them by
-//! default (`core.fsync` leaves loose objects to the kernel) and only where the repository
-//! is not shared (`core.sharedRepository`, whose modes libgit2 does not follow); a larger
-//! pack, or any doubt, is linked whole as before.
+//! default (`core.fsync` leaves loose objects to the kernel), and only where the store is
+//! this process's user's own and not shared (`core.sharedRepository`, whose modes libgit2
+//! does not follow): a directory `objects/ab/` made by another user would keep the owner's
+//! git from writing there. A larger pack, or any doubt, is linked whole as before.
 
 use std::path::Path;
 
@@ -116,7 +117,13 @@ impl GitRepo {
 /// caller links the pack). A failure part-way leaves only objects no ref names yet (git's
 /// `gc` prunes them), and the caller links the pack all the same.
 fn write_loose(pack: &Path, common_dir: &Path) -> bool {
-    let small = std::fs::metadata(pack).is_ok_and(|m| m.len() <= UNPACK_MAX_BYTES);
+    use std::os::unix::fs::MetadataExt as _;
+    // A loose object may need a directory of its own (`objects/ab/`); one made by another
+    // user than the store's owner (root, for a repository of someone else's) would keep
+    // that owner's git from writing there. A pack is a file in a directory that exists.
+    let ours = std::fs::metadata(common_dir.join("objects"))
+        .is_ok_and(|m| m.uid() == crate::sys::effective_ids().0);
+    let small = ours && std::fs::metadata(pack).is_ok_and(|m| m.len() <= UNPACK_MAX_BYTES);
     let Some(ids) = small
         .then(|| std::fs::read(pack.with_extension("idx")).ok())
         .flatten()
@@ -187,6 +194,97 @@ fn object_ids(idx: &[u8]) -> Option<Vec<git2::Oid>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout)
+            .expect("utf-8")
+            .trim()
+            .to_string()
+    }
+
+    /// A bare "scratch" repository holding one commit in one pack, and an empty store.
+    fn scratch_and_store() -> (
+        tempfile::TempDir,
+        std::path::PathBuf,
+        std::path::PathBuf,
+        String,
+    ) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).expect("mkdir");
+        git(&work, &["init", "-q"]);
+        std::fs::write(work.join("f"), "one\n").expect("write");
+        git(&work, &["add", "f"]);
+        git(&work, &["commit", "-q", "-m", "one"]);
+        let commit = git(&work, &["rev-parse", "HEAD"]);
+        let scratch = dir.path().join("scratch.git");
+        git(
+            dir.path(),
+            &["clone", "-q", "--bare", "work", "scratch.git"],
+        );
+        git(&scratch, &["repack", "-a", "-d", "-q"]);
+        let pack = std::fs::read_dir(scratch.join("objects/pack"))
+            .expect("packs")
+            .map(|e| e.expect("entry").path())
+            .find(|p| p.extension().is_some_and(|e| e == "pack"))
+            .expect("a pack");
+        let store = dir.path().join("store");
+        std::fs::create_dir(&store).expect("mkdir");
+        git(&store, &["init", "-q"]);
+        (dir, pack, store.join(".git"), commit)
+    }
+
+    #[test]
+    fn a_small_pack_goes_in_loose_where_the_store_is_ours_and_not_shared() {
+        let (_dir, pack, store, commit) = scratch_and_store();
+        assert!(write_loose(&pack, &store));
+        let loose = store.join("objects").join(&commit[..2]).join(&commit[2..]);
+        assert!(loose.is_file(), "{loose:?}");
+        assert!(
+            std::fs::read_dir(store.join("objects/pack")).map_or(0, Iterator::count) == 0,
+            "no pack"
+        );
+
+        let (_dir, pack, store, _) = scratch_and_store();
+        git(&store, &["config", "core.sharedRepository", "group"]);
+        assert!(
+            !write_loose(&pack, &store),
+            "a shared store gets the pack whole"
+        );
+    }
+
+    #[test]
+    fn a_store_of_another_user_gets_the_pack_whole() {
+        use std::os::unix::fs::MetadataExt as _;
+        let (_dir, pack, store, _) = scratch_and_store();
+        let objects = store.join("objects");
+        let theirs = std::fs::metadata(&objects).expect("objects").uid() + 1;
+        if std::os::unix::fs::chown(&objects, Some(theirs), None).is_err() {
+            eprintln!("skipped: only root can give the store to another user");
+            return;
+        }
+        assert!(!write_loose(&pack, &store));
+        let made: Vec<_> = std::fs::read_dir(&objects)
+            .expect("objects")
+            .map(|e| e.expect("entry").file_name())
+            .filter(|n| n.len() == 2)
+            .collect();
+        assert!(made.is_empty(), "no object directory was made: {made:?}");
+    }
 
     #[test]
     fn only_small_v2_indexes_list_their_objects() {

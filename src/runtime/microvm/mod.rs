@@ -671,7 +671,17 @@ impl Pool for MicrovmRuntime {
 #[async_trait::async_trait]
 impl crate::runtime::capabilities::Freeze for MicrovmRuntime {
     async fn freeze(&self, record: &JobRecord) -> Result<(), RuntimeError> {
-        if signal_qemu(&vm::VmDir::of(&self.home, record), libc::SIGSTOP)? {
+        let dir = vm::VmDir::of(&self.home, record);
+        if signal_qemu(&dir, libc::SIGSTOP)? {
+            // A stop signal is taken by each thread when it next runs: `pause` answers once
+            // every thread of QEMU has stopped (seen: the main thread still running right
+            // after the signal, on a loaded host), within a bound.
+            if let Some(pid) = dir.qemu_pid() {
+                let deadline = std::time::Instant::now() + STOP_WITHIN;
+                while !all_threads_stopped(pid) && std::time::Instant::now() < deadline {
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+            }
             return Ok(());
         }
         Err(runtime_error(MicrovmError::Config {
@@ -683,6 +693,25 @@ impl crate::runtime::capabilities::Freeze for MicrovmRuntime {
         // No QEMU runs: nothing is frozen.
         signal_qemu(&vm::VmDir::of(&self.home, record), libc::SIGCONT).map(|_| ())
     }
+}
+
+/// How long `freeze` waits for QEMU's threads to stop after the signal.
+const STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether every thread of process `pid` is stopped (or gone): the state letter of each
+/// `/proc/PID/task/TID/stat`.
+fn all_threads_stopped(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).map_or(true, |stat| {
+            stat.rsplit(')')
+                .next()
+                .and_then(|rest| rest.trim_start().chars().next())
+                .is_none_or(|state| matches!(state, 'T' | 't' | 'Z' | 'X'))
+        })
+    })
 }
 
 /// Sends `signal` to the VM's own QEMU (its pidfile, checked to name the VM's directory);
@@ -713,5 +742,36 @@ impl crate::runtime::capabilities::OtherUsers for MicrovmRuntime {
     async fn settle(&self, record: &JobRecord, user: (u32, u32)) -> Result<(), RuntimeError> {
         let _ = (record, user);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_reads_as_stopped_only_once_its_threads_are() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep runs");
+        let pid = i32::try_from(child.id()).expect("a pid fits");
+        assert!(
+            !all_threads_stopped(pid),
+            "a sleeping process is not stopped"
+        );
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid).expect("a live pid"),
+            rustix::process::Signal::STOP,
+        )
+        .expect("the child takes the signal");
+        let deadline = std::time::Instant::now() + STOP_WITHIN;
+        while !all_threads_stopped(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(all_threads_stopped(pid), "stopped within {STOP_WITHIN:?}");
+        child.kill().expect("the child ends");
+        child.wait().expect("the child is reaped");
+        assert!(all_threads_stopped(pid), "a process gone counts as stopped");
     }
 }
