@@ -194,27 +194,7 @@ fn object_ids(idx: &[u8]) -> Option<Vec<git2::Oid>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn git(dir: &Path, args: &[&str]) -> String {
-        let out = std::process::Command::new("git")
-            .args([
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "-c",
-                "init.defaultBranch=main",
-            ])
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("git runs");
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-        String::from_utf8(out.stdout)
-            .expect("utf-8")
-            .trim()
-            .to_string()
-    }
+    use crate::git::test_git::git;
 
     /// A bare "scratch" repository holding one commit in one pack, and an empty store.
     fn scratch_and_store() -> (

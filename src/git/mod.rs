@@ -45,6 +45,8 @@ pub mod remote;
 pub mod scratch;
 mod snapshot;
 pub mod sync;
+#[cfg(test)]
+mod test_git;
 
 use call::{CHECKOUT_TIMEOUT, GitCall};
 pub use legacy::JobWorktree;

@@ -28,16 +28,26 @@ fn scratch(home: &TestHome, id: &str) -> PathBuf {
     home.root().join("work").join(id).join("sync.git")
 }
 
-#[test]
-fn an_exec_that_changes_nothing_syncs_nothing_and_a_commit_lands_before_exec_returns() {
-    if !docker_available("an_exec_that_changes_nothing_syncs_nothing") {
-        return;
+/// A Docker job of a fresh fixture repository made for `task`: the repository, the state
+/// root, the job's id and branch; `None` (the test skips) without Docker.
+fn docker_job(test: &str, task: &str) -> Option<(FixtureRepo, TestHome, String, String)> {
+    if !docker_available(test) {
+        return None;
     }
     let repo = FixtureRepo::new();
     let home = TestHome::new();
-    let job = home.create_docker(&repo, &["--task", "quiet"]);
-    let id = text(&job, "id");
-    let branch = text(&job, "branch");
+    let job = home.create_docker(&repo, &["--task", task]);
+    let (id, branch) = (text(&job, "id"), text(&job, "branch"));
+    Some((repo, home, id, branch))
+}
+
+#[test]
+fn an_exec_that_changes_nothing_syncs_nothing_and_a_commit_lands_before_exec_returns() {
+    let Some((repo, home, id, branch)) =
+        docker_job("an_exec_that_changes_nothing_syncs_nothing", "quiet")
+    else {
+        return;
+    };
     let base = repo.git(&["rev-parse", &branch]);
 
     // Nothing changed, and uncommitted edits are not the branch's: no sync round at all,
@@ -123,14 +133,9 @@ echo hidden > hidden.txt && git add hidden.txt && git commit -q -m hidden"#;
 /// tip that came through a checked stream, so the next sync compares against it and brings
 /// the commit out.
 fn forged_report_is_caught(then: &str, test: &str) {
-    if !docker_available(test) {
+    let Some((repo, home, id, branch)) = docker_job(test, "liar") else {
         return;
-    }
-    let repo = FixtureRepo::new();
-    let home = TestHome::new();
-    let job = home.create_docker(&repo, &["--task", "liar"]);
-    let id = text(&job, "id");
-    let branch = text(&job, "branch");
+    };
     let base = repo.git(&["rev-parse", &branch]);
 
     sh(&home, &id, FORGE_AND_COMMIT);
@@ -193,14 +198,11 @@ fn a_commit_hidden_by_a_forged_report_comes_out_at_rm() {
 /// fail on the host; the exec then syncs in full, which peels it, and reports no error.
 #[test]
 fn a_fast_sync_that_fails_is_followed_by_a_full_one() {
-    if !docker_available("a_fast_sync_that_fails_is_followed_by_a_full_one") {
+    let Some((repo, home, id, branch)) =
+        docker_job("a_fast_sync_that_fails_is_followed_by_a_full_one", "tagged")
+    else {
         return;
-    }
-    let repo = FixtureRepo::new();
-    let home = TestHome::new();
-    let job = home.create_docker(&repo, &["--task", "tagged"]);
-    let id = text(&job, "id");
-    let branch = text(&job, "branch");
+    };
     sh(
         &home,
         &id,
